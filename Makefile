@@ -1,0 +1,86 @@
+# deepinfer build.  `make` builds the library, the CLI and the tools; `make test` builds and runs
+# every test (plus an ASan+UBSan build of the unit tests); `make bench` runs the benchmarks.
+#
+# Sources are found by directory, so adding a file needs no edit here:
+#   src/**/*.c            -> build/libdeepinfer.{a,so}   (src/kernels/cuda is built only with CUDA=1)
+#   tools/deepinfer/*.c   -> build/deepinfer             (the CLI)
+#   tests/unit/test_*.c   -> build/tests/test_*          (one binary per file, linked with the library)
+#   bench/bench_*.c       -> build/bench/bench_*
+#   fuzz/fuzz_*.c         -> build-fuzz/fuzz_*           (clang libFuzzer, `make fuzz`)
+
+CC       ?= gcc
+BUILD    ?= build
+SHARED_DIR ?= $(abspath ../shared)
+ARCH     ?= -march=native
+OPT      ?= -O2
+SAN      ?=
+CFLAGS_ALL = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter $(OPT) $(ARCH) -g \
+             -fPIC -pthread -Iinclude -Isrc $(SAN) $(EXTRA_CFLAGS)
+LDLIBS_ALL = -ljansson -lpcre2-8 -lutf8proc -lxxhash -lmicrohttpd -lm -lpthread
+BENCH_LIBS = -lopenblas
+
+LIB_SRC   := $(shell find src -name '*.c' -not -path 'src/kernels/cuda/*' | sort)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_SRC   := $(sort $(wildcard tools/deepinfer/*.c))
+CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC  := $(sort $(wildcard tests/unit/test_*.c))
+TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+FUZZ_SRC  := $(sort $(wildcard fuzz/fuzz_*.c))
+
+.PHONY: all lib cli unit-tests bench-bins test test-unit test-asan bench fuzz clean
+all: lib cli
+
+lib: $(BUILD)/libdeepinfer.a $(BUILD)/libdeepinfer.so
+cli: $(BUILD)/deepinfer
+unit-tests: $(TEST_BIN)
+bench-bins: $(BENCH_BIN)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(BUILD)/libdeepinfer.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/libdeepinfer.so: $(LIB_OBJ)
+	$(CC) -shared $(CFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/deepinfer: $(CLI_OBJ) $(BUILD)/libdeepinfer.a
+	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libdeepinfer.a $(LDLIBS_ALL)
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libdeepinfer.a tests/unit/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests/unit -o $@ $< $(BUILD)/libdeepinfer.a $(LDLIBS_ALL)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libdeepinfer.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -O3 -Ibench -o $@ $< $(BUILD)/libdeepinfer.a $(LDLIBS_ALL) $(BENCH_LIBS)
+
+# The full test suite: unit tests, the same unit tests under ASan+UBSan, CLI and Python tests.
+test: all unit-tests
+	$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
+	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" unit-tests cli
+	SHARED_DIR=$(SHARED_DIR) tests/run_tests.sh
+
+test-unit: all unit-tests
+	SHARED_DIR=$(SHARED_DIR) DI_TEST_ONLY=unit tests/run_tests.sh
+
+bench: all bench-bins
+	SHARED_DIR=$(SHARED_DIR) tools/run_benches.sh $(BENCH_BIN)
+
+FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -pthread
+fuzz:
+	@mkdir -p build-fuzz
+	@for f in $(FUZZ_SRC); do \
+	  n=$$(basename $$f .c); \
+	  echo "clang $$f -> build-fuzz/$$n"; \
+	  clang $(FUZZ_FLAGS) -o build-fuzz/$$n $$f $(LIB_SRC) $(LDLIBS_ALL) || exit 1; \
+	done
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,149 @@
+/* json.c — jansson wrappers with field-naming errors (see json.h). */
+#include "base/json.h"
+
+#include "base/error.h"
+#include "base/mem.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+json_t *di_json_load_file(const char *path) {
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) di_errorf("%s:%d:%d: invalid JSON: %s", path, jerr.line, jerr.column, jerr.text);
+    return root;
+}
+
+json_t *di_json_load_buffer(const char *data, size_t size, const char *what) {
+    if (!data) {
+        di_errorf("%s: no JSON given", what ? what : "input");
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb(data, size, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        di_errorf("%s:%d:%d: invalid JSON: %s", what ? what : "input", jerr.line, jerr.column, jerr.text);
+    return root;
+}
+
+const char *di_json_type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "an unknown value";
+}
+
+static const char *sep(const char *ctx) { return (ctx && *ctx) ? "." : ""; }
+
+/* Look up key; returns the value, or NULL when absent (sets *status to 1 or -1). */
+static json_t *lookup(const json_t *obj, const char *ctx, const char *key, bool required, int *status) {
+    ctx = ctx ? ctx : "";
+    if (!json_is_object(obj)) {
+        *status = di_errorf("%s: expected an object", *ctx ? ctx : "JSON value");
+        return NULL;
+    }
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) {
+        *status = required ? di_errorf("%s%s%s: required field is missing", ctx, sep(ctx), key) : 1;
+        return NULL;
+    }
+    *status = 0;
+    return v;
+}
+
+int di_json_int(const json_t *obj, const char *ctx, const char *key, bool required, int64_t *out) {
+    int st;
+    json_t *v = lookup(obj, ctx, key, required, &st);
+    if (!v) return st;
+    if (json_is_integer(v)) {
+        *out = (int64_t)json_integer_value(v);
+        return 0;
+    }
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (d == floor(d) && fabs(d) < 9.0e15) {
+            *out = (int64_t)d;
+            return 0;
+        }
+    }
+    return di_errorf("%s%s%s: expected an integer, got %s", ctx ? ctx : "", sep(ctx), key, di_json_type_name(v));
+}
+
+int di_json_number(const json_t *obj, const char *ctx, const char *key, bool required, double *out) {
+    int st;
+    json_t *v = lookup(obj, ctx, key, required, &st);
+    if (!v) return st;
+    if (!json_is_number(v))
+        return di_errorf("%s%s%s: expected a number, got %s", ctx ? ctx : "", sep(ctx), key, di_json_type_name(v));
+    *out = json_number_value(v);
+    return 0;
+}
+
+int di_json_bool(const json_t *obj, const char *ctx, const char *key, bool required, bool *out) {
+    int st;
+    json_t *v = lookup(obj, ctx, key, required, &st);
+    if (!v) return st;
+    if (!json_is_boolean(v))
+        return di_errorf("%s%s%s: expected a boolean, got %s", ctx ? ctx : "", sep(ctx), key, di_json_type_name(v));
+    *out = json_is_true(v);
+    return 0;
+}
+
+int di_json_string(const json_t *obj, const char *ctx, const char *key, bool required, const char **out) {
+    int st;
+    json_t *v = lookup(obj, ctx, key, required, &st);
+    if (!v) return st;
+    if (!json_is_string(v))
+        return di_errorf("%s%s%s: expected a string, got %s", ctx ? ctx : "", sep(ctx), key, di_json_type_name(v));
+    *out = json_string_value(v);
+    return 0;
+}
+
+int di_json_object(const json_t *obj, const char *ctx, const char *key, bool required, json_t **out) {
+    int st;
+    json_t *v = lookup(obj, ctx, key, required, &st);
+    if (!v) return st;
+    if (!json_is_object(v))
+        return di_errorf("%s%s%s: expected an object, got %s", ctx ? ctx : "", sep(ctx), key, di_json_type_name(v));
+    *out = v;
+    return 0;
+}
+
+int di_json_array(const json_t *obj, const char *ctx, const char *key, bool required, json_t **out) {
+    int st;
+    json_t *v = lookup(obj, ctx, key, required, &st);
+    if (!v) return st;
+    if (!json_is_array(v))
+        return di_errorf("%s%s%s: expected an array, got %s", ctx ? ctx : "", sep(ctx), key, di_json_type_name(v));
+    *out = v;
+    return 0;
+}
+
+int di_json_int_array(const json_t *obj, const char *ctx, const char *key, bool required,
+                      int64_t **out, size_t *out_len) {
+    json_t *arr;
+    int st = di_json_array(obj, ctx, key, required, &arr);
+    if (st != 0) return st;
+    size_t n = json_array_size(arr);
+    int64_t *vals = di_calloc(n ? n : 1, sizeof *vals, key);
+    if (!vals) return -1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(arr, i);
+        if (!json_is_integer(e)) {
+            free(vals);
+            return di_errorf("%s%s%s[%zu]: expected an integer, got %s", ctx ? ctx : "", sep(ctx), key, i,
+                             di_json_type_name(e));
+        }
+        vals[i] = (int64_t)json_integer_value(e);
+    }
+    *out = vals;
+    *out_len = n;
+    return 0;
+}

@@ -1,0 +1,34 @@
+/* json.h — typed access to JSON through jansson (Debian libjansson-dev).
+ *
+ * Why jansson: it reports the line, column and cause of a syntax error, and its objects are
+ * hash tables (a 128k-entry tokenizer vocabulary is looked up in O(1)).  These helpers add the
+ * one thing jansson lacks for our inputs: an error that names the field ("text_config.head_dim:
+ * expected an integer, got a string") so a bad config or request is explained, never guessed. */
+#ifndef DI_BASE_JSON_H
+#define DI_BASE_JSON_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Parse a file / buffer; NULL with an error "<what>:<line>:<column>: <cause>". */
+json_t *di_json_load_file(const char *path);
+json_t *di_json_load_buffer(const char *data, size_t size, const char *what);
+
+/* Field getters.  `ctx` names the enclosing object in errors (may be ""); with required=false
+ * a missing (or null) field leaves *out untouched and returns 1; a present field of the wrong
+ * type is always an error.  Return 0 when the value was read, 1 when absent, -1 on error. */
+int di_json_int(const json_t *obj, const char *ctx, const char *key, bool required, int64_t *out);
+int di_json_number(const json_t *obj, const char *ctx, const char *key, bool required, double *out);
+int di_json_bool(const json_t *obj, const char *ctx, const char *key, bool required, bool *out);
+int di_json_string(const json_t *obj, const char *ctx, const char *key, bool required, const char **out);
+int di_json_object(const json_t *obj, const char *ctx, const char *key, bool required, json_t **out);
+int di_json_array(const json_t *obj, const char *ctx, const char *key, bool required, json_t **out);
+/* An array of integers into a fresh heap array (free with free()). */
+int di_json_int_array(const json_t *obj, const char *ctx, const char *key, bool required,
+                      int64_t **out, size_t *out_len);
+
+const char *di_json_type_name(const json_t *value);
+
+#endif

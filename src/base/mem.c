@@ -1,0 +1,68 @@
+/* mem.c — checked allocation (see mem.h). */
+#include "base/mem.h"
+
+#include "base/error.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool di_mul_size(size_t a, size_t b, size_t *out) {
+    if (b != 0 && a > SIZE_MAX / b) return false;
+    *out = a * b;
+    return true;
+}
+
+void *di_calloc(size_t n, size_t size, const char *what) {
+    size_t bytes;
+    if (!di_mul_size(n, size, &bytes)) {
+        di_errorf("allocating %s: %zu x %zu bytes overflows", what ? what : "memory", n, size);
+        return NULL;
+    }
+    void *p = calloc(bytes ? bytes : 1, 1);
+    if (!p) di_errorf("out of memory allocating %s (%zu bytes)", what ? what : "memory", bytes);
+    return p;
+}
+
+void *di_malloc(size_t size, const char *what) {
+    void *p = malloc(size ? size : 1);
+    if (!p) di_errorf("out of memory allocating %s (%zu bytes)", what ? what : "memory", size);
+    return p;
+}
+
+void *di_realloc_array(void *ptr, size_t n, size_t size, const char *what) {
+    size_t bytes;
+    if (!di_mul_size(n, size, &bytes)) {
+        di_errorf("resizing %s: %zu x %zu bytes overflows", what ? what : "memory", n, size);
+        return NULL;
+    }
+    void *p = realloc(ptr, bytes ? bytes : 1);
+    if (!p) di_errorf("out of memory resizing %s to %zu bytes", what ? what : "memory", bytes);
+    return p;
+}
+
+void *di_aligned_calloc(size_t n, size_t size, const char *what) {
+    size_t bytes;
+    if (!di_mul_size(n, size, &bytes) || bytes > SIZE_MAX - 64) {
+        di_errorf("allocating %s: %zu x %zu bytes overflows", what ? what : "memory", n, size);
+        return NULL;
+    }
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (!p) {
+        di_errorf("out of memory allocating %s (%zu bytes)", what ? what : "memory", bytes);
+        return NULL;
+    }
+    memset(p, 0, rounded ? rounded : 64);
+    return p;
+}
+
+void di_aligned_free(void *ptr) { free(ptr); }
+
+char *di_strdup(const char *s) {
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *p = di_malloc(n, "string");
+    if (p) memcpy(p, s, n);
+    return p;
+}

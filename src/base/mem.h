@@ -1,0 +1,22 @@
+/* mem.h — checked allocation.  Sizes are multiplied with overflow checks and every failure
+ * records an error naming what was being allocated, so an out-of-memory condition reaches the
+ * user as a message instead of a crash. */
+#ifndef DI_BASE_MEM_H
+#define DI_BASE_MEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* n * size bytes, zeroed; NULL (with error) on overflow or exhaustion. `what` names the object. */
+void *di_calloc(size_t n, size_t size, const char *what);
+void *di_malloc(size_t size, const char *what);
+/* Resize to n * size bytes; on failure the old block is left untouched and NULL is returned. */
+void *di_realloc_array(void *ptr, size_t n, size_t size, const char *what);
+/* 64-byte aligned (SIMD loads, cache lines), zeroed. Free with di_aligned_free. */
+void *di_aligned_calloc(size_t n, size_t size, const char *what);
+void di_aligned_free(void *ptr);
+char *di_strdup(const char *s);
+/* a * b without overflow; false when it would overflow. */
+bool di_mul_size(size_t a, size_t b, size_t *out);
+
+#endif

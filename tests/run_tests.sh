@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Runs every test deepinfer has and prints one closing line "N passed, N failed".
+#   build/tests/test_*        unit tests (each prints its own "N passed, N failed")
+#   build-asan/tests/test_*   the same unit tests under ASan+UBSan (when built)
+#   tests/cli/test_*.sh       end-to-end tests of the CLI (same summary line, or exit status)
+#   tests/python/test_*.py    pytest (Python binding, oracles, HTTP clients)
+# DI_TEST_ONLY=unit limits the run to the plain unit tests.
+set -u
+cd "$(dirname "$0")/.."
+export SHARED_DIR="${SHARED_DIR:-$(cd .. && pwd)/shared}"
+passed=0
+failed=0
+failures=()
+
+tally() { # name, log file, exit status
+    local name=$1 log=$2 rc=$3 line p f
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+    if [ -n "$line" ]; then
+        p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')
+        f=$(echo "$line" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
+        if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # crashed after printing
+    elif [ "$rc" -eq 0 ]; then p=1; f=0
+    else p=0; f=1
+    fi
+    passed=$((passed + p)); failed=$((failed + f))
+    if [ "$f" -ne 0 ]; then
+        failures+=("$name")
+        echo "---- $name (exit $rc) ----"; tail -n 40 "$log"
+    fi
+    printf '%-48s %s passed, %s failed\n' "$name" "$p" "$f"
+}
+
+logdir=$(mktemp -d)
+trap 'rm -rf "$logdir"' EXIT
+
+for dir in build/tests build-asan/tests; do
+    [ -d "$dir" ] || continue
+    [ "${DI_TEST_ONLY:-}" = unit ] && [ "$dir" = build-asan/tests ] && continue
+    for t in "$dir"/test_*; do
+        [ -x "$t" ] || continue
+        log="$logdir/$(echo "$t" | tr / _).log"
+        ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 timeout 900 "$t" >"$log" 2>&1
+        tally "$t" "$log" $?
+    done
+done
+
+if [ "${DI_TEST_ONLY:-}" != unit ]; then
+    for t in tests/cli/test_*.sh; do
+        [ -f "$t" ] || continue
+        log="$logdir/$(basename "$t").log"
+        timeout 1200 bash "$t" >"$log" 2>&1
+        tally "$t" "$log" $?
+    done
+    if ls tests/python/test_*.py >/dev/null 2>&1; then
+        log="$logdir/pytest.log"
+        PYTHONPATH=python timeout 1800 python3 -m pytest -q tests/python >"$log" 2>&1
+        rc=$?
+        summary=$(grep -E '^[=]* ?[0-9]+ (passed|failed)' "$log" | tail -n 1)
+        p=$(echo "$summary" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || true)
+        f=$(echo "$summary" | grep -oE '[0-9]+ (failed|error|errors)' | grep -oE '[0-9]+' | paste -sd+ | bc 2>/dev/null || true)
+        p=${p:-0}; f=${f:-0}
+        if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ] && [ "$f" -eq 0 ]; then f=1; fi
+        passed=$((passed + p)); failed=$((failed + f))
+        if [ "$f" -ne 0 ]; then failures+=("pytest"); tail -n 60 "$log"; fi
+        printf '%-48s %s passed, %s failed\n' "tests/python (pytest)" "$p" "$f"
+    fi
+fi
+
+if [ ${#failures[@]} -gt 0 ]; then echo "failed: ${failures[*]}"; fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what deepinfer needs on a fresh Debian 12 machine: the C libraries it links
+# (Debian packages) and the Python packages its tests use as oracles and clients (PyPI).
+# Idempotent: installs only what is missing.  Run as root (or with sudo available).
+set -eu
+APT_PACKAGES="build-essential clang libclang-rt-14-dev libjansson-dev libpcre2-dev libutf8proc-dev \
+libxxhash-dev libmicrohttpd-dev libopenblas-dev bc python3 python3-pip"
+PIP_PACKAGES="numpy pytest tokenizers deepseek-recipe"
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+missing=""
+for p in $APT_PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    echo "install-deps: apt-get install$missing"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+PY=${PYTHON:-python3}
+need_pip=""
+for p in $PIP_PACKAGES; do
+    mod=$(echo "$p" | tr - _)
+    case "$p" in deepseek-recipe) mod=deepseek_recipe ;; esac
+    $PY -c "import $mod" 2>/dev/null || need_pip="$need_pip $p"
+done
+if [ -n "$need_pip" ]; then
+    echo "install-deps: pip install$need_pip"
+    $PY -m pip install -q $need_pip 2>&1 | grep -v "Running pip as the 'root' user" || true
+fi
+echo "install-deps: all dependencies present"
