@@ -1,0 +1,72 @@
+/* segments.c — growable segment list (see segments.h). */
+#include "recipe/segments.h"
+
+#include "base/error.h"
+#include "base/mem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void di_segments_init(DiSegmentList *list) { memset(list, 0, sizeof *list); }
+
+void di_segments_free(DiSegmentList *list) {
+    if (!list) return;
+    free(list->bytes);
+    free(list->segs);
+    memset(list, 0, sizeof *list);
+}
+
+void di_segments_clear(DiSegmentList *list) {
+    list->n_bytes = 0;
+    list->n_segs = 0;
+    if (list->bytes) list->bytes[0] = '\0';
+}
+
+static int reserve_bytes(DiSegmentList *list, size_t extra) {
+    if (list->n_bytes + extra + 1 <= list->cap_bytes) return 0;
+    size_t cap = list->cap_bytes ? list->cap_bytes : 256;
+    while (cap < list->n_bytes + extra + 1) {
+        if (cap > ((size_t)-1) / 2) return di_errorf("prompt too large");
+        cap *= 2;
+    }
+    char *p = di_realloc_array(list->bytes, cap, 1, "prompt bytes");
+    if (!p) return -1;
+    list->bytes = p;
+    list->cap_bytes = cap;
+    return 0;
+}
+
+static int push_segment(DiSegmentList *list, DiSegmentKind kind, const char *data, size_t len) {
+    if (reserve_bytes(list, len) != 0) return -1;
+    if (list->n_segs == list->cap_segs) {
+        size_t cap = list->cap_segs ? list->cap_segs * 2 : 16;
+        DiSegment *s = di_realloc_array(list->segs, cap, sizeof *s, "prompt segments");
+        if (!s) return -1;
+        list->segs = s;
+        list->cap_segs = cap;
+    }
+    memcpy(list->bytes + list->n_bytes, data, len);
+    list->segs[list->n_segs++] = (DiSegment){kind, list->n_bytes, len};
+    list->n_bytes += len;
+    list->bytes[list->n_bytes] = '\0';
+    return 0;
+}
+
+int di_segments_text(DiSegmentList *list, const char *text, size_t len) {
+    if (!list || (!text && len)) return di_errorf("segments: invalid argument");
+    if (len == 0) return 0;
+    if (list->n_segs > 0 && list->segs[list->n_segs - 1].kind == DI_SEGMENT_TEXT) {
+        if (reserve_bytes(list, len) != 0) return -1;
+        memcpy(list->bytes + list->n_bytes, text, len);
+        list->n_bytes += len;
+        list->bytes[list->n_bytes] = '\0';
+        list->segs[list->n_segs - 1].len += len;
+        return 0;
+    }
+    return push_segment(list, DI_SEGMENT_TEXT, text, len);
+}
+
+int di_segments_special(DiSegmentList *list, const char *spelling) {
+    if (!list || !spelling || !*spelling) return di_errorf("segments: empty special token");
+    return push_segment(list, DI_SEGMENT_SPECIAL, spelling, strlen(spelling));
+}
