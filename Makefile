@@ -5,7 +5,7 @@
 #   src/**/*.c            -> build/libdeepinfer.{a,so}   (src/kernels/cuda is built only with CUDA=1)
 #   tools/deepinfer/*.c   -> build/deepinfer             (the CLI)
 #   tests/unit/test_*.c   -> build/tests/test_*          (one binary per file, linked with the library)
-#   bench/bench_*.c       -> build/bench/bench_*
+#   bench/bench_*.c       -> build/bench/bench_*     (bench/bench_*.py run with python3 too)
 #   fuzz/fuzz_*.c         -> build-fuzz/fuzz_*           (clang libFuzzer, `make fuzz`)
 
 CC       ?= gcc
@@ -27,6 +27,7 @@ TEST_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 TEST_BIN  := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+BENCH_PY  := $(sort $(wildcard bench/bench_*.py))
 FUZZ_SRC  := $(sort $(wildcard fuzz/fuzz_*.c))
 
 .PHONY: all lib cli unit-tests bench-bins test test-unit test-asan bench fuzz clean
@@ -69,7 +70,7 @@ test-unit: all unit-tests
 	SHARED_DIR=$(SHARED_DIR) DI_TEST_ONLY=unit tests/run_tests.sh
 
 bench: all bench-bins
-	SHARED_DIR=$(SHARED_DIR) tools/run_benches.sh $(BENCH_BIN)
+	SHARED_DIR=$(SHARED_DIR) tools/run_benches.sh $(BENCH_BIN) $(BENCH_PY)
 
 FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -pthread
 fuzz:
