@@ -1,5 +1,7 @@
-/* pages.c — the state page pool: one aligned slab, a LIFO free stack of page indices (recently
- * freed pages are reused first, while they are still in cache), exact counters. */
+/* pages.c — the state page pool: one slab, a LIFO free stack of page indices (recently freed
+ * pages are reused first, while they are still in cache), exact counters.  The slab is an
+ * anonymous mapping: the kernel supplies zeroed memory as pages are first touched, so a large pool
+ * costs nothing until it is used (a calloc'd slab would be written in full at start-up). */
 #include "engine/pages.h"
 
 #include "base/error.h"
@@ -7,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define PAGE_POISON 0xA5
 
@@ -28,16 +31,26 @@ DiPagePool *di_page_pool_create(size_t page_bytes, size_t n_pages, bool poison) 
         return NULL;
     }
     page_bytes = (page_bytes + 63) & ~(size_t)63; /* each page starts on a cache line */
+    size_t slab_bytes;
+    if (!di_mul_size(n_pages, page_bytes, &slab_bytes)) {
+        di_errorf("page pool: %zu pages of %zu bytes overflows", n_pages, page_bytes);
+        return NULL;
+    }
     DiPagePool *pool = di_calloc(1, sizeof *pool, "page pool");
     if (!pool) return NULL;
-    pool->slab = di_aligned_calloc(n_pages, page_bytes, "state pages");
+    pool->page_bytes = page_bytes;
+    pool->n_pages = n_pages;
     pool->free_stack = di_calloc(n_pages, sizeof *pool->free_stack, "page free list");
+    void *slab = mmap(NULL, slab_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (slab == MAP_FAILED) {
+        di_errorf("page pool: cannot map %zu bytes of state memory", slab_bytes);
+        slab = NULL;
+    }
+    pool->slab = slab;
     if (!pool->slab || !pool->free_stack) {
         di_page_pool_destroy(pool);
         return NULL;
     }
-    pool->page_bytes = page_bytes;
-    pool->n_pages = n_pages;
     pool->poison = poison;
     /* Page 0 on top, so a fresh pool hands out pages in address order. */
     for (size_t i = 0; i < n_pages; i++) pool->free_stack[i] = (uint32_t)(n_pages - 1 - i);
@@ -48,7 +61,7 @@ DiPagePool *di_page_pool_create(size_t page_bytes, size_t n_pages, bool poison) 
 
 void di_page_pool_destroy(DiPagePool *pool) {
     if (!pool) return;
-    di_aligned_free(pool->slab);
+    if (pool->slab) munmap(pool->slab, pool->n_pages * pool->page_bytes);
     free(pool->free_stack);
     free(pool);
 }

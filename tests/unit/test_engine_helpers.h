@@ -19,7 +19,7 @@
 /* Generate as a request alone would: the reference of every engine test.  Stops on EOS (unless
  * ignore_eos), a stop token, or max_tokens (stop strings are not handled here).  Returns the
  * number of generated tokens written to out. */
-static int reference_generate(const int32_t *prompt, int n_prompt, const DiSamplingParams *p, uint64_t seed,
+static inline int reference_generate(const int32_t *prompt, int n_prompt, const DiSamplingParams *p, uint64_t seed,
                               int32_t *out, DiFinishReason *reason) {
     DiSampler *s = di_sampler_create(MOCK_VOCAB);
     int32_t *seq = malloc(sizeof *seq * (size_t)(n_prompt + p->max_tokens));
@@ -58,7 +58,7 @@ typedef struct {
     DiFinishReason reason;
 } StreamLog;
 
-static void record_stream(void *user, const DiStreamDelta *d) {
+static inline void record_stream(void *user, const DiStreamDelta *d) {
     StreamLog *log = user;
     if (log->n_final) log->n_after_final++;
     for (int i = 0; i < d->n_new_tokens && log->n_tokens < 512; i++) log->tokens[log->n_tokens++] = d->new_token_ids[i];
@@ -73,7 +73,7 @@ static void record_stream(void *user, const DiStreamDelta *d) {
     }
 }
 
-static uint64_t rng_next(uint64_t *state) {
+static inline uint64_t rng_next(uint64_t *state) {
     *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
     return *state >> 33;
 }
