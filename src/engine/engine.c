@@ -32,7 +32,9 @@ struct DiEngine {
     bool async;
     DiPagePool *pool;
     DiScheduler sched;
-    DiSampler *sampler;
+    DiSampler **samplers; /* one per pool thread */
+    int n_samplers;
+    DiThreadPool *threads; /* parallel sampling of a step's rows */
     DiStepExecutor exec;
     DiWorker worker;
     DiStep steps[2];
@@ -118,11 +120,16 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     if (e->opts.seed == 0) e->opts.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)e << 16);
     DiSchedulerConfig cfg = {e->opts.max_num_seqs, e->opts.max_batch_tokens, e->opts.max_prefill_chunk};
     if (di_scheduler_init(&e->sched, &cfg, NULL, runner) != 0 || make_pool(e, false) != 0) goto fail;
-    e->sampler = di_sampler_create(runner->vocab_size);
-    if (!e->sampler) goto fail;
+    e->threads = di_pool_create(0); /* DEEPINFER_NUM_THREADS, else every online CPU */
+    if (!e->threads) goto fail;
+    e->n_samplers = di_pool_threads(e->threads);
+    e->samplers = di_calloc((size_t)e->n_samplers, sizeof *e->samplers, "samplers");
+    if (!e->samplers) goto fail;
+    for (int i = 0; i < e->n_samplers; i++)
+        if (!(e->samplers[i] = di_sampler_create(runner->vocab_size))) goto fail;
     for (int i = 0; i < 2; i++)
         if (di_step_init(&e->steps[i], e->opts.max_num_seqs, runner->vocab_size) != 0) goto fail;
-    e->exec = (DiStepExecutor){runner, e->sampler, invariant == 1, NULL, NULL};
+    e->exec = (DiStepExecutor){runner, e->samplers, e->n_samplers > 1 ? e->threads : NULL, invariant == 1, NULL, NULL};
     if (e->async && di_worker_start(&e->worker, &e->exec) != 0) goto fail;
     e->next_id = 1;
     e->m.page_bytes = di_page_pool_page_bytes(e->pool);
@@ -173,7 +180,9 @@ void di_engine_destroy(DiEngine *e) {
     }
     free(e->requests);
     for (int i = 0; i < 2; i++) di_step_free(&e->steps[i]);
-    di_sampler_destroy(e->sampler);
+    for (int i = 0; i < e->n_samplers; i++) di_sampler_destroy(e->samplers[i]);
+    free(e->samplers);
+    di_pool_destroy(e->threads);
     di_scheduler_free(&e->sched);
     di_page_pool_destroy(e->pool);
     if (e->runner && e->runner->ops->destroy) e->runner->ops->destroy(e->runner);

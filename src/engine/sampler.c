@@ -172,6 +172,15 @@ static void select_best(const float *prob, int32_t *ids, size_t n, size_t k) {
     }
 }
 
+/* Octave of a probability in (0, 1]: 0 for [1, 2), 1 for [0.5, 1), ... capped at 63 (from the
+ * float's exponent bits: no log, no branch). */
+static int octave(float p) {
+    uint32_t bits;
+    memcpy(&bits, &p, sizeof bits);
+    int o = 127 - (int)(bits >> 23);
+    return o < 0 ? 0 : o > 63 ? 63 : o;
+}
+
 /* Top-p without sorting: the smallest k such that the k best carry at least `limit` of mass,
  * found by quickselect on cumulative mass (expected O(n)); the k best end up in ids[0, k). */
 static size_t nucleus_size(const float *prob, int32_t *ids, size_t n, double limit) {
@@ -192,6 +201,32 @@ static size_t nucleus_size(const float *prob, int32_t *ids, size_t n, double lim
         }
     }
     return hi;
+}
+
+/* The nucleus in two stages: a histogram of mass per octave of probability finds the octave
+ * where the mass reaches the limit; every token of a higher octave is in, and only the boundary
+ * octave's tokens go through the exact quickselect (few, for a peaked distribution).  The k kept
+ * end up in ids[0, k). */
+static size_t nucleus_by_octaves(const float *prob, int32_t *ids, size_t n, double limit) {
+    double mass[64] = {0};
+    for (size_t i = 0; i < n; i++) mass[octave(prob[ids[i]])] += prob[ids[i]];
+    int boundary = 0;
+    double above = 0;
+    while (boundary < 63 && above + mass[boundary] < limit) above += mass[boundary++];
+    size_t k = 0; /* ids[0, k): octaves above the boundary, then the boundary octave's tokens */
+    for (size_t i = 0; i < n; i++)
+        if (octave(prob[ids[i]]) < boundary) {
+            int32_t t = ids[k]; ids[k] = ids[i]; ids[i] = t;
+            k++;
+        }
+    size_t m = k;
+    for (size_t i = k; i < n; i++)
+        if (octave(prob[ids[i]]) == boundary) {
+            int32_t t = ids[m]; ids[m] = ids[i]; ids[i] = t;
+            m++;
+        }
+    if (m == k) return k > 0 ? k : 1; /* rounding: the mass ran out above the boundary */
+    return k + nucleus_size(prob, ids + k, m - k, limit - above);
 }
 
 /* Truncate the candidates by min-p, top-k, top-p; returns how many survive (>= 1).  *reordered
@@ -216,7 +251,7 @@ static size_t filter_candidates(DiSampler *s, const DiSamplingParams *p, size_t 
         for (size_t i = 0; i < n; i++) total += prob[cand[i]];
         /* keep the shortest prefix whose mass reaches top_p (a token is kept when the mass ranked
          * strictly above it is below top_p) */
-        n = nucleus_size(prob, cand, n, (double)p->top_p * total);
+        n = nucleus_by_octaves(prob, cand, n, (double)p->top_p * total);
         *reordered = true;
     }
     return n;
