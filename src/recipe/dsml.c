@@ -5,8 +5,8 @@
 
 #include <string.h>
 
-static const DiDsmlDialect dialect_v4 = {"tool_calls", "invoke", "parameter", DI_FLOAT_STYLE_V4};
-static const DiDsmlDialect dialect_v41 = {" calls", " invoke", " parameter", DI_FLOAT_STYLE_PYTHON};
+static const DiDsmlDialect dialect_v4 = {"tool_calls", "invoke", "parameter", DI_FLOAT_STYLE_V4, false};
+static const DiDsmlDialect dialect_v41 = {" calls", " invoke", " parameter", DI_FLOAT_STYLE_PYTHON, true};
 
 const DiDsmlDialect *di_dsml_dialect(DiEncoding encoding) {
     return encoding == DI_ENCODING_V41 ? &dialect_v41 : &dialect_v4;
@@ -119,6 +119,10 @@ static int emit_parameter(DiSegmentList *out, const DiDsmlDialect *d, const char
 static int emit_parameters(DiSegmentList *out, const DiDsmlDialect *d, const DiToolCall *call) {
     json_error_t jerr;
     json_t *args = json_loads(call->arguments, JSON_DECODE_ANY, &jerr);
+    if (json_is_object(args) && json_object_size(args) == 0 && d->blank_line_when_no_parameters) {
+        json_decref(args);
+        return di_segments_text(out, "\n", 1);
+    }
     if (!json_is_object(args)) {
         if (args) json_decref(args);
         return emit_parameter(out, d, "arguments", call->arguments, strlen(call->arguments), true);

@@ -20,6 +20,7 @@ typedef struct {
     const char *invoke;    /* "invoke" or " invoke" */
     const char *parameter; /* "parameter" or " parameter" */
     DiFloatStyle floats;
+    bool blank_line_when_no_parameters; /* V4.1 writes "\n\n" between the tags of an empty invoke */
 } DiDsmlDialect;
 
 const DiDsmlDialect *di_dsml_dialect(DiEncoding encoding);

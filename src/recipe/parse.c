@@ -300,8 +300,10 @@ static int apply(DiStreamParser *p, Action a, const char *bytes, size_t len) {
         return 0;
     case ACT_SKIP_EXTRA_END_THINK: flag_invalid(m, 1); return 0;
     case ACT_SKIP_AFTER_FINISHED: flag_invalid(m, 2); return 0;
-    case ACT_SKIP:
-    case ACT_TOOL_NAME_END: return 0;
+    case ACT_SKIP: return 0;
+    case ACT_TOOL_NAME_END:
+        if (call) call->name_done = true;
+        return 0;
     case ACT_STOP: m->stopped = true; return 0;
     case ACT_TOOL_BEGIN: return begin_call(p);
     case ACT_TOOL_NAME: return call ? di_str_append(&call->name, bytes, len) : 0;

@@ -33,6 +33,7 @@ typedef struct {
 typedef struct {
     DiStr name;
     DiStr arguments; /* JSON text built incrementally: {"k": <raw>, "s": "<escaped>"} */
+    bool name_done; /* the closing quote of the name was seen (protocols emit the call from here) */
     bool complete;
 } DiParsedToolCall;
 

@@ -114,6 +114,7 @@ static json_t *message_json(const DiOutputParser *p, const DiParsedMessage *m) {
     json_t *calls = json_array(), *invalid = json_array();
     for (size_t i = 0; calls && i < m->n_calls; i++) {
         const DiParsedToolCall *c = &m->calls[i];
+        if (!c->name_done) continue; /* a call cut inside its name is not reported (as recipe) */
         json_array_append_new(calls, json_pack("{s:s%,s:s%,s:b}", "name", c->name.data ? c->name.data : "",
                                                c->name.len, "arguments", c->arguments.data ? c->arguments.data : "",
                                                c->arguments.len, "complete", c->complete));

@@ -111,7 +111,8 @@ static int emit_head_v4(Renderer *r) {
 static int emit_head_v41(Renderer *r) {
     const DiConversation *c = r->conv;
     bool has_system = c->n_messages > 0 && c->messages[0].role == DI_ROLE_SYSTEM;
-    if (!has_system && !c->thinking && !r->tools_active && c->response_format != DI_FORMAT_JSON_OBJECT) return 0;
+    bool effort = c->thinking && c->n_messages > 0; /* the effort text belongs to message 0 */
+    if (!has_system && !effort && !r->tools_active && c->response_format != DI_FORMAT_JSON_OBJECT) return 0;
     char buf[160];
     if (special(r, DI_TOK_SYSTEM) != 0 || text(r, di_render_effort_text(c, buf, sizeof buf)) != 0) return -1;
     if (has_system && text(r, c->messages[0].content) != 0) return -1;
@@ -147,11 +148,12 @@ static int emit_history_reasoning(Renderer *r, const DiMessage *m) {
 
 /* Reasoning part of an assistant prefix the model continues (§2.9, as recipe 0.2.0 renders
  * it): an open <think> when the prefix ends inside reasoning. */
-static int emit_prefix_reasoning(Renderer *r, const DiMessage *m) {
+static int emit_prefix_reasoning(Renderer *r, const DiMessage *m, bool after_user) {
     bool has_content = m->content[0] != '\0';
     const char *rc = m->reasoning_content;
     if (r->conv->encoding == DI_ENCODING_V41) {
-        if (!r->conv->thinking) return special(r, DI_TOK_END_THINK);
+        /* V4.1 keeps the prefix's reasoning only after a user/system turn (measured). */
+        if (!r->conv->thinking || !after_user) return special(r, DI_TOK_END_THINK);
         if (special(r, DI_TOK_THINK) != 0 || (rc && text(r, rc) != 0)) return -1;
         return has_content ? special(r, DI_TOK_END_THINK) : 0;
     }
@@ -164,16 +166,17 @@ static int emit_prefix_reasoning(Renderer *r, const DiMessage *m) {
     return special(r, DI_TOK_END_THINK);
 }
 
-static int emit_assistant(Renderer *r, const DiMessage *m, const DiMessage *prev) {
+static int emit_assistant(Renderer *r, const DiMessage *m, const DiMessage *prev, bool after_user) {
     if (emit_assistant_header(r, prev, false) != 0) return -1;
     bool after_task = prev && prev->task != DI_TASK_NONE;
     if (m->prefix) {
-        if (emit_prefix_reasoning(r, m) != 0) return -1;
+        if (emit_prefix_reasoning(r, m, after_user) != 0) return -1;
     } else if (!after_task && emit_history_reasoning(r, m) != 0)
         return -1;
     if (text(r, m->content) != 0) return -1;
     if (m->n_tool_calls > 0) {
-        /* recipe 0.2.0 writes the calls of a turn sorted by call id (stable). */
+        /* recipe 0.2.0 wrote calls sorted by call id in the probes (b,a -> a,b); some generated
+         * cases keep the given order instead (open point, see the report). */
         DiToolCall *sorted = di_calloc(m->n_tool_calls, sizeof *sorted, "sorted tool calls");
         if (!sorted) return -1;
         size_t n = 0;
@@ -229,14 +232,23 @@ static bool joins_previous_turn(const DiMessage *prev) {
 
 static int emit_messages(Renderer *r, const DiMessage **msgs, size_t n) {
     const DiMessage *prev = NULL;
+    /* a user, tool, developer or system turn came before (V4.1: a system head with text counts) */
+    bool after_user = (r->conv->n_messages > 0 && r->conv->messages[0].role == DI_ROLE_SYSTEM) ||
+                      r->tools_active || r->conv->response_format == DI_FORMAT_JSON_OBJECT;
     for (size_t i = 0; i < n;) {
         const DiMessage *m = msgs[i];
         int rc = 0;
         switch (m->role) {
         case DI_ROLE_USER:
-            if (joins_previous_turn(prev)) rc = text(r, "\n\n");
-            else rc = special(r, DI_TOK_USER);
-            if (rc == 0) rc = text(r, m->content);
+            /* Parts of a merged turn are joined "\n\n"; an empty user part adds nothing. */
+            if (!joins_previous_turn(prev)) {
+                rc = special(r, DI_TOK_USER);
+                if (rc == 0) rc = text(r, m->content);
+            } else if (m->content[0] != '\0') {
+                bool empty_turn = r->out->n_segs > 0 && r->out->segs[r->out->n_segs - 1].kind == DI_SEGMENT_SPECIAL;
+                if (!empty_turn) rc = text(r, "\n\n");
+                if (rc == 0) rc = text(r, m->content);
+            }
             break;
         case DI_ROLE_DEVELOPER:
             rc = special(r, DI_TOK_USER) || text(r, m->content) ? -1 : 0;
@@ -244,11 +256,12 @@ static int emit_messages(Renderer *r, const DiMessage **msgs, size_t n) {
         case DI_ROLE_TOOL: {
             long used = emit_tool_run(r, msgs + i, n - i);
             if (used < 0) return -1;
+            after_user = true;
             prev = msgs[i + (size_t)used - 1];
             i += (size_t)used;
             continue;
         }
-        case DI_ROLE_ASSISTANT: rc = emit_assistant(r, m, prev); break;
+        case DI_ROLE_ASSISTANT: rc = emit_assistant(r, m, prev, after_user); break;
         case DI_ROLE_LATEST_REMINDER:
             rc = special(r, DI_TOK_LATEST_REMINDER) || text(r, m->content) ? -1 : 0;
             break;
@@ -258,10 +271,16 @@ static int emit_messages(Renderer *r, const DiMessage **msgs, size_t n) {
         }
         if (rc != 0) return di_error_wrap("rendering messages[%zu] (%s)", (size_t)(m - r->conv->messages),
                                           di_role_name(m->role));
+        if (m->role != DI_ROLE_ASSISTANT && m->role != DI_ROLE_LATEST_REMINDER) after_user = true;
         prev = m;
         i++;
     }
-    if (n > 0 && msgs[n - 1]->role == DI_ROLE_ASSISTANT && msgs[n - 1]->prefix) return 0;
+    if (n > 0 && msgs[n - 1]->role == DI_ROLE_ASSISTANT && msgs[n - 1]->prefix) {
+        /* tool_choice required still opens the block after a prefix (recipe 0.2.0) */
+        if (r->conv->tool_choice == DI_TOOL_CHOICE_REQUIRED && r->tools_active)
+            return di_dsml_block_opening(r->out, r->dsml);
+        return 0;
+    }
     return emit_assistant_header(r, prev, true);
 }
 
