@@ -88,7 +88,28 @@ void di_decode_stream_free(DiDecodeStream *stream);
 
 /* ---- recipe: prompt rendering, output parsing, protocols (src/recipe) ------------------- */
 
-/* (rendering / parsing API goes here) */
+/* Render a conversation to its prompt.  `json` holds the `deepinfer render` input
+ * ({"encoding": "v4"|"v4-0731"|"v41", "messages": [...], "tools": [...], "thinking_mode":
+ * "chat"|"thinking", "reasoning_effort": ..., "drop_thinking": bool, "tool_choice": ...,
+ * "response_format": ...}); *result_json receives {"prompt": "..."} (plus "segments":
+ * [{"special": bool, "text": "..."}] with DI_RENDER_WITH_SEGMENTS).  Free with free(). */
+#define DI_RENDER_WITH_SEGMENTS 1
+int di_render_json(const char *json, size_t len, int flags, char **result_json);
+
+/* Streaming parser of model output (reasoning, content, DSML tool calls, JSON mode, stop
+ * sequences).  options_json (NULL = defaults): {"initial": "content"|"start"|"reasoning"|
+ * "content_continuation", "tools": true, "tool_stage": false, "json_mode": false,
+ * "stop": ["..."], "finish": "stop"|"length"}.  Feed decoded UTF-8 text in any split; the
+ * result is the same however the text is split. */
+typedef struct DiOutputParser DiOutputParser;
+DiOutputParser *di_output_parser_new(const char *options_json);
+int di_output_parser_feed(DiOutputParser *parser, const char *text, size_t len);
+/* End of stream; then the result: {"reasoning_content", "content", "tool_calls": [{"name",
+ * "arguments"}], "invalid": [...], "stopped": bool, "finish_reason"}.  Free with free(). */
+int di_output_parser_finish(DiOutputParser *parser, char **result_json);
+void di_output_parser_free(DiOutputParser *parser);
+/* The `deepinfer parse` contract: {"encoding": ..., "options": {...}, "chunks": ["..."]}. */
+int di_parse_json(const char *json, size_t len, char **result_json);
 
 /* ---- engine: offline inference (src/engine) -------------------------------------------- */
 
