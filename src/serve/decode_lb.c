@@ -47,7 +47,7 @@ void di_decode_lb_free(DiDecodeLb *lb) {
 static void project(const DiDecodeLb *lb, const DiDecodeRank *r, int64_t p, double *n, double *kv) {
     int64_t H = lb->cfg.lookahead_steps;
     *n = (double)(r->n + r->pending + 1);
-    *kv = (double)(r->kv + (r->n + r->pending) * H + p + H);
+    *kv = (double)(r->kv + r->pending_kv + (r->n + r->pending) * H + p + H);
 }
 
 static int feasible(const DiDecodeLb *lb, const DiDecodeRank *r, int64_t p) {
@@ -86,7 +86,7 @@ int di_decode_lb_pick(const DiDecodeLb *lb, int64_t p) {
     for (int g = 0; g < G; g++) {
         const DiDecodeRank *r = &lb->ranks[g];
         sum_n += (double)(r->n + r->pending);
-        sum_kv += (double)(r->kv + (r->n + r->pending) * lb->cfg.lookahead_steps);
+        sum_kv += (double)(r->kv + r->pending_kv + (r->n + r->pending) * lb->cfg.lookahead_steps);
     }
     double mean_n = sum_n / G, mean_kv = sum_kv / G;
     if (mean_kv <= 0.0) mean_kv = 1.0;
@@ -115,6 +115,7 @@ int di_decode_lb_admit(DiDecodeLb *lb, int rank, int64_t p) {
     if (check_rank(lb, rank) != 0) return -1;
     if (p < 0) return di_errorf("decode LB: negative prompt length");
     lb->ranks[rank].pending++;
+    lb->ranks[rank].pending_kv += p;
     if (lb->cfg.policy == DI_DECODE_LB_ROUND_ROBIN) lb->next_rr = (rank + 1) % lb->cfg.num_ranks;
     return 0;
 }
@@ -122,8 +123,10 @@ int di_decode_lb_admit(DiDecodeLb *lb, int rank, int64_t p) {
 int di_decode_lb_start(DiDecodeLb *lb, int rank, int64_t p) {
     if (check_rank(lb, rank) != 0) return -1;
     DiDecodeRank *r = &lb->ranks[rank];
-    if (r->pending <= 0) return di_errorf("decode LB: rank %d has no pending request to start", rank);
+    if (r->pending <= 0 || p < 0 || p > r->pending_kv)
+        return di_errorf("decode LB: rank %d has no pending request of %lld tokens to start", rank, (long long)p);
     r->pending--;
+    r->pending_kv -= p;
     r->n++;
     r->kv += p;
     return 0;

@@ -37,7 +37,8 @@ typedef struct {
 typedef struct {
     int64_t n;       /* running requests */
     int64_t kv;      /* their total KV tokens */
-    int64_t pending; /* admitted but not yet running (KV in transfer) */
+    int64_t pending;    /* admitted but not yet running (KV in transfer) */
+    int64_t pending_kv; /* their prompt tokens, counted in projections before they start */
 } DiDecodeRank;
 
 typedef struct {

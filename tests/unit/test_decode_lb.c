@@ -21,8 +21,8 @@ TEST(score_prefers_the_binding_resource) {
      * Means after admission: n̄ = 5/2 = 2.5, K̄ = 104k/2 = 52k.
      * rank 0: max(2/2.5, 101k/52k) = 1.942; rank 1: max(4/2.5, 4k/52k) = 1.6 -> rank 1.
      * Count-only picks rank 0 (2 < 4); KV-only picks rank 1. */
-    lb.ranks[0] = (DiDecodeRank){1, 100000, 0};
-    lb.ranks[1] = (DiDecodeRank){3, 3000, 0};
+    lb.ranks[0] = (DiDecodeRank){1, 100000, 0, 0};
+    lb.ranks[1] = (DiDecodeRank){3, 3000, 0, 0};
     CHECK_EQ_INT(di_decode_lb_pick(&lb, 1000), 1);
     lb.cfg.policy = DI_DECODE_LB_COUNT;
     CHECK_EQ_INT(di_decode_lb_pick(&lb, 1000), 0);
@@ -44,8 +44,8 @@ TEST(lookahead_counts_growth_of_running_requests) {
     c.lookahead_steps = 1000;
     CHECK(di_decode_lb_init(&lb, &c) == 0);
     /* rank 0: 10 requests, 10k KV -> +10k in 1000 steps = 20k; rank 1: 1 request, 15k -> 16k */
-    lb.ranks[0] = (DiDecodeRank){10, 10000, 0};
-    lb.ranks[1] = (DiDecodeRank){1, 15000, 0};
+    lb.ranks[0] = (DiDecodeRank){10, 10000, 0, 0};
+    lb.ranks[1] = (DiDecodeRank){1, 15000, 0, 0};
     CHECK_EQ_INT(di_decode_lb_pick(&lb, 100), 1);
     lb.cfg.lookahead_steps = 0; /* without look-ahead rank 0 looks lighter */
     CHECK_EQ_INT(di_decode_lb_pick(&lb, 100), 0);
@@ -91,13 +91,14 @@ TEST(round_robin_cycles_and_batches_go_longest_first) {
     di_decode_lb_free(&lb);
     c = config(2, DI_DECODE_LB_KV);
     CHECK(di_decode_lb_init(&lb, &c) == 0);
-    /* LPT over {1, 9, 5, 5}: the 9-token prompt is placed first, on rank 0 (all empty, lowest
-     * rank wins); pending requests count as running in the projection, so each rank gets two. */
+    /* LPT over {1, 9, 5, 5} with KV-only scores (pending prompts count): 9 -> r0 (all empty,
+     * lowest rank), 5 -> r1 (0 < 9), 5 -> r1 (5 < 9), 1 -> r0 (9 < 10). */
     int64_t prompts[4] = {1, 9, 5, 5};
     int ranks[4];
     CHECK_EQ_INT(di_decode_lb_assign_batch(&lb, prompts, 4, ranks), 4);
-    CHECK_EQ_INT(ranks[1], 0); /* the longest goes first, to the lowest rank */
-    CHECK_EQ_INT(lb.ranks[0].pending + lb.ranks[1].pending, 4);
+    CHECK(ranks[1] == 0 && ranks[2] == 1 && ranks[3] == 1 && ranks[0] == 0);
+    CHECK_EQ_INT(lb.ranks[0].pending_kv, 10);
+    CHECK_EQ_INT(lb.ranks[1].pending_kv, 10);
     di_decode_lb_free(&lb);
 }
 
@@ -111,8 +112,8 @@ TEST(bookkeeping_errors_and_imbalance) {
     CHECK(di_decode_lb_pick(&lb, -5) < 0);
     DiDecodeCost cost = {1000, 100, 1};
     CHECK_NEAR(di_decode_lb_imbalance(&lb, &cost, NULL), 1.0, 0);
-    lb.ranks[0] = (DiDecodeRank){2, 3000, 0}; /* t = 1000 + 200 + 3000 = 4200 */
-    lb.ranks[1] = (DiDecodeRank){1, 700, 0};  /* t = 1000 + 100 + 700 = 1800; mean 3000 */
+    lb.ranks[0] = (DiDecodeRank){2, 3000, 0, 0}; /* t = 1000 + 200 + 3000 = 4200 */
+    lb.ranks[1] = (DiDecodeRank){1, 700, 0, 0};  /* t = 1000 + 100 + 700 = 1800; mean 3000 */
     double max;
     CHECK_NEAR(di_decode_lb_imbalance(&lb, &cost, &max), 1.4, 1e-12);
     CHECK_NEAR(max, 4200, 1e-9);
