@@ -18,6 +18,7 @@ struct DiEplbPolicy {
     int num_replicas;
     DiEplbPlan plan;
     float *window; /* [L][E] sum of loads over the open window */
+    double *share; /* [L][R] 1 / replica count of each slot's expert: a slot's part of its load */
     DiEplbPolicyStats stats;
 };
 
@@ -58,6 +59,13 @@ static int replica_count(const DiEplbPolicyConfig *c, int *out) {
     return 0;
 }
 
+static void compute_shares(DiEplbPolicy *p) {
+    const DiEplbPlan *plan = &p->plan;
+    size_t R = (size_t)plan->num_replicas, E = (size_t)plan->num_logical;
+    for (size_t l = 0; l < (size_t)plan->num_layers; l++)
+        for (size_t s = 0; s < R; s++) p->share[l * R + s] = 1.0 / plan->logcnt[l * E + (size_t)plan->phy2log[l * R + s]];
+}
+
 DiEplbPolicy *di_eplb_policy_create(const DiEplbPolicyConfig *cfg) {
     if (!cfg) {
         di_errorf("EPLB policy: NULL config");
@@ -75,6 +83,9 @@ DiEplbPolicy *di_eplb_policy_create(const DiEplbPolicyConfig *cfg) {
                           cfg->num_nodes, cfg->num_gpus, &p->plan) != 0)
         goto fail;
     memset(p->window, 0, n * sizeof(float));
+    p->share = di_calloc((size_t)cfg->num_layers * (size_t)p->num_replicas, sizeof(double), "EPLB slot shares");
+    if (!p->share) goto fail;
+    compute_shares(p);
     return p;
 fail:
     di_error_wrap("EPLB policy");
@@ -84,6 +95,7 @@ fail:
 
 void di_eplb_policy_destroy(DiEplbPolicy *p) {
     if (!p) return;
+    free(p->share);
     di_eplb_plan_free(&p->plan);
     free(p->window);
     free(p);
@@ -95,12 +107,13 @@ static void score_step(DiEplbPolicy *p, const float *load) {
     int L = plan->num_layers, E = plan->num_logical, R = plan->num_replicas, P = plan->num_gpus, per = R / P;
     double step_max = 0.0, step_mean = 0.0;
     for (int l = 0; l < L; l++) {
-        const int32_t *p2l = plan->phy2log + (size_t)l * R, *cnt = plan->logcnt + (size_t)l * E;
+        const int32_t *p2l = plan->phy2log + (size_t)l * R;
+        const double *share = p->share + (size_t)l * R;
         const float *w = load + (size_t)l * E;
         double max = 0.0, total = 0.0;
         for (int g = 0; g < P; g++) {
             double gpu = 0.0;
-            for (int s = g * per; s < (g + 1) * per; s++) gpu += (double)w[p2l[s]] / cnt[p2l[s]];
+            for (int s = g * per; s < (g + 1) * per; s++) gpu += (double)w[p2l[s]] * share[s];
             if (gpu > max) max = gpu;
             total += gpu;
         }
@@ -122,6 +135,7 @@ static int replan(DiEplbPolicy *p) {
     for (size_t i = 0; i < slots; i++) p->stats.moved_slots += next.phy2log[i] != p->plan.phy2log[i];
     di_eplb_plan_free(&p->plan);
     p->plan = next;
+    compute_shares(p);
     p->stats.replans++;
     memset(p->window, 0, (size_t)c->num_layers * (size_t)c->num_logical * sizeof(float));
     return 0;
