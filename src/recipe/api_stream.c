@@ -100,6 +100,9 @@ static int accumulate(DiApiOutput *out, const DiApiEvent *ev) {
         if (ev->finish == DI_FINISH_ERROR && !(out->error = strndup(ev->text ? ev->text : "backend error",
                                                                     ev->text ? ev->len : 13)))
             return di_errorf("finish event: out of memory");
+        /* An aborted request that still has a reader (server shutdown) is told so as an error. */
+        if (ev->finish == DI_FINISH_ABORT && !(out->error = di_strdup("the request was aborted (server shutting down)")))
+            return -1;
         /* recipe.md §3: tool_calls if at least one call completed. */
         if (out->n_calls && (ev->finish == DI_FINISH_STOP)) out->finish = DI_FINISH_TOOL_CALLS;
         return 0;
@@ -304,7 +307,7 @@ int di_api_chat_event(DiApiStream *s, const DiApiEvent *ev, DiApiBuf *sse) {
                           "arguments", di_api_text(ev->text, ev->len));
         break;
     case DI_API_EV_FINISH: {
-        if (s->out.finish == DI_FINISH_ERROR) {
+        if (s->out.finish == DI_FINISH_ERROR || s->out.finish == DI_FINISH_ABORT) {
             if (di_api_error_sse(s->req->protocol, s->out.error, sse) != 0) return -1;
             return di_api_buf_puts(sse, "data: [DONE]\n\n");
         }

@@ -90,7 +90,8 @@ int di_api_messages_event(DiApiStream *s, const DiApiEvent *ev, DiApiBuf *sse) {
     case DI_API_EV_FINISH:
         if (close_block(s, sse) != 0) return -1;
         if (!sse) return 0;
-        if (s->out.finish == DI_FINISH_ERROR) return di_api_error_sse(DI_API_MESSAGES, s->out.error, sse);
+        if (s->out.finish == DI_FINISH_ERROR || s->out.finish == DI_FINISH_ABORT)
+            return di_api_error_sse(DI_API_MESSAGES, s->out.error, sse);
         if (send_event(sse, "message_delta",
                        json_pack("{s:{s:s, s:o}, s:o}", "delta", "stop_reason", stop_reason(&s->out), "stop_sequence",
                                  s->out.stop_sequence ? json_string(s->out.stop_sequence) : json_null(), "usage",
