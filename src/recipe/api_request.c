@@ -50,10 +50,12 @@ int di_api_max_tokens(const json_t *body, const char *key, bool clamp, int64_t *
     return 0;
 }
 
-static int add_stop(DiApiRequest *req, const char *s, bool non_empty, const char *key) {
+static int add_stop(DiApiRequest *req, const char *s, bool non_empty, const char *key, size_t index) {
     if (!*s) {
-        if (non_empty) return di_errorf("Invalid %s: stop sequences must be non-empty", key);
-        return 0; /* recipe.md §3: empty strings are removed */
+        if (non_empty)
+            return di_errorf("Invalid '%s[%zu]': empty string. Expected a string with minimum length 1, but got an "
+                             "empty string instead.", key, index);
+        return 0;
     }
     if (req->n_stop >= DI_API_MAX_STOP) return di_errorf("Stop string array too long");
     if (!(req->stop[req->n_stop] = di_strdup(s))) return -1;
@@ -63,7 +65,7 @@ static int add_stop(DiApiRequest *req, const char *s, bool non_empty, const char
 
 int di_api_stop(const json_t *value, const char *key, bool non_empty, DiApiRequest *req) {
     if (!value || json_is_null(value)) return 0;
-    if (json_is_string(value)) return add_stop(req, json_string_value(value), non_empty, key);
+    if (json_is_string(value)) return add_stop(req, json_string_value(value), non_empty, key, 0);
     if (!json_is_array(value))
         return di_errorf("Invalid %s: expected a string or an array of strings, got %s", key, di_json_type_name(value));
     if (json_array_size(value) > DI_API_MAX_STOP)
@@ -72,7 +74,7 @@ int di_api_stop(const json_t *value, const char *key, bool non_empty, DiApiReque
     json_t *s;
     json_array_foreach(value, i, s) {
         if (!json_is_string(s)) return di_errorf("Invalid %s[%zu]: expected a string, got %s", key, i, di_json_type_name(s));
-        if (add_stop(req, json_string_value(s), non_empty, key) != 0) return -1;
+        if (add_stop(req, json_string_value(s), non_empty, key, i) != 0) return -1;
     }
     return 0;
 }
@@ -165,6 +167,15 @@ json_t *di_api_message(const char *role, const char *text) {
 
 int di_api_set_conversation(DiApiRequest *req, json_t *messages, json_t *tools) {
     req->n_tools = json_array_size(tools);
+    if (req->thinking) { /* official ReasoningContentBehavior::FillEmpty: history without reasoning gets "" */
+        size_t i;
+        json_t *m;
+        json_array_foreach(messages, i, m) {
+            const char *role = json_string_value(json_object_get(m, "role"));
+            if (role && strcmp(role, "assistant") == 0 && !json_object_get(m, "reasoning_content"))
+                json_object_set_new(m, "reasoning_content", json_string(""));
+        }
+    }
     req->conversation = json_pack("{s:s, s:o, s:o, s:s, s:o, s:b}", "encoding", "v41", "messages", messages, "tools",
                                   tools, "thinking_mode", req->thinking ? "thinking" : "chat", "reasoning_effort",
                                   req->thinking && req->reasoning_effort[0] ? json_string(req->reasoning_effort)
@@ -482,13 +493,14 @@ int di_api_parse_chat(json_t *body, DiApiRequest *req) {
     }
     if (chat_thinking(body, req) != 0) return -1;
     if (di_api_max_tokens(body, "max_tokens", false, &req->max_tokens) != 0) return -1;
-    if (di_api_max_tokens(body, "max_completion_tokens", false, &req->max_tokens) != 0) return -1;
+    /* max_completion_tokens is not read by the official conversion (recipe 0.2): only max_tokens
+     * limits the output; the field is accepted and ignored like there. */
     double temperature = 1, top_p = 1;
     bool has_t, has_p;
     if (di_api_number_in(body, "temperature", 0, false, 2, &temperature, &has_t) != 0) return -1;
     if (di_api_number_in(body, "top_p", 0, true, 1, &top_p, &has_p) != 0) return -1;
     di_api_resolve_sampling(req, has_t, temperature, has_p, top_p);
-    if (di_api_stop(json_object_get(body, "stop"), "stop", false, req) != 0) return -1;
+    if (di_api_stop(json_object_get(body, "stop"), "stop", true, req) != 0) return -1;
 
     json_t *messages = json_array(), *tools = json_array();
     if (!messages || !tools || chat_messages(json_object_get(body, "messages"), messages) != 0 ||

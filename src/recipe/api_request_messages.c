@@ -38,36 +38,31 @@ static int user_message(const json_t *content, size_t mi, json_t *out, json_t *p
         return 0;
     }
     if (!json_is_array(content)) return di_errorf("Invalid messages[%zu].content: expected a string or an array of blocks", mi);
-    char *text = NULL;
     size_t i;
     json_t *b;
     json_array_foreach(content, i, b) {
         const char *type = json_string_value(json_object_get(b, "type"));
-        if (!type) { free(text); return di_errorf("Invalid messages[%zu].content[%zu]: missing 'type'", mi, i); }
+        if (!type) return di_errorf("Invalid messages[%zu].content[%zu]: missing 'type'", mi, i);
         if (strcmp(type, "text") == 0) {
             const char *t = json_string_value(json_object_get(b, "text"));
-            if (!t) { free(text); return di_errorf("Invalid messages[%zu].content[%zu].text: a string is required", mi, i); }
-            if (join(&text, t, "\n\n") != 0) return -1;
+            if (!t) return di_errorf("Invalid messages[%zu].content[%zu].text: a string is required", mi, i);
+            /* §4.3: each block is its own user part (the renderer merges adjacent user parts). */
+            json_array_append_new(out, di_api_message("user", t));
         } else if (strcmp(type, "tool_result") == 0) {
             const char *id = json_string_value(json_object_get(b, "tool_use_id"));
-            if (!id || !json_object_get(pending, id)) {
-                free(text);
+            if (!id || !json_object_get(pending, id))
                 return di_errorf("Invalid messages[%zu].content[%zu]: tool_result '%s' does not answer a tool_use of the "
                                  "previous assistant message (or answers it twice)", mi, i, id ? id : "(missing tool_use_id)");
-            }
             json_object_del(pending, id);
             char *r = NULL;
-            if (result_text(json_object_get(b, "content"), &r, mi, i) != 0) { free(text); return -1; }
+            if (result_text(json_object_get(b, "content"), &r, mi, i) != 0) return -1;
             json_array_append_new(out, json_pack("{s:s, s:s, s:s}", "role", "tool", "tool_call_id", id, "content", r));
             free(r);
         } else {
-            free(text);
             return di_errorf("Invalid messages[%zu].content[%zu]: block type '%s' is not supported in a user message", mi, i, type);
         }
     }
-    if (json_object_size(pending)) { free(text); goto unresolved; }
-    if (text) json_array_append_new(out, di_api_message("user", text));
-    free(text);
+    if (json_object_size(pending)) goto unresolved;
     return 0;
 unresolved:
     return di_errorf("Invalid messages[%zu]: tool_use ids were found without tool_result blocks immediately after", mi);

@@ -101,8 +101,9 @@ static int input_item(const json_t *item, size_t i, Turn *t, json_t *out) {
         if (strcmp(role, "assistant") == 0) {
             rc = append_assistant_text(t, text);
         } else if (strcmp(role, "system") == 0 || strcmp(role, "user") == 0 || strcmp(role, "developer") == 0) {
+            /* developer -> system, as the official conversion does (recipe.md §4.2 says user). */
             if ((rc = flush_turn(t, out)) == 0)
-                json_array_append_new(out, di_api_message(strcmp(role, "developer") == 0 ? "user" : role, text));
+                json_array_append_new(out, di_api_message(strcmp(role, "developer") == 0 ? "system" : role, text));
         } else {
             rc = di_errorf("Invalid input[%zu].role: unknown role '%s'", i, role);
         }
@@ -253,9 +254,9 @@ static json_t *echo(const json_t *body, const DiApiRequest *req) {
                           "tool_choice", "auto", "user", "metadata", json_object());
     if (!e) return NULL;
     const char *keys[] = {"instructions", "max_output_tokens", "user", "tool_choice", "metadata", "parallel_tool_calls"};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        json_t *v = json_object_get(body, keys[i]);
-        if (v && !json_is_null(v)) json_object_set(e, keys[i], v);
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        json_t *v = json_object_get(body, keys[k]);
+        if (v && !json_is_null(v)) json_object_set(e, keys[k], v);
     }
     if (!json_object_get(e, "max_output_tokens")) json_object_set_new(e, "max_output_tokens", json_null());
     json_t *t = json_object_get(body, "temperature"), *p = json_object_get(body, "top_p");
@@ -267,8 +268,19 @@ static json_t *echo(const json_t *body, const DiApiRequest *req) {
     json_object_set_new(e, "text", json_pack("{s:O, s:n}", "format", format ? format : json_pack("{s:s}", "type", "text"),
                                              "verbosity"));
     if (!format) json_decref(json_object_get(json_object_get(e, "text"), "format"));
-    json_t *tools = json_object_get(body, "tools");
-    json_object_set_new(e, "tools", json_is_array(tools) ? json_deep_copy(tools) : json_array());
+    /* Function tools are reported with every field (description / strict null when absent). */
+    json_t *tools = json_object_get(body, "tools"), *echoed = json_array(), *tool;
+    size_t i;
+    json_array_foreach(tools, i, tool) {
+        json_t *copy = json_deep_copy(tool);
+        const char *type = json_string_value(json_object_get(tool, "type"));
+        if (type && strcmp(type, "function") == 0) {
+            if (!json_object_get(copy, "description")) json_object_set_new(copy, "description", json_null());
+            if (!json_object_get(copy, "strict")) json_object_set_new(copy, "strict", json_null());
+        }
+        json_array_append_new(echoed, copy);
+    }
+    json_object_set_new(e, "tools", echoed);
     (void)req;
     return e;
 }

@@ -78,8 +78,8 @@ static int close_item(DiApiStream *s, DiApiBuf *sse) {
                                       idx, "part", part));
     } else if (sse && s->open == BLOCK_TOOL) {
         rc = send_event(s, sse, "response.function_call_arguments.done",
-                        json_pack("{s:O, s:s, s:O, s:i}", "arguments", json_object_get(item, "arguments"), "item_id",
-                                  iid, "name", json_object_get(item, "name"), "output_index", idx));
+                        json_pack("{s:O, s:s, s:i}", "arguments", json_object_get(item, "arguments"), "item_id",
+                                  iid, "output_index", idx));
     }
     if (rc == 0 && sse)
         rc = send_event(s, sse, "response.output_item.done", json_pack("{s:O, s:i}", "item", item, "output_index", idx));
