@@ -25,11 +25,91 @@ const char *di_version(void);
 
 /* ---- recipe: tokenizer (src/recipe) ----------------------------------------------------- */
 
-/* (tokenizer API goes here) */
+/* The DeepSeek V3 / V4 / V4.1 tokenizer: byte-level BPE loaded from a Hugging Face
+ * tokenizer.json (recipe.md §1).  A loaded tokenizer is immutable and may be shared by threads;
+ * only di_tokenizer_set_threads changes it.  Text is UTF-8: invalid UTF-8 is an error naming
+ * the byte offset, never silently replaced.  BOS is never added implicitly. */
+typedef struct DiTokenizer DiTokenizer;
+
+/* Which added-token table to use on top of the file's own (recipe-data/README.md):
+ * FILE = the file as it is; V4 = plus the V4 additions (ids 128815..129279) the file lacks;
+ * V41 = V4 plus <｜System｜> at 128799 in place of the V3 placeholder.  A token the file
+ * already has at an id always wins (a real checkpoint's tokenizer.json loads as is). */
+typedef enum { DI_ADDED_TABLE_FILE = 0, DI_ADDED_TABLE_V4 = 1, DI_ADDED_TABLE_V41 = 2 } DiAddedTable;
+
+DiTokenizer *di_tokenizer_load(const char *path);
+DiTokenizer *di_tokenizer_load_table(const char *path, DiAddedTable table);
+/* The same from tokenizer.json contents in memory; `what` names the source in errors. */
+DiTokenizer *di_tokenizer_load_buffer(const char *json, size_t len, const char *what, DiAddedTable table);
+void di_tokenizer_free(DiTokenizer *tok);
+
+/* Encode long texts on n_threads threads (<= 1: sequentially, the default).  The ids are
+ * identical to the sequential ones; texts are cut only where pre-tokenization allows (§5.4). */
+int di_tokenizer_set_threads(DiTokenizer *tok, int n_threads);
+
+/* Number of ids: highest vocab or added-token id + 1 (129280 for V4 / V4.1). */
+size_t di_tokenizer_vocab_size(const DiTokenizer *tok);
+
+/* Plain text -> ids with no added-token recognition (recipe.md §1.2): "<｜User｜>" in the text
+ * is 5 ordinary tokens.  *ids is a fresh heap array (free with free()); NULL when empty. */
+int di_tokenizer_encode(const DiTokenizer *tok, const char *text, size_t len, int32_t **ids, size_t *n_ids);
+/* Hugging Face compatible encoding (recipe.md §1.4): added-token spellings in the text become
+ * their ids (non-normalized tokens first, then normalized ones, leftmost-longest), the gaps are
+ * encoded as plain text.  For tools and tests; prompts use di_tokenizer_encode_segments. */
+int di_tokenizer_encode_with_added(const DiTokenizer *tok, const char *text, size_t len, int32_t **ids,
+                                   size_t *n_ids);
+
+/* Bytes of ids, concatenated exactly (not necessarily valid UTF-8), NUL-terminated; free with
+ * free().  An id with no token is an error. */
+int di_tokenizer_decode(const DiTokenizer *tok, const int32_t *ids, size_t n_ids, char **out, size_t *out_len);
+/* The bytes of one token (not NUL-terminated), NULL with an error for an invalid id. */
+const char *di_tokenizer_token_bytes(const DiTokenizer *tok, int32_t id, size_t *len);
+
+/* id <-> spelling: vocab entries in their byte-level form ("Ġworld"), added tokens as
+ * written ("<｜User｜>").  token_to_id returns -1 with an error when there is none. */
+const char *di_tokenizer_id_to_token(const DiTokenizer *tok, int32_t id);
+int32_t di_tokenizer_token_to_id(const DiTokenizer *tok, const char *spelling);
+/* The id of an added (special or control) token by spelling; -1 with an error otherwise. */
+int32_t di_tokenizer_special_id(const DiTokenizer *tok, const char *spelling);
+/* 1 when id is an added token, 0 when it is a plain vocab entry, -1 (error) when invalid. */
+int di_tokenizer_is_added(const DiTokenizer *tok, int32_t id);
+
+/* Incremental decoding for streaming (recipe.md §1.5): text is released only as whole UTF-8
+ * characters; bytes that can never become valid come out as U+FFFD, one per maximal invalid
+ * subpart; an incomplete tail at the end of the stream is dropped. */
+typedef struct DiDecodeStream DiDecodeStream;
+DiDecodeStream *di_decode_stream_new(const DiTokenizer *tok);
+/* Feed one id; *text and *len get the text it releases (possibly empty), valid until the next
+ * call.  *text is NUL-terminated. */
+int di_decode_stream_push(DiDecodeStream *stream, int32_t id, const char **text, size_t *len);
+/* Ids whose bytes are still held back (they count as output only once their text is out). */
+size_t di_decode_stream_pending_ids(const DiDecodeStream *stream);
+void di_decode_stream_free(DiDecodeStream *stream);
 
 /* ---- recipe: prompt rendering, output parsing, protocols (src/recipe) ------------------- */
 
-/* (rendering / parsing API goes here) */
+/* Render a conversation to its prompt.  `json` holds the `deepinfer render` input
+ * ({"encoding": "v4"|"v4-0731"|"v41", "messages": [...], "tools": [...], "thinking_mode":
+ * "chat"|"thinking", "reasoning_effort": ..., "drop_thinking": bool, "tool_choice": ...,
+ * "response_format": ...}); *result_json receives {"prompt": "..."} (plus "segments":
+ * [{"special": bool, "text": "..."}] with DI_RENDER_WITH_SEGMENTS).  Free with free(). */
+#define DI_RENDER_WITH_SEGMENTS 1
+int di_render_json(const char *json, size_t len, int flags, char **result_json);
+
+/* Streaming parser of model output (reasoning, content, DSML tool calls, JSON mode, stop
+ * sequences).  options_json (NULL = defaults): {"initial": "content"|"start"|"reasoning"|
+ * "content_continuation", "tools": true, "tool_stage": false, "json_mode": false,
+ * "stop": ["..."], "finish": "stop"|"length"}.  Feed decoded UTF-8 text in any split; the
+ * result is the same however the text is split. */
+typedef struct DiOutputParser DiOutputParser;
+DiOutputParser *di_output_parser_new(const char *options_json);
+int di_output_parser_feed(DiOutputParser *parser, const char *text, size_t len);
+/* End of stream; then the result: {"reasoning_content", "content", "tool_calls": [{"name",
+ * "arguments"}], "invalid": [...], "stopped": bool, "finish_reason"}.  Free with free(). */
+int di_output_parser_finish(DiOutputParser *parser, char **result_json);
+void di_output_parser_free(DiOutputParser *parser);
+/* The `deepinfer parse` contract: {"encoding": ..., "options": {...}, "chunks": ["..."]}. */
+int di_parse_json(const char *json, size_t len, char **result_json);
 
 /* ---- engine: offline inference (src/engine) -------------------------------------------- */
 
@@ -184,7 +264,34 @@ DiEngine *di_engine_create_mock(int32_t vocab_size, uint64_t model_seed, const D
 
 /* ---- serve: load balancers and EPLB (src/serve) ---------------------------------------- */
 
-/* (serving control-plane API goes here) */
+/* EPLB (serving.md §8.1, a port of deepseek-ai/EPLB eplb.py): a replication and placement plan
+ * for the routed experts of every MoE layer.  Physical slot s of a layer lives on GPU
+ * s / (num_replicas / num_gpus). */
+typedef struct {
+    int num_layers;    /* L */
+    int num_logical;   /* E: logical (routed) experts per layer */
+    int num_replicas;  /* R: physical expert slots per layer, a multiple of num_gpus */
+    int num_gpus;      /* P */
+    int max_replicas;  /* X: the largest replica count of any expert in any layer */
+    int hierarchical;  /* 1: hierarchical policy (num_groups % num_nodes == 0), 0: global */
+    int32_t *phy2log;  /* [L][R] logical expert held by each slot */
+    int32_t *phy_rank; /* [L][R] which replica of its expert the slot holds (0-based) */
+    int32_t *log2phy;  /* [L][E][X] the slots of each expert, -1 padded */
+    int32_t *logcnt;   /* [L][E] replica count of each expert (>= 1) */
+} DiEplbPlan;
+
+/* Plan from weight[L][E] (estimated load of each expert, finite and >= 0).  Requires
+ * E % num_groups == 0, num_gpus % num_nodes == 0, num_replicas % num_gpus == 0, R >= E, and for
+ * the hierarchical policy num_groups % num_nodes == 0 (else the global policy is used).  On
+ * success *out owns fresh arrays (free with di_eplb_plan_free); on failure *out is zeroed. */
+int di_eplb_rebalance(const float *weight, int num_layers, int num_logical, int num_replicas,
+                      int num_groups, int num_nodes, int num_gpus, DiEplbPlan *out);
+void di_eplb_plan_free(DiEplbPlan *plan);
+
+/* moe_lb (serving.md §8.3) of a plan under a load weight[L][E], each expert's load split evenly
+ * over its replicas: per layer max/mean of the per-GPU load (1.0 for an all-zero layer) into
+ * per_layer[L] (may be NULL), and the aggregate sum(max)/sum(mean) over layers into *aggregate. */
+int di_eplb_moe_lb(const DiEplbPlan *plan, const float *weight, double *per_layer, double *aggregate);
 
 #ifdef __cplusplus
 }
