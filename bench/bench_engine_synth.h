@@ -163,7 +163,7 @@ static void synth_piece(void *ctx, int32_t token, const char **out, size_t *len)
     *len = 1;
 }
 
-static const DiRunnerOps synth_ops = {synth_pages_for_tokens, synth_forward, synth_destroy};
+static const DiRunnerOps synth_ops = {synth_pages_for_tokens, synth_forward, synth_destroy, NULL};
 
 /* max_tokens: the most tokens one step may hold (the engine's max_batch_tokens). */
 static DiRunner *synth_runner_create(const SynthConfig *cfg, int max_tokens) {

@@ -175,7 +175,7 @@ void di_engine_destroy(DiEngine *e) {
     if (!e) return;
     if (e->async) di_worker_stop(&e->worker);
     for (int i = 0; i < e->n_requests; i++) {
-        if (e->pool) di_page_table_release(e->pool, &e->requests[i]->pages);
+        if (e->pool) di_scheduler_return_pages(&e->sched, e->requests[i]);
         di_request_free(e->requests[i]);
     }
     free(e->requests);

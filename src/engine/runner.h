@@ -56,6 +56,9 @@ typedef struct {
     /* Run the batch; on failure record the cause (di_errorf) and return -1. */
     int (*forward)(DiRunner *runner, const DiRunnerBatch *batch);
     void (*destroy)(DiRunner *runner);
+    /* Optional: called just before a request's pages go back to the pool (finish, abort,
+     * preemption, engine destroy), for a runner that keeps something outside the pages. */
+    void (*release)(DiRunner *runner, uint8_t *const *pages, size_t n_pages);
 } DiRunnerOps;
 
 /* Byte-level text for the runner's vocabulary (the tokenizer, once it lands, supplies these).

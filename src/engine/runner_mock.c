@@ -115,7 +115,7 @@ static void mock_piece(void *ctx, int32_t token, const char **out, size_t *out_l
     }
 }
 
-static const DiRunnerOps mock_ops = {mock_pages_for_tokens, mock_forward, mock_destroy};
+static const DiRunnerOps mock_ops = {mock_pages_for_tokens, mock_forward, mock_destroy, NULL};
 
 DiRunner *di_mock_runner_create(int32_t vocab_size, uint64_t model_seed) {
     if (vocab_size < 257) {
