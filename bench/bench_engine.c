@@ -37,7 +37,8 @@ static RunResult run_batch(const SynthConfig *cfg, int batch, int prompt_len, in
     o.state_memory_bytes = (size_t)64 << 20;
     RunResult r = {0};
     DiEngine *e = di_engine_create_with_runner(synth_runner_create(cfg, o.max_batch_tokens), &o);
-    if (!e) {
+    DiTextHooks text = {NULL, synth_token_bytes, NULL, NULL, NULL, -1};
+    if (!e || di_engine_set_text_hooks(e, &text) != 0) {
         fprintf(stderr, "bench_engine: %s\n", di_last_error());
         exit(1);
     }

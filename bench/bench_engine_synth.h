@@ -156,11 +156,12 @@ static void synth_destroy(DiRunner *r) {
 }
 
 static char synth_piece_buf[2];
-static void synth_piece(void *ctx, int32_t token, const char **out, size_t *len) {
+/* Text hooks for the engine: printable ASCII, so detokenising costs like text. */
+static const char *synth_token_bytes(const void *ctx, int32_t token, size_t *len) {
     (void)ctx;
-    synth_piece_buf[0] = (char)(32 + token % 95); /* printable ASCII: detokenising costs like text */
-    *out = synth_piece_buf;
+    synth_piece_buf[0] = (char)(32 + token % 95);
     *len = 1;
+    return synth_piece_buf;
 }
 
 static const DiRunnerOps synth_ops = {synth_pages_for_tokens, synth_forward, synth_destroy, NULL};
@@ -194,7 +195,6 @@ static DiRunner *synth_runner_create(const SynthConfig *cfg, int max_tokens) {
     m->base.page_bytes = SYNTH_PAGE_BYTES;
     m->base.eos_ids = m->eos;
     m->base.n_eos_ids = 0;
-    m->base.codec.piece = synth_piece;
     m->base.name = cfg->name;
     return &m->base;
 }

@@ -61,21 +61,12 @@ typedef struct {
     void (*release)(DiRunner *runner, uint8_t *const *pages, size_t n_pages);
 } DiRunnerOps;
 
-/* Byte-level text for the runner's vocabulary (the tokenizer, once it lands, supplies these).
- * encode may be NULL (then text prompts are rejected); piece returns a token's exact bytes. */
-typedef struct {
-    int (*encode)(void *ctx, const char *text, size_t len, int32_t **out_ids, size_t *out_n);
-    void (*piece)(void *ctx, int32_t token, const char **out_bytes, size_t *out_len);
-    void *ctx;
-} DiTextCodec;
-
 struct DiRunner {
     const DiRunnerOps *ops;
     int32_t vocab_size;
     size_t page_bytes;       /* size of one state page (a multiple of 64) */
     const int32_t *eos_ids;  /* tokens that end a generation */
     int n_eos_ids;
-    DiTextCodec codec;       /* piece may be NULL: outputs then carry no text */
     const char *name;        /* for messages */
 };
 

@@ -17,7 +17,6 @@ typedef struct {
     DiStateLayout layout;
     uint64_t seed;
     int32_t eos[1];
-    char words[64]; /* scratch for " w<id>" pieces; main thread only (output processing) */
 } MockRunner;
 
 static uint64_t row_hash(uint64_t previous, int32_t token, int64_t pos, uint64_t seed) {
@@ -89,7 +88,7 @@ void di_mock_reference_logits(int32_t vocab, uint64_t seed, const int32_t *token
 
 static void mock_destroy(DiRunner *r) { free(r); }
 
-static int mock_encode(void *ctx, const char *text, size_t len, int32_t **out_ids, size_t *out_n) {
+static int mock_encode(const void *ctx, const char *text, size_t len, int32_t **out_ids, size_t *out_n) {
     (void)ctx;
     int32_t *ids = di_calloc(len ? len : 1, sizeof *ids, "token ids");
     if (!ids) return -1;
@@ -99,20 +98,28 @@ static int mock_encode(void *ctx, const char *text, size_t len, int32_t **out_id
     return 0;
 }
 
-static void mock_piece(void *ctx, int32_t token, const char **out, size_t *out_len) {
-    MockRunner *m = ctx;
+static const char *mock_token_bytes(const void *ctx, int32_t token, size_t *len) {
+    (void)ctx;
+    static _Thread_local char piece[32];
     if (token >= 0 && token < 256) {
-        m->words[0] = (char)token;
-        *out = m->words;
-        *out_len = 1;
+        piece[0] = (char)token;
+        *len = 1;
     } else if (token == DI_MOCK_EOS) {
-        *out = "";
-        *out_len = 0;
+        *len = 0;
     } else {
-        int n = snprintf(m->words, sizeof m->words, " w%d", token);
-        *out = m->words;
-        *out_len = n > 0 ? (size_t)n : 0;
+        int n = snprintf(piece, sizeof piece, " w%d", token);
+        *len = n > 0 ? (size_t)n : 0;
     }
+    return piece;
+}
+
+static int mock_is_special(const void *ctx, int32_t token) {
+    (void)ctx;
+    return token == DI_MOCK_EOS;
+}
+
+void di_mock_text_hooks(DiTextHooks *out) {
+    *out = (DiTextHooks){mock_encode, mock_token_bytes, mock_is_special, NULL, NULL, -1};
 }
 
 static const DiRunnerOps mock_ops = {mock_pages_for_tokens, mock_forward, mock_destroy, NULL};
@@ -138,7 +145,6 @@ DiRunner *di_mock_runner_create(int32_t vocab_size, uint64_t model_seed) {
     m->base.page_bytes = DI_MOCK_PAGE_BYTES;
     m->base.eos_ids = m->eos;
     m->base.n_eos_ids = 1;
-    m->base.codec = (DiTextCodec){mock_encode, mock_piece, m};
     m->base.name = "mock runner";
     return &m->base;
 }

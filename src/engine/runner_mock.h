@@ -10,11 +10,15 @@
 #ifndef DI_ENGINE_RUNNER_MOCK_H
 #define DI_ENGINE_RUNNER_MOCK_H
 
+#include "deepinfer.h"
 #include "engine/runner.h"
 
 #define DI_MOCK_EOS 256
 #define DI_MOCK_PAGE_BYTES 256
 #define DI_MOCK_WINDOW 8
+
+/* The mock's byte-level text (encode, token bytes, EOS special; no chat). */
+void di_mock_text_hooks(DiTextHooks *out);
 
 /* vocab_size >= 257. */
 DiRunner *di_mock_runner_create(int32_t vocab_size, uint64_t model_seed);
