@@ -23,9 +23,15 @@ def llm():
     engine.close()
 
 
-def test_llm_without_the_model_core_says_so():
-    with pytest.raises(DeepInferError, match="model core"):
+def test_llm_on_the_builtin_tiny_model_explains_what_is_missing(tmp_path, monkeypatch):
+    # LLM() generates the built-in tiny model (into a scratch cache here); the model core cannot
+    # run its Engram layer without the compressed-token map and multipliers, and says so
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("DEEPINFER_HF_MODEL_DIR", raising=False)
+    with pytest.raises(DeepInferError, match="Engram"):
         LLM()
+    with pytest.raises(DeepInferError, match="nonexistent"):
+        LLM(model=str(tmp_path / "nonexistent"))
 
 
 def test_generate_single_and_list(llm):
