@@ -281,8 +281,8 @@ int32_t di_engine_vocab_size(const DiEngine *engine);
 
 /* Testing hook, not a model: an engine over a deterministic mock model whose logits are a hash of
  * (token history, position), with its state in the engine's pages.  Byte-level text: ids 0..255
- * are bytes, id 256 is EOS, ids above are the words " w<id>".  vocab_size >= 257.  Used by the
- * tests and the Python binding's tests until the model core lands. */
+ * are bytes, id 256 is EOS, ids above are the words " w<id>" (di_engine_set_text_hooks may replace
+ * them).  vocab_size >= 257.  For tests of the engine and its bindings, independent of a model. */
 DiEngine *di_engine_create_mock(int32_t vocab_size, uint64_t model_seed, const DiEngineOptions *opts);
 
 /* ---- serve: load balancers and EPLB (src/serve) ---------------------------------------- */
