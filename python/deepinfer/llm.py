@@ -205,6 +205,12 @@ class LLM:
             raise ValueError(f"got {len(sp)} SamplingParams for {n} prompts")
         return sp
 
+    def _step(self) -> int:
+        """One engine step; returns the work left (requests not finished, plus in-flight work)."""
+        active = ctypes.c_int(0)
+        _check(lib.di_engine_step(self._handle(), ctypes.byref(active)), "engine step")
+        return active.value
+
     def _add(self, kind, value, params: _CParams) -> int:
         inp = _lib.RequestInput()
         keep = None
@@ -232,18 +238,23 @@ class LLM:
                 groups.append(ids)
                 for i in range(sp.n):
                     ids.append(self._add(kind, value, _CParams(sp, i)))
-            active = ctypes.c_int(1)
-            while active.value > 0:
-                _check(lib.di_engine_step(engine, ctypes.byref(active)), "engine step")
+            active = 1
+            while active > 0:
+                active = self._step()
             results = []
             for (kind, value, prompt_text), sp, ids in zip(inputs, params_list, groups):
                 results.append(self._collect(prompt_text, sp, ids))
             return results
         finally:
-            # aborts whatever is unfinished (Ctrl-C, errors) and frees every request of this call
+            # aborts whatever is unfinished (Ctrl-C, errors) and frees every request of this call;
+            # then drains a step still in flight (async) so its state pages come back too
             for ids in groups:
                 for rid in ids:
                     lib.di_engine_release(engine, rid)
+            left = ctypes.c_int(1)
+            for _ in range(4):
+                if lib.di_engine_step(engine, ctypes.byref(left)) != 0 or left.value == 0:
+                    break
 
     def _collect(self, prompt_text, sp: SamplingParams, ids) -> RequestOutput:
         outs = []

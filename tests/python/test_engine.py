@@ -153,3 +153,27 @@ def test_errors_carry_their_cause(llm):
         mock_llm(vocab_size=10)
     assert llm.metrics()["pages_used"] == 0
     assert llm.metrics()["requests_waiting"] == 0 and llm.metrics()["requests_running"] == 0
+
+
+def test_ctrl_c_aborts_the_call_and_frees_its_state():
+    engine = mock_llm(vocab_size=300, state_memory_bytes=64 * 256)
+    steps = {"n": 0}
+    real_step = engine._step
+
+    def interrupted_step():
+        steps["n"] += 1
+        if steps["n"] == 3:
+            raise KeyboardInterrupt
+        return real_step()
+
+    engine._step = interrupted_step
+    with pytest.raises(KeyboardInterrupt):
+        engine.generate([f"p{i}" for i in range(4)], SamplingParams(max_tokens=50, ignore_eos=True))
+    m = engine.metrics()
+    assert m["requests_aborted"] == 4 and m["requests_running"] == 0 and m["requests_waiting"] == 0
+    assert m["pages_used"] == 0
+    engine._step = real_step
+    # the engine stays usable
+    out = engine.generate("again", SamplingParams(max_tokens=3, seed=1))[0]
+    assert len(out.outputs[0].token_ids) == 3
+    engine.close()
