@@ -3,6 +3,8 @@
  * safetensors shards + index, and the built-in model cache. */
 #include "model/tiny.h"
 
+#include "deepinfer.h"
+
 #include "base/error.h"
 #include "base/file.h"
 #include "base/json.h"
@@ -440,4 +442,13 @@ int di_tiny_ensure(const char *dir) {
     }
     free(tmp);
     return rc;
+}
+
+/* ---- public API (deepinfer.h) ------------------------------------------------------------ */
+
+int di_make_tiny(const char *out_dir, const char *preset, uint64_t seed) { return di_tiny_write(out_dir, preset, seed, 1); }
+
+int di_builtin_model_dir(char *buf, size_t n) {
+    if (di_tiny_default_dir(buf, n) < 0) return -1;
+    return di_tiny_ensure(buf);
 }
