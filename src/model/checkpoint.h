@@ -80,9 +80,9 @@ size_t di_checkpoint_report_unused(const DiCheckpoint *ck, bool log);
  * `n_requests` requests of `context_len` tokens (packed layout).  Logged at info level by
  * di_checkpoint_log_memory. */
 typedef struct {
-    int64_t weights;       /* tensor bytes mapped */
+    int64_t weights; /* tensor bytes mapped */
     DiStateBytes per_request;
-    int64_t total;         /* weights + n_requests * per_request.total */
+    int64_t total; /* weights + n_requests * per_request.total */
 } DiMemoryReport;
 int di_checkpoint_memory(const DiCheckpoint *ck, const DiModelConfig *cfg, int64_t context_len, int64_t n_requests,
                          DiMemoryReport *out);

@@ -150,7 +150,8 @@ TEST(open_golden_with_config) {
     /* BF16 and the Engram table */
     CHECK(di_checkpoint_matrix(ck, "head.weight", 1024, 128, &m) == 0 && m.format == DI_MAT_BF16);
     const uint8_t *tab, *tsc;
-    CHECK_MSG(di_checkpoint_engram_table(ck, "layers.4.engram.embed", 348, 32, &tab, &tsc) == 0, "%s", di_error_message());
+    CHECK_MSG(di_checkpoint_engram_table(ck, "layers.4.engram.embed", 348, 32, &tab, &tsc) == 0, "%s",
+              di_error_message());
     const void *v;
     CHECK(di_checkpoint_vector(ck, "layers.0.attn.attn_sink", 4, DI_DTYPE_F32, &v) == 0);
     CHECK(di_checkpoint_vector(ck, "norm.weight", 128, DI_DTYPE_BF16, &v) == 0);
@@ -174,8 +175,10 @@ TEST(accessor_mismatches_name_file_and_tensor) {
     if (!ck) return;
     DiMatrix m;
     CHECK(di_checkpoint_matrix(ck, "layers.0.attn.wq_a.weight", 64, 96, &m) == -1);
-    CHECK_MSG(strstr(di_error_message(), SHARD1) && strstr(di_error_message(), "'layers.0.attn.wq_a.weight' is F8_E4M3 [64, 128], expected F8_E4M3 [64, 96]"),
-              "%s", di_error_message());
+    CHECK_MSG(
+        strstr(di_error_message(), SHARD1) &&
+            strstr(di_error_message(), "'layers.0.attn.wq_a.weight' is F8_E4M3 [64, 128], expected F8_E4M3 [64, 96]"),
+        "%s", di_error_message());
     CHECK(di_checkpoint_matrix(ck, "layers.0.ffn.experts.0.w1.weight", 64, 100, &m) == -1);
     CHECK_MSG(strstr(di_error_message(), "divisible by 32"), "%s", di_error_message());
     CHECK(di_checkpoint_matrix(ck, "layers.0.attn.attn_sink", 4, 1, &m) == -1);
@@ -187,8 +190,8 @@ TEST(accessor_mismatches_name_file_and_tensor) {
     CHECK_MSG(strstr(di_error_message(), "no tensor 'layers.0.attn.nope.weight'"), "%s", di_error_message());
     const void *v;
     CHECK(di_checkpoint_vector(ck, "norm.weight", 128, DI_DTYPE_F32, &v) == -1);
-    CHECK_MSG(strstr(di_error_message(), SHARD2) && strstr(di_error_message(), "is BF16 [128], expected F32 [128]"), "%s",
-              di_error_message());
+    CHECK_MSG(strstr(di_error_message(), SHARD2) && strstr(di_error_message(), "is BF16 [128], expected F32 [128]"),
+              "%s", di_error_message());
     const uint8_t *a, *b;
     CHECK(di_checkpoint_engram_table(ck, "layers.1.engram.embed", 271, 32, &a, &b) == -1);
     CHECK(di_checkpoint_engram_table(ck, "layers.1.engram.embed", 272, 30, &a, &b) == -1);
@@ -219,9 +222,12 @@ static void set_shape_bad(json_t *h) {
 static void drop_tensor(json_t *h) { json_object_del(h, "layers.0.attn.attn_sink"); }
 static void index_ghost(json_t *map) { json_object_set_new(map, "layers.0.ghost.weight", json_string(SHARD1)); }
 static void index_drop(json_t *map) { json_object_del(map, "layers.0.attn.attn_sink"); }
-static void index_escape(json_t *map) { json_object_set_new(map, "layers.0.attn.attn_sink", json_string("../x.safetensors")); }
+static void index_escape(json_t *map) {
+    json_object_set_new(map, "layers.0.attn.attn_sink", json_string("../x.safetensors"));
+}
 static void add_extra(json_t *h) {
-    json_object_set_new(h, "layers.0.extra", json_pack("{s:s,s:[i],s:[i,i]}", "dtype", "F32", "shape", 0, "data_offsets", 0, 0));
+    json_object_set_new(h, "layers.0.extra",
+                        json_pack("{s:s,s:[i],s:[i,i]}", "dtype", "F32", "shape", 0, "data_offsets", 0, 0));
 }
 static void index_extra(json_t *map) { json_object_set_new(map, "layers.0.extra", json_string(SHARD1)); }
 
@@ -250,7 +256,8 @@ TEST(corrupted_copies) {
     EXPECT_OPEN_ERROR(SHARD1, "overlaps");
     EXPECT_OPEN_ERROR("layers.0.attn.wkv.", "overlaps tensor 'layers.0.attn.wkv.");
     CHECK(fresh_copy() == 0 && rewrite_header(SHARD1, set_shape_bad) == 0);
-    EXPECT_OPEN_ERROR(SHARD1, "tensor 'layers.0.attn.attn_sink': F32 shape product 5 x 4 bytes = 20, but data_offsets span 16");
+    EXPECT_OPEN_ERROR(SHARD1,
+                      "tensor 'layers.0.attn.attn_sink': F32 shape product 5 x 4 bytes = 20, but data_offsets span 16");
 
     /* missing shard */
     CHECK(fresh_copy() == 0 && unlink(work_path(SHARD1)) == 0);
@@ -332,7 +339,8 @@ static void check_counts(const char *config, const int *per_layer, int n_layers,
     int counts[64] = {0};
     for (size_t i = 0; i < inv.n; i++)
         if (inv.entries[i].layer >= 0 && inv.entries[i].layer < 64) counts[inv.entries[i].layer]++;
-    for (int l = 0; l < n_layers; l++) CHECK_MSG(counts[l] == per_layer[l], "%s layer %d: %d tensors, want %d", config, l, counts[l], per_layer[l]);
+    for (int l = 0; l < n_layers; l++)
+        CHECK_MSG(counts[l] == per_layer[l], "%s layer %d: %d tensors, want %d", config, l, counts[l], per_layer[l]);
     di_inventory_free(&inv);
     di_config_free(&cfg);
 }
