@@ -10,8 +10,10 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "kernels/numformats.h"
 #include "model/checkpoint_inventory.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -409,6 +411,50 @@ int di_checkpoint_matrix(DiCheckpoint *ck, const char *weight_name, int64_t rows
         out->scale = s->data;
     }
     return di_matrix_validate(out, weight_name);
+}
+
+int di_checkpoint_matrix_as(DiCheckpoint *ck, const char *weight_name, int64_t rows, int64_t cols, DiMatFormat format,
+                            DiOwnedMatrix *out) {
+    if (!out) return di_errorf("di_checkpoint_matrix_as: no output given");
+    memset(out, 0, sizeof *out);
+    if (format != DI_MAT_F32 && format != DI_MAT_BF16)
+        return di_errorf("di_checkpoint_matrix_as: '%s': can only convert to F32 or BF16", weight_name ? weight_name : "");
+    DiMatrix src;
+    if (di_checkpoint_matrix(ck, weight_name, rows, cols, &src) < 0) return -1;
+    size_t elem = format == DI_MAT_F32 ? 4 : 2, n;
+    if (!di_mul_size((size_t)rows * (size_t)cols, elem, &n)) return di_errorf("%s: matrix too large", weight_name);
+    float *row = di_malloc((size_t)cols * sizeof(float), "conversion row");
+    uint8_t *dst = di_malloc(n, weight_name);
+    int rc = (row && dst) ? 0 : -1;
+    for (int64_t r = 0; rc == 0 && r < rows; r++) {
+        rc = di_matrix_row(&src, r, row);
+        for (int64_t c = 0; rc == 0 && c < cols; c++) {
+            float v = row[c];
+            uint16_t h = di_f32_to_bf16(v);
+            if (!isfinite(v) || (format == DI_MAT_BF16 && di_bf16_to_f32(h) != v))
+                rc = di_errorf("%s: tensor '%s' element [%lld, %lld] = %g is not exactly representable in %s",
+                               di_checkpoint_lookup(ck, weight_name)->file, weight_name, (long long)r, (long long)c,
+                               (double)v, format == DI_MAT_F32 ? "F32" : "BF16");
+            else if (format == DI_MAT_F32)
+                memcpy(dst + ((size_t)r * (size_t)cols + (size_t)c) * 4, &v, 4);
+            else
+                memcpy(dst + ((size_t)r * (size_t)cols + (size_t)c) * 2, &h, 2);
+        }
+    }
+    free(row);
+    if (rc < 0) {
+        free(dst);
+        return -1;
+    }
+    out->owned = dst;
+    out->m = (DiMatrix){.format = format, .rows = rows, .cols = cols, .data = dst};
+    return 0;
+}
+
+void di_owned_matrix_free(DiOwnedMatrix *m) {
+    if (!m) return;
+    free(m->owned);
+    memset(m, 0, sizeof *m);
 }
 
 int di_checkpoint_engram_table(DiCheckpoint *ck, const char *prefix, int64_t rows, int64_t head_dim,
