@@ -110,6 +110,8 @@ const char *di_tiny_config_json(const char *preset) {
 /* SplitMix64 (Steele, Lea, Flood 2014): one 64-bit state, passes BigCrush; plenty for weights. */
 typedef struct {
     uint64_t s;
+    float spare; /* Box-Muller makes two normals; the second waits here */
+    int has_spare;
 } Rng;
 
 static uint64_t rng_next(Rng *r) {
@@ -121,17 +123,24 @@ static uint64_t rng_next(Rng *r) {
 
 static double rng_uniform(Rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; } /* [0, 1) */
 
-/* Standard normal by Box-Muller (one value per call; simplicity over speed). */
+/* Standard normal by Box-Muller (both values of each pair used). */
 static float rng_normal(Rng *r) {
+    if (r->has_spare) {
+        r->has_spare = 0;
+        return r->spare;
+    }
     double u = rng_uniform(r), v = rng_uniform(r);
-    return (float)(sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v));
+    double rad = sqrt(-2.0 * log(1.0 - u)), ang = 6.283185307179586 * v;
+    r->spare = (float)(rad * sin(ang));
+    r->has_spare = 1;
+    return (float)(rad * cos(ang));
 }
 
 /* Every tensor has its own stream: seed ^ FNV-1a 64 of its name. */
 static Rng rng_for(uint64_t seed, const char *name) {
     uint64_t h = 0xCBF29CE484222325ULL;
     for (const char *p = name; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001B3ULL;
-    Rng r = {seed ^ h};
+    Rng r = {.s = seed ^ h};
     rng_next(&r);
     return r;
 }
