@@ -183,3 +183,16 @@ def test_pre_tokenizer_is_the_release_structure(tiny):
     assert all(s["behavior"] == "Isolated" and s["invert"] is False for s in splits)
     assert pre["pretokenizers"][3] == {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
     assert tj["model"]["type"] == "BPE" and tj["model"]["byte_fallback"] is False
+
+
+def test_project_tokenizer_agrees_with_hf_on_tiny(tiny):
+    """The engine's own tokenizer (deepinfer tokenize) reads the tiny tokenizer.json and encodes
+    exactly as HF tokenizers does."""
+    tok = tokenizers.Tokenizer.from_file(str(tiny / "tokenizer.json"))
+    for text in ["Hello the world and 123 ünïcödé 深度求索 🙂", "  spaces\n\nand\ttabs!!", "isn't it? 4567890"]:
+        res = subprocess.run([CLI, "tokenize", "--tokenizer", str(tiny / "tokenizer.json")], input=text.encode(),
+                             capture_output=True)
+        if res.returncode == 2 and b"not available" in res.stderr:
+            pytest.skip("deepinfer tokenize not in this build")
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["ids"] == tok.encode(text, add_special_tokens=False).ids
