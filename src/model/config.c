@@ -26,6 +26,7 @@
 #define MAX_EXPERTS 65536
 #define MAX_ENGRAM_VOCAB ((int64_t)1 << 40)
 #define MAX_ENGRAM_ROWS ((int64_t)1 << 44)
+#define MAX_ENGRAM_PRIMES 4096 /* hash tables over all Engram layers; release: 2 x 24 */
 
 /* ---- small field readers -------------------------------------------------------------- */
 
@@ -420,11 +421,36 @@ static int derive_taps_and_engram(const json_t *t, DiModelConfig *c) {
 
 /* ---- §5.2 (e) Engram primes: validation needs their sums -------------------------------- */
 
+/* Deterministic Miller-Rabin: the first 12 prime bases decide every n < 3.3e24 (Sorenson and
+ * Webster 2015), so any int64 config value is tested in microseconds (trial division would let a
+ * hostile engram_vocab_size stall the loader). */
+static uint64_t mul_mod(uint64_t a, uint64_t b, uint64_t m) { return (uint64_t)((unsigned __int128)a * b % m); }
+
+static uint64_t pow_mod(uint64_t b, uint64_t e, uint64_t m) {
+    uint64_t r = 1;
+    for (b %= m; e; e >>= 1, b = mul_mod(b, b, m))
+        if (e & 1) r = mul_mod(r, b, m);
+    return r;
+}
+
 static bool is_prime(int64_t x) {
+    static const uint64_t bases[12] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37};
     if (x < 2) return false;
-    if (x % 2 == 0) return x == 2;
-    for (int64_t d = 3; d * d <= x; d += 2)
-        if (x % d == 0) return false;
+    uint64_t n = (uint64_t)x, d = n - 1;
+    for (int i = 0; i < 12; i++)
+        if (n % bases[i] == 0) return n == bases[i];
+    int s = 0;
+    for (; (d & 1) == 0; d >>= 1) s++;
+    for (int i = 0; i < 12; i++) {
+        uint64_t y = pow_mod(bases[i], d, n);
+        if (y == 1 || y == n - 1) continue;
+        int r = 1;
+        for (; r < s; r++) {
+            y = mul_mod(y, y, n);
+            if (y == n - 1) break;
+        }
+        if (r == s) return false;
+    }
     return true;
 }
 
@@ -434,6 +460,9 @@ static int derive_engram_primes(DiModelConfig *c) {
     int64_t orders = c->engram_max_ngram_size - 1, heads = c->engram_n_heads;
     c->engram_n_columns = orders * heads;
     size_t total = L * (size_t)c->engram_n_columns;
+    if (total > MAX_ENGRAM_PRIMES)
+        return di_errorf(TC ".engram_layer_ids: %zu layers x %lld hash columns exceed %d hash tables", L,
+                         (long long)c->engram_n_columns, MAX_ENGRAM_PRIMES);
     c->engram_primes = di_calloc(total, sizeof(int64_t), "engram primes");
     c->engram_offsets = di_calloc(total, sizeof(int64_t), "engram offsets");
     if (!c->engram_primes || !c->engram_offsets) return -1;

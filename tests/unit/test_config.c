@@ -307,6 +307,8 @@ TEST(ref_validation_rules) {
     EXPECT_ERROR("compress_ratios", "[0,0,2,2,1,1,1,1,0,0,0,0]", "text_config.compress_ratios", "12 entries");
     EXPECT_ERROR("num_experts_per_tok", "9", "text_config.num_experts_per_tok", "n_routed_experts");
     EXPECT_ERROR("engram_pad_token_id", "256", "text_config.engram_pad_token_id", "vocab_size");
+    /* a huge prime search start must answer at once (Miller-Rabin), with the row-count error */
+    EXPECT_ERROR("engram_vocab_size", "1099511627776", "text_config.engram_num_embeddings[0]", "sum to 6597069767");
 }
 
 TEST(field_type_and_value_errors) {
