@@ -97,7 +97,7 @@ int engram_forward(const Model *m, int slot, const LayerWeights *lw, const int64
             }
             table_row(lw, id, hd, u + i * in + (int64_t)c * hd);
         }
-    if (op_linear(m->pool, &lw->engram_wkv, u, n, kv, model_act_quant(m)) != 0) {
+    if (model_linear(m, &lw->engram_wkv, u, n, kv, model_act_quant(m)) != 0) {
         free(u);
         free(kv);
         return di_error_wrap("engram wkv");

@@ -47,6 +47,9 @@ typedef struct {
     int64_t token_map_len;
     EngramHash engram[DIMS_MAX_ENGRAM];
     bool engram_mult_set;
+    /* true: every projection uses the scalar reference di_matmul_ref instead of the optimised
+     * backend (tests compare the two). */
+    bool ref_kernels;
 } Model;
 
 /* Load config.json and the checkpoint of `dir`, bind the weights.  NULL with an error. */
@@ -62,6 +65,12 @@ int model_set_engram_multipliers(Model *m, const int64_t *mult, int64_t n_layers
 /* Rope table of a layer with this compress ratio (ratio 0 and DSpark: main; else compress). */
 const RopeTable *model_rope(const Model *m, int ratio);
 bool model_act_quant(const Model *m);
+
+/* y[n][rows] = W · x[n][cols] on the model's kernel backend. */
+int model_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y);
+/* The same for a quantised GEMM: with act_quant each input row first goes through the FP8
+ * block-32 round trip (§4.3, `ref` mode) on a private copy (x is not modified). */
+int model_linear(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y, bool act_quant);
 bool model_kv_quant(const Model *m);
 
 #endif
