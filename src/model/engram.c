@@ -21,7 +21,7 @@ static int token_cid(const Model *m, int32_t tok, int32_t *cid) {
 int engram_hash(const Model *m, const RunState *st, const int32_t *tokens, int64_t n, int64_t s, int64_t *ids) {
     const ModelDims *d = &m->d;
     if (d->n_engram == 0) return 0;
-    if (!m->token_map || !m->engram_mult_set) return di_errorf("engram: the compressed token map and hash multipliers are not set");
+    if (!m->token_map || !m->engram_mult_set) return di_errorf("engram: the compressed token map is not set (tokenizer-derived, §5.2 a; model_set_engram_token_map)");
     int N = d->engram_max_ngram, H = d->engram_heads, cols = engram_columns(d);
     int32_t pad = 0;
     if (token_cid(m, d->engram_pad_id, &pad) != 0) return -1;

@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "kernels/numformats.h"
+#include "model/engram_rng.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,11 @@ static int load_engram_layout(Model *m) {
             m->engram[l].prime[k] = c->engram_primes[l * cols + k];
             m->engram[l].offset[k] = c->engram_offsets[l * cols + k];
         }
+    /* multipliers: numpy default_rng(10007 * layer_id), reproduced bit for bit (§5.2 d) */
+    for (int l = 0; l < m->d.n_engram; l++)
+        if (engram_multipliers(m->d.engram_layers[l], m->d.engram_compressed_vocab, m->d.engram_max_ngram, m->engram[l].mult) != 0)
+            return -1;
+    m->engram_mult_set = true;
     return 0;
 }
 

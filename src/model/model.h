@@ -41,8 +41,9 @@ typedef struct {
     RopeTable rope_main, rope_compress;
     NumericsMode mode;
     DiThreadPool *pool; /* may be NULL (single thread) */
-    /* Engram: compressed token map (tokenizer-derived, §5.2 a) and hash parameters.  Until
-     * model_set_engram_* supplies them, a forward of a model with Engram layers is an error. */
+    /* Engram: compressed token map (tokenizer-derived, §5.2 a) and hash parameters.  Primes,
+     * offsets (config) and multipliers (engram_rng.h) are set at load; the token map must be
+     * supplied with model_set_engram_token_map before a model with Engram layers can run. */
     int32_t *token_map;
     int64_t token_map_len;
     EngramHash engram[DIMS_MAX_ENGRAM];
@@ -58,8 +59,8 @@ void model_free(Model *m);
 
 /* The compressed token map cid[t] for t < len (every value < engram_compressed_vocab_size). */
 int model_set_engram_token_map(Model *m, const int32_t *cid, int64_t len);
-/* Multipliers of every Engram layer, [n_engram][max_ngram] row-major; each must be odd and
- * small enough that cid·M cannot overflow int64 (§5.2 f). */
+/* Override the multipliers computed at load, [n_engram][max_ngram] row-major; each must be odd
+ * and small enough that cid·M cannot overflow int64 (§5.2 f). */
 int model_set_engram_multipliers(Model *m, const int64_t *mult, int64_t n_layers, int64_t max_ngram);
 
 /* Rope table of a layer with this compress ratio (ratio 0 and DSpark: main; else compress). */
