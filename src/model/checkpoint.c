@@ -226,6 +226,16 @@ static int check_inventory(DiCheckpoint *ck, const DiModelConfig *cfg) {
     return rc;
 }
 
+/* Context-independent summary of §6: fixed state per request and the persistent KV per token
+ * (measured over 2^20 tokens, so every power-of-two ratio divides it). */
+static void log_state_cost(const DiModelConfig *cfg) {
+    DiStateBytes s0, s1;
+    const int64_t L = (int64_t)1 << 20;
+    if (di_config_state_bytes(cfg, 0, true, &s0) < 0 || di_config_state_bytes(cfg, L, true, &s1) < 0) return;
+    DI_INFO("memory: per request %.2f MB fixed state + %.1f bytes/token of compressed KV and index keys (packed, §6)",
+            (double)s0.total / 1e6, (double)(s1.total - s0.total) / (double)L);
+}
+
 DiCheckpoint *di_checkpoint_open(const char *dir, const DiModelConfig *cfg) {
     if (!dir || !*dir) {
         di_errorf("di_checkpoint_open: no directory given");
@@ -261,6 +271,7 @@ DiCheckpoint *di_checkpoint_open(const char *dir, const DiModelConfig *cfg) {
     for (size_t i = 0; i < ck->n_warnings; i++) DI_WARN("%s", ck->warnings[i]);
     DI_INFO("checkpoint: %s: %zu files, %zu tensors, %.1f MB mapped", dir, ck->n_files, ck->n_tensors,
             (double)di_checkpoint_mapped_bytes(ck) / 1e6);
+    if (cfg) log_state_cost(cfg);
     return ck;
 }
 

@@ -263,7 +263,8 @@ static int parse_engram_dspark_scalars(const json_t *t, DiModelConfig *c) {
     if (read_int(t, TC, "engram_head_dim", need_engram, 0, need_engram ? 1 : 0, MAX_DIM, &c->engram_head_dim) < 0)
         return -1;
     if (read_int(t, TC, "engram_vocab_size", need_engram, 0, 0, MAX_ENGRAM_VOCAB, &c->engram_vocab_size) < 0) return -1;
-    if (read_int(t, TC, "engram_compressed_vocab_size", need_engram, 0, need_engram ? 1 : 0, MAX_VOCAB,
+    /* < 2^30: keeps the multiplier range of §5.2 (d) on numpy's 64-bit draw path */
+    if (read_int(t, TC, "engram_compressed_vocab_size", need_engram, 0, need_engram ? 1 : 0, ((int64_t)1 << 30) - 1,
                  &c->engram_compressed_vocab_size) < 0)
         return -1;
     /* Both spellings of the pad key (§2.3 "Key-name disagreement", §8 row 1); default 2 as HF. */
@@ -449,6 +450,12 @@ static int derive_engram_primes(DiModelConfig *c) {
             }
         }
     }
+    c->engram_multipliers = di_calloc(L * (size_t)c->engram_max_ngram_size, sizeof(int64_t), "engram multipliers");
+    if (!c->engram_multipliers) return -1;
+    for (size_t l = 0; l < L; l++)
+        if (di_engram_hash_multipliers(c->engram_layer_ids[l], c->engram_compressed_vocab_size, c->engram_max_ngram_size,
+                                       c->engram_multipliers + l * (size_t)c->engram_max_ngram_size) < 0)
+            return di_error_wrap(TC ".engram_layer_ids[%zu]", l);
     return 0;
 }
 
@@ -705,6 +712,7 @@ void di_config_free(DiModelConfig *c) {
     free(c->engram_num_embeddings);
     free(c->engram_primes);
     free(c->engram_offsets);
+    free(c->engram_multipliers);
     free(c->dspark_target_layer_ids);
     free(c->kv_source_layer_ids);
     free(c->index_source_layer_ids);

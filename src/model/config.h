@@ -121,6 +121,9 @@ typedef struct {
     int64_t engram_n_columns;
     int64_t *engram_primes;
     int64_t *engram_offsets;
+    /* Derived (§5.2 d): per Engram layer, engram_max_ngram_size odd hash multipliers,
+     * engram_multipliers[l * engram_max_ngram_size + k]. */
+    int64_t *engram_multipliers;
 
     /* DSpark (§5.11) */
     int64_t n_draft_stages;       /* num_nextn_predict_layers (n_mtp_layers) */
@@ -153,6 +156,11 @@ int di_config_load(const char *model_dir_or_config_json, DiModelConfig *out);
 int di_config_parse_json(const json_t *root, DiModelConfig *out);
 
 void di_config_free(DiModelConfig *cfg);
+
+/* The §5.2 (d) multipliers of one Engram layer: numpy default_rng(10007 * layer_id)
+ * .integers(0, B, size=n, dtype=int64) * 2 + 1 with B = max(1, (2^63-1) div compressed_vocab div 2),
+ * bit-exact (config_engram.c).  compressed_vocab must be < 2^30. */
+int di_engram_hash_multipliers(int64_t layer_id, int64_t compressed_vocab, int64_t n, int64_t *out);
 
 /* Role name for logs: "window", "full", "reuse", "reindex". */
 const char *di_layer_role_name(DiLayerRole role);

@@ -90,6 +90,63 @@ TEST(golden_tiny_a_config) {
     di_config_free(&c);
 }
 
+/* golden.bin arrays (golden-v41/README.md §5) named in golden.json: i64, read by offset. */
+static int read_golden_i64(const char *name, int64_t *out, size_t n) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/golden-v41/tiny-a/golden.json", test_shared_dir());
+    json_t *root = di_json_load_file(path);
+    if (!root) return -1;
+    json_t *a = json_object_get(json_object_get(root, "arrays"), name);
+    int64_t off = json_integer_value(json_object_get(a, "offset")), nb = json_integer_value(json_object_get(a, "nbytes"));
+    json_decref(root);
+    if (!a || nb != (int64_t)(n * 8)) return -1;
+    snprintf(path, sizeof path, "%s/golden-v41/tiny-a/golden.bin", test_shared_dir());
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    int ok = fseek(f, (long)off, SEEK_SET) == 0 && fread(out, 8, n, f) == n; /* little-endian host */
+    fclose(f);
+    return ok ? 0 : -1;
+}
+
+TEST(golden_engram_arrays) {
+    /* The golden's engram.hash_multipliers / primes / offsets (computed by the golden generator
+     * with numpy) against the config's derived values, layer-major. */
+    DiModelConfig c;
+    if (di_config_load(golden_dir, &c) < 0) {
+        CHECK_MSG(0, "%s", di_error_message());
+        return;
+    }
+    int64_t mult[6], primes[8], offsets[8];
+    CHECK(read_golden_i64("engram.hash_multipliers", mult, 6) == 0);
+    CHECK(read_golden_i64("engram.hash_primes", primes, 8) == 0);
+    CHECK(read_golden_i64("engram.hash_offsets", offsets, 8) == 0);
+    check_list(c.engram_multipliers, 6, mult, 6, "multipliers");
+    check_list(c.engram_primes, 8, primes, 8, "primes");
+    check_list(c.engram_offsets, 8, offsets, 8, "offsets");
+    di_config_free(&c);
+}
+
+TEST(release_and_tiny_multipliers) {
+    /* §5.2 (d) table and §9.3 values */
+    static const int64_t l1[] = {76632096046245, 4839876093313, 35959672319349, 73987337458391};
+    static const int64_t l14[] = {67716810739261, 51510806800915, 30921347202721, 82619226485591};
+    static const int64_t tiny[] = {59325216104801821, 3746820326864245, 27838405073976279, 57277759714273633};
+    int64_t m[4];
+    CHECK(di_engram_hash_multipliers(1, 99092, 4, m) == 0);
+    check_list(m, 4, l1, 4, "layer 1");
+    CHECK(di_engram_hash_multipliers(14, 99092, 4, m) == 0);
+    check_list(m, 4, l14, 4, "layer 14");
+    CHECK(di_engram_hash_multipliers(1, 128, 4, m) == 0);
+    check_list(m, 4, tiny, 4, "tiny layer 1");
+    CHECK(di_engram_hash_multipliers(1, (int64_t)1 << 40, 4, m) == -1); /* 32-bit draw path unsupported */
+    CHECK(di_engram_hash_multipliers(1, 128, 0, m) == -1);
+    DiModelConfig c;
+    CHECK(di_config_load(RELEASE_JSON, &c) == 0);
+    check_list(c.engram_multipliers, 4, l1, 4, "release config layer 1");
+    check_list(c.engram_multipliers + 4, 4, l14, 4, "release config layer 14");
+    di_config_free(&c);
+}
+
 TEST(tiny_spec_config) {
     DiModelConfig c;
     int rc = di_config_load(TINY_JSON, &c);
@@ -372,6 +429,8 @@ TEST(load_errors_name_the_file) {
 int main(void) {
     snprintf(golden_dir, sizeof golden_dir, "%s/golden-v41/tiny-a/checkpoint", test_shared_dir());
     RUN_TEST(golden_tiny_a_config);
+    RUN_TEST(golden_engram_arrays);
+    RUN_TEST(release_and_tiny_multipliers);
     RUN_TEST(tiny_spec_config);
     RUN_TEST(release_config);
     RUN_TEST(hf_validation_rules);
