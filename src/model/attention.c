@@ -96,6 +96,7 @@ static int run_compressor(const Model *m, RunState *st, int L, const LayerWeight
     KvSourceState *ks = &st->kv[slot];
     float *kc, *zc = NULL, *latent, *key;
     int rc = -1;
+    if (ratio > DIMS_MAX_LAYERS) return di_errorf("compressor of layer %d: ratio %d too large", L, ratio);
     ALLOC(kc, n * Dh, "compressor rows");
     if (ratio > 1) ALLOC(zc, n * Dh, "compressor gates");
     ALLOC(latent, Dh, "latent");
@@ -117,19 +118,22 @@ static int run_compressor(const Model *m, RunState *st, int L, const LayerWeight
             goto done;
         }
         if (r < ratio - 1) { /* hold the row until its group is complete */
-            memcpy(ks->pend_kv + r * Dh, kc + i * Dh, (size_t)Dh * sizeof(float));
-            memcpy(ks->pend_gate + r * Dh, zc + i * Dh, (size_t)Dh * sizeof(float));
+            memcpy(state_pending_row(st, slot, 0, r), kc + i * Dh, (size_t)Dh * sizeof(float));
+            memcpy(state_pending_row(st, slot, 1, r), zc + i * Dh, (size_t)Dh * sizeof(float));
             ks->n_pending = r + 1;
             continue;
         }
         /* λ[c] = Σ_r softmax_r(ζ_r[c]) · κ_r[c] over the m rows of the group */
+        const float *pk[DIMS_MAX_LAYERS], *pz[DIMS_MAX_LAYERS];
+        for (int j = 0; j < ratio - 1; j++) pk[j] = state_pending_row(st, slot, 0, j), pz[j] = state_pending_row(st, slot, 1, j);
+        pk[ratio - 1] = kc + i * Dh;
+        pz[ratio - 1] = zc + i * Dh;
         for (int64_t c = 0; c < Dh; c++) {
-            float mx = zc[i * Dh + c];
-            for (int j = 0; j < ratio - 1; j++) mx = fmaxf(mx, ks->pend_gate[j * Dh + c]);
+            float mx = pz[ratio - 1][c];
+            for (int j = 0; j < ratio - 1; j++) mx = fmaxf(mx, pz[j][c]);
             float den = 0, num = 0;
             for (int j = 0; j < ratio; j++) {
-                float z = j < ratio - 1 ? ks->pend_gate[j * Dh + c] : zc[i * Dh + c];
-                float k = j < ratio - 1 ? ks->pend_kv[j * Dh + c] : kc[i * Dh + c];
+                float z = pz[j][c], k = pk[j][c];
                 float e = expf(z - mx);
                 den += e;
                 num += e * k;

@@ -18,7 +18,7 @@ static int token_cid(const Model *m, int32_t tok, int32_t *cid) {
     return 0;
 }
 
-int engram_hash(const Model *m, const RunState *st, const int32_t *tokens, int64_t n, int64_t s, int64_t *ids) {
+int engram_hash(const Model *m, RunState *st, const int32_t *tokens, int64_t n, int64_t s, int64_t *ids) {
     const ModelDims *d = &m->d;
     if (d->n_engram == 0) return 0;
     if (!m->token_map || !m->engram_mult_set) return di_errorf("engram: the compressed token map is not set (tokenizer-derived, §5.2 a; model_set_engram_token_map)");
@@ -39,7 +39,7 @@ int engram_hash(const Model *m, const RunState *st, const int32_t *tokens, int64
             if (q >= s) {
                 if (token_cid(m, tokens[q - s], &cid) != 0) return -1;
             } else {
-                cid = st->hist[s - 1 - q];
+                cid = state_engram_history(st)[s - 1 - q];
             }
             x[k] = cid;
         }
@@ -62,10 +62,11 @@ int engram_hash(const Model *m, const RunState *st, const int32_t *tokens, int64
 void engram_push_history(const Model *m, RunState *st, const int32_t *tokens, int64_t n) {
     int keep = st->ngram_hist;
     if (keep <= 0 || !m->token_map) return;
+    int32_t *hist = state_engram_history(st);
     for (int64_t i = 0; i < n; i++) {
-        for (int k = keep - 1; k > 0; k--) st->hist[k] = st->hist[k - 1];
+        for (int k = keep - 1; k > 0; k--) hist[k] = hist[k - 1];
         int32_t t = tokens[i];
-        st->hist[0] = (t >= 0 && t < m->token_map_len) ? m->token_map[t] : 0;
+        hist[0] = (t >= 0 && t < m->token_map_len) ? m->token_map[t] : 0;
     }
 }
 
