@@ -13,6 +13,10 @@
 #include "model/golden.h"
 #include "model/model.h"
 #include "model/state.h"
+#include "model/tiny.h"
+
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -259,6 +263,40 @@ TEST(bad_calls_are_errors_with_causes) {
     CHECK(strstr(di_error_message(), "/nonexistent-model-dir") != NULL);
 }
 
+/* A second geometry with no golden values (§9.2 verbatim: 8 layers, hidden 96, output groups of
+ * 48 rows straddling the 32-row scale blocks, 4-gram Engram, 2 candidate blocks of 4): prefill
+ * and token-by-token decode must agree (exact mode, fp32 summation-order differences only). */
+TEST(spec9_geometry_prefill_equals_decode) {
+    char dir[] = "/tmp/di-test-spec9-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    int rc = di_tiny_write(dir, "spec9", 3, 0);
+    CHECK_MSG(rc == 0, "%s", di_error_message());
+    Model *m = rc == 0 ? model_load(dir, MODE_EXACT) : NULL;
+    CHECK_MSG(m != NULL, "%s", di_error_message());
+    if (m) {
+        int64_t T = 23, Vs = m->d.vocab;
+        int32_t *map = calloc((size_t)Vs, sizeof *map), tok[23];
+        for (int t = 0; t < Vs; t++) map[t] = t % m->d.engram_compressed_vocab; /* §9.3 map */
+        CHECK(model_set_engram_token_map(m, map, Vs) == 0);
+        for (int i = 0; i < T; i++) tok[i] = i == 0 ? 0 : (int32_t)((i * 37 + (i % 5 == 0 ? 128 : 0)) % Vs);
+        float *a = calloc((size_t)(T * Vs), sizeof(float)), *b = calloc((size_t)(T * Vs), sizeof(float));
+        RunState *s1 = state_create(&m->d), *s2 = state_create(&m->d);
+        CHECK(model_forward(m, s1, tok, T, 0, a, true, NULL) == 0);
+        for (int64_t p = 0; p < T; p++) CHECK(model_forward(m, s2, tok + p, 1, p, b + p * Vs, true, NULL) == 0);
+        double e = max_diff(a, b, T * Vs);
+        CHECK_MSG(e <= 1e-4, "prefill vs decode max_abs %g", e);
+        state_free(s1);
+        state_free(s2);
+        free(a);
+        free(b);
+        free(map);
+        model_free(m);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void) {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/golden-v41/tiny-a", test_shared_dir());
@@ -281,6 +319,7 @@ int main(void) {
     RUN_TEST(dspark_draft_matches_golden);
     RUN_TEST(optimised_matmul_matches_reference_kernel);
     RUN_TEST(bad_calls_are_errors_with_causes);
+    RUN_TEST(spec9_geometry_prefill_equals_decode);
     model_free(model);
     golden_close(&golden);
     return TEST_SUMMARY();
