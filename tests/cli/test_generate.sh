@@ -63,6 +63,32 @@ k1=$("$BIN" generate --model "$GOLDEN/checkpoint" --engram-map "$tmp/map.json" -
 out=$("$BIN" generate --prompt-ids 0,1,2 --max-tokens 5 2>"$tmp/err")
 [ "$(echo "$out" | wc -w)" -ge 1 ] && grep -q "tokens/s" "$tmp/err" && ok || bad "built-in model: '$out' $(cat "$tmp/err")"
 
+# the Engram compressed-token map built from the real DeepSeek tokenizer equals the reference
+# algorithm (§5.2 a) run with the HF `tokenizers` package
+TOKJ="$SHARED_DIR/recipe-data/tokenizer/deepseek_v3_tokenizer.json"
+"$BIN" generate --print-engram-map "$TOKJ" >"$tmp/cmap.json" 2>"$tmp/err"
+python3 - "$TOKJ" "$tmp/cmap.json" <<'PY' && ok || bad "engram map differs from the tokenizers oracle: $(cat "$tmp/err")"
+import json, re, sys, unicodedata
+from tokenizers import Tokenizer
+tok = Tokenizer.from_file(sys.argv[1])
+got = json.load(open(sys.argv[2]))
+def norm(s):
+    s = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", s))
+    s = "".join(c for c in s if unicodedata.category(c) != "Mn").lower()
+    s = re.sub(r"[ \t\r\n]+", " ", s)
+    if s == " ":
+        s = "\ue000"
+    return s.strip().replace("\ue000", " ")
+keys, want = {}, []
+for t in range(tok.get_vocab_size(with_added_tokens=True)):
+    text = tok.decode([t], skip_special_tokens=False)
+    key = tok.id_to_token(t) if "\ufffd" in text else (norm(text) or text)
+    want.append(keys.setdefault(key, len(keys)))
+assert got["ids"] == len(want) and got["keys"] == len(keys), (got["ids"], got["keys"], len(want), len(keys))
+bad = [i for i in range(len(want)) if got["map"][i] != want[i]]
+assert not bad, bad[:10]
+PY
+
 # errors
 "$BIN" generate >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "no --prompt-ids must exit 2"
 "$BIN" generate --prompt-ids 1,x >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "bad id list must exit 2"

@@ -11,7 +11,8 @@
  *
  * Engram compressed-token map (§5.2 a): derived from the tokenizer, so it comes from outside the
  * model: --engram-map FILE (a JSON array of ids, one per token), else DIR/engram_token_map.json,
- * else — only for the built-in synthetic tiny model or with --engram-map synthetic — the §9.3
+ * else built from DIR/tokenizer.json (its key count must equal engram_compressed_vocab_size), else
+ * — only for the built-in synthetic tiny model or with --engram-map synthetic — the §9.3
  * synthetic map cid[t] = t mod engram_compressed_vocab_size.  A real checkpoint without a map is
  * an error rather than a silently wrong Engram. */
 #include "commands.h"
@@ -27,6 +28,7 @@
 #include "model/state.h"
 
 #include <errno.h>
+#include <utf8proc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +36,7 @@
 #include <time.h>
 
 typedef struct {
-    const char *model_dir, *prompt_ids, *engram_map, *mode;
+    const char *model_dir, *prompt_ids, *engram_map, *mode, *print_map;
     long max_tokens, top_k;
     double temperature, top_p;
     unsigned long long seed;
@@ -52,7 +54,9 @@ static void usage(FILE *out) {
             "  --top-p P           keep the smallest set with probability >= P (default 1)\n"
             "  --seed S            sampler seed (default 0)\n"
             "  --mode M            numerics: ref (default, the reference's quantisation points), kvq, exact\n"
-            "  --engram-map F      Engram compressed-token map: JSON array file, or 'synthetic' (t mod C)\n"
+            "  --engram-map F      Engram compressed-token map: JSON array file, or 'synthetic' (t mod C);\n"
+            "                      default DIR/engram_token_map.json, else built from DIR/tokenizer.json\n"
+            "  --print-engram-map TOKENIZER_JSON   print the map built from a tokenizer as JSON and exit\n"
             "Token ids go to stdout as they are produced; a summary (tokens, tokens/s) to stderr.\n");
 }
 
@@ -92,6 +96,7 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
         if (strcmp(o, "--model") == 0) a->model_dir = v;
         else if (strcmp(o, "--prompt-ids") == 0) a->prompt_ids = v;
         else if (strcmp(o, "--engram-map") == 0) a->engram_map = v;
+        else if (strcmp(o, "--print-engram-map") == 0) a->print_map = v;
         else if (strcmp(o, "--mode") == 0) a->mode = v;
         else if (strcmp(o, "--max-tokens") == 0) bad = parse_long(v, 0, 1L << 20, &a->max_tokens);
         else if (strcmp(o, "--top-k") == 0) bad = parse_long(v, 0, 1L << 30, &a->top_k);
@@ -110,7 +115,7 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
             return 2;
         }
     }
-    if (!a->prompt_ids) {
+    if (!a->prompt_ids && !a->print_map) {
         fprintf(stderr, "deepinfer generate: --prompt-ids is required\n");
         return 2;
     }
@@ -167,6 +172,175 @@ done:
     return rc;
 }
 
+
+/* ---- Engram compressed-token map from the tokenizer (§5.2 a; REF-ENG build_compressed_token_map).
+ * For every id in order: decode it alone (special tokens kept); text with U+FFFD or invalid UTF-8
+ * (a partial byte token) keys by its raw token spelling; otherwise by the normalised text
+ * NFKC -> NFD -> drop combining marks (Mn) -> lowercase -> runs of [ \t\r\n] to one space -> a
+ * lone space is kept (sentinel) -> strip surrounding whitespace; empty -> the un-normalised text.
+ * Keys get ids 0, 1, ... in order of first appearance.
+ * This belongs in src/recipe (the engine and server need it too); it lives here until it moves. */
+
+/* Python str.isspace() for the code points strip() removes */
+static bool py_space(utf8proc_int32_t c) {
+    if (c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F) || c == 0x85 || c == 0xA0) return true;
+    utf8proc_category_t cat = utf8proc_category(c);
+    return cat == UTF8PROC_CATEGORY_ZS || cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP;
+}
+
+/* The map key of one decoded token (heap string); NULL with an error. */
+static char *engram_key(const char *text, size_t len) {
+    utf8proc_uint8_t *nfkc = utf8proc_NFKC((const utf8proc_uint8_t *)text);
+    utf8proc_uint8_t *nfd = nfkc ? utf8proc_NFD(nfkc) : NULL;
+    free(nfkc);
+    if (!nfd) {
+        di_errorf("engram map: normalisation failed");
+        return NULL;
+    }
+    size_t n = strlen((const char *)nfd);
+    utf8proc_int32_t *cps = malloc((n + 1) * sizeof *cps);
+    char *out = malloc(n * 4 + 8);
+    if (!cps || !out) {
+        free(nfd), free(cps), free(out);
+        di_errorf("engram map: out of memory");
+        return NULL;
+    }
+    size_t k = 0;
+    bool in_ws = false;
+    for (utf8proc_ssize_t i = 0; i < (utf8proc_ssize_t)n;) {
+        utf8proc_int32_t c;
+        utf8proc_ssize_t step = utf8proc_iterate(nfd + i, (utf8proc_ssize_t)n - i, &c);
+        if (step <= 0) break;
+        i += step;
+        if (utf8proc_category(c) == UTF8PROC_CATEGORY_MN) continue; /* strip accents */
+        c = utf8proc_tolower(c);
+        bool ws = c == ' ' || c == '\t' || c == '\r' || c == '\n';
+        if (ws && in_ws) continue;
+        cps[k++] = ws ? ' ' : c;
+        in_ws = ws;
+    }
+    free(nfd);
+    size_t lo = 0, hi = k;
+    if (!(k == 1 && cps[0] == ' ')) { /* a lone space survives the strip (the U+E000 sentinel) */
+        while (lo < hi && py_space(cps[lo])) lo++;
+        while (hi > lo && py_space(cps[hi - 1])) hi--;
+    }
+    size_t o = 0;
+    for (size_t i = lo; i < hi; i++) o += (size_t)utf8proc_encode_char(cps[i], (utf8proc_uint8_t *)out + o);
+    if (o == 0) { /* empty after normalisation: the text itself */
+        memcpy(out, text, len);
+        o = len;
+    }
+    out[o] = 0;
+    free(cps);
+    return out;
+}
+
+static bool valid_utf8_without_fffd(const char *s, size_t len) {
+    for (utf8proc_ssize_t i = 0; i < (utf8proc_ssize_t)len;) {
+        utf8proc_int32_t c;
+        utf8proc_ssize_t step = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)len - i, &c);
+        if (step <= 0 || c == 0xFFFD) return false;
+        i += step;
+    }
+    return true;
+}
+
+typedef struct {
+    char *key;
+    int32_t id;
+} KeyId;
+
+static int by_key_then_id(const void *a, const void *b) {
+    const KeyId *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->id > y->id) - (x->id < y->id);
+}
+
+/* cid[t] for every id of the tokenizer; *n_keys = number of distinct keys. */
+static int build_engram_map(const DiTokenizer *tok, int32_t **out, int64_t *n_ids, int64_t *n_keys) {
+    size_t V = di_tokenizer_vocab_size(tok);
+    KeyId *kv = di_calloc(V, sizeof *kv, "engram map keys");
+    int32_t *first = di_malloc(V * sizeof *first, "engram map"), *cid = di_malloc(V * sizeof *cid, "engram map");
+    int rc = -1;
+    if (!kv || !first || !cid) goto done;
+    for (size_t t = 0; t < V; t++) {
+        int32_t id = (int32_t)t;
+        char *text = NULL;
+        size_t len = 0;
+        kv[t].id = id;
+        if (di_tokenizer_decode(tok, &id, 1, &text, &len) != 0) {
+            /* an id with no token decodes to nothing, like the reference's decode */
+            di_error_clear();
+            text = di_strdup("");
+        }
+        if (!text) goto done;
+        if (!valid_utf8_without_fffd(text, len)) {
+            const char *raw = di_tokenizer_id_to_token(tok, id);
+            kv[t].key = di_strdup(raw ? raw : "");
+        } else {
+            kv[t].key = engram_key(text, len);
+        }
+        free(text);
+        if (!kv[t].key) goto done;
+    }
+    /* group equal keys; each group's id is the rank of its first occurrence */
+    qsort(kv, V, sizeof *kv, by_key_then_id);
+    for (size_t i = 0; i < V; i++) first[kv[i].id] = (i > 0 && strcmp(kv[i].key, kv[i - 1].key) == 0) ? first[kv[i - 1].id] : kv[i].id;
+    int64_t next = 0;
+    for (size_t t = 0; t < V; t++) cid[t] = first[t] == (int32_t)t ? (int32_t)next++ : cid[first[t]];
+    *out = cid;
+    cid = NULL;
+    *n_ids = (int64_t)V;
+    *n_keys = next;
+    rc = 0;
+done:
+    if (kv)
+        for (size_t i = 0; i < V; i++) free(kv[i].key);
+    free(kv);
+    free(first);
+    free(cid);
+    return rc;
+}
+
+/* --print-engram-map: the map of a tokenizer as one JSON line {"ids": n, "keys": k, "map": [...]} */
+static int print_engram_map(const char *path) {
+    DiTokenizer *tok = di_tokenizer_load(path);
+    int32_t *map = NULL;
+    int64_t n = 0, keys = 0;
+    if (!tok || build_engram_map(tok, &map, &n, &keys) != 0) {
+        fprintf(stderr, "deepinfer generate: %s\n", di_last_error());
+        di_tokenizer_free(tok);
+        return 1;
+    }
+    printf("{\"ids\": %lld, \"keys\": %lld, \"map\": [", (long long)n, (long long)keys);
+    for (int64_t i = 0; i < n; i++) printf("%s%d", i ? "," : "", map[i]);
+    printf("]}\n");
+    free(map);
+    di_tokenizer_free(tok);
+    return 0;
+}
+
+static int map_from_tokenizer(Model *m, const char *path) {
+    DiTokenizer *tok = di_tokenizer_load(path);
+    if (!tok) return -1;
+    int32_t *map = NULL;
+    int64_t n = 0, keys = 0;
+    int rc = build_engram_map(tok, &map, &n, &keys);
+    di_tokenizer_free(tok);
+    if (rc != 0) return -1;
+    /* the key count is the reference's checksum (it asserts it) */
+    if (keys != m->d.engram_compressed_vocab)
+        rc = di_errorf("%s: %lld distinct Engram keys, config engram_compressed_vocab_size is %d", path, (long long)keys,
+                       m->d.engram_compressed_vocab);
+    else if (n < m->d.vocab)
+        rc = di_errorf("%s: %lld token ids, vocabulary is %d", path, (long long)n, m->d.vocab);
+    else
+        rc = model_set_engram_token_map(m, map, n);
+    free(map);
+    return rc;
+}
+
 static int setup_engram_map(Model *m, const char *dir, const char *opt, bool builtin) {
     if (m->d.n_engram == 0) return 0;
     if (opt && strcmp(opt, "synthetic") != 0) return load_map_file(m, opt);
@@ -178,6 +352,14 @@ static int setup_engram_map(Model *m, const char *dir, const char *opt, bool bui
         return rc;
     }
     free(file);
+    char *tokjson = di_path_join(dir, "tokenizer.json");
+    if (!tokjson) return -1;
+    if (!opt && !builtin && di_file_exists(tokjson)) {
+        int rc = map_from_tokenizer(m, tokjson);
+        free(tokjson);
+        return rc;
+    }
+    free(tokjson);
     if (!opt && !builtin)
         return di_errorf("%s: model has Engram layers but no compressed-token map (engram_token_map.json or --engram-map; "
                          "'--engram-map synthetic' for synthetic checkpoints)", dir);
@@ -257,6 +439,7 @@ int cmd_generate(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (a.print_map) return print_engram_map(a.print_map);
     NumericsMode mode = MODE_REF;
     if (a.mode && numerics_mode_parse(a.mode, &mode) != 0) {
         fprintf(stderr, "deepinfer generate: %s\n", di_error_message());
