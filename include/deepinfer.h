@@ -32,6 +32,42 @@ int di_builtin_model_dir(char *buf, size_t n);
 
 /* (model API goes here) */
 
+/* The V4.1 forward pass on a loaded checkpoint (model-v41.md §5).  A DiModel is immutable while
+ * forwards run on it, except for the setters below; each request has its own DiModelState (§6:
+ * window rings, compressed KV rows, index keys, compressor pending rows, Engram history, DSpark
+ * rings).  numerics: "ref" (default, NULL: the reference's FP8 activation quantisation and KV
+ * round trips), "kvq" (KV / indexer round trips only), "exact" (float32 throughout). */
+typedef struct DiModel DiModel;
+typedef struct DiModelState DiModelState;
+
+DiModel *di_model_load(const char *dir, const char *numerics);
+void di_model_free(DiModel *model);
+int32_t di_model_vocab_size(const DiModel *model);
+/* Worker threads of the matrix kernels (<= 0: DEEPINFER_NUM_THREADS, else all CPUs). */
+int di_model_set_threads(DiModel *model, int n_threads);
+/* The Engram compressed-token map cid[t], t < len (tokenizer-derived, §5.2 a); required before
+ * the first forward of a model with Engram layers. */
+int di_model_set_engram_token_map(DiModel *model, const int32_t *cid, int64_t len);
+
+DiModelState *di_model_state_new(const DiModel *model);
+void di_model_state_free(DiModelState *state);
+/* Positions the state holds (the next chunk starts there). */
+int64_t di_model_state_positions(const DiModelState *state);
+
+/* Process tokens at positions start_pos .. start_pos+n-1 (start_pos must equal the state's
+ * positions): a prefill chunk of any length or a decode step.  logits (may be NULL): [n][vocab]
+ * when all_rows, else [vocab] for the last token.  On error the state is unusable only if the
+ * error came from inside the layers; argument errors leave it untouched. */
+int di_model_forward(DiModel *model, DiModelState *state, const int32_t *tokens, int64_t n, int64_t start_pos,
+                     float *logits, int all_rows);
+
+/* DSpark drafter (§5.11): with `anchor` at the state's next position, fill base_logits and
+ * logits [block][vocab], confidence [block] (raw logits) and tokens [block]; given = NULL drafts
+ * greedily, else the block's drafts are imposed.  Commits nothing to the state. */
+int di_model_draft_block_size(const DiModel *model);
+int di_model_draft(DiModel *model, DiModelState *state, int32_t anchor, const int32_t *given, float *base_logits,
+                   float *logits, float *confidence, int32_t *tokens);
+
 /* ---- recipe: tokenizer (src/recipe) ----------------------------------------------------- */
 
 /* The DeepSeek V3 / V4 / V4.1 tokenizer: byte-level BPE loaded from a Hugging Face
