@@ -60,11 +60,10 @@ static void rows_range(const MatmulJob *job, int task, int64_t *r0, int64_t *r1)
 }
 
 static void gemv_task(void *ctx, int task, int thread) {
-    (void)thread;
     const MatmulJob *job = ctx;
     int64_t r0, r1;
     rows_range(job, task, &r0, &r1);
-    di_simd_gemv_rows(job->w, &job->acts, job->y, r0, r1);
+    di_simd_gemv_rows(job->w, &job->acts, job->y, r0, r1, job->scratch + thread * job->scratch_floats);
 }
 
 static void gemm_task(void *ctx, int task, int thread) {
@@ -100,19 +99,15 @@ int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_
     float *owned;
     if (padded_acts(x, n_tokens, w->cols, &job.acts, &owned) != 0) return di_error_wrap("matmul");
     int n_tasks = (int)((w->rows + DI_SIMD_ROW_CHUNK - 1) / DI_SIMD_ROW_CHUNK);
-    if (n_tokens < GEMM_MIN_TOKENS) {
-        di_pool_run(pool, n_tasks, gemv_task, &job);
-    } else {
-        int threads = pool ? di_pool_threads(pool) : 1;
-        job.scratch_floats = di_simd_scratch_floats(w->cols);
-        job.scratch = di_aligned_calloc((size_t)threads, (size_t)job.scratch_floats * sizeof(float), "matmul panel");
-        if (!job.scratch) {
-            di_aligned_free(owned);
-            return di_error_wrap("matmul");
-        }
-        di_pool_run(pool, n_tasks, gemm_task, &job);
-        di_aligned_free(job.scratch);
+    int threads = pool ? di_pool_threads(pool) : 1;
+    job.scratch_floats = di_simd_scratch_floats(w->cols);
+    job.scratch = di_aligned_calloc((size_t)threads, (size_t)job.scratch_floats * sizeof(float), "matmul scratch");
+    if (!job.scratch) {
+        di_aligned_free(owned);
+        return di_error_wrap("matmul");
     }
+    di_pool_run(pool, n_tasks, n_tokens < GEMM_MIN_TOKENS ? gemv_task : gemm_task, &job);
+    di_aligned_free(job.scratch);
     di_aligned_free(owned);
     return 0;
 }

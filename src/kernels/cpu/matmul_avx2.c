@@ -29,16 +29,31 @@
 #include "kernels/cpu/matmul_simd.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define GROUP 8        /* floats per ymm register: the lane count of the reduction order */
 #define BLOCK 32       /* scale block along the input (§3.4, §3.5) */
+#ifndef PREFETCH
+#define PREFETCH 1
+#endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
+#ifndef GEMV_ROWS
 #define GEMV_ROWS 4    /* rows whose accumulators the GEMV keeps in registers at once */
+#endif
 #define TILE_ROWS 3    /* GEMM register tile: 3 rows x 4 tokens = 12 accumulators, + 3 weight */
 #define TILE_TOKENS 4  /*   registers + 1 activation register = the 16 ymm registers of AVX2 */
+#ifndef PANEL_ROWS
 #define PANEL_ROWS 48  /* rows decoded into one GEMM panel (a multiple of TILE_ROWS) */
+#endif
+#ifndef PANEL_K
 #define PANEL_K 256    /* input columns per panel chunk: 48 x 256 floats = 48 KiB, near L1/L2 */
-#define TOKEN_BLOCK 64 /* tokens whose accumulators persist across the chunks of one panel */
+#endif
+#ifndef TOKEN_BLOCK
+#define TOKEN_BLOCK 128 /* tokens whose accumulators persist across the chunks of one panel */
+#endif
 
 bool di_simd_available(void) {
     __builtin_cpu_init();
@@ -46,9 +61,11 @@ bool di_simd_available(void) {
 }
 
 int64_t di_simd_scratch_floats(int64_t cols) {
-    (void)cols;
-    /* the panel chunk, then the accumulators of one token block (8 lanes each) */
-    return (int64_t)PANEL_ROWS * PANEL_K + (int64_t)PANEL_ROWS * TOKEN_BLOCK * GROUP;
+    /* GEMM: the panel chunk, then the accumulators of one token block (8 lanes each);
+     * GEMV: one row of scaled activations (k32 floats) */
+    int64_t gemm = (int64_t)PANEL_ROWS * PANEL_K + (int64_t)PANEL_ROWS * TOKEN_BLOCK * GROUP;
+    int64_t gemv = (cols + BLOCK - 1) / BLOCK * BLOCK;
+    return gemm > gemv ? gemm : gemv;
 }
 
 /* ---- scale factors (as float32 bit patterns, so no libm call in the inner loops) ---------- */
@@ -192,6 +209,22 @@ static inline float lane_sum(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
 }
 
+/* Software prefetch of the same block one row tile ahead.  A weight row of the release shapes
+ * is 2-4 KiB, so every row starts a new 4 KiB page, where the hardware stream prefetchers stop;
+ * without this the GEMV of a matrix larger than L3 is latency-bound at a third of the DRAM
+ * bandwidth.  One tile ahead (16 KiB) is ~1 us at 15 GB/s: enough lead, still L2-resident. */
+static inline __attribute__((always_inline)) void prefetch_block(DiMatFormat format, const DiMatrix *w, int64_t r,
+                                                                 int64_t kb) {
+    const char *p = w->data;
+    switch (format) {
+    case DI_MAT_F32: p += (r * w->cols + kb * BLOCK) * 4; _mm_prefetch(p + 64, PF_HINT); break;
+    case DI_MAT_BF16: p += (r * w->cols + kb * BLOCK) * 2; break;
+    case DI_MAT_FP8_BLOCK: p += r * w->cols + kb * BLOCK; break;
+    case DI_MAT_FP4_ROW32: p += r * (w->cols / 2) + kb * (BLOCK / 2); break;
+    }
+    _mm_prefetch(p, PF_HINT);
+}
+
 /* ---- GEMV: weights decoded in registers, GEMV_ROWS rows per pass over the activations ------ */
 
 static inline __attribute__((always_inline)) void gemv_tile(DiMatFormat format, const DiMatrix *w, const float *x,
@@ -203,6 +236,8 @@ static inline __attribute__((always_inline)) void gemv_tile(DiMatFormat format, 
         const float *xb = x + kb * BLOCK;
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
+            if (PREFETCH && r0 + i + GEMV_ROWS < w->rows) /* see prefetch_block */
+                prefetch_block(format, w, r0 + i + GEMV_ROWS, kb);
             __m256 wv[4];
             decode_block(format, w, r0 + i, kb, wv);
             #pragma GCC unroll 16
@@ -225,11 +260,109 @@ static inline __attribute__((always_inline)) void gemv_rows(DiMatFormat format, 
     }
 }
 
-void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1) {
+/* ---- FP8 GEMV with the block scale moved onto the activations --------------------------------
+ * An FP8 scale is shared by 32 rows (§3.4), so instead of multiplying every decoded weight
+ * w' = code * 2^-8 by f = 2^(b-119), the GEMV multiplies the 32-row block's activations once:
+ * fma(w', x * f, acc) rounds the same real number w' * x * f + acc as fma(w' * f, x, acc) does,
+ * so the result is bit-identical to the panel GEMM -- provided x * f and w' * f are exact.
+ * They are when f keeps every non-zero activation of the token a normal, finite float32 and
+ * the weights finite (fp8_prescale_exact); otherwise the row block takes the plain path.  The
+ * decision looks only at this token and this row block, so it never depends on the batch. */
+
+typedef struct {
+    float min_nonzero, max; /* of |x| over the finite, non-zero activations of one token */
+} ActRange;
+
+static ActRange act_range(const float *x, int64_t n) {
+    ActRange r = {INFINITY, 0.0f};
+    for (int64_t i = 0; i < n; i++) {
+        float v = fabsf(x[i]);
+        if (v == 0.0f || !isfinite(v)) continue; /* zeros, inf and NaN scale exactly */
+        if (v < r.min_nonzero) r.min_nonzero = v;
+        if (v > r.max) r.max = v;
+    }
+    return r;
+}
+
+static bool fp8_prescale_exact(const uint8_t *scales, int64_t kblocks, ActRange x) {
+    uint8_t lo = 255, hi = 0;
+    for (int64_t i = 0; i < kblocks; i++) {
+        lo = scales[i] < lo ? scales[i] : lo;
+        hi = scales[i] > hi ? scales[i] : hi;
+    }
+    if (lo < 20 || hi > 240) return false; /* code * scale stays a finite, exact float32 */
+    if (x.max == 0.0f) return true;        /* all zero (or non-finite): exact */
+    return ldexp(x.max, hi - 119) < 0x1p126 && ldexp(x.min_nonzero, lo - 119) >= 0x1p-126;
+}
+
+/* Rows r0 .. r0+nr-1 of one 32-row block; xs = x * f per column block (full blocks only). */
+static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const DiMatrix *w, const float *x,
+                                                                          const float *xs, int64_t k32, int64_t r0,
+                                                                          int nr, float *y) {
+    const uint8_t *data = w->data;
+    int64_t full = w->cols / BLOCK;
+    __m256 acc[GEMV_ROWS];
+    #pragma GCC unroll 16
+    for (int i = 0; i < GEMV_ROWS; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < full; kb++) {
+        const float *xb = xs + kb * BLOCK;
+        #pragma GCC unroll 16
+        for (int i = 0; i < nr; i++) {
+            if (PREFETCH && r0 + i + GEMV_ROWS < w->rows) prefetch_block(DI_MAT_FP8_BLOCK, w, r0 + i + GEMV_ROWS, kb);
+            const uint8_t *p = data + (r0 + i) * w->cols + kb * BLOCK;
+            __m256i h0 = e4m3_to_fp16_bits(p), h1 = e4m3_to_fp16_bits(p + 16);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h0)), _mm256_loadu_ps(xb), acc[i]);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h0, 1)), _mm256_loadu_ps(xb + 8), acc[i]);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h1)), _mm256_loadu_ps(xb + 16), acc[i]);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h1, 1)), _mm256_loadu_ps(xb + 24), acc[i]);
+        }
+    }
+    if (full < k32 / BLOCK) { /* the partial last block: the plain decode, unscaled x */
+        #pragma GCC unroll 16
+        for (int i = 0; i < nr; i++) {
+            __m256 wv[4];
+            decode_block(DI_MAT_FP8_BLOCK, w, r0 + i, full, wv);
+            #pragma GCC unroll 16
+            for (int g = 0; g < 4; g++) acc[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(x + full * BLOCK + GROUP * g), acc[i]);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++) y[r0 + i] = lane_sum(acc[i]);
+}
+
+static void gemv_fp8_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
+    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, full = w->cols / BLOCK;
+    for (int64_t t = 0; t < a->n_tokens; t++) {
+        const float *x = a->x + t * a->k32;
+        float *yt = y + t * w->rows;
+        ActRange range = act_range(x, w->cols);
+        for (int64_t rb = r0; rb < r1; rb += BLOCK) { /* r0 is a multiple of 32 */
+            int64_t rb_end = rb + BLOCK < r1 ? rb + BLOCK : r1, r = rb;
+            const uint8_t *scales = w->scale + (rb / BLOCK) * kblocks;
+            if (!fp8_prescale_exact(scales, kblocks, range)) {
+                for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_tile(DI_MAT_FP8_BLOCK, w, x, a->k32, r, GEMV_ROWS, yt);
+                for (; r < rb_end; r++) gemv_tile(DI_MAT_FP8_BLOCK, w, x, a->k32, r, 1, yt);
+                continue;
+            }
+            for (int64_t kb = 0; kb < full; kb++) {
+                float f = 1.0f;
+                fp8_single_factor(scales[kb], &f); /* always true: the scales are <= 240 here */
+                __m256 fv = _mm256_set1_ps(f);
+                #pragma GCC unroll 16
+                for (int g = 0; g < 4; g++)
+                    _mm256_store_ps(xs + kb * BLOCK + GROUP * g, _mm256_mul_ps(_mm256_loadu_ps(x + kb * BLOCK + GROUP * g), fv));
+            }
+            for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_fp8_prescaled_tile(w, x, xs, a->k32, r, GEMV_ROWS, yt);
+            for (; r < rb_end; r++) gemv_fp8_prescaled_tile(w, x, xs, a->k32, r, 1, yt);
+        }
+    }
+}
+
+void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch) {
     switch (w->format) {
     case DI_MAT_F32: gemv_rows(DI_MAT_F32, w, a, y, r0, r1); break;
     case DI_MAT_BF16: gemv_rows(DI_MAT_BF16, w, a, y, r0, r1); break;
-    case DI_MAT_FP8_BLOCK: gemv_rows(DI_MAT_FP8_BLOCK, w, a, y, r0, r1); break;
+    case DI_MAT_FP8_BLOCK: gemv_fp8_rows(w, a, y, r0, r1, scratch); break;
     case DI_MAT_FP4_ROW32: gemv_rows(DI_MAT_FP4_ROW32, w, a, y, r0, r1); break;
     }
 }
@@ -248,10 +381,14 @@ static inline __attribute__((always_inline)) void gemm_tile(const float *panel, 
     for (int64_t k = 0; k < kc; k += GROUP) {
         __m256 wv[TILE_ROWS];
         #pragma GCC unroll 16
-        for (int i = 0; i < nr; i++) wv[i] = _mm256_load_ps(panel + i * PANEL_K + k);
+        for (int i = 0; i < nr; i++) {
+            wv[i] = _mm256_load_ps(panel + i * PANEL_K + k);
+            __asm__("" : "+x"(wv[i])); /* in a register for all nt tokens */
+        }
         #pragma GCC unroll 16
         for (int j = 0; j < nt; j++) {
             __m256 xv = _mm256_loadu_ps(x + j * xstride + k);
+            __asm__("" : "+x"(xv)); /* keep it in a register: one load, not one per row */
             #pragma GCC unroll 16
             for (int i = 0; i < nr; i++) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
         }

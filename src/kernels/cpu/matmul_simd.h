@@ -29,16 +29,17 @@ typedef struct {
 /* True when this CPU runs the AVX2+FMA kernels (checked at run time with cpuid). */
 bool di_simd_available(void);
 
-/* Bytes of per-thread scratch the GEMM path needs for a matrix with this many columns. */
+/* Floats of per-thread scratch (32-byte aligned) either kernel needs for this many columns. */
 int64_t di_simd_scratch_floats(int64_t cols);
 
 /* y[t][r] for r in [r0, r1) and every token: token at a time, weights decoded in registers
  * (the decode-bound n = 1 case).  r0 is a multiple of DI_SIMD_ROW_CHUNK. */
-void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1);
+void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1,
+                       float *scratch);
 
-/* The same outputs, bit for bit, by decoding the rows once into `panel` (di_simd_scratch_floats
- * floats, 32-byte aligned) and running a register-tiled product over the tokens. */
+/* The same outputs, bit for bit, by decoding the rows once into a panel in `scratch` and
+ * running a register-tiled product over the tokens. */
 void di_simd_gemm_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1,
-                       float *panel);
+                       float *scratch);
 
 #endif
