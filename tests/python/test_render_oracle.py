@@ -43,8 +43,8 @@ def special_spans(result):
     return spans
 
 
-def oracle(request):
-    """Render `request` (the deepinfer render JSON) with deepseek-recipe."""
+def oracle_messages(request):
+    """The request's messages as deepseek-recipe message objects."""
     msgs = []
     for m in request["messages"]:
         role = m["role"]
@@ -61,12 +61,21 @@ def oracle(request):
                      for c in m.get("tool_calls", [])] or None
             msgs.append(dr.AssistantMessage(m.get("content") or "", m.get("reasoning_content"), calls,
                                             prefix=m.get("prefix", False)))
+    return msgs
+
+
+def oracle_conversation(request, msgs):
     tools = [dr.ToolDefinition(t["function"]["name"], t["function"].get("description"),
                                t["function"].get("parameters")) for t in request.get("tools", [])] or None
-    conv = dr.Conversation(msgs, thinking_mode=request.get("thinking_mode", "thinking") == "thinking",
+    return dr.Conversation(msgs, thinking_mode=request.get("thinking_mode", "thinking") == "thinking",
                            tools=tools, tool_choice=request.get("tool_choice", "auto"),
                            reasoning_effort=request.get("reasoning_effort"),
                            response_format=request.get("response_format", "text"))
+
+
+def oracle(request):
+    """Render `request` (the deepinfer render JSON) with deepseek-recipe: prompt and specials."""
+    conv = oracle_conversation(request, oracle_messages(request))
     enc = dr.DeepseekV41Encoding() if request["encoding"] == "v41" else dr.DeepseekV4Encoding()
     rp = enc.render_conversation(conv)
     return rp.prompt, [(a, rp.prompt[a:b]) for a, b in rp.special_ranges]
