@@ -292,12 +292,15 @@ static int begin_call(DiStreamParser *p) {
 static int apply(DiStreamParser *p, Action a, const char *bytes, size_t len) {
     DiParsedMessage *m = &p->msg;
     DiParsedToolCall *call = current_call(p);
+    bool was_space_run = m->in_space_run;
+    m->in_space_run = a.kind == ACT_TO_SPACE;
     switch (a.kind) {
     case ACT_RAW: return di_str_append(&m->content, bytes, len);
     case ACT_TO_SPACE:
-        for (size_t i = 0; i < len; i++)
-            if (di_str_append(&m->content, " ", 1) != 0) return -1;
-        return 0;
+        /* JSON mode: each run of text around the JSON becomes one space, as deepseek-recipe
+         * 0.2.0 does for a run it sees whole; a run split over chunks stays one space, so the
+         * result does not depend on the split (recipe.md §3 leaves the replacement open). */
+        return was_space_run ? 0 : di_str_append(&m->content, " ", 1);
     case ACT_SKIP_EXTRA_END_THINK: flag_invalid(m, 1); return 0;
     case ACT_SKIP_AFTER_FINISHED: flag_invalid(m, 2); return 0;
     case ACT_SKIP: return 0;

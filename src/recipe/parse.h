@@ -48,6 +48,7 @@ typedef struct {
     bool content_after_finished; /* text after the tool block / stop sequence was dropped */
     int invalid_order[2];       /* the two flags in the order they first occurred (0 = none) */
     int n_invalid;
+    bool in_space_run;          /* JSON mode: the last output was a replaced run (one space each) */
 } DiParsedMessage;
 
 typedef struct DiStreamParser DiStreamParser;
