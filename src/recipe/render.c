@@ -7,7 +7,12 @@
  *   is an assistant prefix.  <｜Assistant｜> is written only right before an assistant message
  *   and at the end: a user turn followed by a reminder or a V4.1 system message opens no
  *   header.  V4 hoists every system message into the head (joined "\n\n"); V4.1 keeps later
- *   system messages in place as <｜System｜> turns. */
+ *   system messages in place as <｜System｜> turns.
+ * Historical reasoning is kept only when tools are active (or drop_thinking is false): every
+ * earlier assistant turn then reads <think>reasoning</think>, otherwise </think>.
+ * Before rendering, tool results are put in the order of the calls they answer
+ * (order_tool_results).  Where the official package and recipe.md §2 disagree, the package is
+ * followed; the differences are listed in tests/unit/test_render.c and the branch report. */
 #include "recipe/render.h"
 
 #include "base/error.h"
@@ -114,7 +119,7 @@ static int emit_head_v41(Renderer *r) {
     bool effort = c->thinking && c->n_messages > 0; /* the effort text belongs to message 0 */
     if (!has_system && !effort && !r->tools_active && c->response_format != DI_FORMAT_JSON_OBJECT) return 0;
     char buf[160];
-    if (special(r, DI_TOK_SYSTEM) != 0 || text(r, di_render_effort_text(c, buf, sizeof buf)) != 0) return -1;
+    if (special(r, DI_SPELL_SYSTEM) != 0 || text(r, di_render_effort_text(c, buf, sizeof buf)) != 0) return -1;
     if (has_system && text(r, c->messages[0].content) != 0) return -1;
     return emit_system_extras(r);
 }
@@ -123,14 +128,14 @@ static int emit_head_v41(Renderer *r) {
  * After a task message the task token replaces it (§2.2 transition rule). */
 static int emit_assistant_header(Renderer *r, const DiMessage *prev, bool at_end) {
     DiTask task = prev ? prev->task : DI_TASK_NONE;
-    const char *think = r->conv->thinking ? DI_TOK_THINK : DI_TOK_END_THINK;
+    const char *think = r->conv->thinking ? DI_SPELL_THINK : DI_SPELL_END_THINK;
     if (task == DI_TASK_ACTION)
-        return special(r, DI_TOK_ASSISTANT) || special(r, think) || special(r, task_token(task)) ? -1 : 0;
+        return special(r, DI_SPELL_ASSISTANT) || special(r, think) || special(r, task_token(task)) ? -1 : 0;
     if (task != DI_TASK_NONE) return special(r, task_token(task));
-    if (special(r, DI_TOK_ASSISTANT) != 0) return -1;
+    if (special(r, DI_SPELL_ASSISTANT) != 0) return -1;
     if (!at_end) return 0;
     if (special(r, think) != 0) return -1;
-    if (r->conv->tool_choice == DI_TOOL_CHOICE_REQUIRED && r->tools_active)
+    if (r->conv->tool_choice == DI_TOOLS_REQUIRED && r->tools_active)
         return di_dsml_block_opening(r->out, r->dsml);
     return 0;
 }
@@ -140,10 +145,10 @@ static int emit_assistant_header(Renderer *r, const DiMessage *prev, bool at_end
 static int emit_history_reasoning(Renderer *r, const DiMessage *m) {
     bool v41 = r->conv->encoding == DI_ENCODING_V41;
     bool keep = r->keep_reasoning && (v41 ? r->conv->thinking : m->reasoning_content != NULL);
-    if (!keep) return special(r, DI_TOK_END_THINK);
-    if (special(r, DI_TOK_THINK) != 0) return -1;
+    if (!keep) return special(r, DI_SPELL_END_THINK);
+    if (special(r, DI_SPELL_THINK) != 0) return -1;
     if (m->reasoning_content && text(r, m->reasoning_content) != 0) return -1;
-    return special(r, DI_TOK_END_THINK);
+    return special(r, DI_SPELL_END_THINK);
 }
 
 /* Reasoning part of an assistant prefix the model continues (§2.9, as recipe 0.2.0 renders
@@ -153,17 +158,17 @@ static int emit_prefix_reasoning(Renderer *r, const DiMessage *m, bool after_use
     const char *rc = m->reasoning_content;
     if (r->conv->encoding == DI_ENCODING_V41) {
         /* V4.1 keeps the prefix's reasoning only after a user/system turn (measured). */
-        if (!r->conv->thinking || !after_user) return special(r, DI_TOK_END_THINK);
-        if (special(r, DI_TOK_THINK) != 0 || (rc && text(r, rc) != 0)) return -1;
-        return has_content ? special(r, DI_TOK_END_THINK) : 0;
+        if (!r->conv->thinking || !after_user) return special(r, DI_SPELL_END_THINK);
+        if (special(r, DI_SPELL_THINK) != 0 || (rc && text(r, rc) != 0)) return -1;
+        return has_content ? special(r, DI_SPELL_END_THINK) : 0;
     }
     if (!rc) {
         if (r->conv->thinking && !has_content) return 0;
-        return special(r, DI_TOK_END_THINK);
+        return special(r, DI_SPELL_END_THINK);
     }
-    if (special(r, DI_TOK_THINK) != 0 || text(r, rc) != 0) return -1;
+    if (special(r, DI_SPELL_THINK) != 0 || text(r, rc) != 0) return -1;
     if (r->conv->thinking && !has_content) return 0;
-    return special(r, DI_TOK_END_THINK);
+    return special(r, DI_SPELL_END_THINK);
 }
 
 /* The order an assistant turn's calls are written in (a fresh array of borrowed calls): V4 sorts
@@ -198,7 +203,7 @@ static int emit_assistant(Renderer *r, const DiMessage *m, const DiMessage *prev
         free(calls);
         if (rc != 0) return -1;
     }
-    return m->prefix ? 0 : special(r, DI_TOK_EOS);
+    return m->prefix ? 0 : special(r, DI_SPELL_EOS);
 }
 
 static const char *tool_id(const DiMessage *m) { return m->tool_call_id ? m->tool_call_id : ""; }
@@ -309,7 +314,7 @@ static long emit_tool_run(Renderer *r, const DiMessage **msgs, size_t n, const D
     while (run < n && msgs[run]->role == DI_ROLE_TOOL) run++;
     /* V4.1 continues an open user turn; V4 starts a new one (deepseek-recipe 0.2.0) */
     bool join = r->conv->encoding == DI_ENCODING_V41 && joins_previous_turn(prev);
-    int rc = join ? text(r, "\n\n") : special(r, DI_TOK_USER);
+    int rc = join ? text(r, "\n\n") : special(r, DI_SPELL_USER);
     for (size_t i = 0; i < run && rc == 0; i++) {
         if (i > 0) rc = text(r, "\n\n");
         if (rc == 0) rc = text(r, "<tool_result>");
@@ -347,14 +352,14 @@ static int emit_messages(Renderer *r, const DiMessage **msgs, size_t n) {
         switch (m->role) {
         case DI_ROLE_USER:
             if (!joins_previous_turn(prev)) {
-                rc = special(r, DI_TOK_USER);
+                rc = special(r, DI_SPELL_USER);
                 if (rc == 0) rc = text(r, m->content);
                 block_has_text = m->content[0] != '\0';
             } else
                 rc = emit_joined_user_part(r, m, prev, &block_has_text);
             break;
         case DI_ROLE_DEVELOPER:
-            rc = special(r, DI_TOK_USER) || text(r, m->content) ? -1 : 0;
+            rc = special(r, DI_SPELL_USER) || text(r, m->content) ? -1 : 0;
             break;
         case DI_ROLE_TOOL: {
             long used = emit_tool_run(r, msgs + i, n - i, prev);
@@ -368,10 +373,10 @@ static int emit_messages(Renderer *r, const DiMessage **msgs, size_t n) {
         case DI_ROLE_LATEST_REMINDER:
             /* V4.1 keeps only the first of consecutive reminders (deepseek-recipe 0.2.0) */
             if (r->conv->encoding == DI_ENCODING_V41 && prev && prev->role == DI_ROLE_LATEST_REMINDER) break;
-            rc = special(r, DI_TOK_LATEST_REMINDER) || text(r, m->content) ? -1 : 0;
+            rc = special(r, DI_SPELL_LATEST_REMINDER) || text(r, m->content) ? -1 : 0;
             break;
         case DI_ROLE_SYSTEM: /* V4.1 only: a system message after the first position */
-            rc = special(r, DI_TOK_SYSTEM) || text(r, m->content) ? -1 : 0;
+            rc = special(r, DI_SPELL_SYSTEM) || text(r, m->content) ? -1 : 0;
             break;
         }
         if (rc != 0) return di_error_wrap("rendering messages[%zu] (%s)", (size_t)(m - r->conv->messages),
@@ -382,7 +387,7 @@ static int emit_messages(Renderer *r, const DiMessage **msgs, size_t n) {
     }
     if (n > 0 && msgs[n - 1]->role == DI_ROLE_ASSISTANT && msgs[n - 1]->prefix) {
         /* tool_choice required still opens the block after a prefix (recipe 0.2.0) */
-        if (r->conv->tool_choice == DI_TOOL_CHOICE_REQUIRED && r->tools_active)
+        if (r->conv->tool_choice == DI_TOOLS_REQUIRED && r->tools_active)
             return di_dsml_block_opening(r->out, r->dsml);
         return 0;
     }
@@ -410,14 +415,14 @@ int di_render_conversation(const DiConversation *conv, DiSegmentList *out) {
         .conv = conv,
         .dsml = di_dsml_dialect(conv->encoding),
         .out = out,
-        .tools_active = conv->n_tools > 0 && conv->tool_choice != DI_TOOL_CHOICE_NONE,
+        .tools_active = conv->n_tools > 0 && conv->tool_choice != DI_TOOLS_NONE,
     };
     r.keep_reasoning = r.tools_active || !conv->drop_thinking;
     const DiMessage **msgs = NULL;
     if (conv->n_messages > 0 && !(msgs = di_calloc(conv->n_messages, sizeof *msgs, "message order"))) return -1;
     size_t n = body_messages(conv, msgs);
     int rc = order_tool_results(&r, msgs, n);
-    if (rc == 0) rc = special(&r, DI_TOK_BOS);
+    if (rc == 0) rc = special(&r, DI_SPELL_BOS);
     if (rc == 0) rc = conv->encoding == DI_ENCODING_V41 ? emit_head_v41(&r) : emit_head_v4(&r);
     if (rc == 0) rc = emit_messages(&r, msgs, n);
     free(msgs);
