@@ -140,6 +140,10 @@ void di_decode_stream_free(DiDecodeStream *stream);
  * [{"special": bool, "text": "..."}] with DI_RENDER_WITH_SEGMENTS).  Free with free(). */
 #define DI_RENDER_WITH_SEGMENTS 1
 int di_render_json(const char *json, size_t len, int flags, char **result_json);
+/* The same plus "ids": the prompt's token ids, SPECIAL segments by id and TEXT runs as plain
+ * BPE (recipe.md §5.2).  Load `tok` with DI_ADDED_TABLE_V41 (or from the model's own
+ * tokenizer.json) so every control token of every encoding has its id. */
+int di_render_json_ids(const DiTokenizer *tok, const char *json, size_t len, int flags, char **result_json);
 
 /* Streaming parser of model output (reasoning, content, DSML tool calls, JSON mode, stop
  * sequences).  options_json (NULL = defaults): {"initial": "content"|"start"|"reasoning"|
