@@ -18,6 +18,8 @@ struct DiSimMoe {
     float *z;       /* [L][E] log-popularity */
     double *p;      /* [L][E] popularity, sums to 1 per layer */
     float *load;    /* [L][E] this step's load */
+    float *expect;  /* [L][E] its expectation */
+    double *per_layer, exp_max, exp_mean;
     float *normals; /* a table of N(0,1) draws: per-step noise costs one table read */
     DiRng rng;
     double drift_at; /* time of the last drift update */
@@ -73,8 +75,10 @@ DiSimMoe *di_sim_moe_create(const DiSimMoeConfig *cfg) {
     m->z = di_calloc(n, sizeof(float), "expert popularity");
     m->p = di_calloc(n, sizeof(double), "expert popularity");
     m->load = di_calloc(n, sizeof(float), "expert loads");
+    m->expect = di_calloc(n, sizeof(float), "expected expert loads");
+    m->per_layer = di_calloc((size_t)cfg->layers, sizeof(double), "per-layer moe_lb");
     m->normals = di_calloc(NORMAL_TABLE, sizeof(float), "normal table");
-    if (!m->z || !m->p || !m->load || !m->normals) goto fail;
+    if (!m->z || !m->p || !m->load || !m->expect || !m->per_layer || !m->normals) goto fail;
     m->eplb = make_policy(cfg, preset.redundant_per_gpu, 0);
     m->rearrange = m->eplb ? make_policy(cfg, 0, 0) : NULL;
     m->fixed = m->rearrange ? make_policy(cfg, 0, 1) : NULL;
@@ -98,6 +102,8 @@ void di_sim_moe_destroy(DiSimMoe *m) {
     free(m->z);
     free(m->p);
     free(m->load);
+    free(m->expect);
+    free(m->per_layer);
     free(m->normals);
     free(m);
 }
@@ -144,6 +150,14 @@ int di_sim_moe_step(DiSimMoe *m, double now_s, int64_t tokens) {
     for (size_t i = 0; i < n; i++) {
         double mu = pairs * m->p[i], v = mu + sqrt(mu) * table_normal(m, &bits, &left);
         m->load[i] = v > 0.0 ? (float)v : 0.0f;
+        m->expect[i] = (float)mu;
+    }
+    /* the noise-free score of the plan in force: each layer's mean GPU load is pairs / P */
+    double agg, layer_mean = pairs / m->cfg.num_gpus;
+    if (di_eplb_moe_lb(di_eplb_policy_plan(m->eplb), m->expect, m->per_layer, &agg) != 0) return -1;
+    for (int l = 0; l < m->cfg.layers; l++) {
+        m->exp_max += m->per_layer[l] * layer_mean;
+        m->exp_mean += layer_mean;
     }
     DiEplbPolicyStats e0 = di_eplb_policy_stats(m->eplb), f0 = di_eplb_policy_stats(m->fixed);
     if (di_eplb_policy_record(m->eplb, m->load, NULL) != 0 || di_eplb_policy_record(m->rearrange, m->load, NULL) != 0 ||
@@ -161,6 +175,7 @@ DiSimMoeReport di_sim_moe_report(const DiSimMoe *m) {
     r.eplb = di_eplb_policy_moe_lb(m->eplb);
     r.rearrange = di_eplb_policy_moe_lb(m->rearrange);
     r.fixed = di_eplb_policy_moe_lb(m->fixed);
+    r.eplb_expected = m->exp_mean > 0 ? m->exp_max / m->exp_mean : 0.0;
     for (int b = 0; b < DI_SIM_MOE_BUCKETS; b++) {
         r.eplb_bucket[b] = m->bucket_mean[0][b] > 0 ? m->bucket_max[0][b] / m->bucket_mean[0][b] : 0.0;
         r.fixed_bucket[b] = m->bucket_mean[1][b] > 0 ? m->bucket_max[1][b] / m->bucket_mean[1][b] : 0.0;

@@ -35,6 +35,8 @@ typedef struct {
 
 typedef struct {
     double eplb, rearrange, fixed;             /* aggregate moe_lb, sum(max)/sum(mean) */
+    double eplb_expected;                      /* eplb placement scored on the expected loads, without
+                                                  the per-step sampling noise: the balancer's own share */
     double eplb_bucket[DI_SIM_MOE_BUCKETS];    /* eplb moe_lb per time bucket (0 when empty) */
     double fixed_bucket[DI_SIM_MOE_BUCKETS];
     int64_t steps, replans, moved_slots;

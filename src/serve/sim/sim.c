@@ -37,6 +37,10 @@ void di_sim_config_default(DiSimConfig *c) {
     c->tier_budget_ms[2] = 600.0;
     c->tier_budget_ms[3] = 1200.0;
     c->fifo_budget_ms = 300.0;
+    c->tier_slo_ms[0] = 1000.0; /* assumed TTFT objectives, growing with the context */
+    c->tier_slo_ms[1] = 3000.0;
+    c->tier_slo_ms[2] = 10000.0;
+    c->tier_slo_ms[3] = 30000.0;
     c->rr_chunk_tokens = 8192;
     c->token_cap = 32768; /* DeepEP normal-mode buffers (§6.3) */
     c->chunk = (DiChunkRules){512, 512};
@@ -159,10 +163,11 @@ static int rank_add(Sim *s, Rank *r, int id) {
         r->ids = ids;
         r->cap = cap;
     }
-    /* keep tier priority, then age (request index is arrival order) */
-    int at = r->n;
-    while (at > 0 && (s->req[r->ids[at - 1]].tier > s->req[id].tier ||
-                      (s->req[r->ids[at - 1]].tier == s->req[id].tier && r->ids[at - 1] > id))) {
+    /* tier priority, then age (request index is arrival order), §6.3 "Filling a step"; the
+     * FIFO and round-robin baselines keep plain arrival order */
+    int at = r->n, by_tier = s->cfg->prefill_policy == DI_SIM_PREFILL_TIERED;
+    while (at > 0 && ((by_tier && s->req[r->ids[at - 1]].tier > s->req[id].tier) ||
+                      ((!by_tier || s->req[r->ids[at - 1]].tier == s->req[id].tier) && r->ids[at - 1] > id))) {
         r->ids[at] = r->ids[at - 1];
         at--;
     }
@@ -253,41 +258,88 @@ static int on_arrival(Sim *s, int id) {
 
 /* ---- prefill ---------------------------------------------------------------------------- */
 
-/* Next queued request for an instance: its tier's queue, else the nearest non-empty tier
- * (work-conserving lending, §6.2); or the single FIFO. */
-static int pop_for_instance(Sim *s, const Instance *in) {
-    if (s->cfg->prefill_policy == DI_SIM_PREFILL_FIFO) return fifo_pop(s, &s->fifo_q);
-    for (int d = 0; d < DI_PREFILL_TIERS; d++) {
-        int cand[2] = {in->tier - d, in->tier + d};
-        for (int k = 0; k < (d ? 2 : 1); k++) {
-            int t = cand[k];
-            if (t < 0 || t >= DI_PREFILL_TIERS || s->tier_q[t].head < 0) continue;
-            int id = fifo_pop(s, &s->tier_q[t]);
-            s->tier_queued_ns[t] -= s->req[id].queued_cost;
-            if (s->tier_queued_ns[t] < 0) s->tier_queued_ns[t] = 0;
-            return id;
-        }
+/* Tiered pulling (§6.2).  An instance serves its own tier first: a rank takes own-tier (or
+ * shorter, higher-priority) requests while the predicted cost of such work on it is under the
+ * step budget, ignoring work it holds on loan, because requests are served in tier order inside
+ * a step (rank_add) and a loaned rank must be "given back immediately".  A queued request of any
+ * tier that has waited past half its TTFT objective is taken first (most overdue first), so no
+ * tier starves behind the quotas.  Only when nothing of its own is queued does an instance lend
+ * its spare ranks to longer tiers, nearest first (work-conserving). */
+static int take_from_tier(Sim *s, int t) {
+    int id = fifo_pop(s, &s->tier_q[t]);
+    s->tier_queued_ns[t] -= s->req[id].queued_cost;
+    if (s->tier_queued_ns[t] < 0) s->tier_queued_ns[t] = 0;
+    return id;
+}
+
+/* The tier to pull from: the queued head with the largest lateness (wait / TTFT objective),
+ * counting the instance's own tier double (its quota is for it); -1 when all queues are empty. */
+static int pick_tier(const Sim *s, const Instance *in, double now) {
+    int pick = -1;
+    double best = -1.0;
+    for (int t = 0; t < DI_PREFILL_TIERS; t++) {
+        int head = s->tier_q[t].head;
+        if (head < 0) continue;
+        double late = (now - s->req[head].arrival + 1e-3) / (1e-3 * s->cfg->tier_slo_ms[t]);
+        if (t == in->tier) late *= 2.0;
+        if (late > best) best = late, pick = t;
     }
-    return -1;
+    return pick;
+}
+
+static double priority_backlog(const Sim *s, const Rank *r, int tier) {
+    double sum = 0.0;
+    for (int k = 0; k < r->n; k++)
+        if (s->req[r->ids[k]].tier <= tier) sum += remaining_cost(s, &s->req[r->ids[k]]);
+    return sum;
 }
 
 static double budget_ns(const Sim *s, const Instance *in) {
     return 1e6 * (s->cfg->prefill_policy == DI_SIM_PREFILL_FIFO ? s->cfg->fifo_budget_ms : s->cfg->tier_budget_ms[in->tier]);
 }
 
+static int least_loaded(const Sim *s, const Instance *in, int priority_only, double *load) {
+    int best = -1;
+    *load = 0.0;
+    for (int r = 0; r < s->cfg->prefill_ranks; r++) {
+        double b = priority_only ? priority_backlog(s, &in->ranks[r], in->tier) : in->ranks[r].backlog_ns;
+        if (best < 0 || b < *load) best = r, *load = b;
+    }
+    return best;
+}
+
+static int give(Sim *s, Instance *in, int rank, int id) {
+    if (rank_add(s, &in->ranks[rank], id) != 0) return -1;
+    in->ranks[rank].backlog_ns += remaining_cost(s, &s->req[id]);
+    return 0;
+}
+
 /* Pull queued requests onto the ranks with the least predicted backlog until every rank has a
  * full step's worth (the smallest-predicted-finish rule of §6.2). */
-static int pull_work(Sim *s, Instance *in, double budget) {
-    int R = s->cfg->prefill_ranks;
+static int pull_work(Sim *s, Instance *in, double budget, double now) {
+    double load;
+    if (s->cfg->prefill_policy == DI_SIM_PREFILL_FIFO) {
+        for (;;) {
+            int r = least_loaded(s, in, 0, &load);
+            if (load >= budget || s->fifo_q.head < 0) return 0;
+            if (give(s, in, r, fifo_pop(s, &s->fifo_q)) != 0) return -1;
+        }
+    }
     for (;;) {
-        int best = 0;
-        for (int r = 1; r < R; r++)
-            if (in->ranks[r].backlog_ns < in->ranks[best].backlog_ns) best = r;
-        if (in->ranks[best].backlog_ns >= budget) return 0;
-        int id = pop_for_instance(s, in);
-        if (id < 0) return 0;
-        if (rank_add(s, &in->ranks[best], id) != 0) return -1;
-        in->ranks[best].backlog_ns += remaining_cost(s, &s->req[id]);
+        int t = pick_tier(s, in, now);
+        if (t < 0) return 0;
+        /* own-tier and shorter work sees only the backlog it would queue behind (§6.3 order);
+         * longer tiers are lent only ranks with a spare step */
+        int r = least_loaded(s, in, t <= in->tier, &load);
+        if (load >= budget) {
+            if (t <= in->tier) return 0;
+            /* no spare rank for a loan; own-tier work may still fit */
+            if (s->tier_q[in->tier].head < 0) return 0;
+            r = least_loaded(s, in, 1, &load);
+            if (load >= budget) return 0;
+            t = in->tier;
+        }
+        if (give(s, in, r, take_from_tier(s, t)) != 0) return -1;
     }
 }
 
@@ -350,9 +402,13 @@ static int try_start_prefill(Sim *s, Instance *in, double now) {
     if (s->cfg->prefill_policy == DI_SIM_PREFILL_ROUND_ROBIN) {
         for (int r = 0; r < R; r++)
             if (pull_round_robin(s, &in->ranks[r]) != 0) return -1;
-    } else if (pull_work(s, in, budget) != 0) {
+    } else if (pull_work(s, in, budget, now) != 0) {
         return -1;
     }
+    if (s->cfg->prefill_policy == DI_SIM_PREFILL_TIERED) /* T must suit every request in the step (§6.3) */
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < in->ranks[r].n; k++)
+                budget = fmin(budget, 1e6 * s->cfg->tier_budget_ms[s->req[in->ranks[r].ids[k]].tier]);
     double max = 0.0, sum = 0.0;
     int64_t tokens = 0;
     for (int r = 0; r < R; r++) {
@@ -500,7 +556,8 @@ static int check_config(const DiSimConfig *c) {
     if (!(c->speedup > 0.0) || !isfinite(c->speedup)) return di_errorf("simulation: speedup must be positive");
     if (c->cache_blocks == 0) return di_errorf("simulation: cache must hold at least one block");
     for (int t = 0; t < DI_PREFILL_TIERS; t++)
-        if (!(c->tier_budget_ms[t] > 0.0)) return di_errorf("simulation: tier %d step budget must be positive", t);
+        if (!(c->tier_budget_ms[t] > 0.0) || !(c->tier_slo_ms[t] > 0.0))
+            return di_errorf("simulation: tier %d step budget and TTFT objective must be positive", t);
     if (!(c->fifo_budget_ms > 0.0) || c->rr_chunk_tokens <= 0 || c->token_cap <= 0 || c->chunk.block <= 0)
         return di_errorf("simulation: budgets, chunk sizes and the token cap must be positive");
     if (!(c->transfer_gb_per_s > 0.0) || !(c->kv_bytes_per_token >= 0.0) || !(c->quota_period_s > 0.0))

@@ -37,6 +37,8 @@ typedef struct {
     DiDecodeCost decode_cost;             /* per rank, ns */
     double tier_budget_ms[DI_PREFILL_TIERS]; /* step budget T of an instance serving tier t */
     double fifo_budget_ms;                /* T of the single-FIFO baseline */
+    double tier_slo_ms[DI_PREFILL_TIERS]; /* TTFT objective per tier: a queued request past half of
+                                             it may be served by any instance (deadline lending) */
     int64_t rr_chunk_tokens;              /* fixed chunk of the round-robin baseline */
     int64_t token_cap;                    /* per rank per step */
     DiChunkRules chunk;
