@@ -44,8 +44,7 @@ void di_sim_config_default(DiSimConfig *c) {
     c->rr_chunk_tokens = 8192;
     c->token_cap = 32768; /* DeepEP normal-mode buffers (§6.3) */
     c->chunk = (DiChunkRules){512, 512};
-    c->quota_min[0] = 1; /* keep the short tier served */
-    c->quota_min[1] = 1;
+    for (int t = 0; t < DI_PREFILL_TIERS; t++) c->quota_min[t] = 1; /* every tier keeps a home instance */
     c->quota_period_s = 1.0; /* Δ of §6.2 */
     c->kv_bytes_per_token = 890.0; /* V4.1 HBM-resident KV (§3) */
     c->transfer_gb_per_s = 6.25;   /* 400 Gbps per 8 GPUs (§2.2) */
@@ -298,12 +297,24 @@ static double budget_ns(const Sim *s, const Instance *in) {
     return 1e6 * (s->cfg->prefill_policy == DI_SIM_PREFILL_FIFO ? s->cfg->fifo_budget_ms : s->cfg->tier_budget_ms[in->tier]);
 }
 
-static int least_loaded(const Sim *s, const Instance *in, int priority_only, double *load) {
+/* The rank for the next request.  For loans (priority_only = 0): the least total backlog.  For
+ * own-tier or shorter work: among ranks whose higher-priority backlog is under the budget, the
+ * one with the least total backlog (the smallest predicted finish, §6.2), so short requests do
+ * not pile onto ranks busy with long ones while others are free.  *load is the backlog that
+ * decides whether the rank can take more (>= budget: no). */
+static int least_loaded(const Sim *s, const Instance *in, int priority_only, double budget, double *load) {
     int best = -1;
-    *load = 0.0;
+    double best_total = 0.0;
+    *load = INFINITY;
     for (int r = 0; r < s->cfg->prefill_ranks; r++) {
-        double b = priority_only ? priority_backlog(s, &in->ranks[r], in->tier) : in->ranks[r].backlog_ns;
-        if (best < 0 || b < *load) best = r, *load = b;
+        double total = in->ranks[r].backlog_ns;
+        double gate = priority_only ? priority_backlog(s, &in->ranks[r], in->tier) : total;
+        if (gate >= budget && best >= 0) continue;
+        if (best < 0 || (gate < budget && (*load >= budget || total < best_total))) {
+            best = r;
+            best_total = total;
+            *load = gate;
+        }
     }
     return best;
 }
@@ -320,7 +331,7 @@ static int pull_work(Sim *s, Instance *in, double budget, double now) {
     double load;
     if (s->cfg->prefill_policy == DI_SIM_PREFILL_FIFO) {
         for (;;) {
-            int r = least_loaded(s, in, 0, &load);
+            int r = least_loaded(s, in, 0, budget, &load);
             if (load >= budget || s->fifo_q.head < 0) return 0;
             if (give(s, in, r, fifo_pop(s, &s->fifo_q)) != 0) return -1;
         }
@@ -330,12 +341,12 @@ static int pull_work(Sim *s, Instance *in, double budget, double now) {
         if (t < 0) return 0;
         /* own-tier and shorter work sees only the backlog it would queue behind (§6.3 order);
          * longer tiers are lent only ranks with a spare step */
-        int r = least_loaded(s, in, t <= in->tier, &load);
+        int r = least_loaded(s, in, t <= in->tier, budget, &load);
         if (load >= budget) {
             if (t <= in->tier) return 0;
             /* no spare rank for a loan; own-tier work may still fit */
             if (s->tier_q[in->tier].head < 0) return 0;
-            r = least_loaded(s, in, 1, &load);
+            r = least_loaded(s, in, 1, budget, &load);
             if (load >= budget) return 0;
             t = in->tier;
         }
