@@ -38,6 +38,7 @@ static void sim_usage(FILE *out) {
             "  --cache-blocks N       prefix-cache capacity in 512-token blocks (default 1048576)\n"
             "  --moe-layers N         simulated MoE layers for moe_lb, 0 = off (default 4)\n"
             "  --moe-skew S           sigma of log expert popularity (default 0.6)\n"
+            "  --moe-drift-s T        correlation time of the popularity drift, seconds (default 3600)\n"
             "  --seed N               random seed (default 1)\n"
             "  --no-baselines         run only the control plane\n"
             "  --help                 this text\n");
@@ -129,6 +130,8 @@ static int parse_args(int argc, char **argv, SimArgs *a) {
             if ((rc = parse_int(f, v, 0, 256, &x)) == 0) a->cfg.moe_layers = (int)x;
         } else if (!strcmp(f, "--moe-skew")) {
             rc = parse_double(f, v, 0, 5, &a->cfg.moe_skew);
+        } else if (!strcmp(f, "--moe-drift-s")) {
+            rc = parse_double(f, v, 1e-3, 1e9, &a->cfg.moe_drift_tau_s);
         } else if (!strcmp(f, "--seed")) {
             if ((rc = parse_int(f, v, 0, 0x7fffffffffffffffLL, &x)) == 0) a->cfg.seed = a->synth.seed = (uint64_t)x;
         } else {

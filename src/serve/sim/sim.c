@@ -55,7 +55,7 @@ void di_sim_config_default(DiSimConfig *c) {
     c->moe_experts = 384; /* V4.1-Flash routed experts, top-6 (model-v41.md) */
     c->moe_top_k = 6;
     c->moe_skew = 0.6;
-    c->moe_drift_tau_s = 600.0;
+    c->moe_drift_tau_s = 3600.0; /* assumed: expert popularity decorrelates over about an hour */
     c->seed = 1;
     c->prefill_policy = DI_SIM_PREFILL_TIERED;
     c->decode_policy = DI_DECODE_LB_BALANCED;
@@ -227,15 +227,6 @@ static int on_arrival(Sim *s, int id) {
     s->tier_cached[q->tier] += (double)cached;
     s->in_tokens += (double)tr->input_tokens;
     q->decode_rank = -1;
-    if (tr->output_tokens > 1) { /* choose the decode rank now, so decode can reserve KV (§5.2) */
-        q->decode_rank = di_decode_lb_pick(&s->dlb, tr->input_tokens);
-        if (q->decode_rank < 0) {
-            s->res->rejected++;
-            q->remaining = 0;
-            return 0;
-        }
-        if (di_decode_lb_admit(&s->dlb, q->decode_rank, tr->input_tokens) != 0) return -1;
-    }
     q->queued_cost = remaining_cost(s, q);
     s->tier_arrivals[q->tier] += 1.0;
     s->tier_cost_sum[q->tier] += q->queued_cost;
@@ -446,6 +437,18 @@ static int prefill_complete(Sim *s, int id, double now) {
     q->prefill_done = now;
     if (sample_push(&s->ttft[q->tier], now - q->arrival) != 0) return -1;
     if (di_prefix_cache_insert(s->cache, tr->blocks, tr->n_blocks) != 0) return -1;
+    /* The decode rank is chosen when the prefill ends and the KV transfer starts, not at
+     * arrival as §5.2 step 3 suggests: a long prefill takes tens of seconds, and a request
+     * parked on a rank's projection all that time steers work away from a rank that is in
+     * fact lightly loaded (measured: worse decode balance than round robin). */
+    if (tr->output_tokens > 1) {
+        q->decode_rank = di_decode_lb_pick(&s->dlb, tr->input_tokens);
+        if (q->decode_rank < 0) { /* no decode capacity: the request fails */
+            s->res->rejected++;
+            return 0;
+        }
+        if (di_decode_lb_admit(&s->dlb, q->decode_rank, tr->input_tokens) != 0) return -1;
+    }
     if (q->decode_rank < 0) { /* a one-token answer ends with prefill */
         s->done++;
         s->out_tokens += (double)tr->output_tokens;
@@ -609,7 +612,7 @@ static int sim_init(Sim *s, const DiSimTrace *t, const DiSimConfig *c, DiSimResu
         for (int r = 0; r < c->prefill_ranks; r++) s->inst[i].ranks[r].own = (Fifo){-1, -1};
     }
     DiDecodeLbConfig dc = {c->decode_ranks, c->decode_lookahead, c->decode_max_requests, c->decode_max_kv_tokens,
-                           c->decode_policy};
+                           c->decode_policy, c->decode_cost};
     if (di_decode_lb_init(&s->dlb, &dc) != 0) return -1;
     DiPrefillQuotaConfig qc = {c->prefill_instances, {0}, 0.3, 2.0};
     for (int k = 0; k < DI_PREFILL_TIERS; k++)

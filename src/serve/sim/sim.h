@@ -1,10 +1,10 @@
 /* sim.h — discrete-event simulation of a prefill/decode-disaggregated cluster (serving.md §5.5,
  * §6.4, §7.3, §8.4, §11 layer 2), replaying a request trace through the control plane:
  *
- *   arrival -> prefix-cache lookup (prefix_cache.h) -> decode rank chosen now (decode_lb.h, so
- *   decode can reserve KV) -> prefill queue (per tier with instance quotas, prefill_lb.h; or a
- *   single FIFO; or round robin) -> chunked prefill on EP instances whose ranks step together,
- *   chunks from the cost model (prefill_cost.h) -> KV transfer -> decode in one wide EP group
+ *   arrival -> prefix-cache lookup (prefix_cache.h) -> prefill queue (per tier with instance
+ *   quotas, prefill_lb.h; or a single FIFO; or round robin) -> chunked prefill on EP instances
+ *   whose ranks step together, chunks from the cost model (prefill_cost.h) -> decode rank chosen
+ *   (decode_lb.h) -> KV transfer -> decode in one wide EP group
  *   stepping at the pace of its slowest rank -> done.
  *
  * Step times come from the cost models, not from running a model; expert loads from
