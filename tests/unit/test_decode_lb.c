@@ -121,9 +121,9 @@ TEST(bookkeeping_errors_and_imbalance) {
     CHECK(di_decode_lb_policy_parse("count", &p) == 0 && p == DI_DECODE_LB_COUNT);
     CHECK(di_decode_lb_policy_parse("fastest", &p) != 0);
     CHECK(di_decode_lb_policy_parse("step-time", &p) == 0 && p == DI_DECODE_LB_STEP_TIME);
+    di_decode_lb_free(&lb);
     DiDecodeLbConfig no_cost = {2, 0, 1, 1, DI_DECODE_LB_STEP_TIME, {0, 0, 0}};
     CHECK(di_decode_lb_init(&lb, &no_cost) != 0);
-    di_decode_lb_free(&lb);
     DiDecodeLbConfig bad = {0, 0, 1, 1, DI_DECODE_LB_BALANCED, {0, 0, 0}};
     CHECK(di_decode_lb_init(&lb, &bad) != 0);
 }
