@@ -78,7 +78,8 @@ static void pack_linear(const float *w, int n, int m, int32_t *pack, int32_t *ra
 
 /* The global policy's per-layer work with either the heap or the linear primitives. */
 static void plan_primitives(const float *w, int R, int P, int linear, int32_t *out_p2l) {
-    int32_t p2l[1024], rank[1024], cnt[E], pack[1024], rip[1024], scratch[4 * 1024 + E];
+    int32_t p2l[1024], rank[1024], cnt[E], pack[1024], rip[1024];
+    _Alignas(8) int32_t scratch[8 * 1024 + E];
     float rw[1024];
     for (int l = 0; l < L; l++) {
         const float *wl = w + l * E;
