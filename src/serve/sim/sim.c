@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "serve/rng.h"
 #include "serve/sim/prefix_cache.h"
 
 #include <math.h>
@@ -44,6 +45,7 @@ void di_sim_config_default(DiSimConfig *c) {
     c->rr_chunk_tokens = 8192;
     c->token_cap = 32768; /* DeepEP normal-mode buffers (§6.3) */
     c->chunk = (DiChunkRules){512, 512};
+    c->profile_noise = 0.02; /* 2 % step-time jitter while profiling */
     for (int t = 0; t < DI_PREFILL_TIERS; t++) c->quota_min[t] = 1; /* every tier keeps a home instance */
     c->quota_period_s = 1.0; /* Δ of §6.2 */
     c->kv_bytes_per_token = 890.0; /* V4.1 HBM-resident KV (§3) */
@@ -104,6 +106,7 @@ typedef struct {
 typedef struct {
     const DiSimTrace *trace;
     const DiSimConfig *cfg;
+    DiPrefillCost model; /* the scheduler's cost model, fitted from profiled step times */
     Req *req;
     Instance *inst;
     Fifo tier_q[DI_PREFILL_TIERS], fifo_q;
@@ -176,7 +179,7 @@ static int rank_add(Sim *s, Rank *r, int id) {
 }
 
 static double remaining_cost(const Sim *s, const Req *q) {
-    return di_prefill_cost_request_ns(&s->cfg->prefill_cost, q->remaining, q->c);
+    return di_prefill_cost_request_ns(&s->model, q->remaining, q->c);
 }
 
 /* ---- decode-ready heap (by ready time, then request index) ------------------------------- */
@@ -357,10 +360,22 @@ static int pull_round_robin(Sim *s, Rank *r) {
     return 0;
 }
 
-/* Chunks for one rank this step; returns the rank's predicted step cost (f when idle). */
+/* The time the rank's chunks really take: the true cost model (cfg->prefill_cost), which the
+ * scheduler only knows through its fit (s->model). */
+static double true_rank_cost(const Sim *s, const Rank *r) {
+    const DiPrefillCost *truth = &s->cfg->prefill_cost;
+    double cost = truth->f;
+    for (int k = 0; k < r->n; k++) {
+        const Req *q = &s->req[r->ids[k]];
+        if (q->q) cost += di_prefill_cost_request_ns(truth, q->q, q->c);
+    }
+    return cost;
+}
+
+/* Chunks for one rank this step (planned with the fitted model); returns the rank's true step
+ * cost (f when idle). */
 static double plan_rank(Sim *s, Rank *r, double budget, int64_t *tokens) {
-    const DiPrefillCost *m = &s->cfg->prefill_cost;
-    double cost = m->f;
+    const DiPrefillCost *m = &s->model;
     int64_t used = 0;
     if (s->cfg->prefill_policy == DI_SIM_PREFILL_ROUND_ROBIN) { /* fixed chunk, no cost model */
         for (int k = 0; k < r->n; k++) {
@@ -368,10 +383,9 @@ static double plan_rank(Sim *s, Rank *r, double budget, int64_t *tokens) {
             int64_t left = s->cfg->rr_chunk_tokens - used;
             q->q = q->remaining < left ? q->remaining : left;
             used += q->q;
-            if (q->q) cost += di_prefill_cost_request_ns(m, q->q, q->c);
         }
         *tokens = used;
-        return cost;
+        return true_rank_cost(s, r);
     }
     double left = budget - m->f;
     for (int k = 0; k < r->n; k++) {
@@ -383,18 +397,41 @@ static double plan_rank(Sim *s, Rank *r, double budget, int64_t *tokens) {
         if (got <= 0) continue;
         q->q = got;
         used += got;
-        double c = di_prefill_cost_request_ns(m, got, q->c);
-        left -= c;
-        cost += c;
+        left -= di_prefill_cost_request_ns(m, got, q->c);
     }
     if (used == 0 && r->n > 0) { /* progress guarantee: nothing fits the budget, run one block */
         Req *q = &s->req[r->ids[0]];
         q->q = q->remaining < s->cfg->chunk.block ? q->remaining : s->cfg->chunk.block;
         used = q->q;
-        cost += di_prefill_cost_request_ns(m, q->q, q->c);
     }
     *tokens = used;
-    return cost;
+    return true_rank_cost(s, r);
+}
+
+/* §6.3 "Fit": profile a log-spaced (q, c) grid on the "hardware" (the true model with
+ * multiplicative measurement noise, after a warm-up that is not recorded), and fit the five
+ * coefficients by relative least squares.  A coefficient the noise drives below zero is clamped
+ * to 0 (the chunk solver needs a model that grows with q and c). */
+static int fit_prefill_model(Sim *s) {
+    enum { NQ = 8, NC = 8 };
+    int64_t q[NQ * NC], c[NQ * NC];
+    double ns[NQ * NC];
+    DiRng rng = di_rng_seed(s->cfg->seed ^ 0xf17ULL);
+    int n = 0;
+    for (int i = 0; i < NQ; i++)
+        for (int j = 0; j < NC; j++, n++) {
+            q[n] = (int64_t)256 << i;                     /* 256 .. 32K new tokens */
+            c[n] = j == 0 ? 0 : (int64_t)1024 << (2 * j - 2); /* 0, 1K .. 4M prefix */
+            if (c[n] > (1 << 20)) c[n] = 1 << 20;
+            double noise = 1.0 + s->cfg->profile_noise * di_rng_normal(&rng);
+            ns[n] = di_prefill_cost_ns(&s->cfg->prefill_cost, q[n], c[n]) * (noise > 0.5 ? noise : 0.5);
+        }
+    if (di_prefill_cost_fit(q, c, ns, (size_t)n, 1, &s->model) != 0) return di_error_wrap("fitting the prefill cost model");
+    double *coef[5] = {&s->model.a, &s->model.b, &s->model.d, &s->model.e, &s->model.f};
+    for (int k = 0; k < 5; k++)
+        if (*coef[k] < 0.0) *coef[k] = 0.0;
+    s->res->fitted_prefill_cost = s->model;
+    return 0;
 }
 
 static int try_start_prefill(Sim *s, Instance *in, double now) {
@@ -576,6 +613,8 @@ static int check_config(const DiSimConfig *c) {
         return di_errorf("simulation: budgets, chunk sizes and the token cap must be positive");
     if (!(c->transfer_gb_per_s > 0.0) || !(c->kv_bytes_per_token >= 0.0) || !(c->quota_period_s > 0.0))
         return di_errorf("simulation: transfer bandwidth and quota period must be positive");
+    if (!(c->profile_noise >= 0.0 && c->profile_noise <= 0.2))
+        return di_errorf("simulation: profile noise must be in 0..0.2, got %g", c->profile_noise);
     if (c->moe_layers < 0 || (c->moe_layers > 0 && (c->moe_experts % c->decode_ranks != 0 ||
                                                      c->moe_experts % c->prefill_ranks != 0)))
         return di_errorf("simulation: %d experts must spread evenly over %d decode and %d prefill ranks",
@@ -605,6 +644,7 @@ static int sim_init(Sim *s, const DiSimTrace *t, const DiSimConfig *c, DiSimResu
     s->ready_heap = di_calloc(t->n, sizeof(int), "decode ready queue");
     s->cache = di_prefix_cache_create(c->cache_blocks);
     if (!s->req || !s->inst || !s->running || !s->ready_heap || !s->cache) return -1;
+    if (fit_prefill_model(s) != 0) return -1;
     for (size_t i = 0; i < t->n; i++) s->req[i].arrival = t->reqs[i].arrival_s / c->speedup;
     for (int i = 0; i < c->prefill_instances; i++) {
         s->inst[i].ranks = di_calloc((size_t)c->prefill_ranks, sizeof(Rank), "prefill ranks");

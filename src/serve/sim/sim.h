@@ -33,7 +33,9 @@ typedef struct {
     int decode_ranks;                     /* one wide EP group */
     double speedup;                       /* trace time is divided by this (load multiplier) */
     size_t cache_blocks;                  /* prefix-cache capacity, 512-token blocks */
-    DiPrefillCost prefill_cost;           /* per rank, ns */
+    DiPrefillCost prefill_cost;           /* per rank, ns: the "hardware"; the scheduler fits its own
+                                             model from profiled step times (§6.3 "Fit") */
+    double profile_noise;                 /* relative jitter of the profiled step times */
     DiDecodeCost decode_cost;             /* per rank, ns */
     double tier_budget_ms[DI_PREFILL_TIERS]; /* step budget T of an instance serving tier t */
     double fifo_budget_ms;                /* T of the single-FIFO baseline */
@@ -75,6 +77,7 @@ typedef struct {
     int64_t prefill_steps, decode_steps, quota_moves, prefill_tokens_computed;
     int has_moe;
     DiSimMoeReport moe_prefill, moe_decode;
+    DiPrefillCost fitted_prefill_cost;   /* what the scheduler planned with */
 } DiSimResult;
 
 int di_sim_run(const DiSimTrace *trace, const DiSimConfig *cfg, DiSimResult *out);

@@ -40,6 +40,11 @@ json_t *di_sim_result_json(const DiSimResult *r) {
                           "output_tokens_per_s", r->output_tokens_per_s, "prefill_steps", (json_int_t)r->prefill_steps,
                           "decode_steps", (json_int_t)r->decode_steps, "prefill_tokens_computed",
                           (json_int_t)r->prefill_tokens_computed, "quota_moves", (json_int_t)r->quota_moves);
+    if (o)
+        json_object_set_new(o, "fitted_prefill_cost_ns",
+                            json_pack("{s:f, s:f, s:f, s:f, s:f}", "a_qq", r->fitted_prefill_cost.a, "b_qc",
+                                      r->fitted_prefill_cost.b, "d_q", r->fitted_prefill_cost.d, "e_c",
+                                      r->fitted_prefill_cost.e, "f", r->fitted_prefill_cost.f));
     if (o && r->has_moe)
         json_object_set_new(o, "moe_lb",
                             json_pack("{s:o, s:o}", "prefill", moe_json(&r->moe_prefill), "decode", moe_json(&r->moe_decode)));
