@@ -107,6 +107,8 @@ typedef struct {
     const DiSimTrace *trace;
     const DiSimConfig *cfg;
     DiPrefillCost model; /* the scheduler's cost model, fitted from profiled step times */
+    DiPrefillCorrection correction; /* measured / predicted step time (§6.3 online refit) */
+    double planned_ns;   /* the fitted model's prediction of the step being planned */
     Req *req;
     Instance *inst;
     Fifo tier_q[DI_PREFILL_TIERS], fifo_q;
@@ -410,6 +412,10 @@ static double plan_rank(Sim *s, Rank *r, double budget, int64_t *tokens) {
         q->q = q->remaining < s->cfg->chunk.block ? q->remaining : s->cfg->chunk.block;
         used = q->q;
     }
+    double planned = m->f;
+    for (int k = 0; k < r->n; k++)
+        if (s->req[r->ids[k]].q) planned += di_prefill_cost_request_ns(m, s->req[r->ids[k]].q, s->req[r->ids[k]].c);
+    if (planned > s->planned_ns) s->planned_ns = planned;
     *tokens = used;
     return true_rank_cost(s, r);
 }
@@ -456,6 +462,8 @@ static int try_start_prefill(Sim *s, Instance *in, double now) {
                 budget = fmin(budget, 1e6 * s->cfg->tier_budget_ms[s->req[in->ranks[r].ids[k]].tier]);
     double max = 0.0, sum = 0.0;
     int64_t tokens = 0;
+    s->planned_ns = 0.0;
+    if (s->cfg->prefill_policy != DI_SIM_PREFILL_ROUND_ROBIN) budget /= s->correction.factor;
     for (int r = 0; r < R; r++) {
         int64_t t = 0;
         double c = plan_rank(s, &in->ranks[r], budget, &t);
@@ -466,6 +474,7 @@ static int try_start_prefill(Sim *s, Instance *in, double now) {
     if (tokens == 0) return 0; /* nothing to do: idle until an arrival */
     s->sum_pmax += max;
     s->sum_pmean += sum / R;
+    di_prefill_correction_update(&s->correction, s->planned_ns, max); /* the step as measured */
     s->res->prefill_steps++;
     s->res->prefill_tokens_computed += tokens;
     if (s->moe_prefill && di_sim_moe_step(s->moe_prefill, now, tokens) != 0) return -1;
@@ -650,7 +659,7 @@ static int sim_init(Sim *s, const DiSimTrace *t, const DiSimConfig *c, DiSimResu
     s->ready_heap = di_calloc(t->n, sizeof(int), "decode ready queue");
     s->cache = di_prefix_cache_create(c->cache_blocks);
     if (!s->req || !s->inst || !s->running || !s->ready_heap || !s->cache) return -1;
-    if (fit_prefill_model(s) != 0) return -1;
+    if (fit_prefill_model(s) != 0 || di_prefill_correction_init(&s->correction, 0.05) != 0) return -1;
     for (size_t i = 0; i < t->n; i++) s->req[i].arrival = t->reqs[i].arrival_s / c->speedup;
     for (int i = 0; i < c->prefill_instances; i++) {
         s->inst[i].ranks = di_calloc((size_t)c->prefill_ranks, sizeof(Rank), "prefill ranks");
@@ -752,6 +761,7 @@ static int collect(Sim *s, double first_arrival) {
     r->input_tokens_per_s = r->makespan_s > 0 ? s->in_tokens / r->makespan_s : 0.0;
     r->output_tokens_per_s = r->makespan_s > 0 ? s->out_tokens / r->makespan_s : 0.0;
     r->quota_moves = s->quota.moves;
+    r->prefill_correction = s->correction.factor;
     r->has_moe = s->moe_decode != NULL;
     if (r->has_moe) {
         r->moe_prefill = di_sim_moe_report(s->moe_prefill);

@@ -78,6 +78,7 @@ typedef struct {
     int has_moe;
     DiSimMoeReport moe_prefill, moe_decode;
     DiPrefillCost fitted_prefill_cost;   /* what the scheduler planned with */
+    double prefill_correction;           /* final measured / predicted step-time factor */
 } DiSimResult;
 
 int di_sim_run(const DiSimTrace *trace, const DiSimConfig *cfg, DiSimResult *out);

@@ -45,6 +45,7 @@ json_t *di_sim_result_json(const DiSimResult *r) {
                             json_pack("{s:f, s:f, s:f, s:f, s:f}", "a_qq", r->fitted_prefill_cost.a, "b_qc",
                                       r->fitted_prefill_cost.b, "d_q", r->fitted_prefill_cost.d, "e_c",
                                       r->fitted_prefill_cost.e, "f", r->fitted_prefill_cost.f));
+    if (o) json_object_set_new(o, "prefill_step_time_correction", json_real(r->prefill_correction));
     if (o && r->has_moe)
         json_object_set_new(o, "moe_lb",
                             json_pack("{s:o, s:o}", "prefill", moe_json(&r->moe_prefill), "decode", moe_json(&r->moe_decode)));
