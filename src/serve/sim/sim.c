@@ -637,9 +637,9 @@ static int check_config(const DiSimConfig *c) {
     return 0;
 }
 
-static DiSimMoe *make_moe(const DiSimConfig *c, DiEplbPhase phase, int gpus, double span_s) {
+static DiSimMoe *make_moe(const DiSimConfig *c, DiEplbPhase phase, int gpus) {
     DiSimMoeConfig m = {c->moe_layers, c->moe_experts, c->moe_top_k, gpus, 1, 1,
-                        c->moe_skew, c->moe_drift_tau_s, span_s / DI_SIM_MOE_BUCKETS + 1e-9, phase,
+                        c->moe_skew, c->moe_drift_tau_s, phase,
                         /* decode steps are ~40x as many as prefill steps: sample 1 in 10 of them */
                         phase == DI_EPLB_DECODE ? 10 : 1,
                         c->seed ^ (phase == DI_EPLB_DECODE ? 0x5eedULL : 0xbeefULL)};
@@ -687,9 +687,8 @@ static int sim_init(Sim *s, const DiSimTrace *t, const DiSimConfig *c, DiSimResu
         s->inst[i].tier = tier;
     }
     if (c->moe_layers > 0) {
-        double span = t->reqs[t->n - 1].arrival_s / c->speedup;
-        s->moe_prefill = make_moe(c, DI_EPLB_PREFILL, c->prefill_ranks, span);
-        s->moe_decode = s->moe_prefill ? make_moe(c, DI_EPLB_DECODE, c->decode_ranks, span) : NULL;
+        s->moe_prefill = make_moe(c, DI_EPLB_PREFILL, c->prefill_ranks);
+        s->moe_decode = s->moe_prefill ? make_moe(c, DI_EPLB_DECODE, c->decode_ranks) : NULL;
         if (!s->moe_decode) return -1;
     }
     return 0;
