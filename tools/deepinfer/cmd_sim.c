@@ -38,7 +38,7 @@ static void sim_usage(FILE *out) {
             "  --cache-blocks N       prefix-cache capacity in 512-token blocks (default 1048576)\n"
             "  --moe-layers N         simulated MoE layers for moe_lb, 0 = off (default 4)\n"
             "  --moe-skew S           sigma of log expert popularity (default 0.6)\n"
-            "  --moe-drift-s T        correlation time of the popularity drift, seconds (default 3600)\n"
+            "  --moe-drift-s T        correlation time of the popularity drift, seconds (default 21600)\n"
             "  --seed N               random seed (default 1)\n"
             "  --no-baselines         run only the control plane\n"
             "  --help                 this text\n");

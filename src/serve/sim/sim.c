@@ -57,7 +57,7 @@ void di_sim_config_default(DiSimConfig *c) {
     c->moe_experts = 384; /* V4.1-Flash routed experts, top-6 (model-v41.md) */
     c->moe_top_k = 6;
     c->moe_skew = 0.6;
-    c->moe_drift_tau_s = 3600.0; /* assumed: expert popularity decorrelates over about an hour */
+    c->moe_drift_tau_s = 21600.0; /* assumed: expert popularity decorrelates over ~6 hours */
     c->seed = 1;
     c->prefill_policy = DI_SIM_PREFILL_TIERED;
     c->decode_policy = DI_DECODE_LB_BALANCED;
