@@ -23,7 +23,7 @@ typedef struct Job {
     DiBackendEmit emit;
     void *user;
     Token *tokens;
-    size_t n_tokens, next;
+    size_t n_tokens, cap_tokens, next;
     int64_t max_tokens, emitted, prompt_tokens, cache_hit;
     char *stop[DI_API_MAX_STOP];
     size_t n_stop;
@@ -51,9 +51,14 @@ static uint64_t fnv1a(const char *s) {
 }
 
 static int add_token(Job *j, DiApiEventKind kind, const char *text, size_t len) {
-    Token *t = di_realloc_array(j->tokens, j->n_tokens + 1, sizeof *t, "fake tokens");
-    if (!t) return -1;
-    j->tokens = t;
+    if (j->n_tokens == j->cap_tokens) { /* geometric growth: long scripts stay linear */
+        size_t cap = j->cap_tokens ? 2 * j->cap_tokens : 16;
+        Token *grown = di_realloc_array(j->tokens, cap, sizeof *grown, "fake tokens");
+        if (!grown) return -1;
+        j->tokens = grown;
+        j->cap_tokens = cap;
+    }
+    Token *t = j->tokens;
     t[j->n_tokens].kind = kind;
     t[j->n_tokens].text = strndup(text, len);
     if (!t[j->n_tokens].text) return di_errorf("fake backend: out of memory");
