@@ -135,7 +135,7 @@ static int messages_list(const json_t *body, json_t *out) {
         free(text);
     }
     json_t *msgs = json_object_get(body, "messages");
-    if (!json_is_array(msgs)) return di_errorf("Invalid messages: expected an array, got %s", di_json_type_name(msgs));
+    if (!json_is_array(msgs)) return di_errorf("Invalid messages: expected an array, got %s", di_api_type_name(msgs));
     if (!json_array_size(msgs)) return di_errorf("Empty input messages");
     json_t *pending = json_object();
     int rc = 0;

@@ -162,7 +162,7 @@ static void on_event(void *user, const DiApiEvent *ev) {
     }
     pthread_mutex_lock(&x->lock);
     DiApiEvent e = *ev;
-    if (ev->kind == DI_API_EV_FINISH && x->timed_out && ev->finish == DI_FINISH_ABORT) e.finish = DI_FINISH_LENGTH;
+    if (ev->kind == DI_API_EV_FINISH && x->timed_out && ev->finish == DI_API_FINISH_ABORT) e.finish = DI_API_FINISH_LENGTH;
     if (di_api_stream_event(x->stream, &e, x->req.stream ? &x->out : NULL) != 0) {
         DI_WARN("%s: encoding output: %s", x->endpoint, di_error_message());
         if (ev->kind == DI_API_EV_FINISH) x->finished = true; /* never leave the client hanging */
@@ -177,7 +177,7 @@ static void on_event(void *user, const DiApiEvent *ev) {
     if (finish) {
         const DiApiOutput *o = di_api_stream_output(x->stream);
         di_metrics_tokens(srv->metrics, o->prompt_tokens, o->cache_hit_tokens, o->completion_tokens);
-        if (ev->finish == DI_FINISH_ABORT) di_metrics_aborted(srv->metrics);
+        if (ev->finish == DI_API_FINISH_ABORT) di_metrics_aborted(srv->metrics);
         di_metrics_in_flight(srv->metrics, -1);
         live_remove(srv, x);
         exchange_release(x); /* the backend's reference */
@@ -298,9 +298,9 @@ static enum MHD_Result start_generation(Exchange *x) {
 static enum MHD_Result finish_generation(Exchange *x) {
     DiServer *srv = x->srv;
     const DiApiOutput *o = di_api_stream_output(x->stream);
-    if (o->finish == DI_FINISH_ERROR)
+    if (o->finish == DI_API_FINISH_ERROR)
         return send_error(srv, x->conn, x->endpoint, x->protocol, 500, o->error ? o->error : "generation failed");
-    if (o->finish == DI_FINISH_ABORT)
+    if (o->finish == DI_API_FINISH_ABORT)
         return send_error(srv, x->conn, x->endpoint, x->protocol, 503, "The request was aborted (server shutting down)");
     return send_json(srv, x->conn, x->endpoint, 200, di_api_stream_response(x->stream), 0);
 }

@@ -183,7 +183,7 @@ static void finish(Job *j, DiApiFinish reason, const char *stop) {
 /* Advance one job by one token; true when it finished. */
 static bool step_job(Job *j) {
     if (j->aborted) {
-        finish(j, DI_FINISH_ABORT, NULL);
+        finish(j, DI_API_FINISH_ABORT, NULL);
         return true;
     }
     if (!j->ready_sent) {
@@ -193,11 +193,11 @@ static bool step_job(Job *j) {
         return false;
     }
     if (j->next >= j->n_tokens) {
-        finish(j, DI_FINISH_STOP, NULL);
+        finish(j, DI_API_FINISH_STOP, NULL);
         return true;
     }
     if (j->emitted >= j->max_tokens) {
-        finish(j, DI_FINISH_LENGTH, NULL);
+        finish(j, DI_API_FINISH_LENGTH, NULL);
         return true;
     }
     Token *t = &j->tokens[j->next++];
@@ -209,7 +209,7 @@ static bool step_job(Job *j) {
             if (!at) continue;
             ev.len = (size_t)(at - t->text);
             j->emit(j->user, &ev);
-            finish(j, DI_FINISH_STOP, j->stop[i]);
+            finish(j, DI_API_FINISH_STOP, j->stop[i]);
             return true;
         }
     j->emit(j->user, &ev);
