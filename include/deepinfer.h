@@ -25,19 +25,273 @@ const char *di_version(void);
 
 /* ---- recipe: tokenizer (src/recipe) ----------------------------------------------------- */
 
-/* (tokenizer API goes here) */
+/* The DeepSeek V3 / V4 / V4.1 tokenizer: byte-level BPE loaded from a Hugging Face
+ * tokenizer.json (recipe.md §1).  A loaded tokenizer is immutable and may be shared by threads;
+ * only di_tokenizer_set_threads changes it.  Text is UTF-8: invalid UTF-8 is an error naming
+ * the byte offset, never silently replaced.  BOS is never added implicitly. */
+typedef struct DiTokenizer DiTokenizer;
+
+/* Which added-token table to use on top of the file's own (recipe-data/README.md):
+ * FILE = the file as it is; V4 = plus the V4 additions (ids 128815..129279) the file lacks;
+ * V41 = V4 plus <｜System｜> at 128799 in place of the V3 placeholder.  A token the file
+ * already has at an id always wins (a real checkpoint's tokenizer.json loads as is). */
+typedef enum { DI_ADDED_TABLE_FILE = 0, DI_ADDED_TABLE_V4 = 1, DI_ADDED_TABLE_V41 = 2 } DiAddedTable;
+
+DiTokenizer *di_tokenizer_load(const char *path);
+DiTokenizer *di_tokenizer_load_table(const char *path, DiAddedTable table);
+/* The same from tokenizer.json contents in memory; `what` names the source in errors. */
+DiTokenizer *di_tokenizer_load_buffer(const char *json, size_t len, const char *what, DiAddedTable table);
+void di_tokenizer_free(DiTokenizer *tok);
+
+/* Encode long texts on n_threads threads (<= 1: sequentially, the default).  The ids are
+ * identical to the sequential ones; texts are cut only where pre-tokenization allows (§5.4). */
+int di_tokenizer_set_threads(DiTokenizer *tok, int n_threads);
+
+/* Number of ids: highest vocab or added-token id + 1 (129280 for V4 / V4.1). */
+size_t di_tokenizer_vocab_size(const DiTokenizer *tok);
+
+/* Plain text -> ids with no added-token recognition (recipe.md §1.2): "<｜User｜>" in the text
+ * is 5 ordinary tokens.  *ids is a fresh heap array (free with free()); NULL when empty. */
+int di_tokenizer_encode(const DiTokenizer *tok, const char *text, size_t len, int32_t **ids, size_t *n_ids);
+/* Hugging Face compatible encoding (recipe.md §1.4): added-token spellings in the text become
+ * their ids (non-normalized tokens first, then normalized ones, leftmost-longest), the gaps are
+ * encoded as plain text.  For tools and tests; prompts use di_tokenizer_encode_segments. */
+int di_tokenizer_encode_with_added(const DiTokenizer *tok, const char *text, size_t len, int32_t **ids,
+                                   size_t *n_ids);
+
+/* Bytes of ids, concatenated exactly (not necessarily valid UTF-8), NUL-terminated; free with
+ * free().  An id with no token is an error. */
+int di_tokenizer_decode(const DiTokenizer *tok, const int32_t *ids, size_t n_ids, char **out, size_t *out_len);
+/* The bytes of one token (not NUL-terminated), NULL with an error for an invalid id. */
+const char *di_tokenizer_token_bytes(const DiTokenizer *tok, int32_t id, size_t *len);
+
+/* id <-> spelling: vocab entries in their byte-level form ("Ġworld"), added tokens as
+ * written ("<｜User｜>").  token_to_id returns -1 with an error when there is none. */
+const char *di_tokenizer_id_to_token(const DiTokenizer *tok, int32_t id);
+int32_t di_tokenizer_token_to_id(const DiTokenizer *tok, const char *spelling);
+/* The id of an added (special or control) token by spelling; -1 with an error otherwise. */
+int32_t di_tokenizer_special_id(const DiTokenizer *tok, const char *spelling);
+/* 1 when id is an added token, 0 when it is a plain vocab entry, -1 (error) when invalid. */
+int di_tokenizer_is_added(const DiTokenizer *tok, int32_t id);
+
+/* Incremental decoding for streaming (recipe.md §1.5): text is released only as whole UTF-8
+ * characters; bytes that can never become valid come out as U+FFFD, one per maximal invalid
+ * subpart; an incomplete tail at the end of the stream is dropped. */
+typedef struct DiDecodeStream DiDecodeStream;
+DiDecodeStream *di_decode_stream_new(const DiTokenizer *tok);
+/* Feed one id; *text and *len get the text it releases (possibly empty), valid until the next
+ * call.  *text is NUL-terminated. */
+int di_decode_stream_push(DiDecodeStream *stream, int32_t id, const char **text, size_t *len);
+/* Ids whose bytes are still held back (they count as output only once their text is out). */
+size_t di_decode_stream_pending_ids(const DiDecodeStream *stream);
+void di_decode_stream_free(DiDecodeStream *stream);
 
 /* ---- recipe: prompt rendering, output parsing, protocols (src/recipe) ------------------- */
 
-/* (rendering / parsing API goes here) */
+/* Render a conversation to its prompt.  `json` holds the `deepinfer render` input
+ * ({"encoding": "v4"|"v4-0731"|"v41", "messages": [...], "tools": [...], "thinking_mode":
+ * "chat"|"thinking", "reasoning_effort": ..., "drop_thinking": bool, "tool_choice": ...,
+ * "response_format": ...}); *result_json receives {"prompt": "..."} (plus "segments":
+ * [{"special": bool, "text": "..."}] with DI_RENDER_WITH_SEGMENTS).  Free with free(). */
+#define DI_RENDER_WITH_SEGMENTS 1
+int di_render_json(const char *json, size_t len, int flags, char **result_json);
+
+/* Streaming parser of model output (reasoning, content, DSML tool calls, JSON mode, stop
+ * sequences).  options_json (NULL = defaults): {"initial": "content"|"start"|"reasoning"|
+ * "content_continuation", "tools": true, "tool_stage": false, "json_mode": false,
+ * "stop": ["..."], "finish": "stop"|"length"}.  Feed decoded UTF-8 text in any split; the
+ * result is the same however the text is split. */
+typedef struct DiOutputParser DiOutputParser;
+DiOutputParser *di_output_parser_new(const char *options_json);
+int di_output_parser_feed(DiOutputParser *parser, const char *text, size_t len);
+/* End of stream; then the result: {"reasoning_content", "content", "tool_calls": [{"name",
+ * "arguments"}], "invalid": [...], "stopped": bool, "finish_reason"}.  Free with free(). */
+int di_output_parser_finish(DiOutputParser *parser, char **result_json);
+void di_output_parser_free(DiOutputParser *parser);
+/* The `deepinfer parse` contract: {"encoding": ..., "options": {...}, "chunks": ["..."]}. */
+int di_parse_json(const char *json, size_t len, char **result_json);
 
 /* ---- engine: offline inference (src/engine) -------------------------------------------- */
 
-/* (engine API goes here) */
+/* An engine runs many requests at once over one model: continuous batching with chunked prefill,
+ * per-request state in fixed-size pages, deterministic sampling, optional overlap of scheduling
+ * with compute (async).  Single-threaded API: call every di_engine_* function of one engine
+ * from one thread; streaming callbacks run on that thread, inside di_engine_step/run, and may
+ * call di_engine_abort. */
+
+typedef struct DiEngine DiEngine;
+
+typedef struct {
+    int max_num_seqs;          /* requests in one step (default 64) */
+    int max_batch_tokens;      /* token budget of one step: decode tokens + prefill chunks (default 512) */
+    int max_prefill_chunk;     /* longest prefill chunk of one request in one step (0: the budget) */
+    size_t state_memory_bytes; /* page pool for per-request state (default 256 MiB) */
+    int async_scheduling;      /* -1 default (on), 0 off, 1 on */
+    int batch_invariant;       /* -1 default ($DEEPINFER_BATCH_INVARIANT, else off), 0, 1 */
+    uint64_t seed;             /* draws the seeds of requests that have none (0: from the clock) */
+} DiEngineOptions;
+
+/* Defaults as documented above. */
+void di_engine_options_init(DiEngineOptions *opts);
+
+typedef struct {
+    float temperature;          /* 0: greedy (argmax, ties to the lowest id) */
+    int top_k;                  /* <= 0: off */
+    float top_p;                /* (0, 1]; 1: off */
+    float min_p;                /* [0, 1]; 0: off */
+    float presence_penalty;     /* [-2, 2], on generated tokens */
+    float frequency_penalty;    /* [-2, 2], on generated tokens */
+    float repetition_penalty;   /* > 0; 1: off; on prompt and generated tokens */
+    int has_seed;               /* 0: the engine draws a seed (reported in the output) */
+    uint64_t seed;
+    int max_tokens;             /* >= 1 */
+    int min_tokens;             /* EOS and stop tokens are masked until this many were generated */
+    const int32_t *stop_token_ids; /* finish (token kept in the output) on any of these */
+    int n_stop_token_ids;
+    const char *const *stop;    /* stop strings: finish, text cut before the match */
+    int n_stop;
+    int logprobs;               /* -1: none; n >= 0: sampled token's logprob + the n best (n <= 20) */
+    int ignore_eos;
+} DiSamplingParams;
+
+#define DI_MAX_LOGPROBS 20
+
+/* vLLM's defaults: temperature 1, top_p 1, top_k off, max_tokens 16, no logprobs. */
+void di_sampling_params_init(DiSamplingParams *params);
+
+typedef enum {
+    DI_FINISH_NONE = 0,   /* still running */
+    DI_FINISH_STOP = 1,   /* EOS, a stop token or a stop string */
+    DI_FINISH_LENGTH = 2, /* max_tokens */
+    DI_FINISH_ABORT = 3,  /* di_engine_abort */
+} DiFinishReason;
+
+const char *di_finish_reason_name(DiFinishReason reason); /* "stop", "length", "abort", NULL */
+
+/* A request's input: exactly one of prompt_ids, prompt_text or chat_json.  Text needs the model's
+ * tokenizer and chat the prompt renderer (chat_json is the `render` command's input object);
+ * an engine without them rejects such input with an error that says so. */
+typedef struct {
+    const int32_t *prompt_ids;
+    int n_prompt_ids;
+    const char *prompt_text;
+    const char *chat_json;
+} DiRequestInput;
+
+/* Logprobs of one generated token: the sampled token's, then the n best (descending; ties by id). */
+typedef struct {
+    int32_t token;
+    float logprob;
+    int n_top;
+    int32_t top_ids[DI_MAX_LOGPROBS];
+    float top_logprobs[DI_MAX_LOGPROBS];
+} DiTokenLogprobs;
+
+/* What a streaming callback receives after each step that produced something for the request.
+ * Pointers are valid only during the call. */
+typedef struct {
+    uint64_t request_id;
+    const int32_t *new_token_ids;
+    int n_new_tokens;
+    const char *new_text;       /* complete UTF-8 only; text that may start a stop string is held back */
+    size_t new_text_len;
+    const DiTokenLogprobs *new_logprobs; /* n_new_tokens entries, or NULL */
+    DiFinishReason finish_reason;        /* != DI_FINISH_NONE on the last delivery */
+} DiStreamDelta;
+
+typedef void (*DiStreamCallback)(void *user, const DiStreamDelta *delta);
+
+/* A request's whole result so far.  Pointers stay valid until di_engine_release or destroy. */
+typedef struct {
+    uint64_t request_id;
+    const int32_t *prompt_ids;
+    int n_prompt_ids;
+    const int32_t *token_ids;   /* generated tokens (a matched stop string's tokens included) */
+    int n_tokens;
+    const char *text;           /* generated text, NUL-terminated, cut before a matched stop string */
+    size_t text_len;
+    const DiTokenLogprobs *logprobs; /* n_tokens entries, or NULL */
+    double cumulative_logprob;
+    DiFinishReason finish_reason;
+    int32_t stop_token;          /* the stop/EOS token that finished it, else -1 */
+    int stop_string;             /* index of the matched stop string, else -1 */
+    uint64_t seed;               /* the seed used (drawn when the request had none) */
+    int n_preemptions;
+    double time_to_first_token_s, total_time_s;
+} DiRequestOutput;
+
+typedef struct {
+    uint64_t steps, prefill_tokens, decode_tokens, preemptions;
+    uint64_t requests_added, requests_finished, requests_aborted;
+    int requests_waiting, requests_running;
+    size_t page_bytes, pages_total, pages_used, pages_peak; /* exact state-pool accounting */
+    size_t state_bytes_used;                                /* pages_used * page_bytes */
+    double time_forward_s;     /* the model's forward passes */
+    double time_sample_s;      /* the sampler */
+    double time_schedule_s;    /* planning steps (admission, pages, preemption) */
+    double time_output_s;      /* detokenising, stop checks, streaming callbacks */
+    double time_wait_s;        /* async: the main thread waiting for the forward */
+} DiEngineMetrics;
+
+/* Create an engine on a model directory (config.json + checkpoint + tokenizer).  NULL opts:
+ * defaults.  Needs the model core; this build says so with an error until it lands. */
+DiEngine *di_engine_create(const char *model_dir, const DiEngineOptions *opts);
+void di_engine_destroy(DiEngine *engine);
+
+/* Queue a request; NULL params: defaults.  The callback (may be NULL) streams its output.
+ * Returns -1 (with the cause) on bad input, e.g. a prompt that can never fit the state memory. */
+int di_engine_add_request(DiEngine *engine, const DiRequestInput *input, const DiSamplingParams *params,
+                          DiStreamCallback callback, void *user, uint64_t *out_id);
+/* Abort a waiting, running or finished-but-unreleased request; its state is freed at once (or,
+ * if a step using it is in flight, as soon as that step ends).  Unknown id: -1. */
+int di_engine_abort(DiEngine *engine, uint64_t request_id);
+/* One scheduling step (plans, computes, delivers).  *out_active = requests not finished. */
+int di_engine_step(DiEngine *engine, int *out_active);
+/* Step until every request has finished. */
+int di_engine_run(DiEngine *engine);
+/* A request's output (running or finished); -1 for an unknown or released id. */
+int di_engine_get_output(DiEngine *engine, uint64_t request_id, DiRequestOutput *out);
+/* Forget a finished request (its output memory).  A running one is aborted first. */
+int di_engine_release(DiEngine *engine, uint64_t request_id);
+int di_engine_get_metrics(const DiEngine *engine, DiEngineMetrics *out);
+int32_t di_engine_vocab_size(const DiEngine *engine);
+
+/* Testing hook, not a model: an engine over a deterministic mock model whose logits are a hash of
+ * (token history, position), with its state in the engine's pages.  Byte-level text: ids 0..255
+ * are bytes, id 256 is EOS, ids above are the words " w<id>".  vocab_size >= 257.  Used by the
+ * tests and the Python binding's tests until the model core lands. */
+DiEngine *di_engine_create_mock(int32_t vocab_size, uint64_t model_seed, const DiEngineOptions *opts);
 
 /* ---- serve: load balancers and EPLB (src/serve) ---------------------------------------- */
 
-/* (serving control-plane API goes here) */
+/* EPLB (serving.md §8.1, a port of deepseek-ai/EPLB eplb.py): a replication and placement plan
+ * for the routed experts of every MoE layer.  Physical slot s of a layer lives on GPU
+ * s / (num_replicas / num_gpus). */
+typedef struct {
+    int num_layers;    /* L */
+    int num_logical;   /* E: logical (routed) experts per layer */
+    int num_replicas;  /* R: physical expert slots per layer, a multiple of num_gpus */
+    int num_gpus;      /* P */
+    int max_replicas;  /* X: the largest replica count of any expert in any layer */
+    int hierarchical;  /* 1: hierarchical policy (num_groups % num_nodes == 0), 0: global */
+    int32_t *phy2log;  /* [L][R] logical expert held by each slot */
+    int32_t *phy_rank; /* [L][R] which replica of its expert the slot holds (0-based) */
+    int32_t *log2phy;  /* [L][E][X] the slots of each expert, -1 padded */
+    int32_t *logcnt;   /* [L][E] replica count of each expert (>= 1) */
+} DiEplbPlan;
+
+/* Plan from weight[L][E] (estimated load of each expert, finite and >= 0).  Requires
+ * E % num_groups == 0, num_gpus % num_nodes == 0, num_replicas % num_gpus == 0, R >= E, and for
+ * the hierarchical policy num_groups % num_nodes == 0 (else the global policy is used).  On
+ * success *out owns fresh arrays (free with di_eplb_plan_free); on failure *out is zeroed. */
+int di_eplb_rebalance(const float *weight, int num_layers, int num_logical, int num_replicas,
+                      int num_groups, int num_nodes, int num_gpus, DiEplbPlan *out);
+void di_eplb_plan_free(DiEplbPlan *plan);
+
+/* moe_lb (serving.md §8.3) of a plan under a load weight[L][E], each expert's load split evenly
+ * over its replicas: per layer max/mean of the per-GPU load (1.0 for an all-zero layer) into
+ * per_layer[L] (may be NULL), and the aggregate sum(max)/sum(mean) over layers into *aggregate. */
+int di_eplb_moe_lb(const DiEplbPlan *plan, const float *weight, double *per_layer, double *aggregate);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,78 @@
-/* cmd_render.c — `deepinfer render`. */
+/* cmd_render.c — `deepinfer render`: conversation JSON on stdin -> {"prompt": "..."} on stdout
+ * (architecture.md; input fields in src/recipe/conversation.h).  --segments adds the segment
+ * list (which spans are control tokens), for checking that client text stays text. */
 #include "commands.h"
 
+#include "deepinfer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void render_usage(FILE *out) {
+    fprintf(out,
+            "usage: deepinfer render [--segments] < conversation.json\n\n"
+            "Renders a conversation to the exact prompt string of its encoding.\n"
+            "stdin: {\"encoding\": \"v4\"|\"v4-0731\"|\"v41\", \"messages\": [...], \"tools\": [...],\n"
+            "        \"thinking_mode\": \"chat\"|\"thinking\", \"reasoning_effort\": null|\"low\"|\"high\"|\"max\"|1..100,\n"
+            "        \"drop_thinking\": true, \"tool_choice\": \"auto\"|\"none\"|\"required\",\n"
+            "        \"response_format\": \"text\"|\"json_object\"}\n"
+            "stdout: {\"prompt\": \"...\"} (with --segments also \"segments\": [{\"special\": bool, \"text\": \"...\"}])\n\n"
+            "  --segments   also print the control-token / text segments\n"
+            "  --help       this text\n");
+}
+
+/* All of stdin into a NUL-terminated heap buffer. */
+static int read_stdin(char **out, size_t *out_len) {
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) return -1;
+    size_t n;
+    while ((n = fread(buf + len, 1, cap - len - 1, stdin)) > 0) {
+        len += n;
+        if (len + 1 == cap) {
+            char *grown = realloc(buf, cap * 2);
+            if (!grown) { free(buf); return -1; }
+            buf = grown;
+            cap *= 2;
+        }
+    }
+    if (ferror(stdin)) { free(buf); return -1; }
+    buf[len] = '\0';
+    *out = buf;
+    *out_len = len;
+    return 0;
+}
+
 int cmd_render(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return cmd_not_available("render", "recipe, issue 3");
+    int want_segments = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            render_usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--segments") == 0) {
+            want_segments = 1;
+        } else {
+            fprintf(stderr, "deepinfer render: unknown option '%s'\n\n", argv[i]);
+            render_usage(stderr);
+            return 2;
+        }
+    }
+    char *input = NULL;
+    size_t input_len = 0;
+    if (read_stdin(&input, &input_len) != 0) {
+        fprintf(stderr, "deepinfer render: cannot read stdin\n");
+        return 1;
+    }
+    char *result = NULL;
+    int rc = di_render_json(input, input_len, want_segments ? DI_RENDER_WITH_SEGMENTS : 0, &result);
+    free(input);
+    if (rc != 0) {
+        fprintf(stderr, "deepinfer render: %s\n", di_last_error());
+        return 1;
+    }
+    fputs(result, stdout);
+    fputc('\n', stdout);
+    free(result);
+    return 0;
 }
