@@ -41,6 +41,8 @@ typedef struct {
     int64_t prompt_tokens, cache_hit_tokens;   /* READY */
     DiApiFinish finish;                        /* FINISH */
     const char *stop_sequence;                 /* FINISH: the stop sequence matched, or NULL */
+    int http_status;                           /* FINISH with ERROR: the status a client should see
+                                                * if nothing was sent yet (0: 500) */
 } DiApiEvent;
 
 typedef struct {
