@@ -56,6 +56,25 @@ kill -TERM $pid
 wait $pid; rc=$?
 check "SIGTERM exits 0" '[ $rc = 0 ] && grep -q stopped "$work/out"'
 check "no sanitizer reports" '! grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error" "$work/err"'
-[ $failed = 0 ] || { echo "---- harness stderr"; tail -40 "$work/err"; }
+
+# The same server over the real engine adapter and the engine's mock model, under ASan too.
+ASAN_OPTIONS=detect_leaks=1 "$harness" --port 0 --backend mock-engine --context 2048 >"$work/out2" 2>"$work/err2" &
+pid=$!
+for _ in $(seq 100); do grep -q '^port' "$work/out2" && break; sleep 0.1; done
+url=http://127.0.0.1:$(awk '/^port/{print $2}' "$work/out2")
+check "engine: completion" '[ "$(post /v1/completions "{\"model\":\"$M\",\"prompt\":\"hi\",\"max_tokens\":8,\"temperature\":0}")" = 200 ] && grep -q "\"completion_tokens\":" "$work/resp"'
+check "engine: stream" '[ "$(post /v1/completions "{\"model\":\"$M\",\"prompt\":\"hi\",\"max_tokens\":8,\"stream\":true}")" = 200 ] && grep -q "data: \[DONE\]" "$work/resp"'
+check "engine: over-long 400" '[ "$(post /v1/completions "{\"model\":\"$M\",\"prompt\":\"hi\",\"max_tokens\":4000}")" = 400 ]'
+check "engine: chat refusal names the cause" '[ "$(post /v1/chat/completions "{\"model\":\"$M\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}")" != 500 ]'
+curl -s -m 1 -d "{\"model\":\"$M\",\"prompt\":\"x\",\"max_tokens\":2000,\"stream\":true}" "$url/v1/completions" >/dev/null
+# A request still running at SIGTERM: the engine aborts it, the stream ends with an error event.
+(curl -s -m 20 -d "{\"model\":\"$M\",\"prompt\":\"x\",\"max_tokens\":2000,\"stream\":true}" "$url/v1/completions" >"$work/last") &
+sleep 0.3
+kill -TERM $pid
+wait $pid; rc=$?
+wait
+check "engine: SIGTERM exits 0" '[ $rc = 0 ] && grep -q stopped "$work/out2"'
+check "engine: no sanitizer reports" '! grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error" "$work/err2"'
+[ $failed = 0 ] || { echo "---- harness stderr"; tail -40 "$work/err" "$work/err2"; }
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]

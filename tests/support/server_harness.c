@@ -18,7 +18,7 @@
 static int usage(void) {
     fprintf(stderr, "usage: server_harness [--port N] [--api-key K] [--max-queue N] [--max-running N] "
                     "[--step-us N] [--max-body N] [--request-timeout S] [--grace S] [--context N] "
-                    "[--backend fake|mock-engine]\n");
+                    "[--backend fake|mock-engine] [--idle-timeout S]\n");
     return 2;
 }
 
@@ -41,6 +41,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--grace") == 0) cfg.shutdown_grace_s = atof(v);
         else if (strcmp(a, "--context") == 0) fcfg.context_limit = atol(v);
         else if (strcmp(a, "--backend") == 0) which = v;
+        else if (strcmp(a, "--idle-timeout") == 0) cfg.idle_timeout_s = (unsigned)atoi(v);
         else return usage();
         i++;
     }
