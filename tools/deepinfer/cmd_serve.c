@@ -1,13 +1,14 @@
 /* cmd_serve.c — `deepinfer serve`: the HTTP API (serve/server.h) over the engine.
  *
- * Parses and validates the options, starts the server, serves until SIGTERM / SIGINT, then
- * stops gracefully (stop accepting, let in-flight requests finish within --shutdown-grace,
- * abort the rest).  The engine adapter (serve/backend.h over the engine's C API) is wired in
- * when the engine lands; until then the command says so and exits 1 after checking its
- * options, rather than pretending to serve. */
+ * Parses and validates the options, creates the engine on the model and its backend
+ * (serve/backend_engine.h), starts the server, serves until SIGTERM / SIGINT, then stops
+ * gracefully (stop accepting, let in-flight requests finish within --shutdown-grace, abort the
+ * rest).  While the engine cannot load a model (model core not built in yet) the command exits 1
+ * with the engine's explanation, after checking its options, rather than pretending to serve. */
 #include "commands.h"
 
 #include "base/error.h"
+#include "serve/backend_engine.h"
 #include "serve/server.h"
 
 #include <errno.h>
@@ -22,6 +23,8 @@ static void usage(FILE *out) {
             "HTTP API server: OpenAI Chat Completions, Completions and Responses, Anthropic Messages,\n"
             "plus GET /v1/models, /health, /metrics (Prometheus) and /openapi.json.\n\n"
             "  --model DIR              model directory (default: $DEEPINFER_HF_MODEL_DIR, else the built-in tiny model)\n"
+            "  --served-model-name NAME the model name clients send and /v1/models lists (default DeepSeek-V4.1-Flash)\n"
+            "  --context-limit N        prompt + output tokens of one request (default 1048576)\n"
             "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
             "  --port N                 TCP port (default 8000)\n"
             "  --api-key KEY            require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
@@ -53,18 +56,23 @@ static int parse_seconds(const char *flag, const char *v, double *out) {
     return 0;
 }
 
-/* The engine behind the server.  Not in this build yet (engine: issue 4). */
-static int open_backend(const char *model_dir, DiBackend *out) {
-    (void)out;
-    return di_errorf("the engine is not available in this build yet, so there is nothing to serve "
-                     "(model '%s'; the HTTP server itself is built and tested against a test backend)",
-                     model_dir ? model_dir : "built-in tiny model");
+/* The engine behind the server: di_engine_create on the model directory, wrapped in the engine
+ * backend.  Until the model core lands di_engine_create refuses with its own explanation. */
+static DiEngineBackend *open_backend(const char *model_dir, const char *served_name, long context_limit) {
+    DiEngine *engine = di_engine_create(model_dir, NULL);
+    if (!engine) return NULL;
+    DiEngineBackendConfig cfg = {.model_name = served_name, .context_limit = context_limit};
+    DiEngineBackend *b = di_engine_backend_create(engine, &cfg);
+    if (!b) di_engine_destroy(engine);
+    return b;
 }
 
 int cmd_serve(int argc, char **argv) {
     DiServerConfig cfg;
     di_server_config_defaults(&cfg);
     const char *model = getenv("DEEPINFER_HF_MODEL_DIR");
+    const char *served_name = "DeepSeek-V4.1-Flash";
+    long context_limit = 1L << 20; /* V4.1-Flash contexts up to 1M tokens (serving.md §3) */
     const char *env_key = getenv("DEEPINFER_API_KEY");
     if (env_key && *env_key) cfg.api_key = env_key;
     for (int i = 1; i < argc; i++) {
@@ -82,6 +90,8 @@ int cmd_serve(int argc, char **argv) {
         long n = 0;
         int rc = 0;
         if (strcmp(a, "--model") == 0) model = v;
+        else if (strcmp(a, "--served-model-name") == 0) served_name = v;
+        else if (strcmp(a, "--context-limit") == 0) rc = parse_long(a, v, 16, 1L << 30, &context_limit);
         else if (strcmp(a, "--host") == 0) cfg.host = v;
         else if (strcmp(a, "--api-key") == 0) cfg.api_key = v;
         else if (strcmp(a, "--port") == 0) rc = parse_long(a, v, 0, 65535, &n), cfg.port = (int)n;
@@ -101,11 +111,16 @@ int cmd_serve(int argc, char **argv) {
             return 2;
         }
     }
-    DiBackend backend;
-    if (open_backend(model, &backend) != 0) {
+    if (!*served_name) {
+        fprintf(stderr, "deepinfer serve: --served-model-name must not be empty\n");
+        return 2;
+    }
+    DiEngineBackend *eb = open_backend(model && *model ? model : NULL, served_name, context_limit);
+    if (!eb) {
         fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
         return 1;
     }
+    DiBackend backend = di_engine_backend_interface(eb);
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
@@ -115,6 +130,7 @@ int cmd_serve(int argc, char **argv) {
     DiServer *srv = di_server_start(&cfg, &backend);
     if (!srv) {
         fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
+        di_engine_backend_destroy(eb);
         return 1;
     }
     fprintf(stderr, "deepinfer serve: listening on http://%s:%d (model %s)\n", cfg.host, di_server_port(srv),
@@ -124,5 +140,6 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "deepinfer serve: %s, shutting down (grace %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
             cfg.shutdown_grace_s);
     di_server_stop(srv);
+    di_engine_backend_destroy(eb);
     return 0;
 }
