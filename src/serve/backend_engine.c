@@ -18,7 +18,8 @@
 typedef struct Job {
     uint64_t id;                 /* the id the server knows */
     uint64_t engine_id;
-    bool added, done, released;
+    DiEngine *engine;            /* to read the finished output (engine thread only) */
+    bool added, done;
     DiBackendEmit emit;
     void *user;
     DiApiRequest req;            /* a private copy of what the engine needs */
@@ -123,7 +124,12 @@ static void on_delta(void *user, const DiStreamDelta *d) {
     DiApiFinish f = d->finish_reason == DI_FINISH_LENGTH  ? DI_API_FINISH_LENGTH
                     : d->finish_reason == DI_FINISH_ABORT ? DI_API_FINISH_ABORT
                                                           : DI_API_FINISH_STOP;
-    emit_finish(j, f, NULL, NULL, 0);
+    const char *stop = NULL;
+    DiRequestOutput out;
+    if (!j->parser && f == DI_API_FINISH_STOP && j->engine && di_engine_get_output(j->engine, j->engine_id, &out) == 0 &&
+        out.stop_string >= 0 && (size_t)out.stop_string < j->req.n_stop)
+        stop = j->req.stop[out.stop_string];
+    emit_finish(j, f, stop, NULL, 0);
 }
 
 /* ---- the engine thread ----------------------------------------------------------------- */
@@ -144,10 +150,15 @@ static void sampling_of(const Job *j, int64_t max_tokens, DiSamplingParams *p) {
     p->has_seed = j->req.has_seed;
     p->seed = j->req.seed;
     p->max_tokens = (int)max_tokens;
+    if (!j->parser && j->req.n_stop) { /* a raw prompt: the engine matches the stop strings itself */
+        p->stop = (const char *const *)j->req.stop;
+        p->n_stop = (int)j->req.n_stop;
+    }
 }
 
 /* Add a job to the engine; on refusal its FINISH carries the cause (400: the client's input). */
 static void add_job(DiEngineBackend *b, Job *j) {
+    j->engine = b->engine;
     DiRequestInput in = {.prompt_text = j->chat_json ? NULL : j->req.prompt, .chat_json = j->chat_json};
     DiSamplingParams sp;
     /* The prompt length is known only once the engine has rendered and tokenized it: add with

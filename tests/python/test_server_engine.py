@@ -83,3 +83,11 @@ def test_disconnect_storm_frees_engine_requests(server):
     m = server.metrics()
     assert m["deepinfer_running_requests"] == 0 and m["deepinfer_queue_length"] == 0
     assert m["deepinfer_requests_aborted_total"] >= 1
+
+
+def test_completion_stop_sequence_cuts_the_text(oai):
+    full = oai.completions.create(model=MODEL, prompt="stop test", max_tokens=24, temperature=0).choices[0].text
+    stop = full[5:8]  # a piece from the middle of the greedy text
+    r = oai.completions.create(model=MODEL, prompt="stop test", max_tokens=24, temperature=0, stop=[stop])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].text == full[:full.index(stop)]
