@@ -123,7 +123,8 @@ TEST(messages_tool_use_and_reminder) {
     CHECK_STR(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")), "{\"city\": \"Paris\", \"n\": 1}");
     CHECK_STR(msg_field(&r, 2, "reasoning_content"), "t");
     CHECK_STR(msg_field(&r, 3, "role"), "tool");
-    CHECK_STR(msg_field(&r, 4, "content"), "<system-reminder>\nlate\n</system-reminder>");
+    CHECK_STR(msg_field(&r, 4, "role"), "system"); /* as the official conversion (spec: a reminder part) */
+    CHECK_STR(msg_field(&r, 4, "content"), "late");
     CHECK_EQ_INT(r.n_stop, 1);
     di_api_request_free(&r);
     CHECK_EQ_INT(parse(DI_API_MESSAGES, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r, NULL), -1);
