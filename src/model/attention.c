@@ -40,9 +40,9 @@ int attn_query(const Model *m, const LayerWeights *lw, const RopeTable *rope, co
     const ModelDims *d = &m->d;
     int64_t Rq = d->q_rank, H = d->n_heads, Dh = d->head_dim;
     bool aq = model_act_quant(m);
-    if (op_linear(m->pool, &lw->wq_a, a, n, qr, aq) != 0) return di_error_wrap("wq_a");
+    if (model_linear(m, &lw->wq_a, a, n, qr, aq) != 0) return di_error_wrap("wq_a");
     for (int64_t i = 0; i < n; i++) op_rmsnorm(qr + i * Rq, qr + i * Rq, lw->q_norm, Rq, d->eps);
-    if (op_linear(m->pool, &lw->wq_b, qr, n, q, aq) != 0) return di_error_wrap("wq_b");
+    if (model_linear(m, &lw->wq_b, qr, n, q, aq) != 0) return di_error_wrap("wq_b");
     for (int64_t i = 0; i < n; i++)
         for (int64_t h = 0; h < H; h++) rope_apply(rope, q + (i * H + h) * Dh, Dh, s + i, false);
     return 0;
@@ -52,7 +52,7 @@ int attn_window_kv(const Model *m, const LayerWeights *lw, const RopeTable *rope
                    float *kv) {
     const ModelDims *d = &m->d;
     int64_t Dh = d->head_dim;
-    if (op_linear(m->pool, &lw->wkv, a, n, kv, model_act_quant(m)) != 0) return di_error_wrap("wkv");
+    if (model_linear(m, &lw->wkv, a, n, kv, model_act_quant(m)) != 0) return di_error_wrap("wkv");
     for (int64_t i = 0; i < n; i++) {
         float *row = kv + i * Dh;
         op_rmsnorm(row, row, lw->kv_norm, Dh, d->eps);
@@ -74,7 +74,7 @@ static int emit_entry(const Model *m, RunState *st, const LayerWeights *lw, int 
     bool kq = model_kv_quant(m);
     op_rmsnorm(latent, latent, lw->comp_norm, Dh, d->eps);
     /* index key from the pre-RoPE latent (§5.6.4) */
-    if (di_matmul(m->pool, &lw->idx_wk, latent, 1, key) != 0) return -1;
+    if (model_matmul(m, &lw->idx_wk, latent, 1, key) != 0) return -1;
     op_rmsnorm(key, key, lw->idx_k_norm, DI, d->eps);
     rope_apply(rope, key, DI, g * ratio, false); /* rotated at the group's first position */
     if (kq && di_roundtrip_fp4_ue8m0_block32(key, (size_t)DI) != 0) return -1;
@@ -96,14 +96,15 @@ static int run_compressor(const Model *m, RunState *st, int L, const LayerWeight
     KvSourceState *ks = &st->kv[slot];
     float *kc, *zc = NULL, *latent, *key;
     int rc = -1;
+    if (ratio > DIMS_MAX_LAYERS) return di_errorf("compressor of layer %d: ratio %d too large", L, ratio);
     ALLOC(kc, n * Dh, "compressor rows");
     if (ratio > 1) ALLOC(zc, n * Dh, "compressor gates");
     ALLOC(latent, Dh, "latent");
     ALLOC(key, d->idx_head_dim, "index key");
     if (!kc || (ratio > 1 && !zc) || !latent || !key) goto done;
     /* fp32 GEMMs without activation quantisation (§4.3) */
-    if (di_matmul(m->pool, &lw->comp_wkv, a, n, kc) != 0) goto done;
-    if (ratio > 1 && di_matmul(m->pool, &lw->comp_wgate, a, n, zc) != 0) goto done;
+    if (model_matmul(m, &lw->comp_wkv, a, n, kc) != 0) goto done;
+    if (ratio > 1 && model_matmul(m, &lw->comp_wgate, a, n, zc) != 0) goto done;
     for (int64_t i = 0; i < n; i++) {
         int64_t p = s + i;
         if (ratio == 1) {
@@ -117,19 +118,22 @@ static int run_compressor(const Model *m, RunState *st, int L, const LayerWeight
             goto done;
         }
         if (r < ratio - 1) { /* hold the row until its group is complete */
-            memcpy(ks->pend_kv + r * Dh, kc + i * Dh, (size_t)Dh * sizeof(float));
-            memcpy(ks->pend_gate + r * Dh, zc + i * Dh, (size_t)Dh * sizeof(float));
+            memcpy(state_pending_row(st, slot, 0, r), kc + i * Dh, (size_t)Dh * sizeof(float));
+            memcpy(state_pending_row(st, slot, 1, r), zc + i * Dh, (size_t)Dh * sizeof(float));
             ks->n_pending = r + 1;
             continue;
         }
         /* λ[c] = Σ_r softmax_r(ζ_r[c]) · κ_r[c] over the m rows of the group */
+        const float *pk[DIMS_MAX_LAYERS], *pz[DIMS_MAX_LAYERS];
+        for (int j = 0; j < ratio - 1; j++) pk[j] = state_pending_row(st, slot, 0, j), pz[j] = state_pending_row(st, slot, 1, j);
+        pk[ratio - 1] = kc + i * Dh;
+        pz[ratio - 1] = zc + i * Dh;
         for (int64_t c = 0; c < Dh; c++) {
-            float mx = zc[i * Dh + c];
-            for (int j = 0; j < ratio - 1; j++) mx = fmaxf(mx, ks->pend_gate[j * Dh + c]);
+            float mx = pz[ratio - 1][c];
+            for (int j = 0; j < ratio - 1; j++) mx = fmaxf(mx, pz[j][c]);
             float den = 0, num = 0;
             for (int j = 0; j < ratio; j++) {
-                float z = j < ratio - 1 ? ks->pend_gate[j * Dh + c] : zc[i * Dh + c];
-                float k = j < ratio - 1 ? ks->pend_kv[j * Dh + c] : kc[i * Dh + c];
+                float z = pz[j][c], k = pk[j][c];
                 float e = expf(z - mx);
                 den += e;
                 num += e * k;
@@ -203,8 +207,8 @@ static int run_indexer(const Model *m, RunState *st, int L, const LayerWeights *
         di_errorf("indexer of layer %d: no candidate pool from layer %d in this forward", L, d->cand_src);
         goto done;
     }
-    if (op_linear(m->pool, &lw->idx_wq_b, qr, n, qi, model_act_quant(m)) != 0) goto done;
-    if (di_matmul(m->pool, &lw->idx_weights_proj, a, n, wp) != 0) goto done;
+    if (model_linear(m, &lw->idx_wq_b, qr, n, qi, model_act_quant(m)) != 0) goto done;
+    if (model_matmul(m, &lw->idx_weights_proj, a, n, wp) != 0) goto done;
     float wscale = 1.0f / sqrtf((float)DI) / sqrtf((float)HI); /* DI^-1/2 · HI^-1/2 (§5.6.6 step 2) */
     for (int64_t i = 0; i < n; i++) {
         int64_t p = s + i, nvis = (p + 1) / ratio;
@@ -312,10 +316,10 @@ int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, f
         DiMatrix sub = lw->wo_a;
         sub.rows = Ro;
         sub.data = (const uint16_t *)lw->wo_a.data + g * Ro * gw;
-        if (di_matmul(m->pool, &sub, xg, n, yg) != 0) goto done;
+        if (model_matmul(m, &sub, xg, n, yg) != 0) goto done;
         for (int64_t i = 0; i < n; i++) memcpy(yc + i * G * Ro + g * Ro, yg + i * Ro, (size_t)Ro * sizeof *yc);
     }
-    if (op_linear(m->pool, &lw->wo_b, yc, n, out, model_act_quant(m)) != 0) goto done;
+    if (model_linear(m, &lw->wo_b, yc, n, out, model_act_quant(m)) != 0) goto done;
     rc = 0;
 done:
     free(xg);

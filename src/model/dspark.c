@@ -92,13 +92,13 @@ int dspark_draft(const Model *m, RunState *st, int32_t anchor, const int32_t *gi
     for (int r = 0; r < B; r++) {
         mhc_collapse(X + (int64_t)r * hc * D, pi + r * hc, hc, (int)D, x + r * D); /* pre-norm x_r */
         op_rmsnorm(zn, x + r * D, m->w.mtp_norm, D, d->eps);
-        if (di_matmul(m->pool, &m->w.head, zn, 1, out->base_logits + r * V) != 0) goto done;
+        if (model_matmul(m, &m->w.head, zn, 1, out->base_logits + r * V) != 0) goto done;
     }
     /* sequential Markov chain: row r adds W2 · W1[d_{r-1}] (d_{-1} = anchor) */
     int32_t prev = anchor;
     for (int r = 0; r < B; r++) {
         if (di_matrix_row(&m->w.markov_embed, prev, e) != 0) goto done;
-        if (di_matmul(m->pool, &m->w.markov_head, e, 1, bias) != 0) goto done;
+        if (model_matmul(m, &m->w.markov_head, e, 1, bias) != 0) goto done;
         float *lg = out->logits + r * V;
         int32_t best = 0;
         for (int64_t v = 0; v < V; v++) {
@@ -107,7 +107,7 @@ int dspark_draft(const Model *m, RunState *st, int32_t anchor, const int32_t *gi
         }
         memcpy(cin, x + r * D, (size_t)D * sizeof *cin);
         memcpy(cin + D, e, (size_t)R * sizeof *cin);
-        if (di_matmul(m->pool, &m->w.conf_proj, cin, 1, &out->confidence[r]) != 0) goto done;
+        if (model_matmul(m, &m->w.conf_proj, cin, 1, &out->confidence[r]) != 0) goto done;
         int32_t next = given ? given[r] : best;
         if (next < 0 || next >= d->vocab) {
             di_errorf("dspark: draft token %d outside the vocabulary", next);

@@ -18,10 +18,10 @@ static int token_cid(const Model *m, int32_t tok, int32_t *cid) {
     return 0;
 }
 
-int engram_hash(const Model *m, const RunState *st, const int32_t *tokens, int64_t n, int64_t s, int64_t *ids) {
+int engram_hash(const Model *m, RunState *st, const int32_t *tokens, int64_t n, int64_t s, int64_t *ids) {
     const ModelDims *d = &m->d;
     if (d->n_engram == 0) return 0;
-    if (!m->token_map || !m->engram_mult_set) return di_errorf("engram: the compressed token map and hash multipliers are not set");
+    if (!m->token_map || !m->engram_mult_set) return di_errorf("engram: the compressed token map is not set (tokenizer-derived, §5.2 a; model_set_engram_token_map)");
     int N = d->engram_max_ngram, H = d->engram_heads, cols = engram_columns(d);
     int32_t pad = 0;
     if (token_cid(m, d->engram_pad_id, &pad) != 0) return -1;
@@ -39,7 +39,7 @@ int engram_hash(const Model *m, const RunState *st, const int32_t *tokens, int64
             if (q >= s) {
                 if (token_cid(m, tokens[q - s], &cid) != 0) return -1;
             } else {
-                cid = st->hist[s - 1 - q];
+                cid = state_engram_history(st)[s - 1 - q];
             }
             x[k] = cid;
         }
@@ -62,10 +62,11 @@ int engram_hash(const Model *m, const RunState *st, const int32_t *tokens, int64
 void engram_push_history(const Model *m, RunState *st, const int32_t *tokens, int64_t n) {
     int keep = st->ngram_hist;
     if (keep <= 0 || !m->token_map) return;
+    int32_t *hist = state_engram_history(st);
     for (int64_t i = 0; i < n; i++) {
-        for (int k = keep - 1; k > 0; k--) st->hist[k] = st->hist[k - 1];
+        for (int k = keep - 1; k > 0; k--) hist[k] = hist[k - 1];
         int32_t t = tokens[i];
-        st->hist[0] = (t >= 0 && t < m->token_map_len) ? m->token_map[t] : 0;
+        hist[0] = (t >= 0 && t < m->token_map_len) ? m->token_map[t] : 0;
     }
 }
 
@@ -97,7 +98,7 @@ int engram_forward(const Model *m, int slot, const LayerWeights *lw, const int64
             }
             table_row(lw, id, hd, u + i * in + (int64_t)c * hd);
         }
-    if (op_linear(m->pool, &lw->engram_wkv, u, n, kv, model_act_quant(m)) != 0) {
+    if (model_linear(m, &lw->engram_wkv, u, n, kv, model_act_quant(m)) != 0) {
         free(u);
         free(kv);
         return di_error_wrap("engram wkv");

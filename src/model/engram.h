@@ -13,7 +13,7 @@ int engram_columns(const ModelDims *d);
 
 /* Row ids of every Engram layer for the chunk's tokens at positions s .. s+n-1:
  * ids[(i·n_engram + l)·cols + c].  History before s comes from st (not modified here). */
-int engram_hash(const Model *m, const RunState *st, const int32_t *tokens, int64_t n, int64_t s, int64_t *ids);
+int engram_hash(const Model *m, RunState *st, const int32_t *tokens, int64_t n, int64_t s, int64_t *ids);
 
 /* Push the chunk's compressed ids into st's look-back history (after the forward). */
 void engram_push_history(const Model *m, RunState *st, const int32_t *tokens, int64_t n);

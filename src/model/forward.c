@@ -42,7 +42,7 @@ int model_block(const Model *m, int L, float *X, float *pi, int64_t n, BlockAttn
     if (!mix_a || !mix_f || !a || !o) goto done;
     /* attention site: collapse with the carried pre-mix (previous FFN site's pre) */
     HcSite sa = site_of(m, lw, false), sf = site_of(m, lw, true);
-    if (mhc_mixes(m->pool, &sa, X, n, mix_a) != 0) goto done;
+    if (mhc_mixes(m, &sa, X, n, mix_a) != 0) goto done;
     for (int64_t i = 0; i < n; i++) {
         mhc_collapse(X + i * hc * D, pi + i * hc, hc, (int)D, a + i * D);
         op_rmsnorm(a + i * D, a + i * D, lw->attn_norm, D, d->eps);
@@ -50,7 +50,7 @@ int model_block(const Model *m, int L, float *X, float *pi, int64_t n, BlockAttn
     if (attn(ctx, a, n, o) != 0) goto done;
     for (int64_t i = 0; i < n; i++) mhc_expand(X + i * hc * D, o + i * D, &mix_a[i], hc, (int)D);
     /* FFN site: collapse with the ATTENTION site's pre (§5.5) */
-    if (mhc_mixes(m->pool, &sf, X, n, mix_f) != 0) goto done;
+    if (mhc_mixes(m, &sf, X, n, mix_f) != 0) goto done;
     for (int64_t i = 0; i < n; i++) {
         mhc_collapse(X + i * hc * D, mix_a[i].pre, hc, (int)D, a + i * D);
         op_rmsnorm(a + i * D, a + i * D, lw->ffn_norm, D, d->eps);
@@ -92,7 +92,7 @@ static int update_dspark_rings(const Model *m, RunState *st, const float *taps, 
     ALLOC(mx, n * D, "DSpark context");
     ALLOC(kv, n * Dh, "DSpark ring rows");
     if (!mx || !kv) goto done;
-    if (op_linear(m->pool, &m->w.main_proj, taps, n, mx, model_act_quant(m)) != 0) goto done;
+    if (model_linear(m, &m->w.main_proj, taps, n, mx, model_act_quant(m)) != 0) goto done;
     for (int64_t i = 0; i < n; i++) op_rmsnorm(mx + i * D, mx + i * D, m->w.main_norm, D, d->eps);
     for (int st_i = 0; st_i < d->n_mtp; st_i++) {
         const LayerWeights *lw = &m->w.layers[d->n_layers + st_i];
@@ -174,7 +174,7 @@ int model_forward(const Model *m, RunState *st, const int32_t *tokens, int64_t n
         for (int64_t i = first; i < n; i++) {
             mhc_collapse(X + i * hc * D, pi + i * hc, hc, (int)D, row);
             op_rmsnorm(row, row, m->w.norm, D, d->eps);
-            if (di_matmul(m->pool, &m->w.head, row, 1, logits + (i - first) * V) != 0) goto done;
+            if (model_matmul(m, &m->w.head, row, 1, logits + (i - first) * V) != 0) goto done;
         }
     }
     engram_push_history(m, st, tokens, n);

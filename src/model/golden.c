@@ -102,7 +102,14 @@ int golden_prepare_model(const GoldenSet *g, Model *m) {
         return -1;
     if (map.shape[0] < m->d.vocab) return di_errorf("engram.token_map has %lld entries, vocabulary is %d", (long long)map.shape[0], m->d.vocab);
     if (model_set_engram_token_map(m, map.data, map.shape[0]) != 0) return -1;
-    return model_set_engram_multipliers(m, mult.data, ms[0], ms[1]);
+    /* the multipliers computed at load must be the ones the golden set was made with */
+    const int64_t *gm = mult.data;
+    for (int64_t l = 0; l < ms[0]; l++)
+        for (int64_t k = 0; k < ms[1]; k++)
+            if (m->engram[l].mult[k] != gm[l * ms[1] + k])
+                return di_errorf("engram.hash_multipliers[%lld][%lld] = %lld, computed %lld", (long long)l, (long long)k,
+                                 (long long)gm[l * ms[1] + k], (long long)m->engram[l].mult[k]);
+    return 0;
 }
 
 size_t golden_n_cases(const GoldenSet *g) { return json_array_size(json_object_get(g->root, "cases")); }

@@ -34,7 +34,7 @@ static void sinkhorn(float *c, int hc, int iters, float eps) {
     }
 }
 
-int mhc_mixes(DiThreadPool *pool, const HcSite *site, const float *X, int64_t n, HcMix *out) {
+int mhc_mixes(const Model *m, const HcSite *site, const float *X, int64_t n, HcMix *out) {
     int hc = site->hc;
     int64_t flat = (int64_t)hc * site->dim, nmix = (int64_t)(2 + hc) * hc;
     if (hc <= 0 || hc > MHC_MAX || site->fn->rows != nmix || site->fn->cols != flat)
@@ -43,7 +43,7 @@ int mhc_mixes(DiThreadPool *pool, const HcSite *site, const float *X, int64_t n,
     float *mu = di_malloc((size_t)(n * nmix) * sizeof *mu + 1, "mHC projections");
     if (!mu) return -1;
     /* REF projects the raw state first and scales by the RMS afterwards (§7 item 2). */
-    if (di_matmul(pool, site->fn, X, n, mu) != 0) {
+    if (model_matmul(m, site->fn, X, n, mu) != 0) {
         free(mu);
         return -1;
     }

@@ -5,8 +5,8 @@
 #ifndef DI_MODEL_MHC_H
 #define DI_MODEL_MHC_H
 
-#include "base/threadpool.h"
 #include "kernels/matmul.h"
+#include "model/model.h"
 
 #include <stdint.h>
 
@@ -26,7 +26,7 @@ typedef struct {
 } HcSite;
 
 /* Coefficients for n tokens of state X [n][hc][D]; out[n]. */
-int mhc_mixes(DiThreadPool *pool, const HcSite *site, const float *X, int64_t n, HcMix *out);
+int mhc_mixes(const Model *m, const HcSite *site, const float *X, int64_t n, HcMix *out);
 /* out[D] = Σ_k pi[k]·X[k] for one token. */
 void mhc_collapse(const float *X, const float *pi, int hc, int dim, float *out);
 /* X[b] = post[b]·o + Σ_a comb[a][b]·X[a], in place, one token. */

@@ -3,6 +3,8 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "kernels/numformats.h"
+#include "model/engram_rng.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,24 @@ const char *numerics_mode_name(NumericsMode mode) {
 bool model_act_quant(const Model *m) { return m->mode == MODE_REF; }
 bool model_kv_quant(const Model *m) { return m->mode == MODE_REF || m->mode == MODE_KVQ; }
 
+int model_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y) {
+    return m->ref_kernels ? di_matmul_ref(w, x, n, y) : di_matmul(m->pool, w, x, n, y);
+}
+
+int model_linear(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y, bool act_quant) {
+    if (!w || !x || !y || n < 0) return di_errorf("linear: invalid arguments");
+    if (!act_quant) return model_matmul(m, w, x, n, y);
+    size_t count;
+    if (!di_mul_size((size_t)n, (size_t)w->cols, &count)) return di_errorf("linear: size overflow");
+    float *q = di_malloc(count * sizeof *q + 1, "quantised activations");
+    if (!q) return -1;
+    memcpy(q, x, count * sizeof *q);
+    int rc = di_roundtrip_fp8_block32(q, count);
+    if (rc == 0) rc = model_matmul(m, w, q, n, y);
+    free(q);
+    return rc;
+}
+
 const RopeTable *model_rope(const Model *m, int ratio) { return ratio > 0 ? &m->rope_compress : &m->rope_main; }
 
 /* Primes and offsets come from the config (config.c derives them, §5.2 e). */
@@ -43,6 +63,11 @@ static int load_engram_layout(Model *m) {
             m->engram[l].prime[k] = c->engram_primes[l * cols + k];
             m->engram[l].offset[k] = c->engram_offsets[l * cols + k];
         }
+    /* multipliers: numpy default_rng(10007 * layer_id), reproduced bit for bit (§5.2 d) */
+    for (int l = 0; l < m->d.n_engram; l++)
+        if (engram_multipliers(m->d.engram_layers[l], m->d.engram_compressed_vocab, m->d.engram_max_ngram, m->engram[l].mult) != 0)
+            return -1;
+    m->engram_mult_set = true;
     return 0;
 }
 

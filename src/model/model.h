@@ -41,12 +41,16 @@ typedef struct {
     RopeTable rope_main, rope_compress;
     NumericsMode mode;
     DiThreadPool *pool; /* may be NULL (single thread) */
-    /* Engram: compressed token map (tokenizer-derived, §5.2 a) and hash parameters.  Until
-     * model_set_engram_* supplies them, a forward of a model with Engram layers is an error. */
+    /* Engram: compressed token map (tokenizer-derived, §5.2 a) and hash parameters.  Primes,
+     * offsets (config) and multipliers (engram_rng.h) are set at load; the token map must be
+     * supplied with model_set_engram_token_map before a model with Engram layers can run. */
     int32_t *token_map;
     int64_t token_map_len;
     EngramHash engram[DIMS_MAX_ENGRAM];
     bool engram_mult_set;
+    /* true: every projection uses the scalar reference di_matmul_ref instead of the optimised
+     * backend (tests compare the two). */
+    bool ref_kernels;
 } Model;
 
 /* Load config.json and the checkpoint of `dir`, bind the weights.  NULL with an error. */
@@ -55,13 +59,19 @@ void model_free(Model *m);
 
 /* The compressed token map cid[t] for t < len (every value < engram_compressed_vocab_size). */
 int model_set_engram_token_map(Model *m, const int32_t *cid, int64_t len);
-/* Multipliers of every Engram layer, [n_engram][max_ngram] row-major; each must be odd and
- * small enough that cid·M cannot overflow int64 (§5.2 f). */
+/* Override the multipliers computed at load, [n_engram][max_ngram] row-major; each must be odd
+ * and small enough that cid·M cannot overflow int64 (§5.2 f). */
 int model_set_engram_multipliers(Model *m, const int64_t *mult, int64_t n_layers, int64_t max_ngram);
 
 /* Rope table of a layer with this compress ratio (ratio 0 and DSpark: main; else compress). */
 const RopeTable *model_rope(const Model *m, int ratio);
 bool model_act_quant(const Model *m);
+
+/* y[n][rows] = W · x[n][cols] on the model's kernel backend. */
+int model_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y);
+/* The same for a quantised GEMM: with act_quant each input row first goes through the FP8
+ * block-32 round trip (§4.3, `ref` mode) on a private copy (x is not modified). */
+int model_linear(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y, bool act_quant);
 bool model_kv_quant(const Model *m);
 
 #endif

@@ -31,7 +31,7 @@ static int run_expert(const Model *m, const ExpertWeights *ex, const float *x, i
     int64_t F = ex->w1.rows;
     float lim = m->d.swiglu_limit;
     bool aq = model_act_quant(m);
-    if (op_linear(m->pool, &ex->w1, x, n, gate, aq) != 0 || op_linear(m->pool, &ex->w3, x, n, up, aq) != 0) return -1;
+    if (model_linear(m, &ex->w1, x, n, gate, aq) != 0 || model_linear(m, &ex->w3, x, n, up, aq) != 0) return -1;
     for (int64_t r = 0; r < n; r++)
         for (int64_t i = 0; i < F; i++) {
             float g = gate[r * F + i], u = up[r * F + i];
@@ -41,7 +41,7 @@ static int run_expert(const Model *m, const ExpertWeights *ex, const float *x, i
             }
             gate[r * F + i] = op_silu(g) * u * (weight ? weight[r] : 1.0f);
         }
-    return op_linear(m->pool, &ex->w2, gate, n, out, aq);
+    return model_linear(m, &ex->w2, gate, n, out, aq);
 }
 
 int moe_forward(const Model *m, const LayerWeights *lw, int top_k, const float *f, int64_t n, float *y, int32_t *selected) {
@@ -61,7 +61,7 @@ int moe_forward(const Model *m, const LayerWeights *lw, int top_k, const float *
     int rc = -1;
     if (!logits || !ids || !wts || !xb || !ob || !gate || !up || !rw || !rows) goto done;
     /* 1. router: fp32 logits, / gate_temp, sqrt(softplus) */
-    if (di_matmul(m->pool, &lw->gate, f, n, logits) != 0) goto done;
+    if (model_matmul(m, &lw->gate, f, n, logits) != 0) goto done;
     for (int64_t r = 0; r < n; r++) {
         float *s = logits + r * E;
         for (int e = 0; e < E; e++) s[e] = sqrtf(op_softplus(s[e] / d->gate_temp));

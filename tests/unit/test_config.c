@@ -19,7 +19,8 @@ static char golden_dir[512];
 
 static void check_list(const int64_t *got, size_t n_got, const int64_t *want, size_t n_want, const char *what) {
     CHECK_MSG(n_got == n_want, "%s: %zu entries, want %zu", what, n_got, n_want);
-    for (size_t i = 0; i < n_got && i < n_want; i++) CHECK_MSG(got[i] == want[i], "%s[%zu] = %lld, want %lld", what, i, (long long)got[i], (long long)want[i]);
+    for (size_t i = 0; i < n_got && i < n_want; i++)
+        CHECK_MSG(got[i] == want[i], "%s[%zu] = %lld, want %lld", what, i, (long long)got[i], (long long)want[i]);
 }
 
 /* Expected role of one layer: role, kv source, index source, pool. */
@@ -87,6 +88,64 @@ TEST(golden_tiny_a_config) {
     CHECK_EQ_INT(c.engram_n_columns, 4);
     check_list(c.engram_primes, 8, primes, 8, "engram_primes");
     check_list(c.engram_offsets, 8, offsets, 8, "engram_offsets");
+    di_config_free(&c);
+}
+
+/* golden.bin arrays (golden-v41/README.md §5) named in golden.json: i64, read by offset. */
+static int read_golden_i64(const char *name, int64_t *out, size_t n) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/golden-v41/tiny-a/golden.json", test_shared_dir());
+    json_t *root = di_json_load_file(path);
+    if (!root) return -1;
+    json_t *a = json_object_get(json_object_get(root, "arrays"), name);
+    int64_t off = json_integer_value(json_object_get(a, "offset")),
+            nb = json_integer_value(json_object_get(a, "nbytes"));
+    json_decref(root);
+    if (!a || nb != (int64_t)(n * 8)) return -1;
+    snprintf(path, sizeof path, "%s/golden-v41/tiny-a/golden.bin", test_shared_dir());
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    int ok = fseek(f, (long)off, SEEK_SET) == 0 && fread(out, 8, n, f) == n; /* little-endian host */
+    fclose(f);
+    return ok ? 0 : -1;
+}
+
+TEST(golden_engram_arrays) {
+    /* The golden's engram.hash_multipliers / primes / offsets (computed by the golden generator
+     * with numpy) against the config's derived values, layer-major. */
+    DiModelConfig c;
+    if (di_config_load(golden_dir, &c) < 0) {
+        CHECK_MSG(0, "%s", di_error_message());
+        return;
+    }
+    int64_t mult[6], primes[8], offsets[8];
+    CHECK(read_golden_i64("engram.hash_multipliers", mult, 6) == 0);
+    CHECK(read_golden_i64("engram.hash_primes", primes, 8) == 0);
+    CHECK(read_golden_i64("engram.hash_offsets", offsets, 8) == 0);
+    check_list(c.engram_multipliers, 6, mult, 6, "multipliers");
+    check_list(c.engram_primes, 8, primes, 8, "primes");
+    check_list(c.engram_offsets, 8, offsets, 8, "offsets");
+    di_config_free(&c);
+}
+
+TEST(release_and_tiny_multipliers) {
+    /* §5.2 (d) table and §9.3 values */
+    static const int64_t l1[] = {76632096046245, 4839876093313, 35959672319349, 73987337458391};
+    static const int64_t l14[] = {67716810739261, 51510806800915, 30921347202721, 82619226485591};
+    static const int64_t tiny[] = {59325216104801821, 3746820326864245, 27838405073976279, 57277759714273633};
+    int64_t m[4];
+    CHECK(di_engram_hash_multipliers(1, 99092, 4, m) == 0);
+    check_list(m, 4, l1, 4, "layer 1");
+    CHECK(di_engram_hash_multipliers(14, 99092, 4, m) == 0);
+    check_list(m, 4, l14, 4, "layer 14");
+    CHECK(di_engram_hash_multipliers(1, 128, 4, m) == 0);
+    check_list(m, 4, tiny, 4, "tiny layer 1");
+    CHECK(di_engram_hash_multipliers(1, (int64_t)1 << 40, 4, m) == -1); /* 32-bit draw path unsupported */
+    CHECK(di_engram_hash_multipliers(1, 128, 0, m) == -1);
+    DiModelConfig c;
+    CHECK(di_config_load(RELEASE_JSON, &c) == 0);
+    check_list(c.engram_multipliers, 4, l1, 4, "release config layer 1");
+    check_list(c.engram_multipliers + 4, 4, l14, 4, "release config layer 14");
     di_config_free(&c);
 }
 
@@ -196,8 +255,8 @@ static void expect_error(const char *key, const char *value, const char *want1, 
     int rc = parse_with(root, key, value);
     const char *msg = di_error_message();
     if (rc != -1 || !strstr(msg, want1) || (want2 && !strstr(msg, want2))) {
-        fprintf(stderr, "  line %d: %s = %s: rc %d, message \"%s\" (want \"%s\"%s%s)\n", line, key, value ? value : "(deleted)",
-                rc, msg, want1, want2 ? " and " : "", want2 ? want2 : "");
+        fprintf(stderr, "  line %d: %s = %s: rc %d, message \"%s\" (want \"%s\"%s%s)\n", line, key,
+                value ? value : "(deleted)", rc, msg, want1, want2 ? " and " : "", want2 ? want2 : "");
         test_current_failed = 1;
     }
     json_decref(root);
@@ -248,6 +307,8 @@ TEST(ref_validation_rules) {
     EXPECT_ERROR("compress_ratios", "[0,0,2,2,1,1,1,1,0,0,0,0]", "text_config.compress_ratios", "12 entries");
     EXPECT_ERROR("num_experts_per_tok", "9", "text_config.num_experts_per_tok", "n_routed_experts");
     EXPECT_ERROR("engram_pad_token_id", "256", "text_config.engram_pad_token_id", "vocab_size");
+    /* a huge prime search start must answer at once (Miller-Rabin), with the row-count error */
+    EXPECT_ERROR("engram_vocab_size", "1099511627776", "text_config.engram_num_embeddings[0]", "sum to 6597069767");
 }
 
 TEST(field_type_and_value_errors) {
@@ -258,7 +319,8 @@ TEST(field_type_and_value_errors) {
     EXPECT_ERROR("rms_norm_eps", "-1", "text_config.rms_norm_eps", "positive");
     EXPECT_ERROR("compress_ratios", "[0,0,\"2\"]", "text_config.compress_ratios[2]", "expected an integer");
     json_t *root = load_tiny();
-    json_object_set_new(json_object_get(root, "quantization_config"), "weight_block_size", json_pack("[i,i]", 128, 128));
+    json_object_set_new(json_object_get(root, "quantization_config"), "weight_block_size",
+                        json_pack("[i,i]", 128, 128));
     DiModelConfig c;
     CHECK(di_config_parse_json(root, &c) == -1);
     CHECK_MSG(strstr(di_error_message(), "quantization_config.weight_block_size"), "%s", di_error_message());
@@ -303,11 +365,12 @@ TEST(pad_key_spellings) {
 }
 
 /* §2.5 examples: n = 6 and n = 8 with every derivable list absent. */
-static void derive_for(int n, const int64_t *ratios, const int64_t *kv, size_t n_kv, int64_t cand, const int64_t *taps) {
+static void derive_for(int n, const int64_t *ratios, const int64_t *kv, size_t n_kv, int64_t cand,
+                       const int64_t *taps) {
     json_t *root = load_tiny();
     json_t *t = json_object_get(root, "text_config");
-    const char *dels[] = {"compress_ratios", "kv_source_layer_ids", "index_source_layer_ids", "candidate_source_layer_id",
-                          "dspark_target_layer_ids"};
+    const char *dels[] = {"compress_ratios", "kv_source_layer_ids", "index_source_layer_ids",
+                          "candidate_source_layer_id", "dspark_target_layer_ids"};
     for (size_t i = 0; i < 5; i++) json_object_del(t, dels[i]);
     json_object_set_new(t, "num_hidden_layers", json_integer(n));
     DiModelConfig c;
@@ -334,8 +397,8 @@ TEST(derivation_rules) {
     CHECK(root != NULL);
     if (!root) return;
     json_t *t = json_object_get(root, "text_config");
-    const char *dels[] = {"compress_ratios", "kv_source_layer_ids", "index_source_layer_ids", "candidate_source_layer_id",
-                          "dspark_target_layer_ids"};
+    const char *dels[] = {"compress_ratios", "kv_source_layer_ids", "index_source_layer_ids",
+                          "candidate_source_layer_id", "dspark_target_layer_ids"};
     for (size_t i = 0; i < 5; i++) json_object_del(t, dels[i]);
     DiModelConfig c;
     int rc = di_config_parse_json(root, &c);
@@ -372,6 +435,8 @@ TEST(load_errors_name_the_file) {
 int main(void) {
     snprintf(golden_dir, sizeof golden_dir, "%s/golden-v41/tiny-a/checkpoint", test_shared_dir());
     RUN_TEST(golden_tiny_a_config);
+    RUN_TEST(golden_engram_arrays);
+    RUN_TEST(release_and_tiny_multipliers);
     RUN_TEST(tiny_spec_config);
     RUN_TEST(release_config);
     RUN_TEST(hf_validation_rules);
