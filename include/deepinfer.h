@@ -178,6 +178,12 @@ typedef struct {
     int async_scheduling;      /* -1 default (on), 0 off, 1 on */
     int batch_invariant;       /* -1 default ($DEEPINFER_BATCH_INVARIANT, else off), 0, 1 */
     uint64_t seed;             /* draws the seeds of requests that have none (0: from the clock) */
+    /* Engram compressed-token map (model-v41.md §5.2 a) for a model with Engram layers; it is
+     * derived from the tokenizer, so the layer above supplies it.  NULL: DIR/engram_token_map.json,
+     * else for the built-in tiny model the synthetic map t mod engram_compressed_vocab_size (§9.3),
+     * else an error. */
+    const int32_t *engram_token_map;
+    int64_t engram_token_map_len;
 } DiEngineOptions;
 
 /* Defaults as documented above. */

@@ -18,7 +18,8 @@ FINISH_NAMES = {FINISH_STOP: "stop", FINISH_LENGTH: "length", FINISH_ABORT: "abo
 class EngineOptions(Structure):
     _fields_ = [("max_num_seqs", c_int), ("max_batch_tokens", c_int), ("max_prefill_chunk", c_int),
                 ("state_memory_bytes", c_size_t), ("async_scheduling", c_int),
-                ("batch_invariant", c_int), ("seed", c_uint64)]
+                ("batch_invariant", c_int), ("seed", c_uint64),
+                ("engram_token_map", POINTER(c_int32)), ("engram_token_map_len", ctypes.c_int64)]
 
 
 class CSamplingParams(Structure):
@@ -133,6 +134,7 @@ libc.free.argtypes = [c_void_p]
 libc.free.restype = None
 
 RENDER_WITH_SEGMENTS = 1
+ADDED_TABLE_FILE = 0
 ADDED_TABLE_V41 = 2  # DiAddedTable: the file's added tokens plus the V4.1 ones it lacks
 
 

@@ -17,11 +17,15 @@ BOS_SPELLING = "<｜begin▁of▁sentence｜>"
 
 
 class Tokenizer:
-    """A loaded tokenizer.json (freed with close()), with the V4.1 added tokens it lacks (a
-    checkpoint's own entries always win: recipe-data/README.md)."""
+    """A loaded tokenizer.json (freed with close()).  A file without the V4 control tokens (a V3
+    tokenizer.json) gets the V4.1 added-token table on top (recipe-data/README.md); a file that
+    has them (a V4.1 checkpoint's, the built-in tiny model's) is used as it is."""
 
     def __init__(self, path: str):
-        handle = lib.di_tokenizer_load_table(path.encode(), _lib.ADDED_TABLE_V41)
+        handle = lib.di_tokenizer_load_table(path.encode(), _lib.ADDED_TABLE_FILE)
+        if handle and lib.di_tokenizer_special_id(handle, "</think>".encode()) < 0:
+            lib.di_tokenizer_free(handle)
+            handle = lib.di_tokenizer_load_table(path.encode(), _lib.ADDED_TABLE_V41)
         if not handle:
             raise RuntimeError(_lib.last_error())
         self._handle = handle

@@ -23,13 +23,23 @@ def llm():
     engine.close()
 
 
-def test_llm_on_the_builtin_tiny_model_explains_what_is_missing(tmp_path, monkeypatch):
-    # LLM() generates the built-in tiny model (into a scratch cache here); the model core cannot
-    # run its Engram layer without the compressed-token map and multipliers, and says so
+def test_llm_runs_the_builtin_tiny_model(tmp_path, monkeypatch):
+    # LLM() generates the built-in tiny model (into a scratch cache here) and loads its tokenizer
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("DEEPINFER_HF_MODEL_DIR", raising=False)
-    with pytest.raises(DeepInferError, match="Engram"):
-        LLM()
+    llm = LLM()
+    assert llm.tokenizer is not None
+    greedy = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    a = llm.generate(["Hello", "The capital of France is"], greedy)
+    assert a[0].prompt_token_ids == [llm.tokenizer.bos_id] + llm.tokenizer.encode("Hello")
+    assert all(len(o.outputs[0].token_ids) == 6 for o in a)
+    # the same request alone and with a different neighbour: the same tokens (batch invariance)
+    b = llm.generate(["Hello", "something else entirely"], greedy)
+    assert b[0].outputs[0].token_ids == a[0].outputs[0].token_ids
+    out = llm.chat([{"role": "user", "content": "Hi"}], SamplingParams(max_tokens=3, seed=1))[0]
+    assert out.prompt.endswith("</think>") and len(out.outputs[0].token_ids) == 3
+    assert llm.metrics()["pages_used"] == 0
+    llm.close()
     with pytest.raises(DeepInferError, match="nonexistent"):
         LLM(model=str(tmp_path / "nonexistent"))
 
