@@ -33,15 +33,17 @@ static const char *resolve_model_dir(const char *model_dir, char *buf, size_t n,
     return buf;
 }
 
-/* DIR/engram_token_map.json: a JSON array with one compressed id per token. */
+/* DIR/engram_token_map.json, as make-tiny writes it: {"token_map": [one compressed id per token],
+ * ...}; a bare array is accepted too. */
 static int load_map_file(Model *m, const char *path) {
     json_t *root = di_json_load_file(path);
     if (!root) return -1;
-    size_t n = json_is_array(root) ? json_array_size(root) : 0;
+    const json_t *array = json_is_object(root) ? json_object_get(root, "token_map") : root;
+    size_t n = json_is_array(array) ? json_array_size(array) : 0;
     int32_t *map = n ? di_malloc(n * sizeof *map, "engram token map") : NULL;
-    int rc = n ? 0 : di_errorf("%s: expected a non-empty JSON array of integers", path);
+    int rc = n ? 0 : di_errorf("%s: expected {\"token_map\": [...]} or an array of compressed ids", path);
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        json_t *v = json_array_get(root, i);
+        json_t *v = json_array_get(array, i);
         if (!json_is_integer(v) || json_integer_value(v) < INT32_MIN || json_integer_value(v) > INT32_MAX)
             rc = di_errorf("%s: entry %zu is not a 32-bit integer", path, i);
         else map[i] = (int32_t)json_integer_value(v);
