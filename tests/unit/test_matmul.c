@@ -259,6 +259,39 @@ static void check_batch_invariance(DiMatFormat f, int64_t rows, int64_t cols) {
     free_matrix(&t);
 }
 
+/* The FP8 GEMV moves the block scale onto the activations only when that is exact; a token
+ * with activations near the float32 limits takes the plain path.  Either way the token's
+ * outputs alone (GEMV) equal its outputs inside a batch (panel GEMM), bit for bit. */
+TEST(fp8_gemv_with_extreme_activations_stays_batch_invariant) {
+    TestMatrix t = make_matrix(DI_MAT_FP8_BLOCK, 64, 96, 110, 135);
+    for (int kb = 0; kb < 3; kb++) {
+        t.scale[kb] = 110;     /* rows 0..31: 1e-38 * 2^-9 is subnormal -> plain path */
+        t.scale[3 + kb] = 127; /* rows 32..63: every product exact -> scaled activations */
+    }
+    float *x = rnd_acts(5 * 96), alone[64], batch[5 * 64], ref[64];
+    float *probe = x + 2 * 96;
+    probe[3] = 1e-38f;    /* x * 2^(b-119) would be subnormal for the small scales */
+    probe[50] = 2e33f;    /* and beyond 2^126 for the largest ones */
+    probe[51] = -INFINITY; /* non-finite values scale exactly */
+    probe[60] = 0.0f;
+    CHECK(di_matmul_simd(NULL, &t.m, probe, 1, alone) == 0);
+    CHECK(di_matmul_simd(NULL, &t.m, x, 5, batch) == 0);
+    CHECK(memcmp(alone, batch + 2 * 64, sizeof alone) == 0);
+    probe[51] = 1.0f; /* finite again: compare with the reference within the summation bound */
+    CHECK(di_matmul_simd(NULL, &t.m, probe, 1, alone) == 0);
+    CHECK(di_matmul_ref(&t.m, probe, 1, ref) == 0);
+    float row[96];
+    for (int r = 0; r < 64; r++) {
+        double mag = 0;
+        di_matrix_row(&t.m, r, row);
+        for (int c = 0; c < 96; c++) mag += fabs((double)row[c] * probe[c]);
+        if (isinf(ref[r])) CHECK(alone[r] == ref[r]); /* both overflow the same way */
+        else CHECK_MSG(fabs((double)alone[r] - ref[r]) <= 2.0 * 96 * 0x1p-24 * mag, "row %d: %.9g vs %.9g", r, alone[r], ref[r]);
+    }
+    free(x);
+    free_matrix(&t);
+}
+
 TEST(rows_are_bit_identical_across_batches_and_threads) {
     check_batch_invariance(DI_MAT_FP8_BLOCK, 200, 300);
     check_batch_invariance(DI_MAT_FP4_ROW32, 130, 320);
@@ -313,6 +346,7 @@ int main(void) {
     RUN_TEST(every_fp8_code_and_scale_decodes_exactly);
     RUN_TEST(every_fp4_code_and_scale_decodes_exactly);
     RUN_TEST(bf16_and_f32_decode_exactly);
+    RUN_TEST(fp8_gemv_with_extreme_activations_stays_batch_invariant);
     RUN_TEST(rows_are_bit_identical_across_batches_and_threads);
     RUN_TEST(bad_input_is_an_error);
     RUN_TEST(backend_choice_follows_env);

@@ -100,13 +100,14 @@ int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_
     if (padded_acts(x, n_tokens, w->cols, &job.acts, &owned) != 0) return di_error_wrap("matmul");
     int n_tasks = (int)((w->rows + DI_SIMD_ROW_CHUNK - 1) / DI_SIMD_ROW_CHUNK);
     int threads = pool ? di_pool_threads(pool) : 1;
-    job.scratch_floats = di_simd_scratch_floats(w->cols);
+    bool gemm = n_tokens >= GEMM_MIN_TOKENS;
+    job.scratch_floats = di_simd_scratch_floats(w->cols, gemm);
     job.scratch = di_aligned_calloc((size_t)threads, (size_t)job.scratch_floats * sizeof(float), "matmul scratch");
     if (!job.scratch) {
         di_aligned_free(owned);
         return di_error_wrap("matmul");
     }
-    di_pool_run(pool, n_tasks, n_tokens < GEMM_MIN_TOKENS ? gemv_task : gemm_task, &job);
+    di_pool_run(pool, n_tasks, gemm ? gemm_task : gemv_task, &job);
     di_aligned_free(job.scratch);
     di_aligned_free(owned);
     return 0;
