@@ -149,9 +149,9 @@ TEST(simd_matches_reference_with_extreme_scales) {
     TestMatrix b = make_matrix(DI_MAT_FP8_BLOCK, 70, 90, 134, 150);
     TestMatrix c = make_matrix(DI_MAT_FP4_ROW32, 70, 96, 0, 20);
     TestMatrix d = make_matrix(DI_MAT_FP4_ROW32, 70, 96, 134, 150);
-    check_against_reference(&a, 4, NULL);
+    check_against_reference(&a, 9, NULL); /* panel GEMM */
     check_against_reference(&b, 1, NULL);
-    check_against_reference(&c, 4, NULL);
+    check_against_reference(&c, 9, NULL);
     check_against_reference(&d, 1, NULL);
     free_matrix(&a);
     free_matrix(&b);
@@ -159,21 +159,23 @@ TEST(simd_matches_reference_with_extreme_scales) {
     free_matrix(&d);
 }
 
-/* With x = e_c (one-hot), y[r] = W[r][c] exactly: one exact product, the rest adds zeros. */
+/* With x = e_c (one-hot), y[r] = W[r][c] exactly: one exact product, the rest adds zeros.
+ * 1 token takes the register-decoding GEMV, GEMM_TOKENS tokens the panel GEMM (matmul.c). */
+#define GEMM_TOKENS 9
 static void check_one_hot_decode(const TestMatrix *t, int64_t n_check_cols) {
     const DiMatrix *w = &t->m;
     float *x = calloc(w->cols, sizeof(float));
     float *y = malloc(sizeof(float) * w->rows);
-    float *y4 = malloc(sizeof(float) * w->rows * 4);
-    float *x4 = calloc(w->cols * 4, sizeof(float));
+    float *y4 = malloc(sizeof(float) * w->rows * GEMM_TOKENS);
+    float *x4 = calloc(w->cols * GEMM_TOKENS, sizeof(float));
     float *row = malloc(sizeof(float) * w->cols);
     int bad = 0;
     for (int64_t k = 0; k < n_check_cols && bad < 3; k++) {
         int64_t c = (k * 7919) % w->cols;
         x[c] = 1.0f;
-        for (int j = 0; j < 4; j++) x4[j * w->cols + c] = 1.0f;
+        for (int j = 0; j < GEMM_TOKENS; j++) x4[j * w->cols + c] = 1.0f;
         CHECK(di_matmul_simd(NULL, w, x, 1, y) == 0);   /* GEMV path */
-        CHECK(di_matmul_simd(NULL, w, x4, 4, y4) == 0); /* GEMM path */
+        CHECK(di_matmul_simd(NULL, w, x4, GEMM_TOKENS, y4) == 0); /* GEMM path */
         for (int64_t r = 0; r < w->rows; r++) {
             di_matrix_row(w, r, row);
             if (y[r] != row[c] || y4[3 * w->rows + r] != row[c]) bad++;
@@ -181,7 +183,7 @@ static void check_one_hot_decode(const TestMatrix *t, int64_t n_check_cols) {
                       format_name(w->format), (long long)r, (long long)c, y[r], y4[3 * w->rows + r], row[c]);
         }
         x[c] = 0.0f;
-        for (int j = 0; j < 4; j++) x4[j * w->cols + c] = 0.0f;
+        for (int j = 0; j < GEMM_TOKENS; j++) x4[j * w->cols + c] = 0.0f;
     }
     free(x);
     free(y);

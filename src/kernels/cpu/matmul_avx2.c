@@ -472,20 +472,33 @@ static void gemm_tile_any(const float *panel, const float *x, int64_t xstride, i
 #undef TILE_CASE
 }
 
-static void decode_panel(const DiMatrix *w, int64_t r0, int nr, int64_t k0, int64_t kc, float *panel) {
+/* Rows r0 .. r0+nr-1, columns k0 .. k0+kc-1 decoded into the panel (row stride PANEL_K);
+ * specialised per format by the constant `format`, like the GEMV. */
+static inline __attribute__((always_inline)) void decode_panel_fmt(DiMatFormat format, const DiMatrix *w, int64_t r0,
+                                                                   int nr, int64_t k0, int64_t kc, float *panel) {
     for (int i = 0; i < nr; i++)
         for (int64_t k = 0; k < kc; k += BLOCK) {
             __m256 wv[4];
-            decode_block(w->format, w, r0 + i, (k0 + k) / BLOCK, wv);
+            decode_block(format, w, r0 + i, (k0 + k) / BLOCK, wv);
             #pragma GCC unroll 16
             for (int g = 0; g < 4; g++) _mm256_store_ps(panel + i * PANEL_K + k + GROUP * g, wv[g]);
         }
 }
 
+static void decode_panel(const DiMatrix *w, int64_t r0, int nr, int64_t k0, int64_t kc, float *panel) {
+    switch (w->format) {
+    case DI_MAT_F32: decode_panel_fmt(DI_MAT_F32, w, r0, nr, k0, kc, panel); break;
+    case DI_MAT_BF16: decode_panel_fmt(DI_MAT_BF16, w, r0, nr, k0, kc, panel); break;
+    case DI_MAT_FP8_BLOCK: decode_panel_fmt(DI_MAT_FP8_BLOCK, w, r0, nr, k0, kc, panel); break;
+    case DI_MAT_FP4_ROW32: decode_panel_fmt(DI_MAT_FP4_ROW32, w, r0, nr, k0, kc, panel); break;
+    }
+}
+
 /* One panel of up to PANEL_ROWS rows against tokens [t0, t0 + nt_block). */
 static void gemm_panel(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int nr_panel, int64_t t0,
                        int nt_block, float *panel, float *accs) {
-    memset(accs, 0, sizeof(float) * (size_t)PANEL_ROWS * TOKEN_BLOCK * GROUP);
+    for (int i = 0; i < nr_panel; i++) /* only the accumulators this block uses */
+        memset(accs + i * TOKEN_BLOCK * GROUP, 0, sizeof(float) * (size_t)nt_block * GROUP);
     for (int64_t k0 = 0; k0 < a->k32; k0 += PANEL_K) {
         int64_t kc = a->k32 - k0 < PANEL_K ? a->k32 - k0 : PANEL_K;
         decode_panel(w, r0, nr_panel, k0, kc, panel);
