@@ -113,6 +113,11 @@ int model_forward(const Model *m, RunState *st, const int32_t *tokens, int64_t n
     if (!m || !st || !tokens || n <= 0) return di_errorf("forward: invalid arguments (n = %lld)", (long long)n);
     if (s != st->n_pos) return di_errorf("forward: chunk starts at %lld but the request state holds %lld positions", (long long)s, (long long)st->n_pos);
     const ModelDims *d = &m->d;
+    /* bounds that keep every per-chunk buffer size far from overflow, and the context limit */
+    if (n > FORWARD_MAX_CHUNK) return di_errorf("forward: chunk of %lld tokens exceeds the limit of %d", (long long)n, FORWARD_MAX_CHUNK);
+    if (m->cfg.max_position_embeddings > 0 && s + n > m->cfg.max_position_embeddings)
+        return di_errorf("forward: positions up to %lld exceed max_position_embeddings %lld", (long long)(s + n),
+                         (long long)m->cfg.max_position_embeddings);
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= d->vocab) return di_errorf("forward: token %d at position %lld outside the vocabulary [0, %d)", tokens[i], (long long)(s + i), d->vocab);
     int hc = d->hc_mult, cols = d->n_engram ? (d->engram_max_ngram - 1) * d->engram_heads : 0;

@@ -25,6 +25,9 @@ typedef struct {
     int64_t *engram_ids;
 } ForwardTrace;
 
+/* Longest chunk one call accepts (the engine splits longer prefills). */
+#define FORWARD_MAX_CHUNK (1 << 20)
+
 /* logits: [n][V] when all_rows, else [V] for the last row only; may be NULL (state update only). */
 int model_forward(const Model *m, RunState *st, const int32_t *tokens, int64_t n, int64_t start_pos, float *logits,
                   bool all_rows, ForwardTrace *trace);

@@ -237,6 +237,10 @@ TEST(bad_calls_are_errors_with_causes) {
     CHECK(model_forward(model, st, ids, 1, 5, lg, false, NULL) == -1);
     CHECK(strstr(di_error_message(), "holds 0 positions") != NULL);
     CHECK(model_forward(model, st, ids, 0, 0, lg, false, NULL) == -1);
+    CHECK(model_forward(model, st, ids, (int64_t)FORWARD_MAX_CHUNK + 1, 0, lg, false, NULL) == -1);
+    CHECK(strstr(di_error_message(), "exceeds the limit") != NULL);
+    CHECK(model_forward(model, st, ids, model->cfg.max_position_embeddings + 1, 0, lg, false, NULL) == -1);
+    CHECK(strstr(di_error_message(), "max_position_embeddings") != NULL);
     CHECK(model_forward(NULL, st, ids, 1, 0, lg, false, NULL) == -1);
     CHECK_EQ_INT(st->n_pos, 0); /* a rejected call leaves the state untouched */
     DraftOutput out = {lg, lg, lg, NULL};
