@@ -12,6 +12,8 @@
 #include "model/model.h"
 #include "model/state.h"
 
+#define DSPARK_MAX_BLOCK 64
+
 typedef struct {
     float *base_logits; /* [B][V]: head · RMSNorm(x_r) */
     float *logits;      /* [B][V]: base + markov_head · markov_embed[d_{r-1}] */

@@ -267,6 +267,45 @@ TEST(bad_calls_are_errors_with_causes) {
     CHECK(strstr(di_error_message(), "/nonexistent-model-dir") != NULL);
 }
 
+/* Three requests at different stages in one batched forward give exactly (memcmp) what each
+ * gives alone: rows never influence each other. */
+TEST(batched_requests_equal_separate_forwards) {
+    model->mode = MODE_REF;
+    const ModelDims *d = &model->d;
+    RunState *a1 = state_create(d), *b1 = state_create(d), *c1 = state_create(d);
+    RunState *a2 = state_create(d), *b2 = state_create(d), *c2 = state_create(d);
+    /* history: A has 10 positions, C has 5, B is new */
+    CHECK(model_forward(model, a1, ids, 10, 0, NULL, false, NULL) == 0);
+    CHECK(model_forward(model, a2, ids, 10, 0, NULL, false, NULL) == 0);
+    CHECK(model_forward(model, c1, ids + 40, 5, 0, NULL, false, NULL) == 0);
+    CHECK(model_forward(model, c2, ids + 40, 5, 0, NULL, false, NULL) == 0);
+    float *sep = calloc((size_t)(12 * V), sizeof(float)), *bat = calloc((size_t)(12 * V), sizeof(float));
+    /* separately: A decodes 1, B prefills 7 (all rows), C continues with 4 (last row) */
+    CHECK(model_forward(model, a1, ids + 10, 1, 10, sep, false, NULL) == 0);
+    CHECK(model_forward(model, b1, ids + 20, 7, 0, sep + V, true, NULL) == 0);
+    CHECK(model_forward(model, c1, ids + 45, 4, 5, sep + 8 * V, false, NULL) == 0);
+    ForwardSeq q[3] = {{a2, ids + 10, 1, 10, bat, false}, {b2, ids + 20, 7, 0, bat + V, true}, {c2, ids + 45, 4, 5, bat + 8 * V, false}};
+    int rc = model_forward_batch(model, q, 3, NULL);
+    CHECK_MSG(rc == 0, "%s", di_error_message());
+    CHECK(memcmp(sep, bat, (size_t)(9 * V) * sizeof *sep) == 0);
+    /* and the states continue identically */
+    float *x = calloc((size_t)V, sizeof(float)), *y = calloc((size_t)V, sizeof(float));
+    CHECK(model_forward(model, b1, ids + 27, 1, 7, x, false, NULL) == 0);
+    CHECK(model_forward(model, b2, ids + 27, 1, 7, y, false, NULL) == 0);
+    CHECK(memcmp(x, y, (size_t)V * sizeof *x) == 0);
+    /* a state twice in one batch, or a bad request, is rejected before anything changes */
+    ForwardSeq dup[2] = {{a2, ids, 1, 11, NULL, false}, {a2, ids, 1, 11, NULL, false}};
+    CHECK(model_forward_batch(model, dup, 2, NULL) == -1);
+    ForwardSeq badq[2] = {{a2, ids, 1, 11, NULL, false}, {b2, ids, 1, 3, NULL, false}};
+    CHECK(model_forward_batch(model, badq, 2, NULL) == -1);
+    CHECK_EQ_INT(a2->n_pos, 11);
+    free(x);
+    free(y);
+    free(sep);
+    free(bat);
+    state_free(a1), state_free(b1), state_free(c1), state_free(a2), state_free(b2), state_free(c2);
+}
+
 /* A second geometry with no golden values (§9.2 verbatim: 8 layers, hidden 96, output groups of
  * 48 rows straddling the 32-row scale blocks, 4-gram Engram, 2 candidate blocks of 4): prefill
  * and token-by-token decode must agree (exact mode, fp32 summation-order differences only). */
@@ -323,6 +362,7 @@ int main(void) {
     RUN_TEST(dspark_draft_matches_golden);
     RUN_TEST(optimised_matmul_matches_reference_kernel);
     RUN_TEST(bad_calls_are_errors_with_causes);
+    RUN_TEST(batched_requests_equal_separate_forwards);
     RUN_TEST(spec9_geometry_prefill_equals_decode);
     model_free(model);
     golden_close(&golden);
