@@ -59,7 +59,8 @@ done:
     return rc;
 }
 
-int dspark_draft(const Model *m, RunState *st, int32_t anchor, const int32_t *given, DraftOutput *out) {
+/* given: imposed drafts; else sampler; else greedy */
+static int draft(const Model *m, RunState *st, int32_t anchor, const int32_t *given, const DraftSampler *sampler, DraftOutput *out) {
     if (!m || !st || !out || !out->base_logits || !out->logits || !out->confidence || !out->tokens)
         return di_errorf("dspark: invalid arguments");
     const ModelDims *d = &m->d;
@@ -112,7 +113,11 @@ int dspark_draft(const Model *m, RunState *st, int32_t anchor, const int32_t *gi
         memcpy(cin, x + r * D, (size_t)D * sizeof *cin);
         memcpy(cin + D, e, (size_t)R * sizeof *cin);
         if (model_matmul(m, &m->w.conf_proj, cin, 1, &out->confidence[r]) != 0) goto done;
-        int32_t next = given ? given[r] : best;
+        int32_t next = given ? given[r] : sampler ? sampler->pick(sampler->ctx, lg, V, r) : best;
+        if (next < 0 && sampler && !given) {
+            di_error_wrap("dspark sampler, row %d", r);
+            goto done;
+        }
         if (next < 0 || next >= d->vocab) {
             di_errorf("dspark: draft token %d outside the vocabulary", next);
             goto done;
@@ -130,4 +135,13 @@ done:
     free(bias);
     free(cin);
     return rc;
+}
+
+int dspark_draft(const Model *m, RunState *st, int32_t anchor, const int32_t *given, DraftOutput *out) {
+    return draft(m, st, anchor, given, NULL, out);
+}
+
+int dspark_draft_sampled(const Model *m, RunState *st, int32_t anchor, const DraftSampler *sampler, DraftOutput *out) {
+    if (!sampler || !sampler->pick) return di_errorf("dspark: no sampler");
+    return draft(m, st, anchor, NULL, sampler, out);
 }

@@ -170,6 +170,16 @@ TEST(kvq_prefill_matches_golden) {
     free(ex);
 }
 
+static int32_t pick_argmax(void *ctx, const float *logits, int64_t vocab, int row) {
+    (void)ctx, (void)row;
+    return (int32_t)argmax(logits, vocab);
+}
+
+static int32_t pick_fail(void *ctx, const float *logits, int64_t vocab, int row) {
+    (void)ctx, (void)logits, (void)vocab, (void)row;
+    return di_errorf("sampler gave up");
+}
+
 TEST(dspark_draft_matches_golden) {
     model->mode = MODE_EXACT;
     const ModelDims *d = &model->d;
@@ -202,6 +212,17 @@ TEST(dspark_draft_matches_golden) {
         for (int64_t r = 0; r < B; r++) CHECK_EQ_INT(tok[r], wt[r]);
     }
     CHECK_EQ_INT(st->n_pos, p); /* drafting does not commit anything */
+    /* a sampler that always picks the row's argmax reproduces the greedy chain */
+    float *b2 = calloc((size_t)(2 * B * V), sizeof(float)), conf2[64];
+    int32_t tok2[64];
+    DraftOutput out2 = {b2, b2 + B * V, conf2, tok2};
+    DraftSampler greedy = {pick_argmax, NULL}, failing = {pick_fail, NULL};
+    CHECK(dspark_draft_sampled(model, st, anchor, &greedy, &out2) == 0);
+    CHECK(memcmp(tok, tok2, (size_t)B * sizeof *tok) == 0);
+    CHECK(memcmp(lg, b2 + B * V, (size_t)(B * V) * sizeof *lg) == 0);
+    CHECK(dspark_draft_sampled(model, st, anchor, &failing, &out2) == -1);
+    CHECK(strstr(di_error_message(), "sampler gave up") != NULL);
+    free(b2);
     state_free(st);
     free(base);
     free(lg);
