@@ -140,6 +140,10 @@ void di_decode_stream_free(DiDecodeStream *stream);
  * [{"special": bool, "text": "..."}] with DI_RENDER_WITH_SEGMENTS).  Free with free(). */
 #define DI_RENDER_WITH_SEGMENTS 1
 int di_render_json(const char *json, size_t len, int flags, char **result_json);
+/* The same plus "ids": the prompt's token ids, SPECIAL segments by id and TEXT runs as plain
+ * BPE (recipe.md §5.2).  Load `tok` with DI_ADDED_TABLE_V41 (or from the model's own
+ * tokenizer.json) so every control token of every encoding has its id. */
+int di_render_json_ids(const DiTokenizer *tok, const char *json, size_t len, int flags, char **result_json);
 
 /* Streaming parser of model output (reasoning, content, DSML tool calls, JSON mode, stop
  * sequences).  options_json (NULL = defaults): {"initial": "content"|"start"|"reasoning"|
@@ -278,10 +282,33 @@ typedef struct {
     double time_wait_s;        /* async: the main thread waiting for the forward */
 } DiEngineMetrics;
 
-/* Create an engine on a model directory (config.json + checkpoint + tokenizer).  NULL opts:
- * defaults.  Needs the model core; this build says so with an error until it lands. */
+/* Text for the engine, supplied by the layer above it (the tokenizer and the prompt renderer live
+ * in src/recipe, which calls the engine, never the reverse).  Every hook may be NULL: without
+ * encode, text prompts are rejected; without token_bytes, outputs carry ids but no text; without
+ * render_chat, chat input is rejected.  ctx is passed to every hook. */
+typedef struct {
+    /* text -> ids (fresh heap array, free()); -1 with di_errorf on failure */
+    int (*encode)(const void *ctx, const char *text, size_t len, int32_t **ids, size_t *n_ids);
+    /* the exact bytes of one token (not NUL-terminated); NULL for none */
+    const char *(*token_bytes)(const void *ctx, int32_t id, size_t *len);
+    /* 1 when a token's text is not shown (special tokens: BOS, EOS, role markers) */
+    int (*is_special)(const void *ctx, int32_t id);
+    /* a DiRequestInput.chat_json conversation -> prompt ids (fresh heap array) */
+    int (*render_chat)(const void *ctx, const char *json, int32_t **ids, size_t *n_ids);
+    const void *ctx;
+    int32_t bos_id; /* prepended to text prompts when >= 0 (Hugging Face add_special_tokens) */
+} DiTextHooks;
+
+/* Install text hooks (copied; ctx must outlive the engine).  Before the first request. */
+int di_engine_set_text_hooks(DiEngine *engine, const DiTextHooks *hooks);
+
+/* Create an engine on a model directory (config.json + safetensors checkpoint; NULL or "":
+ * $DEEPINFER_HF_MODEL_DIR, else the built-in tiny model, generated on first use).  NULL opts:
+ * defaults.  Text needs di_engine_set_text_hooks. */
 DiEngine *di_engine_create(const char *model_dir, const DiEngineOptions *opts);
 void di_engine_destroy(DiEngine *engine);
+/* The model directory the engine was created on (resolved as above); NULL for the test mock. */
+const char *di_engine_model_dir(const DiEngine *engine);
 
 /* Queue a request; NULL params: defaults.  The callback (may be NULL) streams its output.
  * Returns -1 (with the cause) on bad input, e.g. a prompt that can never fit the state memory. */

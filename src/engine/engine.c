@@ -28,11 +28,14 @@
 
 struct DiEngine {
     DiRunner *runner;
+    DiTextHooks text;
     DiEngineOptions opts;
     bool async;
     DiPagePool *pool;
     DiScheduler sched;
-    DiSampler *sampler;
+    DiSampler **samplers; /* one per pool thread */
+    int n_samplers;
+    DiThreadPool *threads; /* parallel sampling of a step's rows */
     DiStepExecutor exec;
     DiWorker worker;
     DiStep steps[2];
@@ -42,7 +45,7 @@ struct DiEngine {
     int n_requests, cap_requests;
     uint64_t next_id, seed_counter;
     DiEngineMetrics m;
-    char *error_in_step;
+    char *model_dir;
 };
 
 /* ---- options ------------------------------------------------------------------------------ */
@@ -107,6 +110,7 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
         return NULL;
     }
     e->runner = runner;
+    e->text.bos_id = -1;
     if (opts) e->opts = *opts;
     else di_engine_options_init(&e->opts);
     if (e->opts.state_memory_bytes == 0) e->opts.state_memory_bytes = DEFAULT_STATE_MEMORY;
@@ -118,11 +122,16 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     if (e->opts.seed == 0) e->opts.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)e << 16);
     DiSchedulerConfig cfg = {e->opts.max_num_seqs, e->opts.max_batch_tokens, e->opts.max_prefill_chunk};
     if (di_scheduler_init(&e->sched, &cfg, NULL, runner) != 0 || make_pool(e, false) != 0) goto fail;
-    e->sampler = di_sampler_create(runner->vocab_size);
-    if (!e->sampler) goto fail;
+    e->threads = di_pool_create(0); /* DEEPINFER_NUM_THREADS, else every online CPU */
+    if (!e->threads) goto fail;
+    e->n_samplers = di_pool_threads(e->threads);
+    e->samplers = di_calloc((size_t)e->n_samplers, sizeof *e->samplers, "samplers");
+    if (!e->samplers) goto fail;
+    for (int i = 0; i < e->n_samplers; i++)
+        if (!(e->samplers[i] = di_sampler_create(runner->vocab_size))) goto fail;
     for (int i = 0; i < 2; i++)
         if (di_step_init(&e->steps[i], e->opts.max_num_seqs, runner->vocab_size) != 0) goto fail;
-    e->exec = (DiStepExecutor){runner, e->sampler, invariant == 1, NULL, NULL};
+    e->exec = (DiStepExecutor){runner, e->samplers, e->n_samplers > 1 ? e->threads : NULL, invariant == 1, NULL, NULL};
     if (e->async && di_worker_start(&e->worker, &e->exec) != 0) goto fail;
     e->next_id = 1;
     e->m.page_bytes = di_page_pool_page_bytes(e->pool);
@@ -134,22 +143,33 @@ fail:
     return NULL;
 }
 
-DiEngine *di_engine_create(const char *model_dir, const DiEngineOptions *opts) {
-    (void)opts;
-    if (!model_dir || !*model_dir) {
-        const char *env = getenv("DEEPINFER_HF_MODEL_DIR");
-        model_dir = env && *env ? env : "(the built-in tiny model)";
-    }
-    di_errorf("creating the engine on %s: the model core (issue 2) is not in this build yet, so no model can be "
-              "loaded; only the test mock (di_engine_create_mock) is available",
-              model_dir);
-    return NULL;
-}
-
 DiEngine *di_engine_create_mock(int32_t vocab_size, uint64_t model_seed, const DiEngineOptions *opts) {
     DiRunner *runner = di_mock_runner_create(vocab_size, model_seed);
     if (!runner) return NULL;
-    return di_engine_create_with_runner(runner, opts);
+    DiEngine *e = di_engine_create_with_runner(runner, opts);
+    if (e) di_mock_text_hooks(&e->text);
+    return e;
+}
+
+int di_engine_set_model_dir(DiEngine *e, const char *dir) {
+    if (!e || !dir) return di_errorf("set model dir: NULL engine or directory");
+    char *copy = di_strdup(dir);
+    if (!copy) return -1;
+    free(e->model_dir);
+    e->model_dir = copy;
+    return 0;
+}
+
+const char *di_engine_model_dir(const DiEngine *e) { return e ? e->model_dir : NULL; }
+
+int di_engine_set_text_hooks(DiEngine *e, const DiTextHooks *hooks) {
+    if (!e || !hooks) return di_errorf("set text hooks: NULL engine or hooks");
+    if (e->n_requests > 0) return di_errorf("set text hooks: the engine already has requests");
+    if (hooks->bos_id >= e->runner->vocab_size)
+        return di_errorf("set text hooks: bos_id %d is outside the vocabulary [0, %d)", hooks->bos_id,
+                         e->runner->vocab_size);
+    e->text = *hooks;
+    return 0;
 }
 
 void di_engine_set_logits_observer(DiEngine *e, DiLogitsObserver observer, void *user) {
@@ -168,16 +188,18 @@ void di_engine_destroy(DiEngine *e) {
     if (!e) return;
     if (e->async) di_worker_stop(&e->worker);
     for (int i = 0; i < e->n_requests; i++) {
-        if (e->pool) di_page_table_release(e->pool, &e->requests[i]->pages);
+        if (e->pool) di_scheduler_return_pages(&e->sched, e->requests[i]);
         di_request_free(e->requests[i]);
     }
     free(e->requests);
     for (int i = 0; i < 2; i++) di_step_free(&e->steps[i]);
-    di_sampler_destroy(e->sampler);
+    for (int i = 0; i < e->n_samplers; i++) di_sampler_destroy(e->samplers[i]);
+    free(e->samplers);
+    di_pool_destroy(e->threads);
     di_scheduler_free(&e->sched);
     di_page_pool_destroy(e->pool);
     if (e->runner && e->runner->ops->destroy) e->runner->ops->destroy(e->runner);
-    free(e->error_in_step);
+    free(e->model_dir);
     free(e);
 }
 
@@ -203,16 +225,32 @@ static DiRequest *find_request(const DiEngine *e, uint64_t id) {
 static int prompt_ids_from_input(DiEngine *e, const DiRequestInput *in, int32_t **out_ids, int *out_n) {
     int kinds = (in->prompt_ids != NULL || in->n_prompt_ids != 0) + (in->prompt_text != NULL) + (in->chat_json != NULL);
     if (kinds != 1) return di_errorf("request input: give exactly one of prompt_ids, prompt_text, chat_json");
-    if (in->chat_json)
-        return di_errorf("request input: chat messages need the prompt renderer (recipe), which this engine does "
-                         "not have yet; render the conversation and pass prompt_ids");
-    if (in->prompt_text) {
-        if (!e->runner->codec.encode)
-            return di_errorf("request input: text prompts need the model's tokenizer, which this engine does not "
-                             "have; pass prompt_ids");
-        size_t n = 0;
-        if (e->runner->codec.encode(e->runner->codec.ctx, in->prompt_text, strlen(in->prompt_text), out_ids, &n) != 0)
+    size_t n = 0;
+    *out_ids = NULL;
+    if (in->chat_json) {
+        if (!e->text.render_chat)
+            return di_errorf("request input: chat messages need the prompt renderer, which this engine was not "
+                             "given (di_engine_set_text_hooks); render the conversation and pass prompt_ids");
+        if (e->text.render_chat(e->text.ctx, in->chat_json, out_ids, &n) != 0)
+            return di_error_wrap("request input: rendering the conversation");
+    } else if (in->prompt_text) {
+        if (!e->text.encode)
+            return di_errorf("request input: text prompts need the model's tokenizer, which this engine was not "
+                             "given (di_engine_set_text_hooks); pass prompt_ids");
+        int32_t *ids = NULL;
+        if (e->text.encode(e->text.ctx, in->prompt_text, strlen(in->prompt_text), &ids, &n) != 0)
             return di_error_wrap("request input: tokenizing the prompt");
+        int bos = e->text.bos_id >= 0;
+        *out_ids = di_calloc(n + (size_t)bos + 1, sizeof **out_ids, "prompt ids");
+        if (*out_ids) {
+            if (bos) (*out_ids)[0] = e->text.bos_id;
+            if (n) memcpy(*out_ids + bos, ids, n * sizeof *ids);
+            n += (size_t)bos;
+        }
+        free(ids);
+        if (!*out_ids) return -1;
+    }
+    if (in->chat_json || in->prompt_text) {
         if (n > (size_t)INT32_MAX / 2) {
             free(*out_ids);
             return di_errorf("request input: prompt of %zu tokens is too long", n);
@@ -348,10 +386,10 @@ static void confirm_token(DiEngine *e, DiRequest *req, int64_t pos) {
         finish(e, req, DI_FINISH_STOP);
         return;
     }
-    if (e->runner->codec.piece) {
-        const char *bytes = NULL;
+    if (e->text.token_bytes && !(e->text.is_special && e->text.is_special(e->text.ctx, token))) {
         size_t len = 0;
-        e->runner->codec.piece(e->runner->codec.ctx, token, &bytes, &len);
+        const char *bytes = e->text.token_bytes(e->text.ctx, token, &len);
+        if (!bytes) len = 0;
         size_t before = req->text.len;
         if (len > 0 && di_text_stream_append(&req->text, bytes, len) != 0) {
             finish(e, req, DI_FINISH_ABORT); /* out of memory for the text: stop this request */

@@ -10,6 +10,9 @@
 /* Takes ownership of the runner (destroyed with the engine, or on failure). */
 DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *opts);
 
+/* Record the model directory (di_engine_model_dir). */
+int di_engine_set_model_dir(DiEngine *engine, const char *dir);
+
 /* Call `observer` with every logits row before it is sampled (on the thread executing the step). */
 void di_engine_set_logits_observer(DiEngine *engine, DiLogitsObserver observer, void *user);
 

@@ -10,9 +10,10 @@
  * lives in fixed-size pages of the engine's pool (pages.h).  The runner says how many pages a
  * context of n tokens needs (pages_for_tokens, non-decreasing in n); before every forward the
  * engine guarantees that each sequence's page table holds at least pages_for_tokens(start + n)
- * pages.  The runner lays its state out over the pages as it likes (e.g. fixed-size state in the
- * first pages, rows that grow with the context in the following ones) and finds page i at
- * di_runner_page(seq, i).  A sequence with start_pos == 0 starts from fresh, uninitialised pages:
+ * pages.  The runner lays its state out over the pages as it likes; state_layout.h does it for
+ * the usual case (fixed rows such as window rings in the first pages, rows that grow with the
+ * context such as compressed KV and index keys in one page per block of positions), and page i
+ * is di_runner_page(seq, i).  A sequence with start_pos == 0 starts from fresh, uninitialised pages:
  * the runner must write state before it reads it.  Freeing a request's state is returning its
  * pages; preemption by recompute is freeing them and prefilling prompt + generated tokens again.
  *
@@ -55,15 +56,10 @@ typedef struct {
     /* Run the batch; on failure record the cause (di_errorf) and return -1. */
     int (*forward)(DiRunner *runner, const DiRunnerBatch *batch);
     void (*destroy)(DiRunner *runner);
+    /* Optional: called just before a request's pages go back to the pool (finish, abort,
+     * preemption, engine destroy), for a runner that keeps something outside the pages. */
+    void (*release)(DiRunner *runner, uint8_t *const *pages, size_t n_pages);
 } DiRunnerOps;
-
-/* Byte-level text for the runner's vocabulary (the tokenizer, once it lands, supplies these).
- * encode may be NULL (then text prompts are rejected); piece returns a token's exact bytes. */
-typedef struct {
-    int (*encode)(void *ctx, const char *text, size_t len, int32_t **out_ids, size_t *out_n);
-    void (*piece)(void *ctx, int32_t token, const char **out_bytes, size_t *out_len);
-    void *ctx;
-} DiTextCodec;
 
 struct DiRunner {
     const DiRunnerOps *ops;
@@ -71,7 +67,6 @@ struct DiRunner {
     size_t page_bytes;       /* size of one state page (a multiple of 64) */
     const int32_t *eos_ids;  /* tokens that end a generation */
     int n_eos_ids;
-    DiTextCodec codec;       /* piece may be NULL: outputs then carry no text */
     const char *name;        /* for messages */
 };
 

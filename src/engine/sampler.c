@@ -12,7 +12,7 @@
 struct DiSampler {
     int32_t vocab;
     float *work;        /* penalised logits */
-    double *prob;       /* unnormalised probabilities exp((x - max) / T) */
+    float *prob;        /* unnormalised probabilities exp((x - max) / T), in (0, 1] */
     int32_t *cand;      /* surviving token ids */
     int32_t *counts;    /* occurrences of each token in the output (zeroed after use) */
     uint8_t *seen;      /* token occurs in prompt or output (zeroed after use) */
@@ -136,65 +136,106 @@ static void apply_penalties(DiSampler *s, const DiSamplingParams *p, const DiSam
 
 /* ---- ranking (probability descending, ties by lower id) ----------------------------------- */
 
-/* qsort has no context argument: the probabilities being ranked, per thread. */
-static _Thread_local const double *rank_prob;
-
-static bool ranks_before(const double *prob, int32_t a, int32_t b) {
+static bool ranks_before(const float *prob, int32_t a, int32_t b) {
     return prob[a] > prob[b] || (prob[a] == prob[b] && a < b);
 }
 
-static int compare_rank(const void *pa, const void *pb) {
-    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
-    if (a == b) return 0;
-    return ranks_before(rank_prob, a, b) ? -1 : 1;
-}
-
-static void sort_by_rank(const double *prob, int32_t *ids, size_t n) {
-    rank_prob = prob;
-    qsort(ids, n, sizeof *ids, compare_rank);
-}
-
-/* Move the k best of ids[0..n) to the front (any order): quickselect on the strict rank order. */
-static void select_best(const double *prob, int32_t *ids, size_t n, size_t k) {
-    size_t lo = 0, hi = n; /* the k-th best lies in [lo, hi) */
-    while (hi - lo > 1) {
-        int32_t pivot = ids[lo + (hi - lo) / 2];
-        size_t j = hi;
-        /* three-way partition: before pivot | pivot | after pivot (ids are distinct) */
-        size_t lt = lo;
-        for (size_t m = lo; m < j;) {
-            if (ids[m] == pivot) {
-                m++;
-            } else if (ranks_before(prob, ids[m], pivot)) {
-                int32_t t = ids[m]; ids[m] = ids[lt]; ids[lt] = t;
-                lt++; m++;
-            } else {
-                j--;
-                int32_t t = ids[m]; ids[m] = ids[j]; ids[j] = t;
-            }
+/* Partition ids[lo, hi) around the rank of its middle element: afterwards [lo, *before_end) rank
+ * before the pivot, the pivot sits at *before_end, the rest after it. */
+static void partition_by_rank(const float *prob, int32_t *ids, size_t lo, size_t hi, size_t *before_end) {
+    int32_t pivot = ids[lo + (hi - lo) / 2];
+    size_t lt = lo, j = hi;
+    for (size_t m = lo; m < j;) {
+        if (ids[m] == pivot) {
+            m++;
+        } else if (ranks_before(prob, ids[m], pivot)) {
+            int32_t t = ids[m]; ids[m] = ids[lt]; ids[lt] = t;
+            lt++; m++;
+        } else {
+            j--;
+            int32_t t = ids[m]; ids[m] = ids[j]; ids[j] = t;
         }
-        /* now [lo, lt) before pivot, [lt, j) == pivot (one element), [j, hi) after */
+    }
+    /* the pivot is the only element left in [lt, j) */
+    *before_end = lt;
+}
+
+/* Move the k best of ids[0, n) to the front (any order): quickselect on the strict rank order. */
+static void select_best(const float *prob, int32_t *ids, size_t n, size_t k) {
+    size_t lo = 0, hi = n; /* the boundary after the k-th best lies in [lo, hi) */
+    while (hi - lo > 1) {
+        size_t lt;
+        partition_by_rank(prob, ids, lo, hi, &lt);
         if (k <= lt) hi = lt;
-        else if (k > j) lo = j;
+        else if (k > lt + 1) lo = lt + 1;
         else return;
     }
 }
 
-/* ---- the pipeline ------------------------------------------------------------------------- */
-
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t v = 1; v < n; v++)
-        if (x[v] > x[best]) best = v; /* strict: ties stay with the lower id */
-    return best;
+/* Octave of a probability in (0, 1]: 0 for [1, 2), 1 for [0.5, 1), ... capped at 63 (from the
+ * float's exponent bits: no log, no branch). */
+static int octave(float p) {
+    uint32_t bits;
+    memcpy(&bits, &p, sizeof bits);
+    int o = 127 - (int)(bits >> 23);
+    return o < 0 ? 0 : o > 63 ? 63 : o;
 }
 
-/* Truncate the candidates by min-p, top-k, top-p; returns how many survive (>= 1). */
-static size_t filter_candidates(DiSampler *s, const DiSamplingParams *p, size_t n, double pmax) {
-    double *prob = s->prob;
+/* Top-p without sorting: the smallest k such that the k best carry at least `limit` of mass,
+ * found by quickselect on cumulative mass (expected O(n)); the k best end up in ids[0, k). */
+static size_t nucleus_size(const float *prob, int32_t *ids, size_t n, double limit) {
+    size_t lo = 0, hi = n; /* ids[0, lo) are the lo best, with mass acc < limit; lo < k <= hi */
+    double acc = 0;
+    while (hi - lo > 1) {
+        size_t lt;
+        partition_by_rank(prob, ids, lo, hi, &lt);
+        double before = 0;
+        for (size_t i = lo; i < lt; i++) before += prob[ids[i]];
+        if (acc + before >= limit) {
+            hi = lt;
+        } else if (acc + before + prob[ids[lt]] >= limit) {
+            return lt + 1;
+        } else {
+            acc += before + prob[ids[lt]];
+            lo = lt + 1;
+        }
+    }
+    return hi;
+}
+
+/* The nucleus in two stages: a histogram of mass per octave of probability finds the octave
+ * where the mass reaches the limit; every token of a higher octave is in, and only the boundary
+ * octave's tokens go through the exact quickselect (few, for a peaked distribution).  The k kept
+ * end up in ids[0, k). */
+static size_t nucleus_by_octaves(const float *prob, int32_t *ids, size_t n, double limit) {
+    double mass[64] = {0};
+    for (size_t i = 0; i < n; i++) mass[octave(prob[ids[i]])] += prob[ids[i]];
+    int boundary = 0;
+    double above = 0;
+    while (boundary < 63 && above + mass[boundary] < limit) above += mass[boundary++];
+    size_t k = 0; /* ids[0, k): octaves above the boundary, then the boundary octave's tokens */
+    for (size_t i = 0; i < n; i++)
+        if (octave(prob[ids[i]]) < boundary) {
+            int32_t t = ids[k]; ids[k] = ids[i]; ids[i] = t;
+            k++;
+        }
+    size_t m = k;
+    for (size_t i = k; i < n; i++)
+        if (octave(prob[ids[i]]) == boundary) {
+            int32_t t = ids[m]; ids[m] = ids[i]; ids[i] = t;
+            m++;
+        }
+    if (m == k) return k > 0 ? k : 1; /* rounding: the mass ran out above the boundary */
+    return k + nucleus_size(prob, ids + k, m - k, limit - above);
+}
+
+/* Truncate the candidates by min-p, top-k, top-p; returns how many survive (>= 1).  *reordered
+ * tells whether cand is still in id order. */
+static size_t filter_candidates(DiSampler *s, const DiSamplingParams *p, size_t n, bool *reordered) {
+    float *prob = s->prob;
     int32_t *cand = s->cand;
     if (p->min_p > 0.0f) {
-        double floor_p = (double)p->min_p * pmax;
+        float floor_p = p->min_p; /* the best token has probability 1 here (exp(0)) */
         size_t kept = 0;
         for (size_t i = 0; i < n; i++)
             if (prob[cand[i]] >= floor_p) cand[kept++] = cand[i];
@@ -203,17 +244,15 @@ static size_t filter_candidates(DiSampler *s, const DiSamplingParams *p, size_t 
     if (p->top_k > 0 && (size_t)p->top_k < n) {
         select_best(prob, cand, n, (size_t)p->top_k);
         n = (size_t)p->top_k;
+        *reordered = true;
     }
     if (p->top_p < 1.0f && n > 1) {
-        sort_by_rank(prob, cand, n);
         double total = 0;
         for (size_t i = 0; i < n; i++) total += prob[cand[i]];
         /* keep the shortest prefix whose mass reaches top_p (a token is kept when the mass ranked
          * strictly above it is below top_p) */
-        double limit = (double)p->top_p * total, above = 0;
-        size_t kept = 0;
-        while (kept < n && above < limit) above += prob[cand[kept++]];
-        n = kept;
+        n = nucleus_by_octaves(prob, cand, n, (double)p->top_p * total);
+        *reordered = true;
     }
     return n;
 }
@@ -223,9 +262,20 @@ static int compare_id(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static int32_t draw_token(DiSampler *s, size_t n, uint64_t seed, int64_t position) {
-    /* Walk the survivors in id order so the draw depends only on the set, not on how it was found. */
-    qsort(s->cand, n, sizeof *s->cand, compare_id);
+static int32_t draw_token(DiSampler *s, size_t n, bool reordered, uint64_t seed, int64_t position) {
+    /* Walk the survivors in id order so the draw depends only on the set, not on how it was found:
+     * a few are sorted, many are put back in order through a mark per token. */
+    if (reordered && n * 16 < (size_t)s->vocab) {
+        qsort(s->cand, n, sizeof *s->cand, compare_id);
+    } else if (reordered) {
+        for (size_t i = 0; i < n; i++) s->seen[s->cand[i]] = 1;
+        size_t m = 0;
+        for (int32_t v = 0; v < s->vocab; v++)
+            if (s->seen[v]) {
+                s->cand[m++] = v;
+                s->seen[v] = 0;
+            }
+    }
     double total = 0;
     for (size_t i = 0; i < n; i++) total += s->prob[s->cand[i]];
     double target = di_sampler_uniform(seed, position, 0) * total, cum = 0;
@@ -261,33 +311,50 @@ static void fill_logprobs(const float *logits, int32_t vocab, int32_t token, int
     for (int i = 0; i < n; i++) out->top_logprobs[i] = (float)((double)logits[out->top_ids[i]] - log_z);
 }
 
+static bool needs_masking(const DiSamplingParams *p, const DiSampleContext *c) {
+    return c->n_output < (size_t)p->min_tokens && (c->n_eos_ids > 0 || p->n_stop_token_ids > 0);
+}
+
+static bool needs_penalties(const DiSamplingParams *p) {
+    return p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+}
+
 int di_sampler_sample(DiSampler *s, const DiSamplingParams *p, const DiSampleContext *c, const float *logits,
                       int32_t *out_token, DiTokenLogprobs *logprobs) {
     if (!s || !p || !c || !logits || !out_token) return di_errorf("sampler: NULL argument");
     const int32_t V = s->vocab;
-    for (int32_t v = 0; v < V; v++) {
-        if (isnan(logits[v]) || logits[v] == INFINITY)
-            return di_errorf("sampler: logits row has %s at token %d", isnan(logits[v]) ? "NaN" : "+inf", v);
+    const float *x = logits;
+    if (needs_masking(p, c) || needs_penalties(p)) {
+        memcpy(s->work, logits, (size_t)V * sizeof *s->work);
+        mask_stop_tokens(s, p, c);
+        apply_penalties(s, p, c);
+        x = s->work;
     }
-    memcpy(s->work, logits, (size_t)V * sizeof *s->work);
-    mask_stop_tokens(s, p, c);
-    apply_penalties(s, p, c);
-
-    int32_t token;
-    int32_t best = argmax(s->work, V);
-    if (s->work[best] == -INFINITY) return di_errorf("sampler: every token is masked");
-    if (p->temperature < DI_SAMPLER_GREEDY_EPS) {
-        token = best;
-    } else {
-        double inv_t = 1.0 / (double)p->temperature, max = s->work[best];
+    /* one pass: reject NaN / +inf, find the argmax (ties stay with the lower id) */
+    int32_t best = 0;
+    float max = -INFINITY;
+    for (int32_t v = 0; v < V; v++) {
+        float f = x[v];
+        if (isnan(f) || f == INFINITY)
+            return di_errorf("sampler: logits row has %s at token %d", isnan(f) ? "NaN" : "+inf", v);
+        if (f > max) {
+            max = f;
+            best = v;
+        }
+    }
+    if (max == -INFINITY) return di_errorf("sampler: every token is masked");
+    int32_t token = best;
+    if (p->temperature >= DI_SAMPLER_GREEDY_EPS) {
+        float inv_t = 1.0f / p->temperature;
         size_t n = 0;
         for (int32_t v = 0; v < V; v++) {
-            if (s->work[v] == -INFINITY) continue;
-            s->prob[v] = exp(((double)s->work[v] - max) * inv_t);
+            if (x[v] == -INFINITY) continue;
+            s->prob[v] = expf((x[v] - max) * inv_t);
             s->cand[n++] = v;
         }
-        n = filter_candidates(s, p, n, 1.0 /* exp(0): the best token */);
-        token = draw_token(s, n, c->seed, c->position);
+        bool reordered = false;
+        n = filter_candidates(s, p, n, &reordered);
+        token = draw_token(s, n, reordered, c->seed, c->position);
     }
     *out_token = token;
     if (logprobs && p->logprobs >= 0) fill_logprobs(logits, V, token, p->logprobs, logprobs);

@@ -63,6 +63,12 @@ static void remove_from(DiRequest **list, int *n, const DiRequest *req) {
         }
 }
 
+void di_scheduler_return_pages(DiScheduler *s, DiRequest *req) {
+    if (req->pages.n > 0 && s->runner->ops->release)
+        s->runner->ops->release((DiRunner *)s->runner, req->pages.pages, req->pages.n);
+    di_page_table_release(s->pool, &req->pages);
+}
+
 /* Return the request's pages now if no in-flight step uses them, else when it becomes idle. */
 static void release_pages(DiScheduler *s, DiRequest *req) {
     if (req->inflight > 0) {
@@ -70,7 +76,7 @@ static void release_pages(DiScheduler *s, DiRequest *req) {
         req->release_pages_pending = true;
         return;
     }
-    di_page_table_release(s->pool, &req->pages);
+    di_scheduler_return_pages(s, req);
 }
 
 void di_scheduler_settle(DiScheduler *s, DiRequest *req) {
@@ -79,7 +85,7 @@ void di_scheduler_settle(DiScheduler *s, DiRequest *req) {
     req->release_pages_pending = false;
     /* a request re-admitted while its old pages were pending would hold fresh ones: never, since
      * admission waits for an idle request (see admit) */
-    di_page_table_release(s->pool, &req->pages);
+    di_scheduler_return_pages(s, req);
 }
 
 void di_scheduler_finish(DiScheduler *s, DiRequest *req) {

@@ -55,6 +55,8 @@ int di_scheduler_add(DiScheduler *s, DiRequest *req);
 void di_scheduler_finish(DiScheduler *s, DiRequest *req);
 /* After a step was processed: return the pages of requests that became idle. */
 void di_scheduler_settle(DiScheduler *s, DiRequest *req);
+/* Give a request's pages back to the pool now (the runner's release hook first). */
+void di_scheduler_return_pages(DiScheduler *s, DiRequest *req);
 /* Plan the next step into `step` (reset first).  -1 only on allocation failure. */
 int di_scheduler_plan(DiScheduler *s, DiStep *step);
 

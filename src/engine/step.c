@@ -22,7 +22,9 @@ int di_step_init(DiStep *step, int max_seqs, int32_t vocab) {
     step->seqs = di_calloc((size_t)max_seqs, sizeof *step->seqs, "step sequences");
     step->runner_seqs = di_calloc((size_t)max_seqs, sizeof *step->runner_seqs, "step runner sequences");
     step->logits = di_aligned_calloc((size_t)max_seqs * (size_t)vocab, sizeof *step->logits, "step logits");
-    if (!step->seqs || !step->runner_seqs || !step->logits) {
+    step->sample_seq = di_calloc((size_t)max_seqs, sizeof *step->sample_seq, "step sample rows");
+    step->row_status = di_calloc((size_t)max_seqs, sizeof *step->row_status, "step row status");
+    if (!step->seqs || !step->runner_seqs || !step->logits || !step->sample_seq || !step->row_status) {
         di_step_free(step);
         return -1;
     }
@@ -33,6 +35,8 @@ void di_step_free(DiStep *step) {
     free(step->seqs);
     free(step->runner_seqs);
     free(step->page_ptrs);
+    free(step->sample_seq);
+    free(step->row_status);
     di_aligned_free(step->logits);
     memset(step, 0, sizeof *step);
 }
@@ -82,9 +86,57 @@ static void fail(DiStep *step, const char *what) {
     snprintf(step->error, sizeof step->error, "%s: %s", what, di_error_message());
 }
 
+/* Sample logits row `row`: the token goes straight into the request's token array. */
+static int sample_row(const DiStepExecutor *exec, DiStep *step, DiSampler *sampler, int row) {
+    const DiStepSeq *s = &step->seqs[step->sample_seq[row]];
+    DiRequest *req = s->req;
+    int64_t pos = s->start_pos + s->n_tokens;
+    DiSampleContext ctx = {
+        .prompt = req->tokens,
+        .n_prompt = (size_t)req->n_prompt,
+        .output = req->tokens + req->n_prompt,
+        .n_output = (size_t)(pos - req->n_prompt),
+        .position = pos,
+        .seed = req->seed,
+        .eos_ids = exec->runner->eos_ids,
+        .n_eos_ids = exec->runner->n_eos_ids,
+    };
+    DiTokenLogprobs *lp = req->logprobs ? &req->logprobs[pos - req->n_prompt] : NULL;
+    const float *logits = step->logits + (size_t)row * (size_t)step->vocab;
+    return di_sampler_sample(sampler, &req->params, &ctx, logits, &req->tokens[pos], lp);
+}
+
+typedef struct {
+    const DiStepExecutor *exec;
+    DiStep *step;
+} SampleJob;
+
+static void sample_task(void *arg, int row, int thread) {
+    SampleJob *job = arg;
+    job->step->row_status[row] = sample_row(job->exec, job->step, job->exec->samplers[thread], row);
+}
+
+/* Below this many logits (rows x vocabulary) waking the pool costs more than it saves (measured
+ * on the shared 2-core machine: 64 rows of 256 were 5x slower through the pool). */
+#define PARALLEL_SAMPLING_MIN_LOGITS (1 << 20)
+
+/* Rows are independent (sampling is keyed by each request's seed and position), so they may run
+ * on any thread in any order with the same result. */
+static int sample_rows(const DiStepExecutor *exec, DiStep *step) {
+    if (!exec->pool || step->n_rows < 2 || (size_t)step->n_rows * (size_t)step->vocab < PARALLEL_SAMPLING_MIN_LOGITS) {
+        for (int row = 0; row < step->n_rows; row++)
+            if (sample_row(exec, step, exec->samplers[0], row) != 0) return -1;
+        return 0;
+    }
+    SampleJob job = {exec, step};
+    di_pool_run(exec->pool, step->n_rows, sample_task, &job);
+    for (int row = 0; row < step->n_rows; row++)
+        if (step->row_status[row] != 0) return sample_row(exec, step, exec->samplers[0], row); /* again, for its message */
+    return 0;
+}
+
 void di_step_execute(const DiStepExecutor *exec, DiStep *step) {
-    const int32_t V = step->vocab;
-    int n_rows = 0;
+    step->n_rows = 0;
     for (int i = 0; i < step->n_seqs; i++) {
         const DiStepSeq *s = &step->seqs[i];
         DiRunnerSeq *r = &step->runner_seqs[i];
@@ -94,7 +146,7 @@ void di_step_execute(const DiStepExecutor *exec, DiStep *step) {
         r->n_tokens = s->n_tokens;
         r->start_pos = s->start_pos;
         r->want_logits = s->sample;
-        n_rows += s->sample;
+        if (s->sample) step->sample_seq[step->n_rows++] = i;
     }
     DiRunnerBatch batch = {step->runner_seqs, step->n_seqs, exec->batch_invariant, step->logits};
     double t0 = di_now_seconds();
@@ -103,29 +155,15 @@ void di_step_execute(const DiStepExecutor *exec, DiStep *step) {
         return;
     }
     double t1 = di_now_seconds();
-    int row = 0;
-    for (int i = 0; i < step->n_seqs && row < n_rows; i++) {
-        const DiStepSeq *s = &step->seqs[i];
-        if (!s->sample) continue;
-        DiRequest *req = s->req;
-        const float *logits = step->logits + (size_t)row++ * (size_t)V;
-        int64_t pos = s->start_pos + s->n_tokens;
-        if (exec->observer) exec->observer(exec->observer_user, req->id, pos, logits, V);
-        DiSampleContext ctx = {
-            .prompt = req->tokens,
-            .n_prompt = (size_t)req->n_prompt,
-            .output = req->tokens + req->n_prompt,
-            .n_output = (size_t)(pos - req->n_prompt),
-            .position = pos,
-            .seed = req->seed,
-            .eos_ids = exec->runner->eos_ids,
-            .n_eos_ids = exec->runner->n_eos_ids,
-        };
-        DiTokenLogprobs *lp = req->logprobs ? &req->logprobs[pos - req->n_prompt] : NULL;
-        if (di_sampler_sample(exec->sampler, &req->params, &ctx, logits, &req->tokens[pos], lp) != 0) {
-            fail(step, "sampling");
-            return;
+    if (exec->observer)
+        for (int row = 0; row < step->n_rows; row++) {
+            const DiStepSeq *s = &step->seqs[step->sample_seq[row]];
+            exec->observer(exec->observer_user, s->req->id, s->start_pos + s->n_tokens,
+                           step->logits + (size_t)row * (size_t)step->vocab, step->vocab);
         }
+    if (sample_rows(exec, step) != 0) {
+        fail(step, "sampling");
+        return;
     }
     step->time_forward_s = t1 - t0;
     step->time_sample_s = di_now_seconds() - t1;

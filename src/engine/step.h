@@ -9,6 +9,7 @@
 #define DI_ENGINE_STEP_H
 
 #include "base/error.h"
+#include "base/threadpool.h"
 #include "engine/request.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
@@ -36,6 +37,9 @@ typedef struct {
     uint8_t **page_ptrs;
     size_t n_page_ptrs, cap_page_ptrs;
     float *logits;      /* [cap_seqs][vocab] */
+    int *sample_seq;    /* [cap_seqs]: the sequence of each logits row */
+    int *row_status;    /* [cap_seqs]: sampling result of each row */
+    int n_rows;
     int32_t vocab;
     int64_t n_prefill_tokens, n_decode_tokens;
     /* results of execution */
@@ -52,7 +56,8 @@ int di_step_add(DiStep *step, DiRequest *req, int64_t start_pos, int32_t n_token
 
 typedef struct {
     DiRunner *runner;
-    DiSampler *sampler;
+    DiSampler **samplers;   /* one per pool thread (scratch buffers are per thread) */
+    DiThreadPool *pool;     /* samples rows in parallel; NULL: on the executing thread */
     bool batch_invariant;
     DiLogitsObserver observer;
     void *observer_user;

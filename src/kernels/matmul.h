@@ -47,4 +47,14 @@ int di_matmul_ref(const DiMatrix *w, const float *x, int64_t n_tokens, float *y)
 /* The backend entry point: optimised when available, else the reference.  pool may be NULL. */
 int di_matmul(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
 
+/* The AVX2+FMA path itself (an error on a CPU without AVX2 and FMA); di_matmul calls it when
+ * available.  Bit-identical for every n_tokens, token position and thread count; agrees with
+ * di_matmul_ref up to float32 summation order (8 lanes along the input, see cpu/matmul_simd.h).
+ * pool may be NULL (one thread). */
+int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
+
+/* Which path di_matmul takes on this machine: "avx2-fma" or "reference" (DEEPINFER_KERNELS =
+ * auto | ref | simd overrides the cpuid choice); NULL with an error for a bad DEEPINFER_KERNELS. */
+const char *di_matmul_backend(void);
+
 #endif

@@ -10,8 +10,10 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "kernels/numformats.h"
 #include "model/checkpoint_inventory.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -96,7 +98,8 @@ static int open_file(DiCheckpoint *ck, const char *file_name) {
     free(path);
     if (rc < 0) return -1;
     const DiSafetensors *st = &ck->files[ck->n_files++];
-    DI_INFO("checkpoint: mapped %s (%.1f MB, %zu tensors checked)", file_name, (double)st->map.size / 1e6, st->n_tensors);
+    DI_INFO("checkpoint: mapped %s (%.1f MB, %zu tensors checked)", file_name, (double)st->map.size / 1e6,
+            st->n_tensors);
     return 0;
 }
 
@@ -139,7 +142,8 @@ static int open_indexed(DiCheckpoint *ck, const char *index_path) {
         }
         const DiTensorInfo *t = di_safetensors_find(&ck->files[f], name);
         if (!t) {
-            di_errorf("%s: tensor '%s' is named by " INDEX_NAME " but the shard does not hold it", ck->files[f].map.path, name);
+            di_errorf("%s: tensor '%s' is named by " INDEX_NAME " but the shard does not hold it",
+                      ck->files[f].map.path, name);
             goto done;
         }
         ck->by_name[ck->n_tensors++] = t;
@@ -186,7 +190,9 @@ static int open_single(DiCheckpoint *ck) {
 
 static int check_entry(DiCheckpoint *ck, const DiInventoryEntry *e) {
     ptrdiff_t i = index_of(ck, e->name);
-    if (i < 0) return di_errorf("%s: missing tensor '%s' (%s, required by config.json, §3.6)", ck->dir, e->name, di_dtype_name(e->dtype));
+    if (i < 0)
+        return di_errorf("%s: missing tensor '%s' (%s, required by config.json, §3.6)", ck->dir, e->name,
+                         di_dtype_name(e->dtype));
     const DiTensorInfo *t = ck->by_name[i];
     bool shape_ok = t->ndim == e->ndim;
     for (int d = 0; shape_ok && d < e->ndim; d++) shape_ok = t->shape[d] == e->shape[d];
@@ -194,8 +200,8 @@ static int check_entry(DiCheckpoint *ck, const DiInventoryEntry *e) {
         char got[96], want[96];
         format_shape(t, got, sizeof got);
         format_dims(e->ndim, e->shape, want, sizeof want);
-        return di_errorf("%s: tensor '%s' is %s %s, expected %s %s for this config", t->file, t->name, di_dtype_name(t->dtype),
-                         got, di_dtype_name(e->dtype), want);
+        return di_errorf("%s: tensor '%s' is %s %s, expected %s %s for this config", t->file, t->name,
+                         di_dtype_name(t->dtype), got, di_dtype_name(e->dtype), want);
     }
     return 0;
 }
@@ -221,7 +227,8 @@ static int check_inventory(DiCheckpoint *ck, const DiModelConfig *cfg) {
             rc = add_warning(ck, "%s: tensor '%s' is not used by the text model of this config", t->file, t->name);
         }
     }
-    if (rc == 0) DI_INFO("checkpoint: all %zu tensors of the §3.6 inventory present, %zu warnings", inv.n, ck->n_warnings);
+    if (rc == 0)
+        DI_INFO("checkpoint: all %zu tensors of the §3.6 inventory present, %zu warnings", inv.n, ck->n_warnings);
     di_inventory_free(&inv);
     return rc;
 }
@@ -253,8 +260,9 @@ DiCheckpoint *di_checkpoint_open(const char *dir, const DiModelConfig *cfg) {
             char *single = di_path_join(dir, SINGLE_NAME);
             bool have_single = single && di_file_exists(single);
             free(single);
-            rc = have_single ? open_single(ck)
-                             : di_errorf("%s: no " INDEX_NAME " and no " SINGLE_NAME " (not a checkpoint directory?)", dir);
+            rc = have_single
+                     ? open_single(ck)
+                     : di_errorf("%s: no " INDEX_NAME " and no " SINGLE_NAME " (not a checkpoint directory?)", dir);
         }
     }
     free(index_path);
@@ -310,7 +318,8 @@ const DiTensorInfo *di_checkpoint_find(DiCheckpoint *ck, const char *name) {
 }
 
 /* find + exact dtype and shape check. */
-static const DiTensorInfo *find_checked(DiCheckpoint *ck, const char *name, DiDType dtype, int ndim, const int64_t *shape) {
+static const DiTensorInfo *find_checked(DiCheckpoint *ck, const char *name, DiDType dtype, int ndim,
+                                        const int64_t *shape) {
     const DiTensorInfo *t = di_checkpoint_find(ck, name);
     if (!t) return NULL;
     bool ok = t->dtype == dtype && t->ndim == ndim;
@@ -344,7 +353,8 @@ int di_checkpoint_tensor(DiCheckpoint *ck, const char *name, DiDType dtype, int 
 }
 
 int di_checkpoint_vector(DiCheckpoint *ck, const char *name, int64_t n, DiDType dtype, const void **data) {
-    if (n <= 0) return di_errorf("di_checkpoint_vector: '%s': invalid length %lld", name ? name : "(null)", (long long)n);
+    if (n <= 0)
+        return di_errorf("di_checkpoint_vector: '%s': invalid length %lld", name ? name : "(null)", (long long)n);
     return di_checkpoint_tensor(ck, name, dtype, 1, &n, data);
 }
 
@@ -361,7 +371,8 @@ static int scale_name(const char *weight_name, char *buf, size_t n) {
 int di_checkpoint_matrix(DiCheckpoint *ck, const char *weight_name, int64_t rows, int64_t cols, DiMatrix *out) {
     if (!ck || !weight_name || !out) return di_errorf("di_checkpoint_matrix: no checkpoint, name or output given");
     if (rows <= 0 || cols <= 0)
-        return di_errorf("di_checkpoint_matrix: '%s': invalid shape [%lld, %lld]", weight_name, (long long)rows, (long long)cols);
+        return di_errorf("di_checkpoint_matrix: '%s': invalid shape [%lld, %lld]", weight_name, (long long)rows,
+                         (long long)cols);
     memset(out, 0, sizeof *out);
     const DiTensorInfo *w = di_checkpoint_find(ck, weight_name);
     if (!w) return -1;
@@ -377,7 +388,8 @@ int di_checkpoint_matrix(DiCheckpoint *ck, const char *weight_name, int64_t rows
         break;
     case DI_DTYPE_I8:
         if (cols % 32 != 0)
-            return di_errorf("%s: tensor '%s': FP4 matrix needs cols divisible by 32, asked for %lld", w->file, weight_name, (long long)cols);
+            return di_errorf("%s: tensor '%s': FP4 matrix needs cols divisible by 32, asked for %lld", w->file,
+                             weight_name, (long long)cols);
         out->format = DI_MAT_FP4_ROW32;
         shape[1] = cols / 2;
         sshape[0] = rows;
@@ -399,6 +411,50 @@ int di_checkpoint_matrix(DiCheckpoint *ck, const char *weight_name, int64_t rows
         out->scale = s->data;
     }
     return di_matrix_validate(out, weight_name);
+}
+
+int di_checkpoint_matrix_as(DiCheckpoint *ck, const char *weight_name, int64_t rows, int64_t cols, DiMatFormat format,
+                            DiOwnedMatrix *out) {
+    if (!out) return di_errorf("di_checkpoint_matrix_as: no output given");
+    memset(out, 0, sizeof *out);
+    if (format != DI_MAT_F32 && format != DI_MAT_BF16)
+        return di_errorf("di_checkpoint_matrix_as: '%s': can only convert to F32 or BF16", weight_name ? weight_name : "");
+    DiMatrix src;
+    if (di_checkpoint_matrix(ck, weight_name, rows, cols, &src) < 0) return -1;
+    size_t elem = format == DI_MAT_F32 ? 4 : 2, n;
+    if (!di_mul_size((size_t)rows * (size_t)cols, elem, &n)) return di_errorf("%s: matrix too large", weight_name);
+    float *row = di_malloc((size_t)cols * sizeof(float), "conversion row");
+    uint8_t *dst = di_malloc(n, weight_name);
+    int rc = (row && dst) ? 0 : -1;
+    for (int64_t r = 0; rc == 0 && r < rows; r++) {
+        rc = di_matrix_row(&src, r, row);
+        for (int64_t c = 0; rc == 0 && c < cols; c++) {
+            float v = row[c];
+            uint16_t h = di_f32_to_bf16(v);
+            if (!isfinite(v) || (format == DI_MAT_BF16 && di_bf16_to_f32(h) != v))
+                rc = di_errorf("%s: tensor '%s' element [%lld, %lld] = %g is not exactly representable in %s",
+                               di_checkpoint_lookup(ck, weight_name)->file, weight_name, (long long)r, (long long)c,
+                               (double)v, format == DI_MAT_F32 ? "F32" : "BF16");
+            else if (format == DI_MAT_F32)
+                memcpy(dst + ((size_t)r * (size_t)cols + (size_t)c) * 4, &v, 4);
+            else
+                memcpy(dst + ((size_t)r * (size_t)cols + (size_t)c) * 2, &h, 2);
+        }
+    }
+    free(row);
+    if (rc < 0) {
+        free(dst);
+        return -1;
+    }
+    out->owned = dst;
+    out->m = (DiMatrix){.format = format, .rows = rows, .cols = cols, .data = dst};
+    return 0;
+}
+
+void di_owned_matrix_free(DiOwnedMatrix *m) {
+    if (!m) return;
+    free(m->owned);
+    memset(m, 0, sizeof *m);
 }
 
 int di_checkpoint_engram_table(DiCheckpoint *ck, const char *prefix, int64_t rows, int64_t head_dim,
@@ -471,14 +527,16 @@ int di_checkpoint_memory(const DiCheckpoint *ck, const DiModelConfig *cfg, int64
     return 0;
 }
 
-int di_checkpoint_log_memory(const DiCheckpoint *ck, const DiModelConfig *cfg, int64_t context_len, int64_t n_requests) {
+int di_checkpoint_log_memory(const DiCheckpoint *ck, const DiModelConfig *cfg, int64_t context_len,
+                             int64_t n_requests) {
     DiMemoryReport m;
     if (di_checkpoint_memory(ck, cfg, context_len, n_requests, &m) < 0) return -1;
-    DI_INFO("memory: weights %.1f MB mapped + %lld request(s) x %.2f MB state at %lld tokens (window %.2f, compressed KV "
-            "%.2f, index keys %.2f, DSpark %.2f MB) = %.1f MB resident",
-            (double)m.weights / 1e6, (long long)n_requests, (double)m.per_request.total / 1e6, (long long)context_len,
-            (double)m.per_request.window_rings / 1e6, (double)m.per_request.compressed_kv / 1e6,
-            (double)m.per_request.index_keys / 1e6, (double)(m.per_request.dspark_rings + m.per_request.dspark_inputs) / 1e6,
-            (double)m.total / 1e6);
+    DI_INFO(
+        "memory: weights %.1f MB mapped + %lld request(s) x %.2f MB state at %lld tokens (window %.2f, compressed KV "
+        "%.2f, index keys %.2f, DSpark %.2f MB) = %.1f MB resident",
+        (double)m.weights / 1e6, (long long)n_requests, (double)m.per_request.total / 1e6, (long long)context_len,
+        (double)m.per_request.window_rings / 1e6, (double)m.per_request.compressed_kv / 1e6,
+        (double)m.per_request.index_keys / 1e6,
+        (double)(m.per_request.dspark_rings + m.per_request.dspark_inputs) / 1e6, (double)m.total / 1e6);
     return 0;
 }

@@ -46,6 +46,20 @@ const DiTensorInfo *di_checkpoint_lookup(const DiCheckpoint *ck, const char *nam
  * the file, tensor, and the expected and found dtype/shape. */
 int di_checkpoint_matrix(DiCheckpoint *ck, const char *weight_name, int64_t rows, int64_t cols, DiMatrix *out);
 
+/* §3.8 load-time conversions, exact: the matrix re-encoded as F32 or BF16 into a buffer the
+ * caller owns (di_owned_matrix_free).  Every stored value is decoded exactly (matmul.h
+ * di_matrix_row) and must be finite and exactly representable in the target, else it is an error
+ * naming the tensor and element.  REF does this for attn.wo_a (FP8 -> BF16), head.weight,
+ * mtp.*.markov_head.head / confidence_head.proj and the ratio-2 compressor wkv / wgate
+ * (BF16 -> F32). */
+typedef struct {
+    DiMatrix m;  /* m.data points into owned */
+    void *owned;
+} DiOwnedMatrix;
+int di_checkpoint_matrix_as(DiCheckpoint *ck, const char *weight_name, int64_t rows, int64_t cols, DiMatFormat format,
+                            DiOwnedMatrix *out);
+void di_owned_matrix_free(DiOwnedMatrix *m);
+
 /* A 1-D tensor of n elements of the given dtype (norms, biases, sinks, hc_*_base/scale). */
 int di_checkpoint_vector(DiCheckpoint *ck, const char *name, int64_t n, DiDType dtype, const void **data);
 
@@ -80,9 +94,9 @@ size_t di_checkpoint_report_unused(const DiCheckpoint *ck, bool log);
  * `n_requests` requests of `context_len` tokens (packed layout).  Logged at info level by
  * di_checkpoint_log_memory. */
 typedef struct {
-    int64_t weights;       /* tensor bytes mapped */
+    int64_t weights; /* tensor bytes mapped */
     DiStateBytes per_request;
-    int64_t total;         /* weights + n_requests * per_request.total */
+    int64_t total; /* weights + n_requests * per_request.total */
 } DiMemoryReport;
 int di_checkpoint_memory(const DiCheckpoint *ck, const DiModelConfig *cfg, int64_t context_len, int64_t n_requests,
                          DiMemoryReport *out);

@@ -20,10 +20,11 @@ typedef struct {
 
 static int64_t ceil32(int64_t x) { return (x + 31) / 32; }
 
-static DiInventoryEntry *add(Builder *b, DiDType dtype, DiInventoryKind kind, int64_t d0, int64_t d1, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
+static DiInventoryEntry *add(Builder *b, DiDType dtype, DiInventoryKind kind, int64_t d0, int64_t d1, const char *fmt,
+                             ...) __attribute__((format(printf, 6, 7)));
 
-static DiInventoryEntry *add(Builder *b, DiDType dtype, DiInventoryKind kind, int64_t d0, int64_t d1, const char *fmt, ...) {
+static DiInventoryEntry *add(Builder *b, DiDType dtype, DiInventoryKind kind, int64_t d0, int64_t d1, const char *fmt,
+                             ...) {
     if (b->failed) return NULL;
     if (b->inv->n == b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 256;

@@ -14,21 +14,21 @@
 /* What a tensor is, so that a writer can choose plausible values (§9.6) and a reader can tell
  * FP8/FP4 codes from their scales. */
 typedef enum {
-    DI_INV_EMBED = 0,   /* BF16 [V, D] token embedding / output head / Markov tables */
-    DI_INV_NORM,        /* BF16 RMSNorm weight, ~1 */
-    DI_INV_BF16_MATRIX, /* BF16 projection (router, compressor, indexer wk / weights_proj, heads) */
-    DI_INV_HC_FN,       /* F32 mHC projection */
-    DI_INV_HC_BASE,     /* F32 mHC bias */
-    DI_INV_HC_SCALE,    /* F32 [3] pre / post / comb scales */
-    DI_INV_SINK,        /* F32 attention sink logits */
-    DI_INV_GATE_BIAS,   /* F32 router selection bias (text or image) */
-    DI_INV_FP8_WEIGHT,  /* F8_E4M3 [out, in] */
-    DI_INV_FP8_SCALE,   /* F8_E8M0 [ceil(out/32), ceil(in/32)] */
-    DI_INV_FP4_WEIGHT,  /* I8 [out, in/2], packed E2M1 */
-    DI_INV_FP4_SCALE,   /* F8_E8M0 [out, in/32] */
-    DI_INV_ENGRAM_TABLE,/* F8_E4M3 [rows, head_dim] */
-    DI_INV_ENGRAM_SCALE,/* F8_E8M0 [rows, head_dim/32] */
-    DI_INV_ENGRAM_QK    /* BF16 [hc, D] q_weight / k_weight, ~1 */
+    DI_INV_EMBED = 0,    /* BF16 [V, D] token embedding / output head / Markov tables */
+    DI_INV_NORM,         /* BF16 RMSNorm weight, ~1 */
+    DI_INV_BF16_MATRIX,  /* BF16 projection (router, compressor, indexer wk / weights_proj, heads) */
+    DI_INV_HC_FN,        /* F32 mHC projection */
+    DI_INV_HC_BASE,      /* F32 mHC bias */
+    DI_INV_HC_SCALE,     /* F32 [3] pre / post / comb scales */
+    DI_INV_SINK,         /* F32 attention sink logits */
+    DI_INV_GATE_BIAS,    /* F32 router selection bias (text or image) */
+    DI_INV_FP8_WEIGHT,   /* F8_E4M3 [out, in] */
+    DI_INV_FP8_SCALE,    /* F8_E8M0 [ceil(out/32), ceil(in/32)] */
+    DI_INV_FP4_WEIGHT,   /* I8 [out, in/2], packed E2M1 */
+    DI_INV_FP4_SCALE,    /* F8_E8M0 [out, in/32] */
+    DI_INV_ENGRAM_TABLE, /* F8_E4M3 [rows, head_dim] */
+    DI_INV_ENGRAM_SCALE, /* F8_E8M0 [rows, head_dim/32] */
+    DI_INV_ENGRAM_QK     /* BF16 [hc, D] q_weight / k_weight, ~1 */
 } DiInventoryKind;
 
 typedef struct {
@@ -37,8 +37,8 @@ typedef struct {
     DiInventoryKind kind;
     int ndim;
     int64_t shape[2];
-    int64_t fan_in;  /* logical input width of a matrix (for weight scaling), else 0 */
-    int layer;       /* 0..n_total_layers-1, or -1 for globals */
+    int64_t fan_in; /* logical input width of a matrix (for weight scaling), else 0 */
+    int layer;      /* 0..n_total_layers-1, or -1 for globals */
 } DiInventoryEntry;
 
 typedef struct {

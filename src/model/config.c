@@ -26,11 +26,11 @@
 #define MAX_EXPERTS 65536
 #define MAX_ENGRAM_VOCAB ((int64_t)1 << 40)
 #define MAX_ENGRAM_ROWS ((int64_t)1 << 44)
+#define MAX_ENGRAM_PRIMES 4096 /* hash tables over all Engram layers; release: 2 x 24 */
 
 /* ---- small field readers -------------------------------------------------------------- */
 
-static int read_str(const json_t *obj, const char *ctx, const char *key, bool required, const char *dflt,
-                    char *dst) {
+static int read_str(const json_t *obj, const char *ctx, const char *key, bool required, const char *dflt, char *dst) {
     const char *s = NULL;
     int st = di_json_string(obj, ctx, key, required, &s);
     if (st < 0) return -1;
@@ -63,7 +63,8 @@ static int read_num(const json_t *obj, const char *ctx, const char *key, bool re
     if (st < 0) return -1;
     if (st == 1) *out = dflt;
     if (!isfinite(*out) || *out < 0 || (!allow_zero && *out == 0))
-        return di_errorf("%s.%s: %g is not a %s finite number", ctx, key, *out, allow_zero ? "non-negative" : "positive");
+        return di_errorf("%s.%s: %g is not a %s finite number", ctx, key, *out,
+                         allow_zero ? "non-negative" : "positive");
     return 0;
 }
 
@@ -128,7 +129,8 @@ static int parse_quantization(const json_t *root, DiModelConfig *c) {
         return -1;
     if (read_str(qc, q, "fmt", false, "e4m3", c->quant_fmt) < 0 || expect_str(q, "fmt", c->quant_fmt, "e4m3") < 0)
         return -1;
-    if (read_str(qc, q, "scale_fmt", true, NULL, c->scale_fmt) < 0 || expect_str(q, "scale_fmt", c->scale_fmt, "ue8m0") < 0)
+    if (read_str(qc, q, "scale_fmt", true, NULL, c->scale_fmt) < 0 ||
+        expect_str(q, "scale_fmt", c->scale_fmt, "ue8m0") < 0)
         return -1;
     if (read_str(qc, q, "expert_dtype", false, "fp4", c->expert_dtype) < 0 ||
         expect_str(q, "expert_dtype", c->expert_dtype, "fp4") < 0)
@@ -273,7 +275,8 @@ static int parse_engram_dspark_scalars(const json_t *t, DiModelConfig *c) {
 
     if (read_int(t, TC, "dspark_block_size", need_dspark, 0, need_dspark ? 1 : 0, 4096, &c->dspark_block_size) < 0)
         return -1;
-    if (read_int(t, TC, "dspark_noise_token_id", need_dspark, 0, 0, MAX_VOCAB, &c->dspark_noise_token_id) < 0) return -1;
+    if (read_int(t, TC, "dspark_noise_token_id", need_dspark, 0, 0, MAX_VOCAB, &c->dspark_noise_token_id) < 0)
+        return -1;
     if (read_int(t, TC, "dspark_markov_rank", need_dspark, 0, need_dspark ? 1 : 0, MAX_DIM, &c->dspark_markov_rank) < 0)
         return -1;
     if (read_int(t, TC, "dspark_n_routed_experts", need_dspark, 0, need_dspark ? 1 : 0, MAX_EXPERTS,
@@ -364,7 +367,8 @@ static int derive_sources(const json_t *t, DiModelConfig *c) {
     if (read_list(t, TC, "index_source_layer_ids", &c->index_source_layer_ids, &c->n_index_sources, &present) < 0)
         return -1;
     if (!present) {
-        bool release_kv = c->n_kv_sources == 4 && memcmp(c->kv_source_layer_ids, release_kv_sources, 4 * sizeof(int64_t)) == 0;
+        bool release_kv =
+            c->n_kv_sources == 4 && memcmp(c->kv_source_layer_ids, release_kv_sources, 4 * sizeof(int64_t)) == 0;
         c->n_index_sources = release_kv ? 8 : c->n_kv_sources;
         c->index_source_layer_ids =
             copy_ints(release_kv ? release_index_sources : c->kv_source_layer_ids, c->n_index_sources, "index sources");
@@ -404,7 +408,8 @@ static int derive_taps_and_engram(const json_t *t, DiModelConfig *c) {
     size_t n_rows = 0;
     if (read_list(t, TC, "engram_num_embeddings", &c->engram_num_embeddings, &n_rows, &present) < 0) return -1;
     if (!present) {
-        c->engram_num_embeddings = di_calloc(c->n_engram_layers ? c->n_engram_layers : 1, sizeof(int64_t), "engram rows");
+        c->engram_num_embeddings =
+            di_calloc(c->n_engram_layers ? c->n_engram_layers : 1, sizeof(int64_t), "engram rows");
         if (!c->engram_num_embeddings) return -1;
         n_rows = c->n_engram_layers;
     }
@@ -416,11 +421,36 @@ static int derive_taps_and_engram(const json_t *t, DiModelConfig *c) {
 
 /* ---- §5.2 (e) Engram primes: validation needs their sums -------------------------------- */
 
+/* Deterministic Miller-Rabin: the first 12 prime bases decide every n < 3.3e24 (Sorenson and
+ * Webster 2015), so any int64 config value is tested in microseconds (trial division would let a
+ * hostile engram_vocab_size stall the loader). */
+static uint64_t mul_mod(uint64_t a, uint64_t b, uint64_t m) { return (uint64_t)((unsigned __int128)a * b % m); }
+
+static uint64_t pow_mod(uint64_t b, uint64_t e, uint64_t m) {
+    uint64_t r = 1;
+    for (b %= m; e; e >>= 1, b = mul_mod(b, b, m))
+        if (e & 1) r = mul_mod(r, b, m);
+    return r;
+}
+
 static bool is_prime(int64_t x) {
+    static const uint64_t bases[12] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37};
     if (x < 2) return false;
-    if (x % 2 == 0) return x == 2;
-    for (int64_t d = 3; d * d <= x; d += 2)
-        if (x % d == 0) return false;
+    uint64_t n = (uint64_t)x, d = n - 1;
+    for (int i = 0; i < 12; i++)
+        if (n % bases[i] == 0) return n == bases[i];
+    int s = 0;
+    for (; (d & 1) == 0; d >>= 1) s++;
+    for (int i = 0; i < 12; i++) {
+        uint64_t y = pow_mod(bases[i], d, n);
+        if (y == 1 || y == n - 1) continue;
+        int r = 1;
+        for (; r < s; r++) {
+            y = mul_mod(y, y, n);
+            if (y == n - 1) break;
+        }
+        if (r == s) return false;
+    }
     return true;
 }
 
@@ -430,6 +460,9 @@ static int derive_engram_primes(DiModelConfig *c) {
     int64_t orders = c->engram_max_ngram_size - 1, heads = c->engram_n_heads;
     c->engram_n_columns = orders * heads;
     size_t total = L * (size_t)c->engram_n_columns;
+    if (total > MAX_ENGRAM_PRIMES)
+        return di_errorf(TC ".engram_layer_ids: %zu layers x %lld hash columns exceed %d hash tables", L,
+                         (long long)c->engram_n_columns, MAX_ENGRAM_PRIMES);
     c->engram_primes = di_calloc(total, sizeof(int64_t), "engram primes");
     c->engram_offsets = di_calloc(total, sizeof(int64_t), "engram offsets");
     if (!c->engram_primes || !c->engram_offsets) return -1;
@@ -453,7 +486,8 @@ static int derive_engram_primes(DiModelConfig *c) {
     c->engram_multipliers = di_calloc(L * (size_t)c->engram_max_ngram_size, sizeof(int64_t), "engram multipliers");
     if (!c->engram_multipliers) return -1;
     for (size_t l = 0; l < L; l++)
-        if (di_engram_hash_multipliers(c->engram_layer_ids[l], c->engram_compressed_vocab_size, c->engram_max_ngram_size,
+        if (di_engram_hash_multipliers(c->engram_layer_ids[l], c->engram_compressed_vocab_size,
+                                       c->engram_max_ngram_size,
                                        c->engram_multipliers + l * (size_t)c->engram_max_ngram_size) < 0)
             return di_error_wrap(TC ".engram_layer_ids[%zu]", l);
     return 0;
@@ -488,7 +522,8 @@ static int validate_sources(const DiModelConfig *c) {
     if (check_ascending("index_source_layer_ids", c->index_source_layer_ids, c->n_index_sources, 0, n) < 0) return -1;
     for (size_t i = 0; i < c->n_kv_sources; i++) {
         int64_t k = c->kv_source_layer_ids[i];
-        if (r[k] == 0) return di_errorf(TC ".kv_source_layer_ids[%zu]: layer %lld has compress ratio 0", i, (long long)k);
+        if (r[k] == 0)
+            return di_errorf(TC ".kv_source_layer_ids[%zu]: layer %lld has compress ratio 0", i, (long long)k);
         if (!list_contains(c->index_source_layer_ids, c->n_index_sources, k))
             return di_errorf(TC ".kv_source_layer_ids[%zu]: layer %lld is not an index source (every KV source must "
                                 "also be in index_source_layer_ids, §2.6)",
@@ -500,8 +535,8 @@ static int validate_sources(const DiModelConfig *c) {
             return di_errorf(TC ".index_source_layer_ids[%zu]: layer %lld has compress ratio 0", i, (long long)k);
         if (!list_contains(c->kv_source_layer_ids, c->n_kv_sources, k) &&
             latest_at_or_before(c->kv_source_layer_ids, c->n_kv_sources, k, true) < 0)
-            return di_errorf(TC ".index_source_layer_ids[%zu]: %lld is not a KV source and no KV source precedes it",
-                             i, (long long)k);
+            return di_errorf(TC ".index_source_layer_ids[%zu]: %lld is not a KV source and no KV source precedes it", i,
+                             (long long)k);
     }
     for (int64_t l = 0; l < n; l++) {
         if (r[l] == 0) continue;
@@ -516,11 +551,12 @@ static int validate_sources(const DiModelConfig *c) {
     }
     for (int64_t s = 0; s < c->n_draft_stages; s++)
         if (r[n + s] != 0)
-            return di_errorf(TC ".compress_ratios[%lld]: DSpark stage %lld must have ratio 0, got %lld", (long long)(n + s),
-                             (long long)s, (long long)r[n + s]);
+            return di_errorf(TC ".compress_ratios[%lld]: DSpark stage %lld must have ratio 0, got %lld",
+                             (long long)(n + s), (long long)s, (long long)r[n + s]);
     if (c->candidate_source >= 0) {
         if (!list_contains(c->index_source_layer_ids, c->n_index_sources, c->candidate_source))
-            return di_errorf(TC ".candidate_source_layer_id: %lld is not an index source", (long long)c->candidate_source);
+            return di_errorf(TC ".candidate_source_layer_id: %lld is not an index source",
+                             (long long)c->candidate_source);
         for (size_t i = 0; i < c->n_kv_sources; i++)
             if (c->kv_source_layer_ids[i] > c->candidate_source)
                 return di_errorf(TC ".kv_source_layer_ids[%zu]: KV source %lld comes after the candidate source %lld "
@@ -543,7 +579,8 @@ static int check_multiple(const char *what, int64_t value, int64_t of) {
 }
 
 static int validate_shapes(const DiModelConfig *c) {
-    if (c->n_kv_heads != 1) return di_errorf(TC ".num_key_value_heads: %lld, must be 1 (§2.6)", (long long)c->n_kv_heads);
+    if (c->n_kv_heads != 1)
+        return di_errorf(TC ".num_key_value_heads: %lld, must be 1 (§2.6)", (long long)c->n_kv_heads);
     if (c->n_heads % c->o_groups != 0)
         return di_errorf(TC ".o_groups: num_attention_heads %lld is not divisible by %lld", (long long)c->n_heads,
                          (long long)c->o_groups);
@@ -554,8 +591,10 @@ static int validate_shapes(const DiModelConfig *c) {
     if (c->n_experts_per_tok > c->n_routed_experts)
         return di_errorf(TC ".num_experts_per_tok: %lld exceeds n_routed_experts %lld", (long long)c->n_experts_per_tok,
                          (long long)c->n_routed_experts);
-    if (check_multiple("head_dim", c->head_dim, 32) < 0 || check_multiple("index_head_dim", c->index_head_dim, 32) < 0 ||
-        check_multiple("hidden_size", c->hidden_size, 32) < 0 || check_multiple("q_lora_rank", c->q_lora_rank, 32) < 0 ||
+    if (check_multiple("head_dim", c->head_dim, 32) < 0 ||
+        check_multiple("index_head_dim", c->index_head_dim, 32) < 0 ||
+        check_multiple("hidden_size", c->hidden_size, 32) < 0 ||
+        check_multiple("q_lora_rank", c->q_lora_rank, 32) < 0 ||
         check_multiple("moe_intermediate_size", c->moe_intermediate_size, 32) < 0)
         return -1;
     if ((c->o_groups * c->o_lora_rank) % 32 != 0)
@@ -570,15 +609,17 @@ static int validate_engram(const DiModelConfig *c) {
     if (check_multiple("engram_head_dim", c->engram_head_dim, 32) < 0) return -1;
     /* wkv input width (max_ngram-1) * n_heads * head_dim is then a multiple of 32 too. */
     if (c->engram_pad_token_id >= c->vocab_size)
-        return di_errorf(TC ".engram_pad_token_id: %lld is not below vocab_size %lld", (long long)c->engram_pad_token_id,
-                         (long long)c->vocab_size);
+        return di_errorf(TC ".engram_pad_token_id: %lld is not below vocab_size %lld",
+                         (long long)c->engram_pad_token_id, (long long)c->vocab_size);
     for (size_t l = 0; l < c->n_engram_layers; l++) {
         int64_t sum = 0;
-        for (int64_t k = 0; k < c->engram_n_columns; k++) sum += c->engram_primes[l * (size_t)c->engram_n_columns + (size_t)k];
+        for (int64_t k = 0; k < c->engram_n_columns; k++)
+            sum += c->engram_primes[l * (size_t)c->engram_n_columns + (size_t)k];
         if (c->engram_num_embeddings[l] != sum)
             return di_errorf(TC ".engram_num_embeddings[%zu]: %lld rows, but the hash primes of layer %lld sum to %lld "
                                 "(§5.2 e)",
-                             l, (long long)c->engram_num_embeddings[l], (long long)c->engram_layer_ids[l], (long long)sum);
+                             l, (long long)c->engram_num_embeddings[l], (long long)c->engram_layer_ids[l],
+                             (long long)sum);
     }
     return 0;
 }
@@ -602,12 +643,14 @@ static int validate_tokens(const DiModelConfig *c) {
     const struct {
         const char *key;
         int64_t v;
-    } ids[] = {{"bos_token_id", c->bos_token_id}, {"eos_token_id", c->eos_token_id}, {"pad_token_id", c->pad_token_id},
+    } ids[] = {{"bos_token_id", c->bos_token_id},
+               {"eos_token_id", c->eos_token_id},
+               {"pad_token_id", c->pad_token_id},
                {"image_token_id", c->image_token_id}};
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
         if (ids[i].v >= c->vocab_size)
-            return di_errorf("config.%s: %lld is not below text_config.vocab_size %lld", ids[i].key, (long long)ids[i].v,
-                             (long long)c->vocab_size);
+            return di_errorf("config.%s: %lld is not below text_config.vocab_size %lld", ids[i].key,
+                             (long long)ids[i].v, (long long)c->vocab_size);
     return 0;
 }
 
@@ -658,7 +701,8 @@ const char *di_layer_role_name(DiLayerRole role) {
 static int parse_all(const json_t *root, DiModelConfig *c) {
     if (!json_is_object(root)) return di_errorf("config: expected a JSON object at the top level");
     json_t *t;
-    if (parse_top_level(root, c) < 0 || parse_quantization(root, c) < 0 || parse_vision(root, &c->vision) < 0) return -1;
+    if (parse_top_level(root, c) < 0 || parse_quantization(root, c) < 0 || parse_vision(root, &c->vision) < 0)
+        return -1;
     if (di_json_object(root, "", TC, true, &t) < 0) return -1;
     if (parse_text_shapes(t, c) < 0 || parse_text_scalars(t, c) < 0) return -1;
     if (derive_ratios(t, c) < 0 || derive_sources(t, c) < 0 || derive_taps_and_engram(t, c) < 0) return -1;
@@ -732,7 +776,8 @@ static int64_t index_row_bytes(int64_t dim, bool packed) { return packed ? dim /
 
 int di_config_state_bytes(const DiModelConfig *c, int64_t context_len, bool packed, DiStateBytes *out) {
     if (!c || !out || !c->layers) return di_errorf("di_config_state_bytes: no config or output given");
-    if (context_len < 0) return di_errorf("di_config_state_bytes: negative context length %lld", (long long)context_len);
+    if (context_len < 0)
+        return di_errorf("di_config_state_bytes: negative context length %lld", (long long)context_len);
     memset(out, 0, sizeof *out);
     int64_t ring_rows = c->sliding_window;
     out->window_rings = c->n_layers * ring_rows * window_row_bytes(c->head_dim, packed);

@@ -49,7 +49,8 @@ static int parse_entry(const char *name, const json_t *v, size_t data_start, siz
     if (di_json_array(v, name, "shape", true, &shape) < 0 || di_json_array(v, name, "data_offsets", true, &offs) < 0)
         return di_error_wrap("tensor '%s'", name);
     size_t nd = json_array_size(shape);
-    if (nd > DI_TENSOR_MAX_DIMS) return di_errorf("tensor '%s': %zu dimensions (at most %d)", name, nd, DI_TENSOR_MAX_DIMS);
+    if (nd > DI_TENSOR_MAX_DIMS)
+        return di_errorf("tensor '%s': %zu dimensions (at most %d)", name, nd, DI_TENSOR_MAX_DIMS);
     t->ndim = (int)nd;
     size_t numel = 1;
     for (size_t i = 0; i < nd; i++) {
@@ -62,17 +63,21 @@ static int parse_entry(const char *name, const json_t *v, size_t data_start, siz
     }
     t->numel = (int64_t)numel;
     size_t nbytes;
-    if (!di_mul_size(numel, di_dtype_size(t->dtype), &nbytes)) return di_errorf("tensor '%s': byte size overflows", name);
-    if (json_array_size(offs) != 2 || !json_is_integer(json_array_get(offs, 0)) || !json_is_integer(json_array_get(offs, 1)))
+    if (!di_mul_size(numel, di_dtype_size(t->dtype), &nbytes))
+        return di_errorf("tensor '%s': byte size overflows", name);
+    if (json_array_size(offs) != 2 || !json_is_integer(json_array_get(offs, 0)) ||
+        !json_is_integer(json_array_get(offs, 1)))
         return di_errorf("tensor '%s': data_offsets must be [begin, end] integers", name);
     json_int_t b = json_integer_value(json_array_get(offs, 0)), e = json_integer_value(json_array_get(offs, 1));
-    if (b < 0 || e < b) return di_errorf("tensor '%s': data_offsets [%lld, %lld] are not ordered", name, (long long)b, (long long)e);
+    if (b < 0 || e < b)
+        return di_errorf("tensor '%s': data_offsets [%lld, %lld] are not ordered", name, (long long)b, (long long)e);
     if ((uint64_t)e > data_size)
-        return di_errorf("tensor '%s': data_offsets [%lld, %lld] end past the data section (%zu bytes; file truncated?)", name,
-                         (long long)b, (long long)e, data_size);
+        return di_errorf(
+            "tensor '%s': data_offsets [%lld, %lld] end past the data section (%zu bytes; file truncated?)", name,
+            (long long)b, (long long)e, data_size);
     if ((size_t)(e - b) != nbytes)
-        return di_errorf("tensor '%s': %s shape product %zu x %zu bytes = %zu, but data_offsets span %lld bytes", name, dtype,
-                         numel, di_dtype_size(t->dtype), nbytes, (long long)(e - b));
+        return di_errorf("tensor '%s': %s shape product %zu x %zu bytes = %zu, but data_offsets span %lld bytes", name,
+                         dtype, numel, di_dtype_size(t->dtype), nbytes, (long long)(e - b));
     t->nbytes = nbytes;
     t->offset = data_start + (size_t)b;
     return 0;
@@ -116,8 +121,12 @@ static int parse_header(const uint8_t *data, size_t size, const char *what, DiSa
     if (size < 8) return di_errorf("file of %zu bytes is too short for the 8-byte header length", size);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | data[i]; /* little-endian */
-    if (n > DI_SAFETENSORS_MAX_HEADER) return di_errorf("header length %llu is larger than the %llu-byte limit", (unsigned long long)n, (unsigned long long)DI_SAFETENSORS_MAX_HEADER);
-    if (n > size - 8) return di_errorf("header length %llu runs past the end of the file (%zu bytes; truncated?)", (unsigned long long)n, size);
+    if (n > DI_SAFETENSORS_MAX_HEADER)
+        return di_errorf("header length %llu is larger than the %llu-byte limit", (unsigned long long)n,
+                         (unsigned long long)DI_SAFETENSORS_MAX_HEADER);
+    if (n > size - 8)
+        return di_errorf("header length %llu runs past the end of the file (%zu bytes; truncated?)",
+                         (unsigned long long)n, size);
     if (n < 2) return di_errorf("header length %llu is too short for a JSON object", (unsigned long long)n);
     out->header_len = (size_t)n;
     json_t *root = di_json_load_buffer((const char *)data + 8, (size_t)n, "header");

@@ -24,7 +24,7 @@
 typedef enum {
     DI_DTYPE_BOOL = 0,
     DI_DTYPE_U8,
-    DI_DTYPE_I8,       /* also: packed FP4 E2M1, two codes per byte (§3.3) */
+    DI_DTYPE_I8, /* also: packed FP4 E2M1, two codes per byte (§3.3) */
     DI_DTYPE_I16,
     DI_DTYPE_U16,
     DI_DTYPE_F16,
@@ -37,7 +37,7 @@ typedef enum {
     DI_DTYPE_F64,
     DI_DTYPE_F8_E4M3,
     DI_DTYPE_F8_E5M2,
-    DI_DTYPE_F8_E8M0,  /* UE8M0 power-of-two scales */
+    DI_DTYPE_F8_E8M0, /* UE8M0 power-of-two scales */
     DI_DTYPE_COUNT
 } DiDType;
 
@@ -49,20 +49,20 @@ size_t di_dtype_size(DiDType dtype);
 int di_dtype_parse(const char *name, DiDType *out);
 
 typedef struct {
-    const char *name;      /* owned by the file / checkpoint */
+    const char *name; /* owned by the file / checkpoint */
     DiDType dtype;
     int ndim;
     int64_t shape[DI_TENSOR_MAX_DIMS];
-    int64_t numel;         /* product of shape (1 for a scalar) */
-    const void *data;      /* inside the memory map */
+    int64_t numel;    /* product of shape (1 for a scalar) */
+    const void *data; /* inside the memory map */
     size_t nbytes;
-    size_t offset;         /* absolute file offset of the first byte */
-    const char *file;      /* path of the file holding it */
+    size_t offset;    /* absolute file offset of the first byte */
+    const char *file; /* path of the file holding it */
 } DiTensorInfo;
 
 typedef struct {
     DiMappedFile map;
-    size_t header_len;     /* N */
+    size_t header_len; /* N */
     size_t n_tensors;
     DiTensorInfo *tensors; /* sorted by name */
     char *names;           /* storage of every tensor name */

@@ -25,46 +25,50 @@
 /* ---- presets ----------------------------------------------------------------------------- */
 
 /* Shared tail of the text_config of every preset: the release's behavioural constants (§2.3). */
-#define RELEASE_CONSTANTS                                                                                        \
-    "\"rope_theta\": 10000, \"compress_rope_theta\": 160000,"                                                    \
-    "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 16, \"beta_fast\": 32, \"beta_slow\": 1,"           \
-    " \"original_max_position_embeddings\": 65536},"                                                             \
-    "\"max_position_embeddings\": 1048576, \"rms_norm_eps\": 1e-20,"                                             \
-    "\"hc_mult\": 4, \"hc_sinkhorn_iters\": 20, \"hc_eps\": 1e-6,"                                               \
-    "\"scoring_func\": \"sqrtsoftplus\", \"topk_method\": \"noaux_tc\", \"norm_topk_prob\": true,"               \
+#define RELEASE_CONSTANTS                                                                              \
+    "\"rope_theta\": 10000, \"compress_rope_theta\": 160000,"                                          \
+    "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 16, \"beta_fast\": 32, \"beta_slow\": 1," \
+    " \"original_max_position_embeddings\": 65536},"                                                   \
+    "\"max_position_embeddings\": 1048576, \"rms_norm_eps\": 1e-20,"                                   \
+    "\"hc_mult\": 4, \"hc_sinkhorn_iters\": 20, \"hc_eps\": 1e-6,"                                     \
+    "\"scoring_func\": \"sqrtsoftplus\", \"topk_method\": \"noaux_tc\", \"norm_topk_prob\": true,"     \
     "\"routed_scaling_factor\": 1.5, \"swiglu_limit\": 10.0, \"hidden_act\": \"silu\","
 
-#define TOP_LEVEL(image_id)                                                                                      \
+#define TOP_LEVEL(image_id)                                                                                       \
     "\"architectures\": [\"DeepseekV41ForCausalLM\"], \"model_type\": \"deepseek_v41\", \"dtype\": \"bfloat16\"," \
-    "\"bos_token_id\": 0, \"eos_token_id\": 1, \"pad_token_id\": 2, \"image_token_id\": " #image_id ","          \
-    "\"tie_word_embeddings\": false,"                                                                            \
-    "\"quantization_config\": {\"quant_method\": \"fp8\", \"activation_scheme\": \"dynamic\","                   \
+    "\"bos_token_id\": 0, \"eos_token_id\": 1, \"pad_token_id\": 2, \"image_token_id\": " #image_id ","           \
+    "\"tie_word_embeddings\": false,"                                                                             \
+    "\"quantization_config\": {\"quant_method\": \"fp8\", \"activation_scheme\": \"dynamic\","                    \
     " \"weight_block_size\": [32, 32], \"scale_fmt\": \"ue8m0\", \"expert_dtype\": \"fp4\"},"
 
 /* §9.2 shapes; vocab / image / noise passed in (see tiny.h for why "tiny" differs from §9). */
-#define TINY_TEXT_CONFIG(vocab, noise)                                                                           \
-    "\"text_config\": {\"model_type\": \"deepseek_v41_text\", \"vocab_size\": " #vocab ", \"hidden_size\": 96,"  \
-    "\"num_hidden_layers\": 8, \"num_attention_heads\": 4, \"num_key_value_heads\": 1,"                          \
-    "\"head_dim\": 64, \"qk_rope_head_dim\": 16, \"q_lora_rank\": 160, \"o_groups\": 2, \"o_lora_rank\": 48,"    \
-    "\"sliding_window\": 8, \"compress_ratios\": [0, 0, 2, 2, 1, 1, 1, 1, 0, 0, 0],"                             \
-    "\"kv_source_layer_ids\": [2, 4], \"index_source_layer_ids\": [2, 4, 6],"                                    \
-    "\"candidate_source_layer_id\": 4, \"candidate_topk_blocks\": 2, \"candidate_block_size\": 4,"               \
-    "\"index_n_heads\": 2, \"index_head_dim\": 32, \"index_topk\": 4," RELEASE_CONSTANTS                         \
+#define TINY_TEXT_CONFIG(vocab, noise, cvocab)                                                                     \
+    "\"text_config\": {\"model_type\": \"deepseek_v41_text\", \"vocab_size\": " #vocab ", \"hidden_size\": 96,"    \
+    "\"num_hidden_layers\": 8, \"num_attention_heads\": 4, \"num_key_value_heads\": 1,"                            \
+    "\"head_dim\": 64, \"qk_rope_head_dim\": 16, \"q_lora_rank\": 160, \"o_groups\": 2, \"o_lora_rank\": 48,"      \
+    "\"sliding_window\": 8, \"compress_ratios\": [0, 0, 2, 2, 1, 1, 1, 1, 0, 0, 0],"                               \
+    "\"kv_source_layer_ids\": [2, 4], \"index_source_layer_ids\": [2, 4, 6],"                                      \
+    "\"candidate_source_layer_id\": 4, \"candidate_topk_blocks\": 2, \"candidate_block_size\": 4,"                 \
+    "\"index_n_heads\": 2, \"index_head_dim\": 32, \"index_topk\": 4," RELEASE_CONSTANTS                           \
     "\"n_routed_experts\": 8, \"num_experts_per_tok\": 2, \"n_shared_experts\": 1, \"moe_intermediate_size\": 32," \
-    "\"engram_layer_ids\": [1], \"engram_num_embeddings\": [384], \"engram_max_ngram_size\": 4,"                 \
-    "\"engram_vocab_size\": 50, \"engram_n_heads\": 2, \"engram_head_dim\": 32,"                                 \
-    "\"engram_pad_token_id\": 2, \"engram_compressed_vocab_size\": 128,"                                         \
-    "\"num_nextn_predict_layers\": 3, \"dspark_block_size\": 5, \"dspark_noise_token_id\": " #noise ","          \
-    "\"dspark_target_layer_ids\": [5, 6, 7], \"dspark_markov_rank\": 16,"                                        \
-    "\"dspark_n_routed_experts\": 4, \"dspark_num_experts_per_tok\": 3},"                                        \
+    "\"engram_layer_ids\": [1], \"engram_num_embeddings\": [384], \"engram_max_ngram_size\": 4,"                   \
+    "\"engram_vocab_size\": 50, \"engram_n_heads\": 2, \"engram_head_dim\": 32,"                                   \
+    "\"engram_pad_token_id\": 2, \"engram_compressed_vocab_size\": " #cvocab ","                                   \
+    "\"num_nextn_predict_layers\": 3, \"dspark_block_size\": 5, \"dspark_noise_token_id\": " #noise ","            \
+    "\"dspark_target_layer_ids\": [5, 6, 7], \"dspark_markov_rank\": 16,"                                          \
+    "\"dspark_n_routed_experts\": 4, \"dspark_num_experts_per_tok\": 3},"                                          \
     "\"vision_config\": {\"model_type\": \"deepseek_v41_vision\", \"num_hidden_layers\": 0}"
 
-/* 287 = <｜System｜> (the release's noise token 128799 is its System token), 290 = image. */
-static const char tiny_config[] = "{" TOP_LEVEL(290) TINY_TEXT_CONFIG(291, 287) "}";
-static const char spec9_config[] = "{" TOP_LEVEL(254) TINY_TEXT_CONFIG(256, 255) "}";
+/* 287 = <｜System｜> (the release's noise token 128799 is its System token), 290 = image.
+ * 253 = the number of distinct keys of the §5.2 (a) compressed token map over the tiny tokenizer
+ * (REF asserts engram_compressed_vocab_size equals it; tests/python/test_tiny_checkpoint.py
+ * recomputes it with HF tokenizers). */
+static const char tiny_config[] = "{" TOP_LEVEL(290) TINY_TEXT_CONFIG(291, 287, 253) "}";
+static const char spec9_config[] = "{" TOP_LEVEL(254) TINY_TEXT_CONFIG(256, 255, 128) "}";
 
 /* Benchmark size: the tiny layer plan at hidden 1024 with 64 experts.  Engram rows 4062 =
  * 1009 + 1013 + 1019 + 1021 (primes from engram_vocab_size 1000, §5.2 e). */
+/* clang-format off */
 static const char medium_config[] =
     "{" TOP_LEVEL(290)
     "\"text_config\": {\"model_type\": \"deepseek_v41_text\", \"vocab_size\": 291, \"hidden_size\": 1024,"
@@ -77,11 +81,12 @@ static const char medium_config[] =
     "\"n_routed_experts\": 64, \"num_experts_per_tok\": 4, \"n_shared_experts\": 1, \"moe_intermediate_size\": 512,"
     "\"engram_layer_ids\": [1], \"engram_num_embeddings\": [4062], \"engram_max_ngram_size\": 3,"
     "\"engram_vocab_size\": 1000, \"engram_n_heads\": 2, \"engram_head_dim\": 64,"
-    "\"engram_pad_token_id\": 2, \"engram_compressed_vocab_size\": 128,"
+    "\"engram_pad_token_id\": 2, \"engram_compressed_vocab_size\": 253,"
     "\"num_nextn_predict_layers\": 3, \"dspark_block_size\": 5, \"dspark_noise_token_id\": 287,"
     "\"dspark_target_layer_ids\": [5, 6, 7], \"dspark_markov_rank\": 64,"
     "\"dspark_n_routed_experts\": 16, \"dspark_num_experts_per_tok\": 2},"
     "\"vision_config\": {\"model_type\": \"deepseek_v41_vision\", \"num_hidden_layers\": 0}}";
+/* clang-format on */
 
 static const struct {
     const char *name;
@@ -105,6 +110,8 @@ const char *di_tiny_config_json(const char *preset) {
 /* SplitMix64 (Steele, Lea, Flood 2014): one 64-bit state, passes BigCrush; plenty for weights. */
 typedef struct {
     uint64_t s;
+    float spare; /* Box-Muller makes two normals; the second waits here */
+    int has_spare;
 } Rng;
 
 static uint64_t rng_next(Rng *r) {
@@ -116,17 +123,24 @@ static uint64_t rng_next(Rng *r) {
 
 static double rng_uniform(Rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; } /* [0, 1) */
 
-/* Standard normal by Box-Muller (one value per call; simplicity over speed). */
+/* Standard normal by Box-Muller (both values of each pair used). */
 static float rng_normal(Rng *r) {
+    if (r->has_spare) {
+        r->has_spare = 0;
+        return r->spare;
+    }
     double u = rng_uniform(r), v = rng_uniform(r);
-    return (float)(sqrt(-2.0 * log(1.0 - u)) * cos(6.283185307179586 * v));
+    double rad = sqrt(-2.0 * log(1.0 - u)), ang = 6.283185307179586 * v;
+    r->spare = (float)(rad * sin(ang));
+    r->has_spare = 1;
+    return (float)(rad * cos(ang));
 }
 
 /* Every tensor has its own stream: seed ^ FNV-1a 64 of its name. */
 static Rng rng_for(uint64_t seed, const char *name) {
     uint64_t h = 0xCBF29CE484222325ULL;
     for (const char *p = name; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001B3ULL;
-    Rng r = {seed ^ h};
+    Rng r = {.s = seed ^ h};
     rng_next(&r);
     return r;
 }
@@ -157,7 +171,8 @@ static void fill_fp8(Rng *r, int64_t out, int64_t in, uint8_t *codes, uint8_t *s
             uint8_t sb = di_ue8m0_ceil(amax / DI_E4M3_MAX);
             float inv = 1.0f / di_ue8m0_to_f32(sb);
             for (int64_t y = 0; y < nr; y++)
-                for (int64_t x = 0; x < nc; x++) codes[(r0 + y) * in + c0 + x] = di_f32_to_e4m3(tmp[(r0 + y) * in + c0 + x] * inv);
+                for (int64_t x = 0; x < nc; x++)
+                    codes[(r0 + y) * in + c0 + x] = di_f32_to_e4m3(tmp[(r0 + y) * in + c0 + x] * inv);
             scales[br * sc + bc] = sb;
         }
 }
@@ -181,7 +196,8 @@ static void fill_engram(Rng *r, int64_t rows, int64_t hd, uint8_t *codes, uint8_
     for (int64_t row = 0; row < rows; row++) {
         for (int64_t c = 0; c < hd; c++) tmp[c] = rng_normal(r);
         for (int64_t b = 0; b < hd / 32; b++)
-            scales[row * (hd / 32) + b] = quantise_block(tmp + b * 32, 32, 1, DI_E4M3_MAX, di_f32_to_e4m3, codes + row * hd + b * 32, 1);
+            scales[row * (hd / 32) + b] =
+                quantise_block(tmp + b * 32, 32, 1, DI_E4M3_MAX, di_f32_to_e4m3, codes + row * hd + b * 32, 1);
     }
 }
 
@@ -319,7 +335,8 @@ done:
 static int write_json_file(const char *dir, const char *name, json_t *value) {
     char *path = di_path_join(dir, name);
     char *text = json_dumps(value, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    int rc = (!path || !text) ? di_errorf("%s: could not serialise", name) : di_write_file_atomic(path, text, strlen(text));
+    int rc =
+        (!path || !text) ? di_errorf("%s: could not serialise", name) : di_write_file_atomic(path, text, strlen(text));
     free(path);
     free(text);
     return rc;
@@ -344,7 +361,8 @@ static int write_shards(const char *dir, const DiModelConfig *cfg, const DiInven
         free(path);
     }
     if (rc == 0) {
-        json_t *index = json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)inv->total_bytes, "weight_map", weight_map);
+        json_t *index = json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)inv->total_bytes,
+                                  "weight_map", weight_map);
         char *text = json_dumps(index, JSON_INDENT(2) | JSON_SORT_KEYS);
         char *path = di_path_join(dir, "model.safetensors.index.json");
         rc = (text && path) ? di_write_file_atomic(path, text, strlen(text)) : di_errorf("index: could not serialise");
@@ -446,7 +464,9 @@ int di_tiny_ensure(const char *dir) {
 
 /* ---- public API (deepinfer.h) ------------------------------------------------------------ */
 
-int di_make_tiny(const char *out_dir, const char *preset, uint64_t seed) { return di_tiny_write(out_dir, preset, seed, 1); }
+int di_make_tiny(const char *out_dir, const char *preset, uint64_t seed) {
+    return di_tiny_write(out_dir, preset, seed, 1);
+}
 
 int di_builtin_model_dir(char *buf, size_t n) {
     if (di_tiny_default_dir(buf, n) < 0) return -1;

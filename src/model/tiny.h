@@ -16,7 +16,9 @@
  *   "tiny"   §9 (8 layers + 3 DSpark stages, hidden 96) with one deliberate change: vocab_size 291
  *            instead of 256, because a byte-level tokenizer needs 256 byte tokens plus BOS/EOS/pad
  *            and the prompt template's special tokens; image_token_id and dspark_noise_token_id
- *            are moved onto the matching added tokens.  Writes tokenizer.json.
+ *            are moved onto the matching added tokens, and engram_compressed_vocab_size is 253,
+ *            the size of the §5.2 (a) compressed token map of that tokenizer.  Writes
+ *            tokenizer.json.
  *   "spec9"  §9.2 verbatim (vocab 256; 809 tensors, 2,562,692 bytes), no tokenizer.
  *   "medium" benchmark size: hidden 1024, 64 routed experts, ~520 MB; otherwise like tiny.
  */
@@ -53,8 +55,8 @@ enum {
     DI_TINY_TOK_BOS = 0,
     DI_TINY_TOK_EOS = 1,
     DI_TINY_TOK_PAD = 2,
-    DI_TINY_TOK_FIRST_BYTE = 3,      /* byte b is token 3 + b */
-    DI_TINY_TOK_FIRST_MERGE = 259,   /* 24 merges: 259 .. 282 */
+    DI_TINY_TOK_FIRST_BYTE = 3,    /* byte b is token 3 + b */
+    DI_TINY_TOK_FIRST_MERGE = 259, /* 24 merges: 259 .. 282 */
     DI_TINY_TOK_USER = 283,
     DI_TINY_TOK_ASSISTANT = 284,
     DI_TINY_TOK_THINK = 285,

@@ -17,18 +17,20 @@
 #include <string.h>
 
 /* The three Split patterns of the release pre-tokenizer (recipe.md §1.1), as regex strings. */
+/* clang-format off */
 static const char *const split_patterns[3] = {
     "\\p{N}{1,3}",
-    "[\xe4\xb8\x80-\xe9\xbe\xa5\xe3\x81\x80-\xe3\x82\x9f\xe3\x82\xa0-\xe3\x83\xbf]+", /* U+4E00-9FA5, 3040-309F, 30A0-30FF */
-    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|"
-    "\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+    "[一-龥぀-ゟ゠-ヿ]+", /* U+4E00-9FA5, U+3040-309F, U+30A0-30FF */
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
+    "| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
 };
+/* clang-format on */
 
 /* Merges in rank order, written with plain bytes; ' ' stands for the byte-level 'Ġ'. */
 static const char *const merges[][2] = {
-    {" ", "t"}, {"h", "e"},  {" t", "he"}, {"i", "n"}, {"in", "g"}, {"e", "r"}, {"a", "n"}, {"an", "d"},
-    {" ", "and"}, {" ", "a"}, {"o", "n"}, {"r", "e"}, {" ", "s"},  {"a", "t"},   {"e", "n"}, {" ", "o"},
-    {" ", "w"}, {"o", "r"}, {" ", "i"}, {"e", "s"}, {" ", "c"},  {"l", "l"}, {" ", "h"}, {"i", "s"},
+    {" ", "t"},   {"h", "e"}, {" t", "he"}, {"i", "n"}, {"in", "g"}, {"e", "r"}, {"a", "n"}, {"an", "d"},
+    {" ", "and"}, {" ", "a"}, {"o", "n"},   {"r", "e"}, {" ", "s"},  {"a", "t"}, {"e", "n"}, {" ", "o"},
+    {" ", "w"},   {"o", "r"}, {" ", "i"},   {"e", "s"}, {" ", "c"},  {"l", "l"}, {" ", "h"}, {"i", "s"},
 };
 #define N_MERGES (sizeof merges / sizeof merges[0])
 
@@ -37,17 +39,17 @@ static const struct {
     const char *content;
     int special;
 } added[] = {
-    {DI_TINY_TOK_BOS, "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", 1},
-    {DI_TINY_TOK_EOS, "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", 1},
-    {DI_TINY_TOK_PAD, "<\xef\xbd\x9c\xe2\x96\x81pad\xe2\x96\x81\xef\xbd\x9c>", 1},
-    {DI_TINY_TOK_USER, "<\xef\xbd\x9cUser\xef\xbd\x9c>", 1},
-    {DI_TINY_TOK_ASSISTANT, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", 1},
+    {DI_TINY_TOK_BOS, "<｜begin▁of▁sentence｜>", 1},
+    {DI_TINY_TOK_EOS, "<｜end▁of▁sentence｜>", 1},
+    {DI_TINY_TOK_PAD, "<｜▁pad▁｜>", 1},
+    {DI_TINY_TOK_USER, "<｜User｜>", 1},
+    {DI_TINY_TOK_ASSISTANT, "<｜Assistant｜>", 1},
     {DI_TINY_TOK_THINK, "<think>", 0},
     {DI_TINY_TOK_END_THINK, "</think>", 0},
-    {DI_TINY_TOK_SYSTEM, "<\xef\xbd\x9cSystem\xef\xbd\x9c>", 1},
-    {DI_TINY_TOK_LATEST_REMINDER, "<\xef\xbd\x9clatest_reminder\xef\xbd\x9c>", 1},
-    {DI_TINY_TOK_ACTION, "<\xef\xbd\x9c" "action\xef\xbd\x9c>", 1},
-    {DI_TINY_TOK_IMAGE, "<\xef\xbd\x9c" "deepseek_image\xef\xbd\x9c>", 1},
+    {DI_TINY_TOK_SYSTEM, "<｜System｜>", 1},
+    {DI_TINY_TOK_LATEST_REMINDER, "<｜latest_reminder｜>", 1},
+    {DI_TINY_TOK_ACTION, "<｜action｜>", 1},
+    {DI_TINY_TOK_IMAGE, "<｜deepseek_image｜>", 1},
 };
 #define N_ADDED (sizeof added / sizeof added[0])
 
@@ -118,14 +120,14 @@ int di_tiny_write_tokenizer(const char *path) {
         json_array_append_new(added_list, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", added[i].id, "content",
                                                     added[i].content, "single_word", 0, "lstrip", 0, "rstrip", 0,
                                                     "normalized", 0, "special", added[i].special));
-    json_t *byte_level_pp =
-        json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 1, "trim_offsets", 0, "use_regex", 1);
-    json_t *decoder =
-        json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 1, "trim_offsets", 1, "use_regex", 1);
-    json_t *root = json_pack("{s:s, s:n, s:n, s:o, s:{s:s, s:[]}, s:o, s:o, s:o, s:o}", "version", "1.0", "truncation",
-                             "padding", "added_tokens", added_list, "normalizer", "type", "Sequence", "normalizers",
-                             "pre_tokenizer", build_pre_tokenizer(), "post_processor", byte_level_pp, "decoder", decoder,
-                             "model", build_model());
+    json_t *byte_level_pp = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 1,
+                                      "trim_offsets", 0, "use_regex", 1);
+    json_t *decoder = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 1, "trim_offsets", 1,
+                                "use_regex", 1);
+    json_t *root =
+        json_pack("{s:s, s:n, s:n, s:o, s:{s:s, s:[]}, s:o, s:o, s:o, s:o}", "version", "1.0", "truncation", "padding",
+                  "added_tokens", added_list, "normalizer", "type", "Sequence", "normalizers", "pre_tokenizer",
+                  build_pre_tokenizer(), "post_processor", byte_level_pp, "decoder", decoder, "model", build_model());
     if (!root) return di_errorf("%s: could not build the tokenizer JSON", path);
     char *text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(root);

@@ -24,12 +24,16 @@ const char *di_api_protocol_name(DiApiProtocol protocol) {
 
 /* ---- common helpers ------------------------------------------------------------------- */
 
+const char *di_api_type_name(const json_t *value) {
+    return value ? di_json_type_name(value) : "nothing (the field is missing)";
+}
+
 int di_api_number_in(const json_t *body, const char *key, double lo, bool lo_open, double hi, double *out,
                      bool *present) {
     json_t *v = json_object_get(body, key);
     *present = false;
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return di_errorf("Invalid %s: expected a number, got %s", key, di_json_type_name(v));
+    if (!json_is_number(v)) return di_errorf("Invalid %s: expected a number, got %s", key, di_api_type_name(v));
     double x = json_number_value(v);
     if (!isfinite(x) || (lo_open ? x <= lo : x < lo) || x > hi)
         return di_errorf("Invalid %s value, the valid range of %s is %s%g, %g]", key, key, lo_open ? "(" : "[", lo, hi);
@@ -41,7 +45,7 @@ int di_api_number_in(const json_t *body, const char *key, double lo, bool lo_ope
 int di_api_max_tokens(const json_t *body, const char *key, bool clamp, int64_t *out) {
     json_t *v = json_object_get(body, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v)) return di_errorf("Invalid %s: expected an integer, got %s", key, di_json_type_name(v));
+    if (!json_is_integer(v)) return di_errorf("Invalid %s: expected an integer, got %s", key, di_api_type_name(v));
     json_int_t n = json_integer_value(v);
     if (clamp && n > DI_API_MAX_TOKENS_UPPER_BOUND) n = DI_API_MAX_TOKENS_UPPER_BOUND;
     if (n < 1 || n > DI_API_MAX_TOKENS_UPPER_BOUND)
@@ -67,13 +71,13 @@ int di_api_stop(const json_t *value, const char *key, bool non_empty, DiApiReque
     if (!value || json_is_null(value)) return 0;
     if (json_is_string(value)) return add_stop(req, json_string_value(value), non_empty, key, 0);
     if (!json_is_array(value))
-        return di_errorf("Invalid %s: expected a string or an array of strings, got %s", key, di_json_type_name(value));
+        return di_errorf("Invalid %s: expected a string or an array of strings, got %s", key, di_api_type_name(value));
     if (json_array_size(value) > DI_API_MAX_STOP)
         return di_errorf("Stop string array too long: %zu", json_array_size(value));
     size_t i;
     json_t *s;
     json_array_foreach(value, i, s) {
-        if (!json_is_string(s)) return di_errorf("Invalid %s[%zu]: expected a string, got %s", key, i, di_json_type_name(s));
+        if (!json_is_string(s)) return di_errorf("Invalid %s[%zu]: expected a string, got %s", key, i, di_api_type_name(s));
         if (add_stop(req, json_string_value(s), non_empty, key, i) != 0) return -1;
     }
     return 0;
@@ -113,9 +117,9 @@ int di_api_add_tool(json_t *tools, const char *name, const json_t *description, 
         if (other && strcmp(other, name) == 0) return di_errorf("Duplicate tool name '%s' in %s", name, field);
     }
     if (description && !json_is_null(description) && !json_is_string(description))
-        return di_errorf("Invalid %s description: expected a string, got %s", field, di_json_type_name(description));
+        return di_errorf("Invalid %s description: expected a string, got %s", field, di_api_type_name(description));
     if (parameters && !json_is_null(parameters) && !json_is_object(parameters))
-        return di_errorf("Invalid %s parameters: expected an object, got %s", field, di_json_type_name(parameters));
+        return di_errorf("Invalid %s parameters: expected an object, got %s", field, di_api_type_name(parameters));
     json_t *fn = json_pack("{s:s}", "name", name);
     if (!fn) return di_errorf("tools: out of memory");
     if (description && json_is_string(description)) json_object_set(fn, "description", (json_t *)description);
@@ -206,7 +210,7 @@ int di_api_join_text(const json_t *content, const char *const *text_types, const
     if (!content || json_is_null(content)) return (*out = di_strdup("")) ? 0 : -1;
     if (json_is_string(content)) return (*out = di_strdup(json_string_value(content))) ? 0 : -1;
     if (!json_is_array(content))
-        return di_errorf("Invalid %s: content should be a string or a list, got %s", field, di_json_type_name(content));
+        return di_errorf("Invalid %s: content should be a string or a list, got %s", field, di_api_type_name(content));
     size_t total = 1, i;
     json_t *part;
     json_array_foreach(content, i, part) {
@@ -270,7 +274,7 @@ int di_api_request_parse(DiApiProtocol protocol, const char *body, size_t len, D
         return di_errorf("Invalid JSON body at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
     int rc = -1;
     if (!json_is_object(root)) {
-        di_errorf("Invalid request body: expected a JSON object, got %s", di_json_type_name(root));
+        di_errorf("Invalid request body: expected a JSON object, got %s", di_api_type_name(root));
     } else if (parse_common(root, out) == 0) {
         switch (protocol) {
         case DI_API_CHAT: rc = di_api_parse_chat(root, out); break;
@@ -360,7 +364,7 @@ static int chat_tool_calls(const json_t *calls, size_t mi, json_t *out_calls, js
 }
 
 static int chat_messages(const json_t *msgs, json_t *out) {
-    if (!json_is_array(msgs)) return di_errorf("Invalid messages: expected an array, got %s", di_json_type_name(msgs));
+    if (!json_is_array(msgs)) return di_errorf("Invalid messages: expected an array, got %s", di_api_type_name(msgs));
     if (!json_array_size(msgs)) return di_errorf("Empty input messages");
     json_t *pending = json_object(); /* tool call ids awaiting their tool message */
     bool in_tool_results = false;
@@ -426,7 +430,7 @@ static int chat_messages(const json_t *msgs, json_t *out) {
 static int chat_tools(const json_t *body, json_t *tools) {
     json_t *list = json_object_get(body, "tools");
     if (!list || json_is_null(list)) return 0;
-    if (!json_is_array(list)) return di_errorf("Invalid tools: expected an array, got %s", di_json_type_name(list));
+    if (!json_is_array(list)) return di_errorf("Invalid tools: expected an array, got %s", di_api_type_name(list));
     size_t i;
     json_t *t;
     json_array_foreach(list, i, t) {
@@ -456,7 +460,7 @@ static int chat_tool_choice(const json_t *body, DiApiRequest *req, json_t *tools
         named = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
         if (!named) return di_errorf("Invalid tool_choice: expected {\"type\":\"function\",\"function\":{\"name\":...}}");
     } else if (tc && !json_is_null(tc)) {
-        return di_errorf("Invalid tool_choice: expected a string or an object, got %s", di_json_type_name(tc));
+        return di_errorf("Invalid tool_choice: expected a string or an object, got %s", di_api_type_name(tc));
     }
     return di_api_apply_tool_choice(req, tools, named, "tool_choice");
 }

@@ -7,6 +7,9 @@
 
 #include "recipe/api_request.h"
 
+/* The JSON type of a value for messages; "nothing (the field is missing)" for NULL. */
+const char *di_api_type_name(const json_t *value);
+
 /* Read an optional number field within [lo, hi] (open bounds when lo_open / hi_open). */
 int di_api_number_in(const json_t *body, const char *key, double lo, bool lo_open, double hi, double *out,
                      bool *present);

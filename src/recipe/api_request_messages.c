@@ -91,8 +91,6 @@ static int assistant_message(const json_t *content, size_t mi, json_t *out, json
             const char *t = json_string_value(json_object_get(b, "thinking"));
             if (!t) { rc = di_errorf("Invalid messages[%zu].content[%zu].thinking: a string is required", mi, i); break; }
             if ((rc = join(&thinking, t, "\n\n")) != 0) break;
-        } else if (strcmp(type, "redacted_thinking") == 0) {
-            continue;
         } else if (strcmp(type, "tool_use") == 0) {
             const char *id = json_string_value(json_object_get(b, "id"));
             const char *name = json_string_value(json_object_get(b, "name"));
@@ -103,7 +101,7 @@ static int assistant_message(const json_t *content, size_t mi, json_t *out, json
             }
             if (json_object_get(pending, id)) { rc = di_errorf("Duplicate tool_use id '%s'", id); break; }
             /* §4.3: arguments = Python-style JSON of input (", " and ": " separators). */
-            char *args = json_dumps(input, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+            char *args = json_dumps(input, JSON_PRESERVE_ORDER); /* UTF-8 kept, as the official conversion does */
             if (!args) { rc = di_errorf("tool_use: out of memory"); break; }
             json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
                                                    "name", name, "arguments", args));
@@ -135,7 +133,7 @@ static int messages_list(const json_t *body, json_t *out) {
         free(text);
     }
     json_t *msgs = json_object_get(body, "messages");
-    if (!json_is_array(msgs)) return di_errorf("Invalid messages: expected an array, got %s", di_json_type_name(msgs));
+    if (!json_is_array(msgs)) return di_errorf("Invalid messages: expected an array, got %s", di_api_type_name(msgs));
     if (!json_array_size(msgs)) return di_errorf("Empty input messages");
     json_t *pending = json_object();
     int rc = 0;
@@ -151,16 +149,11 @@ static int messages_list(const json_t *body, json_t *out) {
             if (json_object_size(pending)) { rc = di_errorf("Invalid messages[%zu]: tool_use ids were found without tool_result blocks immediately after", i); break; }
             rc = assistant_message(content, i, out, pending);
         } else if (strcmp(role, "system") == 0) {
+            /* A system turn inside the conversation stays a system message, as in the official
+             * conversion (recipe.md §4.3 describes a <system-reminder> user part instead). */
             char *text = NULL;
-            if ((rc = di_api_join_text(content, k_text, "\n\n", "messages.content", &text)) == 0) {
-                size_t n = strlen(text) + 64;
-                char *wrapped = di_malloc(n, "system reminder");
-                if (wrapped) {
-                    snprintf(wrapped, n, "<system-reminder>\n%s\n</system-reminder>", text);
-                    json_array_append_new(out, di_api_message("user", wrapped));
-                    free(wrapped);
-                } else rc = -1;
-            }
+            if ((rc = di_api_join_text(content, k_text, "\n\n", "messages.content", &text)) == 0)
+                json_array_append_new(out, di_api_message("system", text));
             free(text);
         } else {
             rc = di_errorf("Invalid messages[%zu].role: unknown role '%s', expected user or assistant", i, role);

@@ -185,7 +185,7 @@ static int input_messages(const json_t *body, json_t *out) {
         json_array_append_new(out, di_api_message("user", json_string_value(input)));
         return 0;
     }
-    if (!json_is_array(input)) return di_errorf("Invalid input: expected a string or an array, got %s", di_json_type_name(input));
+    if (!json_is_array(input)) return di_errorf("Invalid input: expected a string or an array, got %s", di_api_type_name(input));
     if (!json_array_size(input)) return di_errorf("Empty input messages");
     Turn t = {.results = json_object()};
     int rc = 0;

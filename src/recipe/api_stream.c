@@ -46,11 +46,11 @@ int di_api_sse_send(DiApiBuf *sse, const char *event_name, json_t *payload) {
 
 const char *di_api_finish_name(DiApiFinish finish) {
     switch (finish) {
-    case DI_FINISH_STOP: return "stop";
-    case DI_FINISH_LENGTH: return "length";
-    case DI_FINISH_TOOL_CALLS: return "tool_calls";
-    case DI_FINISH_ABORT: return "abort";
-    case DI_FINISH_ERROR: return "error";
+    case DI_API_FINISH_STOP: return "stop";
+    case DI_API_FINISH_LENGTH: return "length";
+    case DI_API_FINISH_TOOL_CALLS: return "tool_calls";
+    case DI_API_FINISH_ABORT: return "abort";
+    case DI_API_FINISH_ERROR: return "error";
     }
     return "stop";
 }
@@ -97,14 +97,14 @@ static int accumulate(DiApiOutput *out, const DiApiEvent *ev) {
         out->finish = ev->finish;
         out->completion_tokens += ev->tokens;
         if (ev->stop_sequence && !(out->stop_sequence = di_strdup(ev->stop_sequence))) return -1;
-        if (ev->finish == DI_FINISH_ERROR && !(out->error = strndup(ev->text ? ev->text : "backend error",
+        if (ev->finish == DI_API_FINISH_ERROR && !(out->error = strndup(ev->text ? ev->text : "backend error",
                                                                     ev->text ? ev->len : 13)))
             return di_errorf("finish event: out of memory");
         /* An aborted request that still has a reader (server shutdown) is told so as an error. */
-        if (ev->finish == DI_FINISH_ABORT && !(out->error = di_strdup("the request was aborted (server shutting down)")))
+        if (ev->finish == DI_API_FINISH_ABORT && !(out->error = di_strdup("the request was aborted (server shutting down)")))
             return -1;
         /* recipe.md §3: tool_calls if at least one call completed. */
-        if (out->n_calls && (ev->finish == DI_FINISH_STOP)) out->finish = DI_FINISH_TOOL_CALLS;
+        if (out->n_calls && (ev->finish == DI_API_FINISH_STOP)) out->finish = DI_API_FINISH_TOOL_CALLS;
         return 0;
     }
     return di_errorf("unknown output event kind %d", (int)ev->kind);
@@ -172,7 +172,7 @@ json_t *di_api_stream_response(const DiApiStream *s) {
     case DI_API_CHAT:
     case DI_API_COMPLETIONS: return di_api_chat_response(s);
     case DI_API_RESPONSES:
-        return di_api_responses_response(s, s->out.finish == DI_FINISH_LENGTH ? "incomplete" : "completed");
+        return di_api_responses_response(s, s->out.finish == DI_API_FINISH_LENGTH ? "incomplete" : "completed");
     case DI_API_MESSAGES: return di_api_messages_response(s);
     }
     return NULL;
@@ -243,7 +243,7 @@ static json_t *chat_usage(const DiApiStream *s) {
 }
 
 static const char *chat_finish(const DiApiOutput *o) {
-    return o->finish == DI_FINISH_ABORT || o->finish == DI_FINISH_ERROR ? "stop" : di_api_finish_name(o->finish);
+    return o->finish == DI_API_FINISH_ABORT || o->finish == DI_API_FINISH_ERROR ? "stop" : di_api_finish_name(o->finish);
 }
 
 /* One chunk around `delta` (Chat) or `text` (Completions); steals `delta`. */
@@ -307,7 +307,7 @@ int di_api_chat_event(DiApiStream *s, const DiApiEvent *ev, DiApiBuf *sse) {
                           "arguments", di_api_text(ev->text, ev->len));
         break;
     case DI_API_EV_FINISH: {
-        if (s->out.finish == DI_FINISH_ERROR || s->out.finish == DI_FINISH_ABORT) {
+        if (s->out.finish == DI_API_FINISH_ERROR || s->out.finish == DI_API_FINISH_ABORT) {
             if (di_api_error_sse(s->req->protocol, s->out.error, sse) != 0) return -1;
             return di_api_buf_puts(sse, "data: [DONE]\n\n");
         }

@@ -26,11 +26,11 @@ typedef enum {
 } DiApiEventKind;
 
 typedef enum {
-    DI_FINISH_STOP = 0,    /* EOS (or a stop sequence when stop_sequence is set) */
-    DI_FINISH_LENGTH,      /* max_tokens reached */
-    DI_FINISH_TOOL_CALLS,  /* at least one tool call completed */
-    DI_FINISH_ABORT,       /* aborted (client gone, timeout, shutdown) */
-    DI_FINISH_ERROR,       /* the backend failed; `text` says why */
+    DI_API_FINISH_STOP = 0,    /* EOS (or a stop sequence when stop_sequence is set) */
+    DI_API_FINISH_LENGTH,      /* max_tokens reached */
+    DI_API_FINISH_TOOL_CALLS,  /* at least one tool call completed */
+    DI_API_FINISH_ABORT,       /* aborted (client gone, timeout, shutdown) */
+    DI_API_FINISH_ERROR,       /* the backend failed; `text` says why */
 } DiApiFinish;
 
 typedef struct {
@@ -41,6 +41,8 @@ typedef struct {
     int64_t prompt_tokens, cache_hit_tokens;   /* READY */
     DiApiFinish finish;                        /* FINISH */
     const char *stop_sequence;                 /* FINISH: the stop sequence matched, or NULL */
+    int http_status;                           /* FINISH with ERROR: the status a client should see
+                                                * if nothing was sent yet (0: 500) */
 } DiApiEvent;
 
 typedef struct {

@@ -18,8 +18,8 @@ static json_t *usage(const DiApiStream *s, int64_t output_tokens) {
 
 static const char *stop_reason(const DiApiOutput *o) {
     switch (o->finish) {
-    case DI_FINISH_LENGTH: return "max_tokens";
-    case DI_FINISH_TOOL_CALLS: return "tool_use";
+    case DI_API_FINISH_LENGTH: return "max_tokens";
+    case DI_API_FINISH_TOOL_CALLS: return "tool_use";
     default: return o->stop_sequence ? "stop_sequence" : "end_turn";
     }
 }
@@ -90,7 +90,7 @@ int di_api_messages_event(DiApiStream *s, const DiApiEvent *ev, DiApiBuf *sse) {
     case DI_API_EV_FINISH:
         if (close_block(s, sse) != 0) return -1;
         if (!sse) return 0;
-        if (s->out.finish == DI_FINISH_ERROR || s->out.finish == DI_FINISH_ABORT)
+        if (s->out.finish == DI_API_FINISH_ERROR || s->out.finish == DI_API_FINISH_ABORT)
             return di_api_error_sse(DI_API_MESSAGES, s->out.error, sse);
         if (send_event(sse, "message_delta",
                        json_pack("{s:{s:s, s:o}, s:o}", "delta", "stop_reason", stop_reason(&s->out), "stop_sequence",

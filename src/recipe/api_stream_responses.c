@@ -185,13 +185,13 @@ int di_api_responses_event(DiApiStream *s, const DiApiEvent *ev, DiApiBuf *sse) 
     case DI_API_EV_FINISH: {
         if (close_item(s, sse) != 0) return -1;
         if (!sse) return 0;
-        if (s->out.finish == DI_FINISH_ERROR || s->out.finish == DI_FINISH_ABORT) {
+        if (s->out.finish == DI_API_FINISH_ERROR || s->out.finish == DI_API_FINISH_ABORT) {
             json_t *r = di_api_responses_response(s, "failed");
             if (r) json_object_set_new(r, "error", json_pack("{s:s, s:s}", "code", "server_error", "message",
                                                              s->out.error ? s->out.error : "error"));
             return send_event(s, sse, "response.failed", json_pack("{s:o}", "response", r));
         }
-        bool incomplete = s->out.finish == DI_FINISH_LENGTH;
+        bool incomplete = s->out.finish == DI_API_FINISH_LENGTH;
         return send_event(s, sse, incomplete ? "response.incomplete" : "response.completed",
                           json_pack("{s:o}", "response",
                                     di_api_responses_response(s, incomplete ? "incomplete" : "completed")));

@@ -307,9 +307,9 @@ static int read_settings(const json_t *root, DiConversation *conv) {
     rc = di_json_string(root, "", "tool_choice", false, &s);
     if (rc < 0) return -1;
     if (rc == 0) {
-        if (strcmp(s, "auto") == 0) conv->tool_choice = DI_TOOL_CHOICE_AUTO;
-        else if (strcmp(s, "none") == 0) conv->tool_choice = DI_TOOL_CHOICE_NONE;
-        else if (strcmp(s, "required") == 0) conv->tool_choice = DI_TOOL_CHOICE_REQUIRED;
+        if (strcmp(s, "auto") == 0) conv->tool_choice = DI_TOOLS_AUTO;
+        else if (strcmp(s, "none") == 0) conv->tool_choice = DI_TOOLS_NONE;
+        else if (strcmp(s, "required") == 0) conv->tool_choice = DI_TOOLS_REQUIRED;
         else return di_errorf("tool_choice: unknown value \"%s\" (expected auto, none or required)", s);
     }
     json_t *rf = json_object_get(root, "response_format");

@@ -47,7 +47,7 @@ typedef enum {
     DI_EFFORT_NUMERIC, /* V4.1 only: DiConversation.effort_value in 1..100 */
 } DiEffort;
 
-typedef enum { DI_TOOL_CHOICE_AUTO = 0, DI_TOOL_CHOICE_NONE, DI_TOOL_CHOICE_REQUIRED } DiToolChoice;
+typedef enum { DI_TOOLS_AUTO = 0, DI_TOOLS_NONE, DI_TOOLS_REQUIRED } DiToolChoice;
 typedef enum { DI_FORMAT_TEXT = 0, DI_FORMAT_JSON_OBJECT } DiResponseFormat;
 
 typedef struct {

@@ -99,6 +99,8 @@ struct DiStreamParser {
     DiParsedMessage msg;
     bool finished;
     int failed; /* an allocation failed: the message is incomplete */
+    DiParseEventFn sink; /* optional: told about every addition as it happens */
+    void *sink_ctx;
 };
 
 static int pattern_init(Pattern *p, const char *s, size_t len) {
@@ -288,16 +290,19 @@ static int begin_call(DiStreamParser *p) {
     return 0;
 }
 
-/* Apply an action to `len` bytes of output text. */
-static int apply(DiStreamParser *p, Action a, const char *bytes, size_t len) {
+/* Apply an action to `len` bytes of output text (the message only; see apply). */
+static int apply_action(DiStreamParser *p, Action a, const char *bytes, size_t len) {
     DiParsedMessage *m = &p->msg;
     DiParsedToolCall *call = current_call(p);
+    bool was_space_run = m->in_space_run;
+    m->in_space_run = a.kind == ACT_TO_SPACE;
     switch (a.kind) {
     case ACT_RAW: return di_str_append(&m->content, bytes, len);
     case ACT_TO_SPACE:
-        for (size_t i = 0; i < len; i++)
-            if (di_str_append(&m->content, " ", 1) != 0) return -1;
-        return 0;
+        /* JSON mode: each run of text around the JSON becomes one space, as deepseek-recipe
+         * 0.2.0 does for a run it sees whole; a run split over chunks stays one space, so the
+         * result does not depend on the split (recipe.md §3 leaves the replacement open). */
+        return was_space_run ? 0 : di_str_append(&m->content, " ", 1);
     case ACT_SKIP_EXTRA_END_THINK: flag_invalid(m, 1); return 0;
     case ACT_SKIP_AFTER_FINISHED: flag_invalid(m, 2); return 0;
     case ACT_SKIP: return 0;
@@ -320,6 +325,40 @@ static int apply(DiStreamParser *p, Action a, const char *bytes, size_t len) {
     case ACT_REASONING: return di_str_append(&m->reasoning, bytes, len);
     case ACT_CONTENT_LABEL: return di_str_appends(&m->content, a.label);
     }
+    return 0;
+}
+
+/* Tell the event sink what an action added to the message (one action adds to one part). */
+static int notify(DiStreamParser *p, size_t content0, size_t reasoning0, const DiParsedToolCall *call,
+                  size_t args0, bool name_done0) {
+    const DiParsedMessage *m = &p->msg;
+    if (m->reasoning.len > reasoning0)
+        return p->sink(p->sink_ctx, DI_PARSE_EV_REASONING, m->reasoning.data + reasoning0, m->reasoning.len - reasoning0);
+    if (m->content.len > content0)
+        return p->sink(p->sink_ctx, DI_PARSE_EV_CONTENT, m->content.data + content0, m->content.len - content0);
+    if (call && call->name_done && !name_done0)
+        return p->sink(p->sink_ctx, DI_PARSE_EV_TOOL_BEGIN, call->name.data ? call->name.data : "", call->name.len);
+    if (call && call->arguments.len > args0)
+        return p->sink(p->sink_ctx, DI_PARSE_EV_TOOL_ARGS, call->arguments.data + args0, call->arguments.len - args0);
+    return 0;
+}
+
+/* Apply an action to `len` bytes of output text and report what it added. */
+static int apply(DiStreamParser *p, Action a, const char *bytes, size_t len) {
+    const DiParsedMessage *m = &p->msg;
+    size_t content0 = m->content.len, reasoning0 = m->reasoning.len;
+    const DiParsedToolCall *before = current_call(p);
+    size_t args0 = before ? before->arguments.len : 0;
+    bool name_done0 = before && before->name_done;
+    if (apply_action(p, a, bytes, len) != 0) return -1;
+    if (!p->sink) return 0;
+    const DiParsedToolCall *call = current_call(p);
+    if (call != before) { /* a new call began: nothing of it is reported before its name ends */
+        args0 = 0;
+        name_done0 = false;
+    }
+    if (notify(p, content0, reasoning0, call, args0, name_done0) != 0)
+        return di_errorf("output parser: the event consumer failed");
     return 0;
 }
 
@@ -377,6 +416,13 @@ int di_stream_parser_finish(DiStreamParser *p) {
 }
 
 const DiParsedMessage *di_stream_parser_message(const DiStreamParser *p) { return p ? &p->msg : NULL; }
+
+int di_stream_parser_set_sink(DiStreamParser *p, DiParseEventFn fn, void *ctx) {
+    if (!p) return di_errorf("output parser: NULL parser");
+    p->sink = fn;
+    p->sink_ctx = ctx;
+    return 0;
+}
 
 void di_parse_options_default(DiParseOptions *opts) {
     memset(opts, 0, sizeof *opts);

@@ -48,6 +48,7 @@ typedef struct {
     bool content_after_finished; /* text after the tool block / stop sequence was dropped */
     int invalid_order[2];       /* the two flags in the order they first occurred (0 = none) */
     int n_invalid;
+    bool in_space_run;          /* JSON mode: the last output was a replaced run (one space each) */
 } DiParsedMessage;
 
 typedef struct DiStreamParser DiStreamParser;
@@ -61,5 +62,19 @@ int di_stream_parser_feed(DiStreamParser *p, const char *text, size_t len);
 int di_stream_parser_finish(DiStreamParser *p);
 /* The message so far (complete after finish). */
 const DiParsedMessage *di_stream_parser_message(const DiStreamParser *p);
+
+/* Streaming: every addition to the message, in order, as the deltas a protocol sends
+ * (recipe.md §3 "protocol projection").  TOOL_BEGIN carries the whole name and comes when the
+ * name ends; TOOL_ARGS are pieces of the current call's argument JSON.  The concatenated
+ * events equal the final message, however the input was split.  A non-zero return from the
+ * callback fails the feed (e.g. the client went away). */
+typedef enum {
+    DI_PARSE_EV_REASONING = 0,
+    DI_PARSE_EV_CONTENT,
+    DI_PARSE_EV_TOOL_BEGIN,
+    DI_PARSE_EV_TOOL_ARGS,
+} DiParseEventKind;
+typedef int (*DiParseEventFn)(void *ctx, DiParseEventKind kind, const char *text, size_t len);
+int di_stream_parser_set_sink(DiStreamParser *p, DiParseEventFn fn, void *ctx);
 
 #endif

@@ -105,7 +105,9 @@ int di_output_parser_feed(DiOutputParser *parser, const char *text, size_t len) 
 }
 
 static const char *finish_reason(const DiOutputParser *p, const DiParsedMessage *m) {
-    if (m->n_complete_calls > 0) return "tool_calls";
+    /* recipe 0.2.0: a reported call (name complete), even one cut before its end, makes it tool_calls */
+    for (size_t i = 0; i < m->n_calls; i++)
+        if (m->calls[i].name_done) return "tool_calls";
     if (p->finish_length && !m->stopped) return "length";
     return "stop";
 }

@@ -111,6 +111,18 @@ static bool is_white_space(uint32_t cp) {
            cp == 0x205F || cp == 0x3000;
 }
 
+/* The class Unicode 16.0 gives a code point that utf8proc's Unicode 15.0 leaves unassigned. */
+static unsigned unicode16_class(uint32_t cp) {
+    size_t lo = 0, hi = DI_PRETOK_UNICODE16_COUNT;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < DI_PRETOK_UNICODE16[mid].first) hi = mid;
+        else if (cp > DI_PRETOK_UNICODE16[mid].last) lo = mid + 1;
+        else return DI_PRETOK_UNICODE16[mid].cls;
+    }
+    return 0;
+}
+
 static unsigned compute_class(uint32_t cp) {
     unsigned c = 0;
     switch (utf8proc_category((utf8proc_int32_t)cp)) {
@@ -123,6 +135,7 @@ static unsigned compute_class(uint32_t cp) {
     case UTF8PROC_CATEGORY_PO: c |= DI_CC_P; break;
     case UTF8PROC_CATEGORY_SM: case UTF8PROC_CATEGORY_SC: case UTF8PROC_CATEGORY_SK:
     case UTF8PROC_CATEGORY_SO: c |= DI_CC_S; break;
+    case UTF8PROC_CATEGORY_CN: c |= unicode16_class(cp); break;
     default: break;
     }
     if (is_white_space(cp)) c |= DI_CC_WS;

@@ -54,4 +54,13 @@ enum {
 };
 unsigned di_pretok_class(uint32_t cp);
 
+/* Code points utf8proc (Unicode 15.0) leaves unassigned but Unicode 16.0 assigns, with their
+ * class (pretok_unicode16.c): the categories HF tokenizers' Oniguruma uses. */
+typedef struct {
+    uint32_t first, last;
+    unsigned cls;
+} DiCpRange;
+extern const DiCpRange DI_PRETOK_UNICODE16[];
+extern const size_t DI_PRETOK_UNICODE16_COUNT;
+
 #endif

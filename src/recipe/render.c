@@ -7,7 +7,12 @@
  *   is an assistant prefix.  <｜Assistant｜> is written only right before an assistant message
  *   and at the end: a user turn followed by a reminder or a V4.1 system message opens no
  *   header.  V4 hoists every system message into the head (joined "\n\n"); V4.1 keeps later
- *   system messages in place as <｜System｜> turns. */
+ *   system messages in place as <｜System｜> turns.
+ * Historical reasoning is kept only when tools are active (or drop_thinking is false): every
+ * earlier assistant turn then reads <think>reasoning</think>, otherwise </think>.
+ * Before rendering, tool results are put in the order of the calls they answer
+ * (order_tool_results).  Where the official package and recipe.md §2 disagree, the package is
+ * followed; the differences are listed in tests/unit/test_render.c and the branch report. */
 #include "recipe/render.h"
 
 #include "base/error.h"
@@ -114,7 +119,7 @@ static int emit_head_v41(Renderer *r) {
     bool effort = c->thinking && c->n_messages > 0; /* the effort text belongs to message 0 */
     if (!has_system && !effort && !r->tools_active && c->response_format != DI_FORMAT_JSON_OBJECT) return 0;
     char buf[160];
-    if (special(r, DI_TOK_SYSTEM) != 0 || text(r, di_render_effort_text(c, buf, sizeof buf)) != 0) return -1;
+    if (special(r, DI_SPELL_SYSTEM) != 0 || text(r, di_render_effort_text(c, buf, sizeof buf)) != 0) return -1;
     if (has_system && text(r, c->messages[0].content) != 0) return -1;
     return emit_system_extras(r);
 }
@@ -123,14 +128,14 @@ static int emit_head_v41(Renderer *r) {
  * After a task message the task token replaces it (§2.2 transition rule). */
 static int emit_assistant_header(Renderer *r, const DiMessage *prev, bool at_end) {
     DiTask task = prev ? prev->task : DI_TASK_NONE;
-    const char *think = r->conv->thinking ? DI_TOK_THINK : DI_TOK_END_THINK;
+    const char *think = r->conv->thinking ? DI_SPELL_THINK : DI_SPELL_END_THINK;
     if (task == DI_TASK_ACTION)
-        return special(r, DI_TOK_ASSISTANT) || special(r, think) || special(r, task_token(task)) ? -1 : 0;
+        return special(r, DI_SPELL_ASSISTANT) || special(r, think) || special(r, task_token(task)) ? -1 : 0;
     if (task != DI_TASK_NONE) return special(r, task_token(task));
-    if (special(r, DI_TOK_ASSISTANT) != 0) return -1;
+    if (special(r, DI_SPELL_ASSISTANT) != 0) return -1;
     if (!at_end) return 0;
     if (special(r, think) != 0) return -1;
-    if (r->conv->tool_choice == DI_TOOL_CHOICE_REQUIRED && r->tools_active)
+    if (r->conv->tool_choice == DI_TOOLS_REQUIRED && r->tools_active)
         return di_dsml_block_opening(r->out, r->dsml);
     return 0;
 }
@@ -140,10 +145,10 @@ static int emit_assistant_header(Renderer *r, const DiMessage *prev, bool at_end
 static int emit_history_reasoning(Renderer *r, const DiMessage *m) {
     bool v41 = r->conv->encoding == DI_ENCODING_V41;
     bool keep = r->keep_reasoning && (v41 ? r->conv->thinking : m->reasoning_content != NULL);
-    if (!keep) return special(r, DI_TOK_END_THINK);
-    if (special(r, DI_TOK_THINK) != 0) return -1;
+    if (!keep) return special(r, DI_SPELL_END_THINK);
+    if (special(r, DI_SPELL_THINK) != 0) return -1;
     if (m->reasoning_content && text(r, m->reasoning_content) != 0) return -1;
-    return special(r, DI_TOK_END_THINK);
+    return special(r, DI_SPELL_END_THINK);
 }
 
 /* Reasoning part of an assistant prefix the model continues (§2.9, as recipe 0.2.0 renders
@@ -153,17 +158,34 @@ static int emit_prefix_reasoning(Renderer *r, const DiMessage *m, bool after_use
     const char *rc = m->reasoning_content;
     if (r->conv->encoding == DI_ENCODING_V41) {
         /* V4.1 keeps the prefix's reasoning only after a user/system turn (measured). */
-        if (!r->conv->thinking || !after_user) return special(r, DI_TOK_END_THINK);
-        if (special(r, DI_TOK_THINK) != 0 || (rc && text(r, rc) != 0)) return -1;
-        return has_content ? special(r, DI_TOK_END_THINK) : 0;
+        if (!r->conv->thinking || !after_user) return special(r, DI_SPELL_END_THINK);
+        if (special(r, DI_SPELL_THINK) != 0 || (rc && text(r, rc) != 0)) return -1;
+        return has_content ? special(r, DI_SPELL_END_THINK) : 0;
     }
     if (!rc) {
         if (r->conv->thinking && !has_content) return 0;
-        return special(r, DI_TOK_END_THINK);
+        return special(r, DI_SPELL_END_THINK);
     }
-    if (special(r, DI_TOK_THINK) != 0 || text(r, rc) != 0) return -1;
+    if (special(r, DI_SPELL_THINK) != 0 || text(r, rc) != 0) return -1;
     if (r->conv->thinking && !has_content) return 0;
-    return special(r, DI_TOK_END_THINK);
+    return special(r, DI_SPELL_END_THINK);
+}
+
+/* The order an assistant turn's calls are written in (a fresh array of borrowed calls): V4 sorts
+ * them by call id (stable), V4.1 keeps the given order (deepseek-recipe 0.2.0, measured). */
+static DiToolCall *written_call_order(const Renderer *r, const DiMessage *m) {
+    DiToolCall *calls = di_calloc(m->n_tool_calls, sizeof *calls, "tool calls");
+    if (!calls) return NULL;
+    bool sort = r->conv->encoding != DI_ENCODING_V41;
+    for (size_t i = 0; i < m->n_tool_calls; i++) {
+        size_t j = i;
+        while (sort && j > 0 && strcmp(calls[j - 1].id, m->tool_calls[i].id) > 0) {
+            calls[j] = calls[j - 1];
+            j--;
+        }
+        calls[j] = m->tool_calls[i];
+    }
+    return calls;
 }
 
 static int emit_assistant(Renderer *r, const DiMessage *m, const DiMessage *prev, bool after_user) {
@@ -175,54 +197,16 @@ static int emit_assistant(Renderer *r, const DiMessage *m, const DiMessage *prev
         return -1;
     if (text(r, m->content) != 0) return -1;
     if (m->n_tool_calls > 0) {
-        /* recipe 0.2.0 wrote calls sorted by call id in the probes (b,a -> a,b); some generated
-         * cases keep the given order instead (open point, see the report). */
-        DiToolCall *sorted = di_calloc(m->n_tool_calls, sizeof *sorted, "sorted tool calls");
-        if (!sorted) return -1;
-        size_t n = 0;
-        for (size_t i = 0; i < m->n_tool_calls; i++) {
-            size_t j = n;
-            while (j > 0 && strcmp(sorted[j - 1].id, m->tool_calls[i].id) > 0) {
-                sorted[j] = sorted[j - 1];
-                j--;
-            }
-            sorted[j] = m->tool_calls[i];
-            n++;
-        }
-        int rc = di_dsml_tool_calls_block(r->out, r->dsml, sorted, n);
-        free(sorted);
+        DiToolCall *calls = written_call_order(r, m);
+        if (!calls) return -1;
+        int rc = di_dsml_tool_calls_block(r->out, r->dsml, calls, m->n_tool_calls);
+        free(calls);
         if (rc != 0) return -1;
     }
-    return m->prefix ? 0 : special(r, DI_TOK_EOS);
+    return m->prefix ? 0 : special(r, DI_SPELL_EOS);
 }
 
 static const char *tool_id(const DiMessage *m) { return m->tool_call_id ? m->tool_call_id : ""; }
-
-/* A run of consecutive tool results, sorted by tool_call_id (stable), as one user turn or the
- * continuation of one.  Returns the number of messages consumed, or -1. */
-static long emit_tool_run(Renderer *r, const DiMessage **msgs, size_t n) {
-    size_t run = 0;
-    while (run < n && msgs[run]->role == DI_ROLE_TOOL) run++;
-    const DiMessage **sorted = di_calloc(run, sizeof *sorted, "tool results");
-    if (!sorted) return -1;
-    for (size_t i = 0; i < run; i++) {
-        size_t j = i;
-        while (j > 0 && strcmp(tool_id(sorted[j - 1]), tool_id(msgs[i])) > 0) {
-            sorted[j] = sorted[j - 1];
-            j--;
-        }
-        sorted[j] = msgs[i];
-    }
-    int rc = special(r, DI_TOK_USER);
-    for (size_t i = 0; i < run && rc == 0; i++) {
-        if (i > 0) rc = text(r, "\n\n");
-        if (rc == 0) rc = text(r, "<tool_result>");
-        if (rc == 0) rc = text(r, sorted[i]->content);
-        if (rc == 0) rc = text(r, "</tool_result>");
-    }
-    free(sorted);
-    return rc == 0 ? (long)run : -1;
-}
 
 /* A user message joins the turn of the message before it when that is a user or tool message
  * without a task (the merge looks at the previous message's task only: §2.1 quirk). */
@@ -230,9 +214,136 @@ static bool joins_previous_turn(const DiMessage *prev) {
     return prev && (prev->role == DI_ROLE_USER || prev->role == DI_ROLE_TOOL) && prev->task == DI_TASK_NONE;
 }
 
+/* Position of `id` among the calls of `assistant` in written order, or -1. */
+static long call_position(const Renderer *r, const DiMessage *assistant, const char *id) {
+    DiToolCall *calls = written_call_order(r, assistant);
+    if (!calls) return -1;
+    long pos = -1;
+    for (size_t k = 0; k < assistant->n_tool_calls && pos < 0; k++)
+        if (strcmp(calls[k].id, id) == 0) pos = (long)k;
+    free(calls);
+    return pos;
+}
+
+/* Stable sort of the tool messages among msgs[0..n) by key[], each staying on a tool slot. */
+static int sort_tool_slots(const DiMessage **msgs, size_t n, const long *key) {
+    const DiMessage **tools = di_calloc(n, sizeof *tools, "tool results");
+    long *keys = di_calloc(n, sizeof *keys, "tool result order");
+    if (!tools || !keys) {
+        free(tools);
+        free(keys);
+        return -1;
+    }
+    size_t t = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (msgs[i]->role != DI_ROLE_TOOL) continue;
+        size_t j = t++;
+        while (j > 0 && keys[j - 1] > key[i]) {
+            tools[j] = tools[j - 1];
+            keys[j] = keys[j - 1];
+            j--;
+        }
+        tools[j] = msgs[i];
+        keys[j] = key[i];
+    }
+    t = 0;
+    for (size_t i = 0; i < n; i++)
+        if (msgs[i]->role == DI_ROLE_TOOL) msgs[i] = tools[t++];
+    free(tools);
+    free(keys);
+    return 0;
+}
+
+static bool in_result_run(const Renderer *r, const DiMessage *m) {
+    if (r->conv->encoding == DI_ENCODING_V41) return m->role == DI_ROLE_USER || m->role == DI_ROLE_TOOL;
+    return m->role == DI_ROLE_TOOL;
+}
+
+/* Sort keys of the tool messages of msgs[0..n) (a result run answering `owner`): the position
+ * of their call; unknown ids get 0.  Returns whether the run answers every call exactly once. */
+static bool result_keys(const Renderer *r, const DiMessage *owner, const DiMessage **msgs, size_t n, long *key) {
+    size_t n_tools = 0;
+    bool exact = true;
+    for (size_t k = 0; k < n; k++) {
+        if (msgs[k]->role != DI_ROLE_TOOL) continue;
+        n_tools++;
+        long pos = call_position(r, owner, tool_id(msgs[k]));
+        key[k] = pos < 0 ? 0 : pos;
+        if (pos < 0) exact = false;
+        for (size_t q = 0; q < k; q++) /* a call answered twice */
+            if (msgs[q]->role == DI_ROLE_TOOL && strcmp(tool_id(msgs[q]), tool_id(msgs[k])) == 0) exact = false;
+    }
+    return exact && n_tools == owner->n_tool_calls;
+}
+
+/* Put tool results in the order of the calls they answer (deepseek-recipe 0.2.0, measured):
+ * V4.1 sorts the tool messages of every user/tool run by the position of their call in the
+ * latest assistant turn with calls (unknown ids count as position 0, as recipe.md §2.1 says),
+ * user messages keeping their places.  V4 sorts a run of tool messages right after an
+ * assistant turn only when it answers every call exactly once (V4's order for incomplete
+ * groups and unknown ids is an open point, see the report). */
+static int order_tool_results(const Renderer *r, const DiMessage **msgs, size_t n) {
+    bool v41 = r->conv->encoding == DI_ENCODING_V41;
+    long *key = di_calloc(n ? n : 1, sizeof *key, "tool result order");
+    if (!key) return -1;
+    const DiMessage *latest_calls = NULL;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0;) {
+        if (msgs[i]->role == DI_ROLE_ASSISTANT && msgs[i]->n_tool_calls > 0) latest_calls = msgs[i];
+        if (!in_result_run(r, msgs[i])) {
+            i++;
+            continue;
+        }
+        size_t end = i, n_tools = 0;
+        while (end < n && in_result_run(r, msgs[end])) n_tools += msgs[end++]->role == DI_ROLE_TOOL;
+        const DiMessage *owner = v41 ? latest_calls : (i > 0 ? msgs[i - 1] : NULL);
+        if (owner && owner->role == DI_ROLE_ASSISTANT && owner->n_tool_calls > 0 && n_tools > 1) {
+            bool exact = result_keys(r, owner, msgs + i, end - i, key + i);
+            if (v41 || exact) rc = sort_tool_slots(msgs + i, end - i, key + i);
+        }
+        i = end;
+    }
+    free(key);
+    return rc;
+}
+
+/* A run of consecutive tool results (already ordered by order_tool_results): one user turn, or
+ * in V4.1 the continuation of an open one.  Returns the messages consumed, or -1. */
+static long emit_tool_run(Renderer *r, const DiMessage **msgs, size_t n, const DiMessage *prev) {
+    size_t run = 0;
+    while (run < n && msgs[run]->role == DI_ROLE_TOOL) run++;
+    /* V4.1 continues an open user turn; V4 starts a new one (deepseek-recipe 0.2.0) */
+    bool join = r->conv->encoding == DI_ENCODING_V41 && joins_previous_turn(prev);
+    int rc = join ? text(r, "\n\n") : special(r, DI_SPELL_USER);
+    for (size_t i = 0; i < run && rc == 0; i++) {
+        if (i > 0) rc = text(r, "\n\n");
+        if (rc == 0) rc = text(r, "<tool_result>");
+        if (rc == 0) rc = text(r, msgs[i]->content);
+        if (rc == 0) rc = text(r, "</tool_result>");
+    }
+    return rc == 0 ? (long)run : -1;
+}
+
+/* A user message merged into the open user turn (deepseek-recipe 0.2.0, measured):
+ * V4.1 joins every part with "\n\n", empty ones included.  V4 joins the non-empty user texts
+ * with "\n\n" and writes them after the turn's tool results with one "\n\n" (written even
+ * when the texts are all empty). */
+static int emit_joined_user_part(Renderer *r, const DiMessage *m, const DiMessage *prev, bool *block_has_text) {
+    bool empty = m->content[0] == '\0';
+    if (r->conv->encoding == DI_ENCODING_V41 || prev->role == DI_ROLE_TOOL) {
+        *block_has_text = !empty;
+        return text(r, "\n\n") || text(r, m->content) ? -1 : 0;
+    }
+    if (empty) return 0;
+    if (*block_has_text && text(r, "\n\n") != 0) return -1;
+    *block_has_text = true;
+    return text(r, m->content);
+}
+
 static int emit_messages(Renderer *r, const DiMessage **msgs, size_t n) {
     const DiMessage *prev = NULL;
-    /* a user, tool, developer or system turn came before (V4.1: a system head with text counts) */
+    bool block_has_text = false; /* the open user turn's user texts so far are not all empty */
+    /* a non-assistant message came before (V4.1: a system head with text counts) */
     bool after_user = (r->conv->n_messages > 0 && r->conv->messages[0].role == DI_ROLE_SYSTEM) ||
                       r->tools_active || r->conv->response_format == DI_FORMAT_JSON_OBJECT;
     for (size_t i = 0; i < n;) {
@@ -240,21 +351,18 @@ static int emit_messages(Renderer *r, const DiMessage **msgs, size_t n) {
         int rc = 0;
         switch (m->role) {
         case DI_ROLE_USER:
-            /* Parts of a merged turn are joined "\n\n"; an empty user part adds nothing. */
             if (!joins_previous_turn(prev)) {
-                rc = special(r, DI_TOK_USER);
+                rc = special(r, DI_SPELL_USER);
                 if (rc == 0) rc = text(r, m->content);
-            } else if (m->content[0] != '\0') {
-                bool empty_turn = r->out->n_segs > 0 && r->out->segs[r->out->n_segs - 1].kind == DI_SEGMENT_SPECIAL;
-                if (!empty_turn) rc = text(r, "\n\n");
-                if (rc == 0) rc = text(r, m->content);
-            }
+                block_has_text = m->content[0] != '\0';
+            } else
+                rc = emit_joined_user_part(r, m, prev, &block_has_text);
             break;
         case DI_ROLE_DEVELOPER:
-            rc = special(r, DI_TOK_USER) || text(r, m->content) ? -1 : 0;
+            rc = special(r, DI_SPELL_USER) || text(r, m->content) ? -1 : 0;
             break;
         case DI_ROLE_TOOL: {
-            long used = emit_tool_run(r, msgs + i, n - i);
+            long used = emit_tool_run(r, msgs + i, n - i, prev);
             if (used < 0) return -1;
             after_user = true;
             prev = msgs[i + (size_t)used - 1];
@@ -263,21 +371,23 @@ static int emit_messages(Renderer *r, const DiMessage **msgs, size_t n) {
         }
         case DI_ROLE_ASSISTANT: rc = emit_assistant(r, m, prev, after_user); break;
         case DI_ROLE_LATEST_REMINDER:
-            rc = special(r, DI_TOK_LATEST_REMINDER) || text(r, m->content) ? -1 : 0;
+            /* V4.1 keeps only the first of consecutive reminders (deepseek-recipe 0.2.0) */
+            if (r->conv->encoding == DI_ENCODING_V41 && prev && prev->role == DI_ROLE_LATEST_REMINDER) break;
+            rc = special(r, DI_SPELL_LATEST_REMINDER) || text(r, m->content) ? -1 : 0;
             break;
         case DI_ROLE_SYSTEM: /* V4.1 only: a system message after the first position */
-            rc = special(r, DI_TOK_SYSTEM) || text(r, m->content) ? -1 : 0;
+            rc = special(r, DI_SPELL_SYSTEM) || text(r, m->content) ? -1 : 0;
             break;
         }
         if (rc != 0) return di_error_wrap("rendering messages[%zu] (%s)", (size_t)(m - r->conv->messages),
                                           di_role_name(m->role));
-        if (m->role != DI_ROLE_ASSISTANT && m->role != DI_ROLE_LATEST_REMINDER) after_user = true;
+        if (m->role != DI_ROLE_ASSISTANT) after_user = true;
         prev = m;
         i++;
     }
     if (n > 0 && msgs[n - 1]->role == DI_ROLE_ASSISTANT && msgs[n - 1]->prefix) {
         /* tool_choice required still opens the block after a prefix (recipe 0.2.0) */
-        if (r->conv->tool_choice == DI_TOOL_CHOICE_REQUIRED && r->tools_active)
+        if (r->conv->tool_choice == DI_TOOLS_REQUIRED && r->tools_active)
             return di_dsml_block_opening(r->out, r->dsml);
         return 0;
     }
@@ -305,13 +415,14 @@ int di_render_conversation(const DiConversation *conv, DiSegmentList *out) {
         .conv = conv,
         .dsml = di_dsml_dialect(conv->encoding),
         .out = out,
-        .tools_active = conv->n_tools > 0 && conv->tool_choice != DI_TOOL_CHOICE_NONE,
+        .tools_active = conv->n_tools > 0 && conv->tool_choice != DI_TOOLS_NONE,
     };
     r.keep_reasoning = r.tools_active || !conv->drop_thinking;
     const DiMessage **msgs = NULL;
     if (conv->n_messages > 0 && !(msgs = di_calloc(conv->n_messages, sizeof *msgs, "message order"))) return -1;
     size_t n = body_messages(conv, msgs);
-    int rc = special(&r, DI_TOK_BOS);
+    int rc = order_tool_results(&r, msgs, n);
+    if (rc == 0) rc = special(&r, DI_SPELL_BOS);
     if (rc == 0) rc = conv->encoding == DI_ENCODING_V41 ? emit_head_v41(&r) : emit_head_v4(&r);
     if (rc == 0) rc = emit_messages(&r, msgs, n);
     free(msgs);

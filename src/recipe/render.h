@@ -13,14 +13,14 @@
 #include "recipe/segments.h"
 
 /* Spellings of the control tokens the templates write (§1.1 table). */
-#define DI_TOK_BOS "<｜begin▁of▁sentence｜>"
-#define DI_TOK_EOS "<｜end▁of▁sentence｜>"
-#define DI_TOK_USER "<｜User｜>"
-#define DI_TOK_ASSISTANT "<｜Assistant｜>"
-#define DI_TOK_SYSTEM "<｜System｜>"
-#define DI_TOK_THINK "<think>"
-#define DI_TOK_END_THINK "</think>"
-#define DI_TOK_LATEST_REMINDER "<｜latest_reminder｜>"
+#define DI_SPELL_BOS "<｜begin▁of▁sentence｜>"
+#define DI_SPELL_EOS "<｜end▁of▁sentence｜>"
+#define DI_SPELL_USER "<｜User｜>"
+#define DI_SPELL_ASSISTANT "<｜Assistant｜>"
+#define DI_SPELL_SYSTEM "<｜System｜>"
+#define DI_SPELL_THINK "<think>"
+#define DI_SPELL_END_THINK "</think>"
+#define DI_SPELL_LATEST_REMINDER "<｜latest_reminder｜>"
 
 /* Render `conv` into `out` (cleared first).  The prompt string is out->bytes. */
 int di_render_conversation(const DiConversation *conv, DiSegmentList *out);

@@ -10,7 +10,7 @@
  * `emit` is called from the backend's own thread(s), never re-entrantly for one request, never
  * from inside submit or abort; after the FINISH event of a request the backend never touches
  * `user` again.  abort of a finished or unknown id is a no-op; of a live one it makes the
- * backend send FINISH (DI_FINISH_ABORT) soon and free the request's state. */
+ * backend send FINISH (DI_API_FINISH_ABORT) soon and free the request's state. */
 #ifndef DI_SERVE_BACKEND_H
 #define DI_SERVE_BACKEND_H
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const policy_names[] = {"balanced", "round-robin", "count", "kv"};
+static const char *const policy_names[] = {"balanced", "round-robin", "count", "kv", "step-time"};
 
 const char *di_decode_lb_policy_name(DiDecodeLbPolicy p) {
     return (unsigned)p < sizeof policy_names / sizeof policy_names[0] ? policy_names[p] : "unknown";
@@ -20,7 +20,8 @@ int di_decode_lb_policy_parse(const char *name, DiDecodeLbPolicy *out) {
             *out = (DiDecodeLbPolicy)i;
             return 0;
         }
-    return di_errorf("unknown decode balancer '%s' (expected balanced, round-robin, count or kv)", name ? name : "");
+    return di_errorf("unknown decode balancer '%s' (expected balanced, round-robin, count, kv or step-time)",
+                     name ? name : "");
 }
 
 int di_decode_lb_init(DiDecodeLb *lb, const DiDecodeLbConfig *cfg) {
@@ -30,7 +31,10 @@ int di_decode_lb_init(DiDecodeLb *lb, const DiDecodeLbConfig *cfg) {
         return di_errorf("decode LB: num_ranks must be in 1..%d, got %d", 1 << 20, cfg->num_ranks);
     if (cfg->lookahead_steps < 0 || cfg->max_requests <= 0 || cfg->max_kv_tokens <= 0)
         return di_errorf("decode LB: lookahead must be >= 0 and the capacities positive");
-    if ((unsigned)cfg->policy > DI_DECODE_LB_KV) return di_errorf("decode LB: unknown policy %d", (int)cfg->policy);
+    if ((unsigned)cfg->policy > DI_DECODE_LB_STEP_TIME) return di_errorf("decode LB: unknown policy %d", (int)cfg->policy);
+    if (cfg->policy == DI_DECODE_LB_STEP_TIME && !(cfg->cost.beta >= 0.0 && cfg->cost.gamma >= 0.0 &&
+                                                   cfg->cost.beta + cfg->cost.gamma > 0.0))
+        return di_errorf("decode LB: the step-time policy needs beta, gamma >= 0, not both 0");
     lb->ranks = di_calloc((size_t)cfg->num_ranks, sizeof *lb->ranks, "decode ranks");
     if (!lb->ranks) return -1;
     lb->cfg = *cfg;
@@ -63,6 +67,7 @@ static double score(const DiDecodeLb *lb, const DiDecodeRank *r, int64_t p, doub
     switch (lb->cfg.policy) {
     case DI_DECODE_LB_COUNT: return n;
     case DI_DECODE_LB_KV: return kv;
+    case DI_DECODE_LB_STEP_TIME: return lb->cfg.cost.beta * n + lb->cfg.cost.gamma * kv;
     default: {
         double sn = n / mean_n, sk = kv / mean_kv;
         return sn > sk ? sn : sk;

@@ -8,7 +8,9 @@
  * with N̄, K̄ the per-rank means after admission, so the binding resource decides; ranks that
  * would exceed the request cap or the KV budget within H steps are not eligible; ties go to fewer
  * pending transfers, then the lower rank.  Batches are assigned longest prompt first (LPT).
- * Baselines for comparison: round robin, request count only (vLLM-style), KV only. */
+ * A variant weighs the two resources by the fitted step-time model instead of by their means
+ * (least predicted beta·n_g(H) + gamma·K_g(H) after admission).  Baselines for comparison: round
+ * robin, request count only (vLLM-style), KV only. */
 #ifndef DI_SERVE_DECODE_LB_H
 #define DI_SERVE_DECODE_LB_H
 
@@ -24,6 +26,8 @@ typedef enum {
     DI_DECODE_LB_ROUND_ROBIN,
     DI_DECODE_LB_COUNT,        /* fewest running requests */
     DI_DECODE_LB_KV,           /* least KV */
+    DI_DECODE_LB_STEP_TIME,    /* least predicted step time beta·n + gamma·K after admission, with
+                                  the same look-ahead: count and KV weighed by the fitted cost model */
 } DiDecodeLbPolicy;
 
 typedef struct {
@@ -32,6 +36,7 @@ typedef struct {
     int max_requests;      /* N_max per rank (CUDA graph / DeepEP low-latency batch cap) */
     int64_t max_kv_tokens; /* per-rank KV budget in tokens (HBM / bytes per token) */
     DiDecodeLbPolicy policy;
+    DiDecodeCost cost; /* the step-time model (used by DI_DECODE_LB_STEP_TIME) */
 } DiDecodeLbConfig;
 
 typedef struct {
@@ -47,7 +52,7 @@ typedef struct {
     int next_rr;
 } DiDecodeLb;
 
-/* Name <-> policy ("balanced", "round-robin", "count", "kv"). */
+/* Name <-> policy ("balanced", "round-robin", "count", "kv", "step-time"). */
 const char *di_decode_lb_policy_name(DiDecodeLbPolicy p);
 int di_decode_lb_policy_parse(const char *name, DiDecodeLbPolicy *out);
 

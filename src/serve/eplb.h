@@ -18,7 +18,8 @@
 /* balanced_packing (§8.1): put n items into m packs of exactly n/m items each.  Items are taken
  * by weight descending (stable: equal weights keep index order) and each goes to the lightest
  * pack that is not full (ties: lowest pack index).  Pack sums accumulate in float, as the
- * reference does after its .float() conversion.  `scratch` holds 2n + 2m ints.
+ * reference does after its .float() conversion.  Weights must be >= 0 (not NaN).  `scratch`
+ * holds 4n + 3m 32-bit words and must be 8-byte aligned.
  * Fails when n or m is not positive or m does not divide n. */
 int di_eplb_balanced_packing(const float *weight, int n, int m, int32_t *pack_index,
                              int32_t *rank_in_pack, int32_t *scratch);

@@ -151,10 +151,13 @@ int di_eplb_policy_record(DiEplbPolicy *p, const float *load, int *replanned) {
                              i % (size_t)p->cfg.num_logical, (double)load[i]);
     score_step(p, load);
     int64_t step = ++p->stats.steps, phase = step % p->cfg.period_steps;
-    /* the window is open for the last window_steps steps of each period (phase 0 = period end) */
-    if (phase == 0 || phase > p->cfg.period_steps - p->cfg.window_steps)
+    /* Cold start: the first plan is made as soon as one window has been seen (the start plan
+     * knows nothing of the load; vLLM likewise starts its counter at 3/4 of the interval).
+     * After that, the window is open for the last window_steps steps of each period. */
+    int first = step <= p->cfg.window_steps, replan_now = phase == 0 || step == p->cfg.window_steps;
+    if (first || phase == 0 || phase > p->cfg.period_steps - p->cfg.window_steps)
         for (size_t i = 0; i < n; i++) p->window[i] += load[i];
-    if (phase != 0) return 0;
+    if (!replan_now) return 0;
     if (replan(p) != 0) return -1;
     if (replanned) *replanned = 1;
     return 0;

@@ -2,7 +2,8 @@
  *
  * Expert loads are recorded every step; every `period_steps` steps a new plan is computed from
  * the loads of the last `window_steps` steps, and all ranks switch to it at that step (§8.2
- * "Applying a new plan").  The deployments of §2.1 are presets: prefill 4 redundant experts per
+ * "Applying a new plan").  The very first plan comes after the first window, since the start
+ * plan assumes uniform load.  The deployments of §2.1 are presets: prefill 4 redundant experts per
  * GPU, 100-step window, every 1,000 steps; decode 1 redundant per GPU, 1,000-step window, every
  * 10,000 steps.  Each recorded step is scored with moe_lb = max/mean per-GPU load under the plan
  * in force (§8.3), aggregated as sum(max)/sum(mean). */

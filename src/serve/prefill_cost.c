@@ -162,3 +162,21 @@ double di_prefill_fill_step(const DiPrefillCost *m, const int64_t *c, const int6
     }
     return tokens > 0 ? m->f + spent : 0.0;
 }
+
+/* ---- online correction ------------------------------------------------------------------ */
+
+int di_prefill_correction_init(DiPrefillCorrection *c, double alpha) {
+    if (!c) return di_errorf("prefill correction: NULL argument");
+    if (!(alpha > 0.0 && alpha <= 1.0)) return di_errorf("prefill correction: alpha must be in (0, 1], got %g", alpha);
+    c->factor = 1.0;
+    c->alpha = alpha;
+    c->steps = 0;
+    return 0;
+}
+
+void di_prefill_correction_update(DiPrefillCorrection *c, double predicted_ns, double measured_ns) {
+    if (!c || !(predicted_ns > 0.0) || !(measured_ns > 0.0) || !isfinite(predicted_ns) || !isfinite(measured_ns))
+        return;
+    c->factor = (1.0 - c->alpha) * c->factor + c->alpha * (measured_ns / predicted_ns);
+    c->steps++;
+}

@@ -48,4 +48,17 @@ int64_t di_prefill_chunk_solve(const DiPrefillCost *m, int64_t c, int64_t remain
 double di_prefill_fill_step(const DiPrefillCost *m, const int64_t *c, const int64_t *remaining, size_t n,
                             double budget_ns, int64_t token_cap, const DiChunkRules *rules, int64_t *q);
 
+/* Online correction (§6.3 "Refit online ... with an EWMA correction factor"): the ratio of
+ * measured to predicted step time, smoothed; the scheduler divides its budget by it, so a model
+ * that under-predicts makes chunks smaller until the two agree. */
+typedef struct {
+    double factor; /* measured / predicted, starts at 1 */
+    double alpha;  /* weight of the newest step, (0, 1] */
+    int64_t steps;
+} DiPrefillCorrection;
+
+int di_prefill_correction_init(DiPrefillCorrection *c, double alpha);
+/* Fold in one step; ignores steps with a non-positive prediction or measurement. */
+void di_prefill_correction_update(DiPrefillCorrection *c, double predicted_ns, double measured_ns);
+
 #endif

@@ -8,9 +8,9 @@
  * the quota controller moves instances toward the tiers' demand:
  *   D_t  = queued predicted cost of tier t + EWMA arrival rate x mean cost x horizon,
  *   Q*_t = max(Qmin_t, R x D_t / sum D), rescaled above the floors so that sum Q*_t = R,
- * moving each tier by at most one instance per period (hysteresis).  An instance whose tier has
- * nothing queued serves the nearest non-empty tier for that step (work-conserving lending); that
- * rule lives with the scheduler (the simulator), as it is decided per step. */
+ * moving each tier by at most one instance per period (hysteresis).  Which queued request an
+ * instance takes each step (its own tier first, lending when idle, rescuing requests late for
+ * their tier's TTFT objective) is decided per step by the scheduler: see src/serve/sim/sim.c. */
 #ifndef DI_SERVE_PREFILL_LB_H
 #define DI_SERVE_PREFILL_LB_H
 

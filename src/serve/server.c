@@ -60,6 +60,8 @@ struct Exchange {
     pthread_mutex_t lock;
     DiApiBuf out;                  /* SSE bytes not yet handed to MHD */
     bool finished, suspended, submitted, timed_out, counted;
+    bool seen_event, seen_ready, stream_started;
+    int error_status;              /* HTTP status of a FINISH(ERROR) that came before READY */
     int refs;
     uint64_t backend_id;
     double t_submit, t_last;
@@ -162,13 +164,16 @@ static void on_event(void *user, const DiApiEvent *ev) {
     }
     pthread_mutex_lock(&x->lock);
     DiApiEvent e = *ev;
-    if (ev->kind == DI_API_EV_FINISH && x->timed_out && ev->finish == DI_FINISH_ABORT) e.finish = DI_FINISH_LENGTH;
+    if (ev->kind == DI_API_EV_FINISH && x->timed_out && ev->finish == DI_API_FINISH_ABORT) e.finish = DI_API_FINISH_LENGTH;
     if (di_api_stream_event(x->stream, &e, x->req.stream ? &x->out : NULL) != 0) {
         DI_WARN("%s: encoding output: %s", x->endpoint, di_error_message());
         if (ev->kind == DI_API_EV_FINISH) x->finished = true; /* never leave the client hanging */
     }
     bool finish = ev->kind == DI_API_EV_FINISH;
     if (finish) x->finished = true;
+    if (ev->kind == DI_API_EV_READY) x->seen_ready = true;
+    if (finish && ev->finish == DI_API_FINISH_ERROR) x->error_status = ev->http_status ? ev->http_status : 500;
+    x->seen_event = true;
     if (x->suspended) {
         x->suspended = false;
         MHD_resume_connection(x->conn);
@@ -177,7 +182,7 @@ static void on_event(void *user, const DiApiEvent *ev) {
     if (finish) {
         const DiApiOutput *o = di_api_stream_output(x->stream);
         di_metrics_tokens(srv->metrics, o->prompt_tokens, o->cache_hit_tokens, o->completion_tokens);
-        if (ev->finish == DI_FINISH_ABORT) di_metrics_aborted(srv->metrics);
+        if (ev->finish == DI_API_FINISH_ABORT) di_metrics_aborted(srv->metrics);
         di_metrics_in_flight(srv->metrics, -1);
         live_remove(srv, x);
         exchange_release(x); /* the backend's reference */
@@ -222,6 +227,9 @@ static const char *id_prefix(DiApiProtocol p) {
 static bool model_known(const DiServer *srv, const char *model) {
     return model && srv->backend.model_name && strcmp(model, srv->backend.model_name) == 0;
 }
+
+static enum MHD_Result continue_generation(Exchange *x);
+static enum MHD_Result finish_generation(Exchange *x);
 
 /* The last call of a generation request: parse, submit, answer or suspend. */
 static enum MHD_Result start_generation(Exchange *x) {
@@ -271,36 +279,60 @@ static enum MHD_Result start_generation(Exchange *x) {
         return send_error(srv, x->conn, x->endpoint, x->protocol, status, di_error_message());
     }
     x->submitted = true;
-    if (!x->req.stream) {
-        pthread_mutex_lock(&x->lock);
-        if (!x->finished) {
-            x->suspended = true;
-            MHD_suspend_connection(x->conn);
-        }
-        pthread_mutex_unlock(&x->lock);
-        return MHD_YES;
+    return continue_generation(x);
+}
+
+/* Park the connection until the backend's next event resumes it. */
+static enum MHD_Result wait_for_backend(Exchange *x, bool until_finish) {
+    pthread_mutex_lock(&x->lock);
+    bool ready = until_finish ? x->finished : x->seen_event;
+    if (!ready) {
+        x->suspended = true;
+        MHD_suspend_connection(x->conn);
     }
+    pthread_mutex_unlock(&x->lock);
+    return ready ? MHD_NO : MHD_YES; /* MHD_NO: not parked, the caller answers now */
+}
+
+/* Queue the SSE response: from here on the reader hands out what the backend appends. */
+static enum MHD_Result start_stream(Exchange *x) {
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read_sse, x, free_sse);
     if (!r) return MHD_NO;
     pthread_mutex_lock(&x->lock);
     x->refs++; /* the response's reference */
+    x->stream_started = true;
     pthread_mutex_unlock(&x->lock);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    di_metrics_request(srv->metrics, x->endpoint, 200);
+    di_metrics_request(x->srv->metrics, x->endpoint, 200);
     x->counted = true;
     enum MHD_Result rc = MHD_queue_response(x->conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return rc;
 }
 
+/* A submitted request, each time MHD hands it back: wait for the backend, then answer.  A
+ * stream starts (status 200) only at the backend's first event, so a request the backend
+ * refuses before READY (prompt too long for the context...) still gets its 4xx status. */
+static enum MHD_Result continue_generation(Exchange *x) {
+    if (x->stream_started) return MHD_YES;
+    if (!x->req.stream) return wait_for_backend(x, true) == MHD_YES ? MHD_YES : finish_generation(x);
+    if (wait_for_backend(x, false) == MHD_YES) return MHD_YES;
+    pthread_mutex_lock(&x->lock);
+    bool refused = x->finished && !x->seen_ready && x->error_status;
+    pthread_mutex_unlock(&x->lock);
+    if (refused) return finish_generation(x);
+    return start_stream(x);
+}
+
 /* A non-streaming request resumed after FINISH: the whole response. */
 static enum MHD_Result finish_generation(Exchange *x) {
     DiServer *srv = x->srv;
     const DiApiOutput *o = di_api_stream_output(x->stream);
-    if (o->finish == DI_FINISH_ERROR)
-        return send_error(srv, x->conn, x->endpoint, x->protocol, 500, o->error ? o->error : "generation failed");
-    if (o->finish == DI_FINISH_ABORT)
+    if (o->finish == DI_API_FINISH_ERROR)
+        return send_error(srv, x->conn, x->endpoint, x->protocol, x->error_status ? x->error_status : 500,
+                          o->error ? o->error : "generation failed");
+    if (o->finish == DI_API_FINISH_ABORT)
         return send_error(srv, x->conn, x->endpoint, x->protocol, 503, "The request was aborted (server shutting down)");
     return send_json(srv, x->conn, x->endpoint, 200, di_api_stream_response(x->stream), 0);
 }
@@ -364,7 +396,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     DiServer *srv = cls;
     Exchange *x = *con_cls;
     if (x) {
-        if (x->handled) return x->submitted && x->finished && !x->req.stream ? finish_generation(x) : MHD_YES;
+        if (x->handled) return x->submitted ? continue_generation(x) : MHD_YES;
         if (*upload_data_size) {
             if (!x->body_too_large && x->body.len + *upload_data_size > srv->cfg.max_body_bytes) {
                 x->body_too_large = true;

@@ -9,6 +9,11 @@ check() { if [ "$2" = "$3" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo
 
 out=$(echo '{"encoding":"v4","thinking_mode":"chat","messages":[{"role":"user","content":"Hello"}]}' | $bin render)
 check render_prompt "$out" '{"prompt":"<\uFF5Cbegin\u2581of\u2581sentence\uFF5C><\uFF5CUser\uFF5C>Hello<\uFF5CAssistant\uFF5C></think>"}'
+tok="${SHARED_DIR:-../shared}/recipe-data/tokenizer/deepseek_v3_tokenizer.json"
+out=$(echo '{"encoding":"v4","thinking_mode":"chat","messages":[{"role":"user","content":"<｜User｜>"}]}' | $bin render --tokenizer "$tok")
+case "$out" in *'"ids":[0,128803,30,28217,6756,28217,32,128804,128822]}') check render_ids ok ok ;; *) check render_ids "$out" "injection ids of recipe.md 6.12" ;; esac
+$bin render --tokenizer /nonexistent </dev/null 2>/dev/null; check render_bad_tokenizer $? 1
+$bin render --tokenizer 2>/dev/null </dev/null; check render_tokenizer_missing_arg $? 2
 $bin render --help >/dev/null; check render_help $? 0
 $bin render --bogus </dev/null 2>/dev/null; check render_usage $? 2
 err=$(echo '{"messages":[{"role":"robot"}]}' | $bin render 2>&1 >/dev/null); rc=$?

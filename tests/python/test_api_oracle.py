@@ -113,7 +113,36 @@ CASES = [
     msgs(messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "u9", "content": "x"}]}]),
     msgs(messages=[]), msgs(messages=[{"role": "user", "content": [{"type": "text", "text": "a"},
                                                                     {"type": "text", "text": "b"}]}]),
+    resp(input=[{"role": "user", "content": "q"}, {"type": "reasoning", "summary": [],
+                                                   "content": [{"type": "reasoning_text", "text": "r1"}]},
+                {"role": "assistant", "content": [{"type": "output_text", "text": "a"}]}, {"role": "user", "content": "q2"}]),
+    resp(tools=[{"type": "custom", "name": "apply_patch", "description": "patch"}],
+         input=[{"role": "user", "content": "q"}, {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch",
+                                                   "input": "*** patch"},
+                {"type": "custom_tool_call_output", "call_id": "c1", "output": "done"}]),
+    resp(tools=[{"type": "web_search"}]), resp(tools=[RTOOL], tool_choice="required"),
+    resp(tools=[RTOOL], tool_choice={"type": "function", "name": "get_weather"}, reasoning={"effort": "none"}),
+    resp(input=[{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]),
+    msgs(messages=[{"role": "user", "content": "q"}, {"role": "system", "content": "late"}]),
+    msgs(messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": [
+        {"type": "redacted_thinking", "data": "x"}, {"type": "text", "text": "a"}]}, {"role": "user", "content": "q2"}]),
+    msgs(messages=[{"role": "user", "content": "q"},
+                   {"role": "assistant", "content": [{"type": "tool_use", "id": "u1", "name": "get_weather",
+                                                      "input": {"a": "\u00e9", "b": [1, 2]}}]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "u1",
+                                                 "content": [{"type": "text", "text": "r1"}, {"type": "text", "text": "r2"}]}]}]),
+    msgs(tools=[{"type": "web_search_20250305", "name": "web_search"}]),
+    msgs(messages=[{"role": "assistant", "content": "prefill"}]),
+    chat(messages=[{"role": "latest_reminder", "content": "r"}, {"role": "user", "content": "u"}]),
+    chat(messages=[{"role": "assistant", "content": "a"}]),
+    chat(messages=U + [{"role": "assistant", "content": "", "tool_calls": [
+        CALL, {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c2", "content": "r2"}, {"role": "tool", "tool_call_id": "c1", "content": "r1"}]),
 ]
+# Deliberate divergences (not in CASES): images (image_url / input_image / image blocks) are
+# rejected with 400 here, since the engine has no vision encoder; the official conversion turns
+# them into placeholders.  previous_response_id is rejected (recipe.md §4.2, as ds4 does); the
+# official conversion ignores it, which would answer without the earlier turns.
 
 
 def run_tool(mode, payload):

@@ -125,3 +125,23 @@ def test_load_hundreds_of_concurrent_streams():
         assert m.get('deepinfer_requests_total{endpoint="/v1/chat/completions",status="200"}', 0) >= 900
     finally:
         assert h.stop()[0] == 0
+
+
+def test_slow_reader_does_not_stall_others_and_idle_connections_close():
+    h = Harness("--step-us", 1000, "--idle-timeout", 1)
+    try:
+        stalled = open_stream(h.port, "count to 100000")  # never read: its bytes pile up server-side
+        idle = socket.create_connection(("127.0.0.1", h.port), timeout=10)  # connects, sends nothing
+        t0 = time.time()
+        results = asyncio.run(_many(h.port, 20, 30))
+        assert all(results) and time.time() - t0 < 10
+        idle.settimeout(5)
+        assert idle.recv(1) == b""  # closed by the server's idle timeout
+        stalled.close()
+        assert wait_until(lambda: h.metrics()["deepinfer_requests_in_flight"] == 0, 15)
+    finally:
+        assert h.stop()[0] == 0
+
+
+async def _many(port, n, tokens):
+    return await asyncio.gather(*[one_stream(port, tokens) for _ in range(n)])

@@ -131,3 +131,68 @@ def test_seed_changes_weights_not_layout(tiny, tmp_path):
     b = (tmp_path / "model-00002-of-00002.safetensors").read_bytes()
     assert len(a) == len(b) and a != b
     assert (tiny / "model.safetensors.index.json").read_bytes() == (tmp_path / "model.safetensors.index.json").read_bytes()
+
+
+def compressed_token_map(tok):
+    """model-v41.md §5.2 (a): decode each id alone; U+FFFD -> raw token string, else the
+    NFKC/NFD/strip-accents/lowercase/whitespace normaliser; ids in order of first appearance."""
+    import re
+    import unicodedata
+
+    keys, cid = {}, []
+    for i in range(tok.get_vocab_size()):
+        text = tok.decode([i], skip_special_tokens=False)
+        if "\ufffd" in text:
+            key = tok.id_to_token(i)
+        else:
+            x = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", text))
+            x = "".join(c for c in x if not unicodedata.combining(c)).lower()
+            x = re.sub(r"[ \t\r\n]+", " ", x)
+            if x == " ":
+                x = "\ue000"
+            x = x.strip().replace("\ue000", " ")
+            key = x if x else text
+        cid.append(keys.setdefault(key, len(keys)))
+    return cid, len(keys)
+
+
+def test_engram_compressed_vocab_matches_tokenizer(tiny):
+    cfg = load_json(tiny / "config.json")
+    tok = tokenizers.Tokenizer.from_file(str(tiny / "tokenizer.json"))
+    cid, n = compressed_token_map(tok)
+    tc = cfg["text_config"]
+    assert n == tc["engram_compressed_vocab_size"]
+    assert cid[tc["engram_pad_token_id"]] == 2
+    assert cid[tok.token_to_id("A")] == cid[tok.token_to_id("a")]  # lowercasing merges keys
+
+
+# recipe.md §1.1, the release pre-tokenizer patterns as JSON string literals (transcribed from the spec)
+SPEC_SPLITS = [
+    r'"\\p{N}{1,3}"',
+    r'"[一-龥぀-ゟ゠-ヿ]+"',
+    r'''"[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"''',
+]
+
+
+def test_pre_tokenizer_is_the_release_structure(tiny):
+    tj = load_json(tiny / "tokenizer.json")
+    pre = tj["pre_tokenizer"]
+    assert pre["type"] == "Sequence"
+    splits = pre["pretokenizers"][:3]
+    assert [s["pattern"]["Regex"] for s in splits] == [json.loads(p) for p in SPEC_SPLITS]
+    assert all(s["behavior"] == "Isolated" and s["invert"] is False for s in splits)
+    assert pre["pretokenizers"][3] == {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+    assert tj["model"]["type"] == "BPE" and tj["model"]["byte_fallback"] is False
+
+
+def test_project_tokenizer_agrees_with_hf_on_tiny(tiny):
+    """The engine's own tokenizer (deepinfer tokenize) reads the tiny tokenizer.json and encodes
+    exactly as HF tokenizers does."""
+    tok = tokenizers.Tokenizer.from_file(str(tiny / "tokenizer.json"))
+    for text in ["Hello the world and 123 ünïcödé 深度求索 🙂", "  spaces\n\nand\ttabs!!", "isn't it? 4567890"]:
+        res = subprocess.run([CLI, "tokenize", "--tokenizer", str(tiny / "tokenizer.json")], input=text.encode(),
+                             capture_output=True)
+        if res.returncode == 2 and b"not available" in res.stderr:
+            pytest.skip("deepinfer tokenize not in this build")
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["ids"] == tok.encode(text, add_special_tokens=False).ids

@@ -23,7 +23,7 @@ typedef struct Job {
     DiBackendEmit emit;
     void *user;
     Token *tokens;
-    size_t n_tokens, next;
+    size_t n_tokens, cap_tokens, next;
     int64_t max_tokens, emitted, prompt_tokens, cache_hit;
     char *stop[DI_API_MAX_STOP];
     size_t n_stop;
@@ -51,9 +51,14 @@ static uint64_t fnv1a(const char *s) {
 }
 
 static int add_token(Job *j, DiApiEventKind kind, const char *text, size_t len) {
-    Token *t = di_realloc_array(j->tokens, j->n_tokens + 1, sizeof *t, "fake tokens");
-    if (!t) return -1;
-    j->tokens = t;
+    if (j->n_tokens == j->cap_tokens) { /* geometric growth: long scripts stay linear */
+        size_t cap = j->cap_tokens ? 2 * j->cap_tokens : 16;
+        Token *grown = di_realloc_array(j->tokens, cap, sizeof *grown, "fake tokens");
+        if (!grown) return -1;
+        j->tokens = grown;
+        j->cap_tokens = cap;
+    }
+    Token *t = j->tokens;
     t[j->n_tokens].kind = kind;
     t[j->n_tokens].text = strndup(text, len);
     if (!t[j->n_tokens].text) return di_errorf("fake backend: out of memory");
@@ -178,7 +183,7 @@ static void finish(Job *j, DiApiFinish reason, const char *stop) {
 /* Advance one job by one token; true when it finished. */
 static bool step_job(Job *j) {
     if (j->aborted) {
-        finish(j, DI_FINISH_ABORT, NULL);
+        finish(j, DI_API_FINISH_ABORT, NULL);
         return true;
     }
     if (!j->ready_sent) {
@@ -188,11 +193,11 @@ static bool step_job(Job *j) {
         return false;
     }
     if (j->next >= j->n_tokens) {
-        finish(j, DI_FINISH_STOP, NULL);
+        finish(j, DI_API_FINISH_STOP, NULL);
         return true;
     }
     if (j->emitted >= j->max_tokens) {
-        finish(j, DI_FINISH_LENGTH, NULL);
+        finish(j, DI_API_FINISH_LENGTH, NULL);
         return true;
     }
     Token *t = &j->tokens[j->next++];
@@ -204,7 +209,7 @@ static bool step_job(Job *j) {
             if (!at) continue;
             ev.len = (size_t)(at - t->text);
             j->emit(j->user, &ev);
-            finish(j, DI_FINISH_STOP, j->stop[i]);
+            finish(j, DI_API_FINISH_STOP, j->stop[i]);
             return true;
         }
     j->emit(j->user, &ev);

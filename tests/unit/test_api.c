@@ -68,6 +68,7 @@ TEST(chat_rejections_name_the_problem) {
         {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c2\",\"content\":\"r\"}]}", "c2"},
         {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}", "too long"},
         {"{\"messages\":[]}", "model"},
+        {"{\"model\":\"m\"}", "messages: expected an array, got nothing"}, /* found by fuzz_api_request */
         {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"a\":1,\"a\":2}", "duplicate"},
         {"[]", "JSON object"},
         {"{\"model\":", "Invalid JSON"},
@@ -122,7 +123,8 @@ TEST(messages_tool_use_and_reminder) {
     CHECK_STR(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")), "{\"city\": \"Paris\", \"n\": 1}");
     CHECK_STR(msg_field(&r, 2, "reasoning_content"), "t");
     CHECK_STR(msg_field(&r, 3, "role"), "tool");
-    CHECK_STR(msg_field(&r, 4, "content"), "<system-reminder>\nlate\n</system-reminder>");
+    CHECK_STR(msg_field(&r, 4, "role"), "system"); /* as the official conversion (spec: a reminder part) */
+    CHECK_STR(msg_field(&r, 4, "content"), "late");
     CHECK_EQ_INT(r.n_stop, 1);
     di_api_request_free(&r);
     CHECK_EQ_INT(parse(DI_API_MESSAGES, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r, NULL), -1);
@@ -145,7 +147,7 @@ TEST(chat_stream_shape) {
     feed(s, DI_API_EV_CONTENT, "c", &sse);
     feed(s, DI_API_EV_TOOL_BEGIN, "f", &sse);
     feed(s, DI_API_EV_TOOL_ARGS, "{}", &sse);
-    DiApiEvent fin = {.kind = DI_API_EV_FINISH, .finish = DI_FINISH_STOP};
+    DiApiEvent fin = {.kind = DI_API_EV_FINISH, .finish = DI_API_FINISH_STOP};
     CHECK_EQ_INT(di_api_stream_event(s, &fin, &sse), 0);
     CHECK(strstr(sse.data, "\"delta\":{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"\"}") != NULL);
     CHECK(strstr(sse.data, "\"delta\":{\"content\":null,\"reasoning_content\":\"r\"}") != NULL);
@@ -174,7 +176,7 @@ TEST(messages_stream_shape_and_errors) {
     CHECK_EQ_INT(di_api_stream_event(s, &ready, &sse), 0);
     feed(s, DI_API_EV_REASONING, "r", &sse);
     feed(s, DI_API_EV_CONTENT, "c", &sse);
-    DiApiEvent fin = {.kind = DI_API_EV_FINISH, .finish = DI_FINISH_STOP, .stop_sequence = "END"};
+    DiApiEvent fin = {.kind = DI_API_EV_FINISH, .finish = DI_API_FINISH_STOP, .stop_sequence = "END"};
     CHECK_EQ_INT(di_api_stream_event(s, &fin, &sse), 0);
     const char *order[] = {"event: message_start", "\"input_tokens\":6", "\"cache_read_input_tokens\":4",
                            "event: content_block_start", "thinking_delta", "signature_delta", "event: content_block_stop",

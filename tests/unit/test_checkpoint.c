@@ -13,6 +13,7 @@
 #include "model/checkpoint.h"
 #include "model/checkpoint_inventory.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,7 +151,8 @@ TEST(open_golden_with_config) {
     /* BF16 and the Engram table */
     CHECK(di_checkpoint_matrix(ck, "head.weight", 1024, 128, &m) == 0 && m.format == DI_MAT_BF16);
     const uint8_t *tab, *tsc;
-    CHECK_MSG(di_checkpoint_engram_table(ck, "layers.4.engram.embed", 348, 32, &tab, &tsc) == 0, "%s", di_error_message());
+    CHECK_MSG(di_checkpoint_engram_table(ck, "layers.4.engram.embed", 348, 32, &tab, &tsc) == 0, "%s",
+              di_error_message());
     const void *v;
     CHECK(di_checkpoint_vector(ck, "layers.0.attn.attn_sink", 4, DI_DTYPE_F32, &v) == 0);
     CHECK(di_checkpoint_vector(ck, "norm.weight", 128, DI_DTYPE_BF16, &v) == 0);
@@ -168,14 +170,49 @@ TEST(open_golden_with_config) {
     di_config_free(&cfg);
 }
 
+/* §3.8: wo_a FP8 -> BF16 and head BF16 -> F32, exact, element for element. */
+TEST(load_time_conversions) {
+    DiCheckpoint *ck = di_checkpoint_open(golden, NULL);
+    if (!ck) {
+        CHECK_MSG(0, "%s", di_error_message());
+        return;
+    }
+    DiMatrix fp8, bf;
+    DiOwnedMatrix conv;
+    /* wo_a [o_groups * o_lora_rank = 64, n_heads * head_dim / o_groups = 128] */
+    CHECK(di_checkpoint_matrix(ck, "layers.3.attn.wo_a.weight", 64, 128, &fp8) == 0);
+    CHECK_MSG(di_checkpoint_matrix_as(ck, "layers.3.attn.wo_a.weight", 64, 128, DI_MAT_BF16, &conv) == 0, "%s",
+              di_error_message());
+    CHECK(conv.m.format == DI_MAT_BF16 && conv.m.rows == 64 && conv.m.cols == 128 && conv.m.scale == NULL);
+    float a[128], b[128];
+    int diff = 0;
+    for (int r = 0; r < 64; r++) {
+        di_matrix_row(&fp8, r, a);
+        di_matrix_row(&conv.m, r, b);
+        diff += memcmp(a, b, sizeof a) != 0;
+    }
+    CHECK_EQ_INT(diff, 0);
+    di_owned_matrix_free(&conv);
+    CHECK(di_checkpoint_matrix(ck, "head.weight", 1024, 128, &bf) == 0);
+    CHECK(di_checkpoint_matrix_as(ck, "head.weight", 1024, 128, DI_MAT_F32, &conv) == 0);
+    di_matrix_row(&bf, 1000, a);
+    CHECK(memcmp(a, (const float *)conv.m.data + 1000 * 128, sizeof a) == 0);
+    di_owned_matrix_free(&conv);
+    CHECK(di_checkpoint_matrix_as(ck, "head.weight", 1024, 128, DI_MAT_FP8_BLOCK, &conv) == -1);
+    CHECK(di_checkpoint_matrix_as(ck, "head.weight", 1024, 100, DI_MAT_F32, &conv) == -1);
+    di_checkpoint_close(ck);
+}
+
 TEST(accessor_mismatches_name_file_and_tensor) {
     DiCheckpoint *ck = di_checkpoint_open(golden, NULL);
     CHECK_MSG(ck != NULL, "%s", di_error_message());
     if (!ck) return;
     DiMatrix m;
     CHECK(di_checkpoint_matrix(ck, "layers.0.attn.wq_a.weight", 64, 96, &m) == -1);
-    CHECK_MSG(strstr(di_error_message(), SHARD1) && strstr(di_error_message(), "'layers.0.attn.wq_a.weight' is F8_E4M3 [64, 128], expected F8_E4M3 [64, 96]"),
-              "%s", di_error_message());
+    CHECK_MSG(
+        strstr(di_error_message(), SHARD1) &&
+            strstr(di_error_message(), "'layers.0.attn.wq_a.weight' is F8_E4M3 [64, 128], expected F8_E4M3 [64, 96]"),
+        "%s", di_error_message());
     CHECK(di_checkpoint_matrix(ck, "layers.0.ffn.experts.0.w1.weight", 64, 100, &m) == -1);
     CHECK_MSG(strstr(di_error_message(), "divisible by 32"), "%s", di_error_message());
     CHECK(di_checkpoint_matrix(ck, "layers.0.attn.attn_sink", 4, 1, &m) == -1);
@@ -187,8 +224,8 @@ TEST(accessor_mismatches_name_file_and_tensor) {
     CHECK_MSG(strstr(di_error_message(), "no tensor 'layers.0.attn.nope.weight'"), "%s", di_error_message());
     const void *v;
     CHECK(di_checkpoint_vector(ck, "norm.weight", 128, DI_DTYPE_F32, &v) == -1);
-    CHECK_MSG(strstr(di_error_message(), SHARD2) && strstr(di_error_message(), "is BF16 [128], expected F32 [128]"), "%s",
-              di_error_message());
+    CHECK_MSG(strstr(di_error_message(), SHARD2) && strstr(di_error_message(), "is BF16 [128], expected F32 [128]"),
+              "%s", di_error_message());
     const uint8_t *a, *b;
     CHECK(di_checkpoint_engram_table(ck, "layers.1.engram.embed", 271, 32, &a, &b) == -1);
     CHECK(di_checkpoint_engram_table(ck, "layers.1.engram.embed", 272, 30, &a, &b) == -1);
@@ -219,9 +256,12 @@ static void set_shape_bad(json_t *h) {
 static void drop_tensor(json_t *h) { json_object_del(h, "layers.0.attn.attn_sink"); }
 static void index_ghost(json_t *map) { json_object_set_new(map, "layers.0.ghost.weight", json_string(SHARD1)); }
 static void index_drop(json_t *map) { json_object_del(map, "layers.0.attn.attn_sink"); }
-static void index_escape(json_t *map) { json_object_set_new(map, "layers.0.attn.attn_sink", json_string("../x.safetensors")); }
+static void index_escape(json_t *map) {
+    json_object_set_new(map, "layers.0.attn.attn_sink", json_string("../x.safetensors"));
+}
 static void add_extra(json_t *h) {
-    json_object_set_new(h, "layers.0.extra", json_pack("{s:s,s:[i],s:[i,i]}", "dtype", "F32", "shape", 0, "data_offsets", 0, 0));
+    json_object_set_new(h, "layers.0.extra",
+                        json_pack("{s:s,s:[i],s:[i,i]}", "dtype", "F32", "shape", 0, "data_offsets", 0, 0));
 }
 static void index_extra(json_t *map) { json_object_set_new(map, "layers.0.extra", json_string(SHARD1)); }
 
@@ -250,7 +290,8 @@ TEST(corrupted_copies) {
     EXPECT_OPEN_ERROR(SHARD1, "overlaps");
     EXPECT_OPEN_ERROR("layers.0.attn.wkv.", "overlaps tensor 'layers.0.attn.wkv.");
     CHECK(fresh_copy() == 0 && rewrite_header(SHARD1, set_shape_bad) == 0);
-    EXPECT_OPEN_ERROR(SHARD1, "tensor 'layers.0.attn.attn_sink': F32 shape product 5 x 4 bytes = 20, but data_offsets span 16");
+    EXPECT_OPEN_ERROR(SHARD1,
+                      "tensor 'layers.0.attn.attn_sink': F32 shape product 5 x 4 bytes = 20, but data_offsets span 16");
 
     /* missing shard */
     CHECK(fresh_copy() == 0 && unlink(work_path(SHARD1)) == 0);
@@ -332,7 +373,8 @@ static void check_counts(const char *config, const int *per_layer, int n_layers,
     int counts[64] = {0};
     for (size_t i = 0; i < inv.n; i++)
         if (inv.entries[i].layer >= 0 && inv.entries[i].layer < 64) counts[inv.entries[i].layer]++;
-    for (int l = 0; l < n_layers; l++) CHECK_MSG(counts[l] == per_layer[l], "%s layer %d: %d tensors, want %d", config, l, counts[l], per_layer[l]);
+    for (int l = 0; l < n_layers; l++)
+        CHECK_MSG(counts[l] == per_layer[l], "%s layer %d: %d tensors, want %d", config, l, counts[l], per_layer[l]);
     di_inventory_free(&inv);
     di_config_free(&cfg);
 }
@@ -352,6 +394,64 @@ TEST(inventory_counts) {
     check_counts("tests/data/model/release-config.json", rel, 43, 95819, 509315486040LL);
 }
 
+/* §3.10: real release bytes (FP8 row of layers.0.attn.wkv, FP4 row of an expert) written into a
+ * one-file checkpoint and decoded through di_checkpoint_matrix + di_matrix_row. */
+TEST(release_byte_vectors) {
+    static const uint8_t fp8_row[8] = {0xd8, 0x71, 0xf2, 0x79, 0x70, 0x69, 0xf0, 0xe5};
+    static const float fp8_want[8] = {-0.00390625f, 0.03515625f, -0.0390625f,  0.0703125f,
+                                      0.03125f,     0.017578125f, -0.03125f,   -0.0126953125f};
+    static const uint8_t fp4_row[8] = {0xa0, 0xa8, 0xec, 0x4a, 0xad, 0xaf, 0x42, 0xaa};
+    static const float fp4_want[16] = {0,        -0.0078125f, 0,          -0.0078125f, -0.015625f, -0.03125f,
+                                       -0.0078125f, 0.015625f, -0.0234375f, -0.0078125f, -0.046875f, -0.0078125f,
+                                       0.0078125f,  0.015625f, -0.0078125f, -0.0078125f};
+    /* FP8 [1, 32] + scale [1, 1]; FP4 [1, 32 cols] = I8 [1, 16] + scale [1, 1] */
+    const char *hdr = "{\"a.weight\":{\"dtype\":\"F8_E4M3\",\"shape\":[1,32],\"data_offsets\":[0,32]},"
+                      "\"a.scale\":{\"dtype\":\"F8_E8M0\",\"shape\":[1,1],\"data_offsets\":[32,33]},"
+                      "\"b.weight\":{\"dtype\":\"I8\",\"shape\":[1,16],\"data_offsets\":[33,49]},"
+                      "\"b.scale\":{\"dtype\":\"F8_E8M0\",\"shape\":[1,1],\"data_offsets\":[49,50]},"
+                      "\"c.weight\":{\"dtype\":\"F8_E4M3\",\"shape\":[1,32],\"data_offsets\":[50,82]},"
+                      "\"c.scale\":{\"dtype\":\"F8_E8M0\",\"shape\":[1,1],\"data_offsets\":[82,83]}}";
+    size_t hl = strlen(hdr), padded = (hl + 7) / 8 * 8;
+    uint8_t file[1024] = {0};
+    for (int i = 0; i < 8; i++) file[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    memcpy(file + 8, hdr, hl);
+    memset(file + 8 + hl, ' ', padded - hl);
+    uint8_t *d = file + 8 + padded;
+    memcpy(d, fp8_row, 8);
+    d[32] = 0x73; /* 2^-12 */
+    memcpy(d + 33, fp4_row, 8);
+    d[49] = 0x78; /* 2^-7 */
+    d[50] = 0x01; /* c: E4M3 subnormal 2^-9 with scale byte 0 (2^-127): 2^-136, an fp32 but no bf16 value */
+    d[82] = 0x00;
+    char dir[300], path[400];
+    snprintf(dir, sizeof dir, "%s-bytes", work);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(di_make_dirs(dir) == 0 && di_write_file_atomic(path, file, 8 + padded + 83) == 0);
+    DiCheckpoint *ck = di_checkpoint_open(dir, NULL);
+    CHECK_MSG(ck != NULL, "%s", di_error_message());
+    DiMatrix m;
+    float row[32];
+    if (ck && di_checkpoint_matrix(ck, "a.weight", 1, 32, &m) == 0 && di_matrix_row(&m, 0, row) == 0)
+        for (int i = 0; i < 8; i++) CHECK_NEAR(row[i], fp8_want[i], 0);
+    else
+        CHECK_MSG(0, "%s", di_error_message());
+    if (ck && di_checkpoint_matrix(ck, "b.weight", 1, 32, &m) == 0 && di_matrix_row(&m, 0, row) == 0)
+        for (int i = 0; i < 16; i++) CHECK_NEAR(row[i], fp4_want[i], 0);
+    else
+        CHECK_MSG(0, "%s", di_error_message());
+    CHECK(!signbit(fp4_want[2]) && signbit(row[2])); /* the third value is -0 (§3.10) */
+    DiOwnedMatrix conv;
+    CHECK(ck && di_checkpoint_matrix_as(ck, "c.weight", 1, 32, DI_MAT_BF16, &conv) == -1);
+    CHECK_MSG(strstr(di_error_message(), "'c.weight' element [0, 0]") && strstr(di_error_message(), "BF16"), "%s",
+              di_error_message());
+    CHECK(ck && di_checkpoint_matrix_as(ck, "c.weight", 1, 32, DI_MAT_F32, &conv) == 0);
+    if (conv.owned) CHECK_EQ_INT(((const float *)conv.m.data)[0] == ldexpf(1.0f, -136), 1);
+    di_owned_matrix_free(&conv);
+    di_checkpoint_close(ck);
+    unlink(path);
+    rmdir(dir);
+}
+
 static void cleanup(void) {
     const char *names[] = {"config.json", SHARD1, SHARD2, INDEX};
     for (int i = 0; i < 4; i++) unlink(work_path(names[i]));
@@ -368,10 +468,12 @@ int main(void) {
     }
     RUN_TEST(open_golden_with_config);
     RUN_TEST(accessor_mismatches_name_file_and_tensor);
+    RUN_TEST(load_time_conversions);
     RUN_TEST(corrupted_copies);
     RUN_TEST(unknown_tensor_is_a_warning);
     RUN_TEST(single_file_checkpoint);
     RUN_TEST(inventory_counts);
+    RUN_TEST(release_byte_vectors);
     cleanup();
     return TEST_SUMMARY();
 }

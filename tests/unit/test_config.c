@@ -19,7 +19,8 @@ static char golden_dir[512];
 
 static void check_list(const int64_t *got, size_t n_got, const int64_t *want, size_t n_want, const char *what) {
     CHECK_MSG(n_got == n_want, "%s: %zu entries, want %zu", what, n_got, n_want);
-    for (size_t i = 0; i < n_got && i < n_want; i++) CHECK_MSG(got[i] == want[i], "%s[%zu] = %lld, want %lld", what, i, (long long)got[i], (long long)want[i]);
+    for (size_t i = 0; i < n_got && i < n_want; i++)
+        CHECK_MSG(got[i] == want[i], "%s[%zu] = %lld, want %lld", what, i, (long long)got[i], (long long)want[i]);
 }
 
 /* Expected role of one layer: role, kv source, index source, pool. */
@@ -97,7 +98,8 @@ static int read_golden_i64(const char *name, int64_t *out, size_t n) {
     json_t *root = di_json_load_file(path);
     if (!root) return -1;
     json_t *a = json_object_get(json_object_get(root, "arrays"), name);
-    int64_t off = json_integer_value(json_object_get(a, "offset")), nb = json_integer_value(json_object_get(a, "nbytes"));
+    int64_t off = json_integer_value(json_object_get(a, "offset")),
+            nb = json_integer_value(json_object_get(a, "nbytes"));
     json_decref(root);
     if (!a || nb != (int64_t)(n * 8)) return -1;
     snprintf(path, sizeof path, "%s/golden-v41/tiny-a/golden.bin", test_shared_dir());
@@ -253,8 +255,8 @@ static void expect_error(const char *key, const char *value, const char *want1, 
     int rc = parse_with(root, key, value);
     const char *msg = di_error_message();
     if (rc != -1 || !strstr(msg, want1) || (want2 && !strstr(msg, want2))) {
-        fprintf(stderr, "  line %d: %s = %s: rc %d, message \"%s\" (want \"%s\"%s%s)\n", line, key, value ? value : "(deleted)",
-                rc, msg, want1, want2 ? " and " : "", want2 ? want2 : "");
+        fprintf(stderr, "  line %d: %s = %s: rc %d, message \"%s\" (want \"%s\"%s%s)\n", line, key,
+                value ? value : "(deleted)", rc, msg, want1, want2 ? " and " : "", want2 ? want2 : "");
         test_current_failed = 1;
     }
     json_decref(root);
@@ -305,6 +307,8 @@ TEST(ref_validation_rules) {
     EXPECT_ERROR("compress_ratios", "[0,0,2,2,1,1,1,1,0,0,0,0]", "text_config.compress_ratios", "12 entries");
     EXPECT_ERROR("num_experts_per_tok", "9", "text_config.num_experts_per_tok", "n_routed_experts");
     EXPECT_ERROR("engram_pad_token_id", "256", "text_config.engram_pad_token_id", "vocab_size");
+    /* a huge prime search start must answer at once (Miller-Rabin), with the row-count error */
+    EXPECT_ERROR("engram_vocab_size", "1099511627776", "text_config.engram_num_embeddings[0]", "sum to 6597069767");
 }
 
 TEST(field_type_and_value_errors) {
@@ -315,7 +319,8 @@ TEST(field_type_and_value_errors) {
     EXPECT_ERROR("rms_norm_eps", "-1", "text_config.rms_norm_eps", "positive");
     EXPECT_ERROR("compress_ratios", "[0,0,\"2\"]", "text_config.compress_ratios[2]", "expected an integer");
     json_t *root = load_tiny();
-    json_object_set_new(json_object_get(root, "quantization_config"), "weight_block_size", json_pack("[i,i]", 128, 128));
+    json_object_set_new(json_object_get(root, "quantization_config"), "weight_block_size",
+                        json_pack("[i,i]", 128, 128));
     DiModelConfig c;
     CHECK(di_config_parse_json(root, &c) == -1);
     CHECK_MSG(strstr(di_error_message(), "quantization_config.weight_block_size"), "%s", di_error_message());
@@ -360,11 +365,12 @@ TEST(pad_key_spellings) {
 }
 
 /* §2.5 examples: n = 6 and n = 8 with every derivable list absent. */
-static void derive_for(int n, const int64_t *ratios, const int64_t *kv, size_t n_kv, int64_t cand, const int64_t *taps) {
+static void derive_for(int n, const int64_t *ratios, const int64_t *kv, size_t n_kv, int64_t cand,
+                       const int64_t *taps) {
     json_t *root = load_tiny();
     json_t *t = json_object_get(root, "text_config");
-    const char *dels[] = {"compress_ratios", "kv_source_layer_ids", "index_source_layer_ids", "candidate_source_layer_id",
-                          "dspark_target_layer_ids"};
+    const char *dels[] = {"compress_ratios", "kv_source_layer_ids", "index_source_layer_ids",
+                          "candidate_source_layer_id", "dspark_target_layer_ids"};
     for (size_t i = 0; i < 5; i++) json_object_del(t, dels[i]);
     json_object_set_new(t, "num_hidden_layers", json_integer(n));
     DiModelConfig c;
@@ -391,8 +397,8 @@ TEST(derivation_rules) {
     CHECK(root != NULL);
     if (!root) return;
     json_t *t = json_object_get(root, "text_config");
-    const char *dels[] = {"compress_ratios", "kv_source_layer_ids", "index_source_layer_ids", "candidate_source_layer_id",
-                          "dspark_target_layer_ids"};
+    const char *dels[] = {"compress_ratios", "kv_source_layer_ids", "index_source_layer_ids",
+                          "candidate_source_layer_id", "dspark_target_layer_ids"};
     for (size_t i = 0; i < 5; i++) json_object_del(t, dels[i]);
     DiModelConfig c;
     int rc = di_config_parse_json(root, &c);

@@ -9,7 +9,7 @@
 #include "serve/rng.h"
 
 static DiDecodeLbConfig config(int ranks, DiDecodeLbPolicy policy) {
-    DiDecodeLbConfig c = {ranks, 0, 256, 1 << 30, policy};
+    DiDecodeLbConfig c = {ranks, 0, 256, 1 << 30, policy, {0, 0, 0}};
     return c;
 }
 
@@ -54,7 +54,7 @@ TEST(lookahead_counts_growth_of_running_requests) {
 
 TEST(capacity_is_never_exceeded) {
     DiDecodeLb lb;
-    DiDecodeLbConfig c = {4, 16, 8, 40000, DI_DECODE_LB_BALANCED};
+    DiDecodeLbConfig c = {4, 16, 8, 40000, DI_DECODE_LB_BALANCED, {0, 0, 0}};
     CHECK(di_decode_lb_init(&lb, &c) == 0);
     DiRng r = di_rng_seed(3);
     int rejected = 0;
@@ -120,8 +120,11 @@ TEST(bookkeeping_errors_and_imbalance) {
     DiDecodeLbPolicy p;
     CHECK(di_decode_lb_policy_parse("count", &p) == 0 && p == DI_DECODE_LB_COUNT);
     CHECK(di_decode_lb_policy_parse("fastest", &p) != 0);
+    CHECK(di_decode_lb_policy_parse("step-time", &p) == 0 && p == DI_DECODE_LB_STEP_TIME);
     di_decode_lb_free(&lb);
-    DiDecodeLbConfig bad = {0, 0, 1, 1, DI_DECODE_LB_BALANCED};
+    DiDecodeLbConfig no_cost = {2, 0, 1, 1, DI_DECODE_LB_STEP_TIME, {0, 0, 0}};
+    CHECK(di_decode_lb_init(&lb, &no_cost) != 0);
+    DiDecodeLbConfig bad = {0, 0, 1, 1, DI_DECODE_LB_BALANCED, {0, 0, 0}};
     CHECK(di_decode_lb_init(&lb, &bad) != 0);
 }
 
@@ -130,7 +133,7 @@ TEST(bookkeeping_errors_and_imbalance) {
 static double run_toy(DiDecodeLbPolicy policy) {
     enum { G = 16, MAXR = 4096 };
     DiDecodeLb lb;
-    DiDecodeLbConfig c = {G, 64, 256, 1 << 30, policy};
+    DiDecodeLbConfig c = {G, 64, 256, 1 << 30, policy, {5e6, 2e4, 50}};
     di_decode_lb_init(&lb, &c);
     DiDecodeCost cost = {5e6, 2e4, 50};
     struct { int rank; int64_t kv, left; } req[MAXR];
@@ -173,9 +176,10 @@ static double run_toy(DiDecodeLbPolicy policy) {
 
 TEST(combined_score_beats_count_only_and_round_robin) {
     double balanced = run_toy(DI_DECODE_LB_BALANCED), count = run_toy(DI_DECODE_LB_COUNT),
-           rr = run_toy(DI_DECODE_LB_ROUND_ROBIN);
+           rr = run_toy(DI_DECODE_LB_ROUND_ROBIN), step = run_toy(DI_DECODE_LB_STEP_TIME);
     CHECK_MSG(balanced < count && balanced < rr, "balanced %.3f, count %.3f, round robin %.3f", balanced, count, rr);
-    CHECK_MSG(balanced <= 1.10, "balanced imbalance %.3f", balanced);
+    CHECK_MSG(step < count && step < rr, "step-time %.3f, count %.3f, round robin %.3f", step, count, rr);
+    CHECK_MSG(balanced <= 1.10 && step <= 1.10, "imbalance: balanced %.3f, step-time %.3f", balanced, step);
 }
 
 int main(void) {

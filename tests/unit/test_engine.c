@@ -439,10 +439,48 @@ TEST(bad_options_and_environment_are_errors) {
     di_engine_destroy(e);
     unsetenv("DEEPINFER_BATCH_INVARIANT");
     CHECK(di_engine_create("/nonexistent", NULL) == NULL);
-    CHECK(strstr(di_last_error(), "model core") != NULL);
+    CHECK(strstr(di_last_error(), "/nonexistent") != NULL);
+    /* golden tiny-a has an Engram layer; its token map and multipliers live in the golden set,
+     * not in the checkpoint directory, so an engine on the directory alone must refuse */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/golden-v41/tiny-a/checkpoint", test_shared_dir());
+    CHECK(di_engine_create(dir, NULL) == NULL);
+    CHECK_MSG(strstr(di_last_error(), "Engram") != NULL, "%s", di_last_error());
+}
+
+TEST(text_hooks_are_checked_and_used) {
+    DiEngine *e = plain_engine(0);
+    DiTextHooks none = {NULL, NULL, NULL, NULL, NULL, -1};
+    CHECK_EQ_INT(di_engine_set_text_hooks(e, &none), 0);
+    DiRequestInput text = {.prompt_text = "hi"};
+    CHECK_EQ_INT(di_engine_add_request(e, &text, NULL, NULL, NULL, NULL), -1);
+    CHECK(strstr(di_last_error(), "tokenizer") != NULL);
+    DiTextHooks bad_bos = none;
+    bad_bos.bos_id = MOCK_VOCAB;
+    CHECK_EQ_INT(di_engine_set_text_hooks(e, &bad_bos), -1);
+    /* the mock's hooks with a BOS: the prompt is BOS + the bytes */
+    DiTextHooks mock;
+    di_mock_text_hooks(&mock);
+    mock.bos_id = 299;
+    CHECK_EQ_INT(di_engine_set_text_hooks(e, &mock), 0);
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.max_tokens = 2;
+    uint64_t id;
+    CHECK_EQ_INT(di_engine_add_request(e, &text, &p, NULL, NULL, &id), 0);
+    CHECK_EQ_INT(di_engine_set_text_hooks(e, &mock), -1); /* not once requests exist */
+    CHECK_EQ_INT(di_engine_run(e), 0);
+    DiRequestOutput out;
+    di_engine_get_output(e, id, &out);
+    CHECK_EQ_INT(out.n_prompt_ids, 3);
+    CHECK_EQ_INT(out.prompt_ids[0], 299);
+    CHECK_EQ_INT(out.prompt_ids[1], 'h');
+    CHECK(di_engine_model_dir(e) == NULL);
+    di_engine_destroy(e);
 }
 
 int main(void) {
+    RUN_TEST(text_hooks_are_checked_and_used);
     RUN_TEST(logits_are_bit_identical_alone_and_in_random_batches);
     RUN_TEST(logits_equal_the_direct_reference);
     RUN_TEST(stream_deltas_add_up_to_the_output);

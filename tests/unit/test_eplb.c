@@ -56,7 +56,8 @@ TEST(balanced_packing_hand_derived) {
      * 1->p0, 2->p1, 5->p2, 0->p2? no: pack sums 9,9,7 -> lightest p2 (7) gets 0 -> p2 full (12).
      * 4 -> lightest of p0(9),p1(9) = p0 -> p0 full (11); 3 -> p1. */
     const float w[6] = {5, 9, 9, 1, 2, 7};
-    int32_t pack[6], rank[6], scratch[2 * 6 + 2 * 3];
+    int32_t pack[6], rank[6];
+    _Alignas(8) int32_t scratch[4 * 6 + 3 * 3];
     CHECK(di_eplb_balanced_packing(w, 6, 3, pack, rank, scratch) == 0);
     const int32_t ep[6] = {2, 0, 1, 1, 0, 2}, er[6] = {1, 0, 0, 1, 1, 0};
     for (int i = 0; i < 6; i++) {

@@ -38,7 +38,7 @@ TEST(plan_at_period_end_uses_only_the_window) {
         if (step >= 8)
             for (int i = 0; i < L * E; i++) window_sum[i] += w[i];
         CHECK(di_eplb_policy_record(pol, w, &replanned) == 0);
-        CHECK_EQ_INT(replanned, step == 10);
+        CHECK_EQ_INT(replanned, step == 3 || step == 10); /* cold start after one window, then periods */
     }
     const DiEplbPlan *plan = di_eplb_policy_plan(pol);
     CHECK(plan->logcnt[12] >= 2); /* the hot expert of the window got its node's redundant slots */
@@ -49,7 +49,7 @@ TEST(plan_at_period_end_uses_only_the_window) {
     di_eplb_plan_free(&direct);
     DiEplbPolicyStats s = di_eplb_policy_stats(pol);
     CHECK_EQ_INT(s.steps, 10);
-    CHECK_EQ_INT(s.replans, 1);
+    CHECK_EQ_INT(s.replans, 2);
     CHECK(s.moved_slots > 0);
     /* 9 more steps: no replan until step 20 */
     for (int step = 11; step <= 19; step++) {

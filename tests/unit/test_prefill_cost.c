@@ -133,11 +133,27 @@ TEST(fill_step_respects_budget_and_token_cap) {
     CHECK(di_prefill_fill_step(&m, c, rem, 4, budget, 0, &rules, q) < 0);
 }
 
+TEST(online_correction_converges_to_the_measured_ratio) {
+    DiPrefillCorrection c;
+    CHECK(di_prefill_correction_init(&c, 0.5) == 0);
+    CHECK_NEAR(c.factor, 1.0, 0);
+    di_prefill_correction_update(&c, 100.0, 150.0); /* 0.5 * 1 + 0.5 * 1.5 */
+    CHECK_NEAR(c.factor, 1.25, 1e-12);
+    for (int i = 0; i < 60; i++) di_prefill_correction_update(&c, 100.0, 150.0);
+    CHECK_NEAR(c.factor, 1.5, 1e-9);
+    di_prefill_correction_update(&c, 0.0, 150.0); /* ignored */
+    di_prefill_correction_update(&c, 100.0, NAN);
+    CHECK_NEAR(c.factor, 1.5, 1e-9);
+    CHECK_EQ_INT(c.steps, 61);
+    CHECK(di_prefill_correction_init(&c, 0.0) != 0);
+}
+
 int main(void) {
     RUN_TEST(solver_property_largest_block_aligned_chunk);
     RUN_TEST(solver_hand_derived_linear_and_quadratic);
     RUN_TEST(fit_recovers_known_coefficients_from_noisy_samples);
     RUN_TEST(fit_rejects_degenerate_grids);
     RUN_TEST(fill_step_respects_budget_and_token_cap);
+    RUN_TEST(online_correction_converges_to_the_measured_ratio);
     return TEST_SUMMARY();
 }

@@ -196,6 +196,44 @@ TEST(test_tool_history_rules) {
     CHECK_STR(p, "<｜begin▁of▁sentence｜><｜User｜>u<｜Assistant｜></think>");
 }
 
+/* Tool-result order and merged turns, as deepseek-recipe 0.2.0 renders them (measured). */
+TEST(test_result_order_and_merging) {
+    /* V4.1 keeps the call order and puts results in it; an unknown id counts as position 0 */
+    const char *p = render_text(
+        "{\"encoding\":\"v41\",\"thinking_mode\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"u\"},"
+        "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"b\",\"function\":{\"name\":\"fb\"}},"
+        "{\"id\":\"a\",\"function\":{\"name\":\"fa\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"A\"},{\"role\":\"tool\",\"tool_call_id\":\"z\",\"content\":\"Z\"},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"b\",\"content\":\"B\"}]}");
+    CHECK_MSG(p != NULL, "%s", di_error_message());
+    CHECK(p && strstr(p, "invoke name=\"fb\">\n\n</｜DSML｜ invoke>\n<｜DSML｜ invoke name=\"fa\">") != NULL);
+    CHECK(p && strstr(p, "<｜User｜><tool_result>Z</tool_result>\n\n<tool_result>B</tool_result>\n\n"
+                         "<tool_result>A</tool_result><｜Assistant｜>") != NULL);
+    /* V4.1: a tool result continues an open user turn; V4 starts a new one */
+    p = render_text("{\"encoding\":\"v41\",\"thinking_mode\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"u\"},"
+                    "{\"role\":\"tool\",\"tool_call_id\":\"x\",\"content\":\"r\"}]}");
+    CHECK_STR(p, "<｜begin▁of▁sentence｜><｜User｜>u\n\n<tool_result>r</tool_result><｜Assistant｜></think>");
+    p = render_text("{\"encoding\":\"v4\",\"thinking_mode\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"u\"},"
+                    "{\"role\":\"tool\",\"tool_call_id\":\"x\",\"content\":\"r\"}]}");
+    CHECK_STR(p, "<｜begin▁of▁sentence｜><｜User｜>u<｜User｜><tool_result>r</tool_result><｜Assistant｜></think>");
+    /* empty user messages: V4 skips them (but keeps the separator after tool results), V4.1 joins them */
+    static const char empties[] = "\"thinking_mode\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"\"},"
+                                  "{\"role\":\"user\",\"content\":\"b\"},{\"role\":\"user\",\"content\":\"\"},"
+                                  "{\"role\":\"user\",\"content\":\"c\"}]}";
+    char json[512];
+    snprintf(json, sizeof json, "{\"encoding\":\"v4\",%s", empties);
+    CHECK_STR(render_text(json), "<｜begin▁of▁sentence｜><｜User｜>b\n\nc<｜Assistant｜></think>");
+    snprintf(json, sizeof json, "{\"encoding\":\"v41\",%s", empties);
+    CHECK_STR(render_text(json), "<｜begin▁of▁sentence｜><｜User｜>\n\nb\n\n\n\nc<｜Assistant｜></think>");
+    /* V4.1 keeps only the first of consecutive reminders; V4 keeps both */
+    static const char reminders[] = "\"thinking_mode\":\"chat\",\"messages\":[{\"role\":\"latest_reminder\",\"content\":\"a\"},"
+                                    "{\"role\":\"latest_reminder\",\"content\":\"b\"}]}";
+    snprintf(json, sizeof json, "{\"encoding\":\"v41\",%s", reminders);
+    CHECK_STR(render_text(json), "<｜begin▁of▁sentence｜><｜latest_reminder｜>a<｜Assistant｜></think>");
+    snprintf(json, sizeof json, "{\"encoding\":\"v4\",%s", reminders);
+    CHECK_STR(render_text(json), "<｜begin▁of▁sentence｜><｜latest_reminder｜>a<｜latest_reminder｜>b<｜Assistant｜></think>");
+}
+
 TEST(test_v41_system_and_prefix) {
     const char *p = render_text("{\"encoding\":\"v41\",\"reasoning_effort\":\"low\",\"messages\":["
                                 "{\"role\":\"user\",\"content\":\"first\"},{\"role\":\"user\",\"content\":\"second\"},"
@@ -274,6 +312,7 @@ int main(void) {
     RUN_TEST(test_injection_stays_text);
     RUN_TEST(test_effort_prefixes);
     RUN_TEST(test_tool_history_rules);
+    RUN_TEST(test_result_order_and_merging);
     RUN_TEST(test_v41_system_and_prefix);
     RUN_TEST(test_python_style_floats);
     RUN_TEST(test_errors_name_the_field);

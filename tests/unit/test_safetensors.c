@@ -29,7 +29,8 @@ static void expect_bad(const char *header, const char *want1, const char *want2,
     int rc = di_safetensors_parse(buf, n, "test.safetensors", &st);
     const char *msg = di_error_message();
     if (rc != -1 || !strstr(msg, want1) || (want2 && !strstr(msg, want2)) || !strstr(msg, "test.safetensors")) {
-        fprintf(stderr, "  line %d: rc %d, message \"%s\", want \"%s\" / \"%s\"\n", line, rc, msg, want1, want2 ? want2 : "");
+        fprintf(stderr, "  line %d: rc %d, message \"%s\", want \"%s\" / \"%s\"\n", line, rc, msg, want1,
+                want2 ? want2 : "");
         test_current_failed = 1;
     }
     if (rc == 0) di_safetensors_close(&st);
@@ -65,7 +66,8 @@ TEST(valid_file) {
 
 TEST(dtype_table) {
     DiDType d;
-    const char *names[] = {"BOOL", "U8", "I8", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "I64", "U64", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0"};
+    const char *names[] = {"BOOL", "U8",  "I8",  "I16", "U16", "F16",     "BF16",    "I32",
+                           "U32",  "F32", "I64", "U64", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0"};
     const size_t sizes[] = {1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 8, 8, 8, 1, 1, 1};
     for (int i = 0; i < 16; i++) {
         CHECK(di_dtype_parse(names[i], &d) == 0);
@@ -94,15 +96,19 @@ TEST(header_length_errors) {
 TEST(corrupt_headers) {
     EXPECT_BAD("{\"a\":{\"dtype\":\"F8_E4M3\"", "invalid JSON", NULL);
     EXPECT_BAD("[1,2,3]", "expected a JSON object", NULL);
-    EXPECT_BAD("{\"a\":{\"dtype\":\"F9\",\"shape\":[16],\"data_offsets\":[0,16]}}", "tensor 'a'", "'F9' is not a safetensors dtype");
+    EXPECT_BAD("{\"a\":{\"dtype\":\"F9\",\"shape\":[16],\"data_offsets\":[0,16]}}", "tensor 'a'",
+               "'F9' is not a safetensors dtype");
     EXPECT_BAD("{\"a\":{\"dtype\":7,\"shape\":[16],\"data_offsets\":[0,16]}}", "a.dtype", "expected a string");
     EXPECT_BAD("{\"a\":{\"shape\":[16],\"data_offsets\":[0,16]}}", "a.dtype", "missing");
     EXPECT_BAD("{\"a\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,16]}}", "tensor 'a'", "shape[0]");
-    EXPECT_BAD("{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,16],\"data_offsets\":[0,16]}}", "tensor 'a'", "dimensions");
-    EXPECT_BAD("{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,16]}}", "tensor 'a'", "too many");
+    EXPECT_BAD("{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,16],\"data_offsets\":[0,16]}}", "tensor 'a'",
+               "dimensions");
+    EXPECT_BAD("{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,16]}}", "tensor 'a'",
+               "too many");
     EXPECT_BAD("{\"a\":{\"dtype\":\"U8\",\"shape\":[16],\"data_offsets\":[16,0]}}", "tensor 'a'", "not ordered");
     EXPECT_BAD("{\"a\":{\"dtype\":\"U8\",\"shape\":[16],\"data_offsets\":[0]}}", "tensor 'a'", "[begin, end]");
-    EXPECT_BAD("{\"a\":{\"dtype\":\"U8\",\"shape\":[32],\"data_offsets\":[0,32]}}", "tensor 'a'", "past the data section");
+    EXPECT_BAD("{\"a\":{\"dtype\":\"U8\",\"shape\":[32],\"data_offsets\":[0,32]}}", "tensor 'a'",
+               "past the data section");
     EXPECT_BAD("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,16]}}", "tensor 'a'", "span 16 bytes");
     EXPECT_BAD("{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
                "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[4,12]}}",

@@ -299,7 +299,55 @@ TEST(large_vocab_top_k_matches_a_full_sort) {
     di_sampler_destroy(s);
 }
 
+static const float *sort_logits;
+static int by_logit_desc(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (sort_logits[x] != sort_logits[y]) return sort_logits[x] > sort_logits[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+/* top-p over a large vocabulary (the quickselect path) against a brute-force nucleus: sort by
+ * probability, keep tokens while the mass ranked above them is below top_p. */
+TEST(large_vocab_top_p_matches_a_brute_force_nucleus) {
+    enum { V = 3000 };
+    static float logits[V];
+    static int32_t order[V];
+    static char in_nucleus[V];
+    uint64_t x = 77;
+    for (int v = 0; v < V; v++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        logits[v] = (float)(x >> 40) / 16777216.0f * 6.0f;
+        order[v] = v;
+    }
+    sort_logits = logits;
+    qsort(order, V, sizeof *order, by_logit_desc);
+    double z = 0, above = 0;
+    for (int v = 0; v < V; v++) z += exp((double)logits[v] - logits[order[0]]);
+    int n_nucleus = 0;
+    for (int i = 0; i < V && above < 0.9 * z; i++) {
+        in_nucleus[order[i]] = 1;
+        n_nucleus++;
+        above += exp((double)logits[order[i]] - logits[order[0]]);
+    }
+    DiSampler *s = di_sampler_create(V);
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.top_p = 0.9f;
+    int inside = 1, distinct = 0;
+    static char seen[V];
+    for (int i = 0; i < 4000; i++) {
+        DiSampleContext c = ctx_at(i, 8);
+        int32_t t = sample1(s, &p, &c, logits);
+        inside &= t >= 0 && in_nucleus[t];
+        if (t >= 0 && !seen[t]) seen[t] = 1, distinct++;
+    }
+    CHECK(inside);
+    CHECK_MSG(distinct > n_nucleus / 2, "%d distinct of a %d-token nucleus", distinct, n_nucleus);
+    di_sampler_destroy(s);
+}
+
 int main(void) {
+    RUN_TEST(large_vocab_top_p_matches_a_brute_force_nucleus);
     RUN_TEST(uniform_is_deterministic_and_keyed);
     RUN_TEST(greedy_takes_argmax_with_lowest_id_on_ties);
     RUN_TEST(params_are_checked);

@@ -232,7 +232,54 @@ TEST(admission_respects_sequence_limit_and_budget) {
     di_engine_destroy(e);
 }
 
+/* 64 rows of a 20000-token vocabulary per step: enough logits for the engine to sample rows in
+ * parallel on its thread pool; every request must match the same request run alone (one row per
+ * step: sampled on the executing thread). */
+TEST(parallel_sampling_matches_requests_run_alone) {
+    enum { V = 20000, N = 64, GEN = 3 };
+    DiEngineOptions o;
+    di_engine_options_init(&o);
+    o.max_num_seqs = N;
+    o.max_batch_tokens = 4 * N;
+    o.state_memory_bytes = 1 << 20;
+    setenv("DEEPINFER_NUM_THREADS", "2", 1);
+    DiEngine *batched = di_engine_create_mock(V, 5, &o);
+    DiEngine *alone = di_engine_create_mock(V, 5, &o);
+    unsetenv("DEEPINFER_NUM_THREADS");
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.max_tokens = GEN;
+    p.ignore_eos = 1;
+    p.has_seed = 1;
+    p.top_p = 0.9f;
+    uint64_t ids[N];
+    for (int i = 0; i < N; i++) {
+        int32_t prompt[3] = {i, i + 1, i + 2};
+        DiRequestInput in = {.prompt_ids = prompt, .n_prompt_ids = 3};
+        p.seed = (uint64_t)i;
+        CHECK_EQ_INT(di_engine_add_request(batched, &in, &p, NULL, NULL, &ids[i]), 0);
+    }
+    CHECK_EQ_INT(di_engine_run(batched), 0);
+    int same = 1;
+    for (int i = 0; i < N; i++) {
+        int32_t prompt[3] = {i, i + 1, i + 2};
+        DiRequestInput in = {.prompt_ids = prompt, .n_prompt_ids = 3};
+        p.seed = (uint64_t)i;
+        uint64_t id;
+        CHECK_EQ_INT(di_engine_add_request(alone, &in, &p, NULL, NULL, &id), 0);
+        CHECK_EQ_INT(di_engine_run(alone), 0);
+        DiRequestOutput a, b;
+        di_engine_get_output(alone, id, &a);
+        di_engine_get_output(batched, ids[i], &b);
+        same &= a.n_tokens == GEN && b.n_tokens == GEN && memcmp(a.token_ids, b.token_ids, sizeof(int32_t) * GEN) == 0;
+    }
+    CHECK(same);
+    di_engine_destroy(batched);
+    di_engine_destroy(alone);
+}
+
 int main(void) {
+    RUN_TEST(parallel_sampling_matches_requests_run_alone);
     RUN_TEST(single_greedy_request_matches_reference_with_any_chunking);
     RUN_TEST(random_workload_matches_reference_sync_and_async);
     RUN_TEST(preemption_by_recompute_keeps_outputs_identical);

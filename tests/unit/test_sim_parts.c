@@ -118,7 +118,7 @@ TEST(malformed_trace_lines_are_named) {
 }
 
 TEST(synthetic_workload_is_seeded_and_covers_all_tiers) {
-    DiSimSynthConfig c = {4000, 20.0, 64, 1.1, 0.5, 200.0, 5};
+    DiSimSynthConfig c = {4000, 20.0, 64, 1.1, 0.5, 200.0, {0, 0, 0, 0}, 5};
     DiSimTrace a, b;
     CHECK(di_sim_trace_synthetic(&c, &a) == 0);
     CHECK(di_sim_trace_synthetic(&c, &b) == 0);
@@ -135,6 +135,14 @@ TEST(synthetic_workload_is_seeded_and_covers_all_tiers) {
     CHECK_NEAR(a.reqs[a.n - 1].arrival_s / (double)a.n, 1.0 / 20.0, 0.005);
     di_sim_trace_free(&a);
     di_sim_trace_free(&b);
+    /* a custom mix: only the 16-64K tier */
+    c.tier_mix[1] = 1.0;
+    CHECK(di_sim_trace_synthetic(&c, &a) == 0);
+    for (size_t i = 0; i < a.n; i++) CHECK_EQ_INT(di_prefill_tier(a.reqs[i].input_tokens), 1);
+    di_sim_trace_free(&a);
+    c.tier_mix[2] = -1.0;
+    CHECK(di_sim_trace_synthetic(&c, &a) != 0);
+    c.tier_mix[2] = 0.0;
     c.rate_per_s = 0;
     CHECK(di_sim_trace_synthetic(&c, &a) != 0);
 }

@@ -52,7 +52,8 @@ static int same_file(const char *a_dir, const char *b_dir, const char *name) {
 }
 
 TEST(preset_configs_match_spec) {
-    /* spec9 must be §9.2 value for value; tiny differs only in vocab_size, image and noise ids. */
+    /* spec9 must be §9.2 value for value; tiny differs only in vocab_size, the image and noise ids
+     * and the compressed vocabulary of its tokenizer (tiny.h). */
     json_t *spec = di_json_load_file("tests/data/model/tiny-config.json");
     const char *text = di_tiny_config_json("spec9");
     json_t *spec9 = text ? json_loads(text, 0, NULL) : NULL;
@@ -67,6 +68,7 @@ TEST(preset_configs_match_spec) {
         json_t *copy = json_deep_copy(spec), *ct = json_object_get(copy, "text_config");
         json_object_set_new(ct, "vocab_size", json_integer(DI_TINY_VOCAB));
         json_object_set_new(ct, "dspark_noise_token_id", json_integer(DI_TINY_TOK_SYSTEM));
+        json_object_set_new(ct, "engram_compressed_vocab_size", json_integer(253));
         json_object_set_new(copy, "image_token_id", json_integer(DI_TINY_TOK_IMAGE));
         CHECK(json_equal(copy, tiny));
         json_decref(copy);
@@ -156,10 +158,10 @@ TEST(values_keep_activations_order_one) {
     struct {
         const char *name;
         int64_t rows, cols;
-    } mats[] = {{"layers.0.attn.wq_a.weight", 160, 96},        {"layers.3.attn.wq_b.weight", 256, 160},
-                {"layers.5.ffn.experts.3.w1.weight", 32, 96},  {"layers.5.ffn.experts.3.w2.weight", 96, 32},
-                {"layers.1.engram.wkv.weight", 480, 192},      {"head.weight", 291, 96},
-                {"mtp.0.main_proj.weight", 96, 288},           {"layers.2.attn.compressor.wkv.weight", 64, 96}};
+    } mats[] = {{"layers.0.attn.wq_a.weight", 160, 96},       {"layers.3.attn.wq_b.weight", 256, 160},
+                {"layers.5.ffn.experts.3.w1.weight", 32, 96}, {"layers.5.ffn.experts.3.w2.weight", 96, 32},
+                {"layers.1.engram.wkv.weight", 480, 192},     {"head.weight", 291, 96},
+                {"mtp.0.main_proj.weight", 96, 288},          {"layers.2.attn.compressor.wkv.weight", 64, 96}};
     float x[288], y[480];
     for (int i = 0; i < 288; i++) x[i] = (i % 2 ? 1.0f : -1.0f) * (float)(0.5 + (i % 7) / 6.0); /* RMS ~ 1 */
     for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++) {
@@ -169,8 +171,8 @@ TEST(values_keep_activations_order_one) {
         if (rc) continue;
         CHECK(di_matmul_ref(&m, x, 1, y) == 0);
         double in_rms = rms(x, mats[k].cols), out_rms = rms(y, mats[k].rows);
-        CHECK_MSG(out_rms > 0.3 * in_rms && out_rms < 3 * in_rms, "%s: output RMS %.3f for input RMS %.3f", mats[k].name,
-                  out_rms, in_rms);
+        CHECK_MSG(out_rms > 0.3 * in_rms && out_rms < 3 * in_rms, "%s: output RMS %.3f for input RMS %.3f",
+                  mats[k].name, out_rms, in_rms);
         if (m.format == DI_MAT_FP8_BLOCK) {
             const uint8_t *codes = m.data;
             for (int64_t i = 0; i < m.rows * m.cols; i++)
@@ -229,8 +231,10 @@ TEST(builtin_model_cache) {
     char parent[512];
     snprintf(parent, sizeof parent, "%s/deepinfer", base);
     rmdir(parent);
-    if (saved) setenv("XDG_CACHE_HOME", saved, 1);
-    else unsetenv("XDG_CACHE_HOME");
+    if (saved)
+        setenv("XDG_CACHE_HOME", saved, 1);
+    else
+        unsetenv("XDG_CACHE_HOME");
     free(saved);
     CHECK(di_tiny_ensure(NULL) == -1);
     CHECK(di_tiny_write(NULL, "tiny", 1, 0) == -1);

@@ -69,7 +69,8 @@ int cmd_make_tiny(int argc, char **argv) {
             return 0;
         }
         if (i + 1 >= argc || (strcmp(a, "--out") && strcmp(a, "--seed") && strcmp(a, "--config"))) {
-            fprintf(stderr, "deepinfer make-tiny: %s '%s'\n", i + 1 >= argc && a[0] == '-' ? "missing value for" : "unknown argument", a);
+            fprintf(stderr, "deepinfer make-tiny: %s '%s'\n",
+                    i + 1 >= argc && a[0] == '-' ? "missing value for" : "unknown argument", a);
             usage(stderr);
             return 2;
         }

@@ -29,12 +29,16 @@ static void sim_usage(FILE *out) {
             "  --rate R               synthetic: arrivals per second (default 4)\n"
             "  --zipf S               synthetic: prefix popularity exponent (default 1.0)\n"
             "  --prefixes K           synthetic: shared prefix documents (default 200)\n"
+            "  --mean-output N        synthetic: mean output tokens, exponential (default 300)\n"
+            "  --tier-mix A,B,C,D     synthetic: shares of <16K, 16-64K, 64-256K, >=256K contexts\n"
+            "                         (default 0.7,0.2,0.08,0.02)\n"
             "  --speedup X            divide trace times by X, i.e. X times the load (default 1)\n"
             "cluster:\n"
             "  --prefill-instances N  (default 8)   --prefill-ranks N (default 8)   --decode-ranks N (default 64)\n"
             "  --cache-blocks N       prefix-cache capacity in 512-token blocks (default 1048576)\n"
             "  --moe-layers N         simulated MoE layers for moe_lb, 0 = off (default 4)\n"
             "  --moe-skew S           sigma of log expert popularity (default 0.6)\n"
+            "  --moe-drift-s T        correlation time of the popularity drift, seconds (default 21600)\n"
             "  --seed N               random seed (default 1)\n"
             "  --no-baselines         run only the control plane\n"
             "  --help                 this text\n");
@@ -76,7 +80,7 @@ static int parse_args(int argc, char **argv, SimArgs *a) {
     a->trace = NULL;
     a->synthetic = 0;
     a->baselines = 1;
-    a->synth = (DiSimSynthConfig){4000, 4.0, 200, 1.0, 0.5, 300.0, 1};
+    a->synth = (DiSimSynthConfig){4000, 4.0, 200, 1.0, 0.5, 300.0, {0, 0, 0, 0}, 1};
     di_sim_config_default(&a->cfg);
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -100,6 +104,16 @@ static int parse_args(int argc, char **argv, SimArgs *a) {
             rc = parse_double(f, v, 1e-6, 1e7, &a->synth.rate_per_s);
         } else if (!strcmp(f, "--zipf")) {
             rc = parse_double(f, v, 0, 10, &a->synth.zipf_s);
+        } else if (!strcmp(f, "--mean-output")) {
+            rc = parse_double(f, v, 1, 1e6, &a->synth.mean_output);
+        } else if (!strcmp(f, "--tier-mix")) {
+            double *m = a->synth.tier_mix;
+            char tail;
+            if (!v || sscanf(v, "%lf,%lf,%lf,%lf%c", &m[0], &m[1], &m[2], &m[3], &tail) != 4 || m[0] < 0 || m[1] < 0 ||
+                m[2] < 0 || m[3] < 0 || m[0] + m[1] + m[2] + m[3] <= 0) {
+                fprintf(stderr, "deepinfer sim: --tier-mix expects four shares >= 0 like 0.7,0.2,0.08,0.02\n");
+                rc = -1;
+            }
         } else if (!strcmp(f, "--prefixes")) {
             if ((rc = parse_int(f, v, 1, 1 << 20, &x)) == 0) a->synth.prefixes = (int)x;
         } else if (!strcmp(f, "--speedup")) {
@@ -116,6 +130,8 @@ static int parse_args(int argc, char **argv, SimArgs *a) {
             if ((rc = parse_int(f, v, 0, 256, &x)) == 0) a->cfg.moe_layers = (int)x;
         } else if (!strcmp(f, "--moe-skew")) {
             rc = parse_double(f, v, 0, 5, &a->cfg.moe_skew);
+        } else if (!strcmp(f, "--moe-drift-s")) {
+            rc = parse_double(f, v, 1e-3, 1e9, &a->cfg.moe_drift_tau_s);
         } else if (!strcmp(f, "--seed")) {
             if ((rc = parse_int(f, v, 0, 0x7fffffffffffffffLL, &x)) == 0) a->cfg.seed = a->synth.seed = (uint64_t)x;
         } else {

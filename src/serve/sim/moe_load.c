@@ -18,11 +18,14 @@ struct DiSimMoe {
     float *z;       /* [L][E] log-popularity */
     double *p;      /* [L][E] popularity, sums to 1 per layer */
     float *load;    /* [L][E] this step's load */
+    float *expect;  /* [L][E] its expectation */
+    double *per_layer, exp_max, exp_mean;
     float *normals; /* a table of N(0,1) draws: per-step noise costs one table read */
     DiRng rng;
     double drift_at; /* time of the last drift update */
     int64_t calls;   /* steps offered, of which every sample_every-th is scored */
-    double bucket_max[2][DI_SIM_MOE_BUCKETS], bucket_mean[2][DI_SIM_MOE_BUCKETS];
+    double *trace;  /* per scored step: time, eplb max, eplb mean, static max, static mean */
+    size_t n_trace, cap_trace;
 };
 
 static void normalise(DiSimMoe *m) {
@@ -40,8 +43,7 @@ static int check(const DiSimMoeConfig *c) {
     if (!(c->skew >= 0.0 && c->skew <= 5.0)) return di_errorf("MoE load model: skew must be in 0..5, got %g", c->skew);
     if (c->sample_every <= 0 || 100 % c->sample_every != 0)
         return di_errorf("MoE load model: sample_every must divide the 100-step prefill window, got %d", c->sample_every);
-    if (!(c->drift_tau_s > 0.0) || !(c->bucket_s > 0.0))
-        return di_errorf("MoE load model: drift time and bucket width must be positive");
+    if (!(c->drift_tau_s > 0.0)) return di_errorf("MoE load model: drift time must be positive");
     return 0;
 }
 
@@ -73,8 +75,10 @@ DiSimMoe *di_sim_moe_create(const DiSimMoeConfig *cfg) {
     m->z = di_calloc(n, sizeof(float), "expert popularity");
     m->p = di_calloc(n, sizeof(double), "expert popularity");
     m->load = di_calloc(n, sizeof(float), "expert loads");
+    m->expect = di_calloc(n, sizeof(float), "expected expert loads");
+    m->per_layer = di_calloc((size_t)cfg->layers, sizeof(double), "per-layer moe_lb");
     m->normals = di_calloc(NORMAL_TABLE, sizeof(float), "normal table");
-    if (!m->z || !m->p || !m->load || !m->normals) goto fail;
+    if (!m->z || !m->p || !m->load || !m->expect || !m->per_layer || !m->normals) goto fail;
     m->eplb = make_policy(cfg, preset.redundant_per_gpu, 0);
     m->rearrange = m->eplb ? make_policy(cfg, 0, 0) : NULL;
     m->fixed = m->rearrange ? make_policy(cfg, 0, 1) : NULL;
@@ -98,7 +102,10 @@ void di_sim_moe_destroy(DiSimMoe *m) {
     free(m->z);
     free(m->p);
     free(m->load);
+    free(m->expect);
+    free(m->per_layer);
     free(m->normals);
+    free(m->trace);
     free(m);
 }
 
@@ -121,12 +128,24 @@ static float table_normal(DiSimMoe *m, uint64_t *bits, int *left) {
     return v;
 }
 
-static void bucket_add(DiSimMoe *m, int which, double now_s, DiEplbPolicyStats before, DiEplbPolicyStats after) {
-    int b = (int)(now_s / m->cfg.bucket_s);
-    if (b >= DI_SIM_MOE_BUCKETS) b = DI_SIM_MOE_BUCKETS - 1;
-    if (b < 0) b = 0;
-    m->bucket_max[which][b] += after.sum_max - before.sum_max;
-    m->bucket_mean[which][b] += after.sum_mean - before.sum_mean;
+/* Keep the step's per-layer sums of max and mean GPU load for the over-time buckets. */
+static int trace_add(DiSimMoe *m, double now_s, DiEplbPolicyStats e0, DiEplbPolicyStats e1, DiEplbPolicyStats f0,
+                     DiEplbPolicyStats f1) {
+    if (m->n_trace + 5 > m->cap_trace) {
+        size_t cap = m->cap_trace ? 2 * m->cap_trace : 5 * 4096;
+        double *t = di_realloc_array(m->trace, cap, sizeof *t, "moe_lb over time");
+        if (!t) return -1;
+        m->trace = t;
+        m->cap_trace = cap;
+    }
+    double *row = m->trace + m->n_trace;
+    row[0] = now_s;
+    row[1] = e1.sum_max - e0.sum_max;
+    row[2] = e1.sum_mean - e0.sum_mean;
+    row[3] = f1.sum_max - f0.sum_max;
+    row[4] = f1.sum_mean - f0.sum_mean;
+    m->n_trace += 5;
+    return 0;
 }
 
 int di_sim_moe_step(DiSimMoe *m, double now_s, int64_t tokens) {
@@ -144,14 +163,20 @@ int di_sim_moe_step(DiSimMoe *m, double now_s, int64_t tokens) {
     for (size_t i = 0; i < n; i++) {
         double mu = pairs * m->p[i], v = mu + sqrt(mu) * table_normal(m, &bits, &left);
         m->load[i] = v > 0.0 ? (float)v : 0.0f;
+        m->expect[i] = (float)mu;
+    }
+    /* the noise-free score of the plan in force: each layer's mean GPU load is pairs / P */
+    double agg, layer_mean = pairs / m->cfg.num_gpus;
+    if (di_eplb_moe_lb(di_eplb_policy_plan(m->eplb), m->expect, m->per_layer, &agg) != 0) return -1;
+    for (int l = 0; l < m->cfg.layers; l++) {
+        m->exp_max += m->per_layer[l] * layer_mean;
+        m->exp_mean += layer_mean;
     }
     DiEplbPolicyStats e0 = di_eplb_policy_stats(m->eplb), f0 = di_eplb_policy_stats(m->fixed);
     if (di_eplb_policy_record(m->eplb, m->load, NULL) != 0 || di_eplb_policy_record(m->rearrange, m->load, NULL) != 0 ||
         di_eplb_policy_record(m->fixed, m->load, NULL) != 0)
         return -1;
-    bucket_add(m, 0, now_s, e0, di_eplb_policy_stats(m->eplb));
-    bucket_add(m, 1, now_s, f0, di_eplb_policy_stats(m->fixed));
-    return 0;
+    return trace_add(m, now_s, e0, di_eplb_policy_stats(m->eplb), f0, di_eplb_policy_stats(m->fixed));
 }
 
 DiSimMoeReport di_sim_moe_report(const DiSimMoe *m) {
@@ -161,9 +186,23 @@ DiSimMoeReport di_sim_moe_report(const DiSimMoe *m) {
     r.eplb = di_eplb_policy_moe_lb(m->eplb);
     r.rearrange = di_eplb_policy_moe_lb(m->rearrange);
     r.fixed = di_eplb_policy_moe_lb(m->fixed);
-    for (int b = 0; b < DI_SIM_MOE_BUCKETS; b++) {
-        r.eplb_bucket[b] = m->bucket_mean[0][b] > 0 ? m->bucket_max[0][b] / m->bucket_mean[0][b] : 0.0;
-        r.fixed_bucket[b] = m->bucket_mean[1][b] > 0 ? m->bucket_max[1][b] / m->bucket_mean[1][b] : 0.0;
+    r.eplb_expected = m->exp_mean > 0 ? m->exp_max / m->exp_mean : 0.0;
+    size_t rows = m->n_trace / 5;
+    if (rows > 0) {
+        double sums[4][DI_SIM_MOE_BUCKETS] = {{0}};
+        r.first_s = m->trace[0];
+        r.last_s = m->trace[(rows - 1) * 5];
+        double width = (r.last_s - r.first_s) / DI_SIM_MOE_BUCKETS;
+        for (size_t i = 0; i < rows; i++) {
+            const double *row = m->trace + i * 5;
+            int b = width > 0 ? (int)((row[0] - r.first_s) / width) : 0;
+            if (b >= DI_SIM_MOE_BUCKETS) b = DI_SIM_MOE_BUCKETS - 1;
+            for (int k = 0; k < 4; k++) sums[k][b] += row[1 + k];
+        }
+        for (int b = 0; b < DI_SIM_MOE_BUCKETS; b++) {
+            r.eplb_bucket[b] = sums[1][b] > 0 ? sums[0][b] / sums[1][b] : 0.0;
+            r.fixed_bucket[b] = sums[3][b] > 0 ? sums[2][b] / sums[3][b] : 0.0;
+        }
     }
     DiEplbPolicyStats s = di_eplb_policy_stats(m->eplb);
     r.steps = s.steps;

@@ -27,7 +27,6 @@ typedef struct {
     int num_gpus, num_nodes, num_groups;
     double skew;         /* sigma of the log-popularity */
     double drift_tau_s;  /* correlation time of the popularity drift */
-    double bucket_s;     /* width of the moe_lb-over-time buckets */
     DiEplbPhase phase;   /* prefill or decode presets (window, period, redundancy) */
     int sample_every;    /* score one step in this many (window and period shrink to match) */
     uint64_t seed;
@@ -35,8 +34,12 @@ typedef struct {
 
 typedef struct {
     double eplb, rearrange, fixed;             /* aggregate moe_lb, sum(max)/sum(mean) */
-    double eplb_bucket[DI_SIM_MOE_BUCKETS];    /* eplb moe_lb per time bucket (0 when empty) */
+    double eplb_expected;                      /* eplb placement scored on the expected loads, without
+                                                  the per-step sampling noise: the balancer's own share */
+    double eplb_bucket[DI_SIM_MOE_BUCKETS];    /* eplb moe_lb in each tenth of [first, last] scored
+                                                  step time (0 when a tenth had no step) */
     double fixed_bucket[DI_SIM_MOE_BUCKETS];
+    double first_s, last_s;                    /* the span the buckets divide */
     int64_t steps, replans, moved_slots;
 } DiSimMoeReport;
 

@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "serve/rng.h"
 #include "serve/sim/prefix_cache.h"
 
 #include <math.h>
@@ -37,11 +38,15 @@ void di_sim_config_default(DiSimConfig *c) {
     c->tier_budget_ms[2] = 600.0;
     c->tier_budget_ms[3] = 1200.0;
     c->fifo_budget_ms = 300.0;
+    c->tier_slo_ms[0] = 1000.0; /* assumed TTFT objectives, growing with the context */
+    c->tier_slo_ms[1] = 3000.0;
+    c->tier_slo_ms[2] = 10000.0;
+    c->tier_slo_ms[3] = 30000.0;
     c->rr_chunk_tokens = 8192;
     c->token_cap = 32768; /* DeepEP normal-mode buffers (§6.3) */
     c->chunk = (DiChunkRules){512, 512};
-    c->quota_min[0] = 1; /* keep the short tier served */
-    c->quota_min[1] = 1;
+    c->profile_noise = 0.02; /* 2 % step-time jitter while profiling */
+    for (int t = 0; t < DI_PREFILL_TIERS; t++) c->quota_min[t] = 1; /* every tier keeps a home instance */
     c->quota_period_s = 1.0; /* Δ of §6.2 */
     c->kv_bytes_per_token = 890.0; /* V4.1 HBM-resident KV (§3) */
     c->transfer_gb_per_s = 6.25;   /* 400 Gbps per 8 GPUs (§2.2) */
@@ -52,7 +57,7 @@ void di_sim_config_default(DiSimConfig *c) {
     c->moe_experts = 384; /* V4.1-Flash routed experts, top-6 (model-v41.md) */
     c->moe_top_k = 6;
     c->moe_skew = 0.6;
-    c->moe_drift_tau_s = 600.0;
+    c->moe_drift_tau_s = 21600.0; /* assumed: expert popularity decorrelates over ~6 hours */
     c->seed = 1;
     c->prefill_policy = DI_SIM_PREFILL_TIERED;
     c->decode_policy = DI_DECODE_LB_BALANCED;
@@ -101,6 +106,9 @@ typedef struct {
 typedef struct {
     const DiSimTrace *trace;
     const DiSimConfig *cfg;
+    DiPrefillCost model; /* the scheduler's cost model, fitted from profiled step times */
+    DiPrefillCorrection correction; /* measured / predicted step time (§6.3 online refit) */
+    double planned_ns;   /* the fitted model's prediction of the step being planned */
     Req *req;
     Instance *inst;
     Fifo tier_q[DI_PREFILL_TIERS], fifo_q;
@@ -159,10 +167,11 @@ static int rank_add(Sim *s, Rank *r, int id) {
         r->ids = ids;
         r->cap = cap;
     }
-    /* keep tier priority, then age (request index is arrival order) */
-    int at = r->n;
-    while (at > 0 && (s->req[r->ids[at - 1]].tier > s->req[id].tier ||
-                      (s->req[r->ids[at - 1]].tier == s->req[id].tier && r->ids[at - 1] > id))) {
+    /* tier priority, then age (request index is arrival order), §6.3 "Filling a step"; the
+     * FIFO and round-robin baselines keep plain arrival order */
+    int at = r->n, by_tier = s->cfg->prefill_policy == DI_SIM_PREFILL_TIERED;
+    while (at > 0 && ((by_tier && s->req[r->ids[at - 1]].tier > s->req[id].tier) ||
+                      ((!by_tier || s->req[r->ids[at - 1]].tier == s->req[id].tier) && r->ids[at - 1] > id))) {
         r->ids[at] = r->ids[at - 1];
         at--;
     }
@@ -172,7 +181,7 @@ static int rank_add(Sim *s, Rank *r, int id) {
 }
 
 static double remaining_cost(const Sim *s, const Req *q) {
-    return di_prefill_cost_request_ns(&s->cfg->prefill_cost, q->remaining, q->c);
+    return di_prefill_cost_request_ns(&s->model, q->remaining, q->c);
 }
 
 /* ---- decode-ready heap (by ready time, then request index) ------------------------------- */
@@ -223,15 +232,6 @@ static int on_arrival(Sim *s, int id) {
     s->tier_cached[q->tier] += (double)cached;
     s->in_tokens += (double)tr->input_tokens;
     q->decode_rank = -1;
-    if (tr->output_tokens > 1) { /* choose the decode rank now, so decode can reserve KV (§5.2) */
-        q->decode_rank = di_decode_lb_pick(&s->dlb, tr->input_tokens);
-        if (q->decode_rank < 0) {
-            s->res->rejected++;
-            q->remaining = 0;
-            return 0;
-        }
-        if (di_decode_lb_admit(&s->dlb, q->decode_rank, tr->input_tokens) != 0) return -1;
-    }
     q->queued_cost = remaining_cost(s, q);
     s->tier_arrivals[q->tier] += 1.0;
     s->tier_cost_sum[q->tier] += q->queued_cost;
@@ -253,41 +253,106 @@ static int on_arrival(Sim *s, int id) {
 
 /* ---- prefill ---------------------------------------------------------------------------- */
 
-/* Next queued request for an instance: its tier's queue, else the nearest non-empty tier
- * (work-conserving lending, §6.2); or the single FIFO. */
-static int pop_for_instance(Sim *s, const Instance *in) {
-    if (s->cfg->prefill_policy == DI_SIM_PREFILL_FIFO) return fifo_pop(s, &s->fifo_q);
-    for (int d = 0; d < DI_PREFILL_TIERS; d++) {
-        int cand[2] = {in->tier - d, in->tier + d};
-        for (int k = 0; k < (d ? 2 : 1); k++) {
-            int t = cand[k];
-            if (t < 0 || t >= DI_PREFILL_TIERS || s->tier_q[t].head < 0) continue;
-            int id = fifo_pop(s, &s->tier_q[t]);
-            s->tier_queued_ns[t] -= s->req[id].queued_cost;
-            if (s->tier_queued_ns[t] < 0) s->tier_queued_ns[t] = 0;
-            return id;
-        }
+/* Tiered pulling (§6.2), as refined by measurement in this simulator:
+ *  - the next request comes from the queue whose head is latest relative to its tier's TTFT
+ *    objective (wait / objective), the instance's own tier counting double (its quota is for
+ *    it) — so an instance is work-conserving and no tier starves behind the quotas;
+ *  - own-tier and shorter requests go to a rank as long as the work that would run before them
+ *    (own and shorter tiers: ranks serve requests in tier order, rank_add) is under the step
+ *    budget, preferring the rank with the least total backlog; longer tiers are lent only ranks
+ *    with a spare step (their loan is "given back immediately" since it runs last in a step);
+ *  - a step's budget T is that of the shortest tier present (§6.3 "Choosing T": T must suit
+ *    every request in the step).
+ * Measured (see the report of issue 6): pure partitioning by quota with lending only from empty
+ * queues gave worse TTFT p99 than one FIFO on every tier; these rules make the short tiers'
+ * p99 better than FIFO at the cost of the long tiers' near saturation. */
+static int take_from_tier(Sim *s, int t) {
+    int id = fifo_pop(s, &s->tier_q[t]);
+    s->tier_queued_ns[t] -= s->req[id].queued_cost;
+    if (s->tier_queued_ns[t] < 0) s->tier_queued_ns[t] = 0;
+    return id;
+}
+
+/* The tier to pull from: the queued head with the largest lateness (wait / TTFT objective),
+ * counting the instance's own tier double (its quota is for it); -1 when all queues are empty. */
+static int pick_tier(const Sim *s, const Instance *in, double now) {
+    int pick = -1;
+    double best = -1.0;
+    for (int t = 0; t < DI_PREFILL_TIERS; t++) {
+        int head = s->tier_q[t].head;
+        if (head < 0) continue;
+        double late = (now - s->req[head].arrival + 1e-3) / (1e-3 * s->cfg->tier_slo_ms[t]);
+        if (t == in->tier) late *= 2.0;
+        if (late > best) best = late, pick = t;
     }
-    return -1;
+    return pick;
+}
+
+static double priority_backlog(const Sim *s, const Rank *r, int tier) {
+    double sum = 0.0;
+    for (int k = 0; k < r->n; k++)
+        if (s->req[r->ids[k]].tier <= tier) sum += remaining_cost(s, &s->req[r->ids[k]]);
+    return sum;
 }
 
 static double budget_ns(const Sim *s, const Instance *in) {
     return 1e6 * (s->cfg->prefill_policy == DI_SIM_PREFILL_FIFO ? s->cfg->fifo_budget_ms : s->cfg->tier_budget_ms[in->tier]);
 }
 
+/* The rank for the next request.  For loans (priority_only = 0): the least total backlog.  For
+ * own-tier or shorter work: among ranks whose higher-priority backlog is under the budget, the
+ * one with the least total backlog (the smallest predicted finish, §6.2), so short requests do
+ * not pile onto ranks busy with long ones while others are free.  *load is the backlog that
+ * decides whether the rank can take more (>= budget: no). */
+static int least_loaded(const Sim *s, const Instance *in, int priority_only, double budget, double *load) {
+    int best = -1;
+    double best_total = 0.0;
+    *load = INFINITY;
+    for (int r = 0; r < s->cfg->prefill_ranks; r++) {
+        double total = in->ranks[r].backlog_ns;
+        double gate = priority_only ? priority_backlog(s, &in->ranks[r], in->tier) : total;
+        if (gate >= budget && best >= 0) continue;
+        if (best < 0 || (gate < budget && (*load >= budget || total < best_total))) {
+            best = r;
+            best_total = total;
+            *load = gate;
+        }
+    }
+    return best;
+}
+
+static int give(Sim *s, Instance *in, int rank, int id) {
+    if (rank_add(s, &in->ranks[rank], id) != 0) return -1;
+    in->ranks[rank].backlog_ns += remaining_cost(s, &s->req[id]);
+    return 0;
+}
+
 /* Pull queued requests onto the ranks with the least predicted backlog until every rank has a
  * full step's worth (the smallest-predicted-finish rule of §6.2). */
-static int pull_work(Sim *s, Instance *in, double budget) {
-    int R = s->cfg->prefill_ranks;
+static int pull_work(Sim *s, Instance *in, double budget, double now) {
+    double load;
+    if (s->cfg->prefill_policy == DI_SIM_PREFILL_FIFO) {
+        for (;;) {
+            int r = least_loaded(s, in, 0, budget, &load);
+            if (load >= budget || s->fifo_q.head < 0) return 0;
+            if (give(s, in, r, fifo_pop(s, &s->fifo_q)) != 0) return -1;
+        }
+    }
     for (;;) {
-        int best = 0;
-        for (int r = 1; r < R; r++)
-            if (in->ranks[r].backlog_ns < in->ranks[best].backlog_ns) best = r;
-        if (in->ranks[best].backlog_ns >= budget) return 0;
-        int id = pop_for_instance(s, in);
-        if (id < 0) return 0;
-        if (rank_add(s, &in->ranks[best], id) != 0) return -1;
-        in->ranks[best].backlog_ns += remaining_cost(s, &s->req[id]);
+        int t = pick_tier(s, in, now);
+        if (t < 0) return 0;
+        /* own-tier and shorter work sees only the backlog it would queue behind (§6.3 order);
+         * longer tiers are lent only ranks with a spare step */
+        int r = least_loaded(s, in, t <= in->tier, budget, &load);
+        if (load >= budget) {
+            if (t <= in->tier) return 0;
+            /* no spare rank for a loan; own-tier work may still fit */
+            if (s->tier_q[in->tier].head < 0) return 0;
+            r = least_loaded(s, in, 1, budget, &load);
+            if (load >= budget) return 0;
+            t = in->tier;
+        }
+        if (give(s, in, r, take_from_tier(s, t)) != 0) return -1;
     }
 }
 
@@ -303,10 +368,22 @@ static int pull_round_robin(Sim *s, Rank *r) {
     return 0;
 }
 
-/* Chunks for one rank this step; returns the rank's predicted step cost (f when idle). */
+/* The time the rank's chunks really take: the true cost model (cfg->prefill_cost), which the
+ * scheduler only knows through its fit (s->model). */
+static double true_rank_cost(const Sim *s, const Rank *r) {
+    const DiPrefillCost *truth = &s->cfg->prefill_cost;
+    double cost = truth->f;
+    for (int k = 0; k < r->n; k++) {
+        const Req *q = &s->req[r->ids[k]];
+        if (q->q) cost += di_prefill_cost_request_ns(truth, q->q, q->c);
+    }
+    return cost;
+}
+
+/* Chunks for one rank this step (planned with the fitted model); returns the rank's true step
+ * cost (f when idle). */
 static double plan_rank(Sim *s, Rank *r, double budget, int64_t *tokens) {
-    const DiPrefillCost *m = &s->cfg->prefill_cost;
-    double cost = m->f;
+    const DiPrefillCost *m = &s->model;
     int64_t used = 0;
     if (s->cfg->prefill_policy == DI_SIM_PREFILL_ROUND_ROBIN) { /* fixed chunk, no cost model */
         for (int k = 0; k < r->n; k++) {
@@ -314,10 +391,9 @@ static double plan_rank(Sim *s, Rank *r, double budget, int64_t *tokens) {
             int64_t left = s->cfg->rr_chunk_tokens - used;
             q->q = q->remaining < left ? q->remaining : left;
             used += q->q;
-            if (q->q) cost += di_prefill_cost_request_ns(m, q->q, q->c);
         }
         *tokens = used;
-        return cost;
+        return true_rank_cost(s, r);
     }
     double left = budget - m->f;
     for (int k = 0; k < r->n; k++) {
@@ -329,18 +405,45 @@ static double plan_rank(Sim *s, Rank *r, double budget, int64_t *tokens) {
         if (got <= 0) continue;
         q->q = got;
         used += got;
-        double c = di_prefill_cost_request_ns(m, got, q->c);
-        left -= c;
-        cost += c;
+        left -= di_prefill_cost_request_ns(m, got, q->c);
     }
     if (used == 0 && r->n > 0) { /* progress guarantee: nothing fits the budget, run one block */
         Req *q = &s->req[r->ids[0]];
         q->q = q->remaining < s->cfg->chunk.block ? q->remaining : s->cfg->chunk.block;
         used = q->q;
-        cost += di_prefill_cost_request_ns(m, q->q, q->c);
     }
+    double planned = m->f;
+    for (int k = 0; k < r->n; k++)
+        if (s->req[r->ids[k]].q) planned += di_prefill_cost_request_ns(m, s->req[r->ids[k]].q, s->req[r->ids[k]].c);
+    if (planned > s->planned_ns) s->planned_ns = planned;
     *tokens = used;
-    return cost;
+    return true_rank_cost(s, r);
+}
+
+/* §6.3 "Fit": profile a log-spaced (q, c) grid on the "hardware" (the true model with
+ * multiplicative measurement noise, after a warm-up that is not recorded), and fit the five
+ * coefficients by relative least squares.  A coefficient the noise drives below zero is clamped
+ * to 0 (the chunk solver needs a model that grows with q and c). */
+static int fit_prefill_model(Sim *s) {
+    enum { NQ = 8, NC = 8 };
+    int64_t q[NQ * NC], c[NQ * NC];
+    double ns[NQ * NC];
+    DiRng rng = di_rng_seed(s->cfg->seed ^ 0xf17ULL);
+    int n = 0;
+    for (int i = 0; i < NQ; i++)
+        for (int j = 0; j < NC; j++, n++) {
+            q[n] = (int64_t)256 << i;                     /* 256 .. 32K new tokens */
+            c[n] = j == 0 ? 0 : (int64_t)1024 << (2 * j - 2); /* 0, 1K .. 4M prefix */
+            if (c[n] > (1 << 20)) c[n] = 1 << 20;
+            double noise = 1.0 + s->cfg->profile_noise * di_rng_normal(&rng);
+            ns[n] = di_prefill_cost_ns(&s->cfg->prefill_cost, q[n], c[n]) * (noise > 0.5 ? noise : 0.5);
+        }
+    if (di_prefill_cost_fit(q, c, ns, (size_t)n, 1, &s->model) != 0) return di_error_wrap("fitting the prefill cost model");
+    double *coef[5] = {&s->model.a, &s->model.b, &s->model.d, &s->model.e, &s->model.f};
+    for (int k = 0; k < 5; k++)
+        if (*coef[k] < 0.0) *coef[k] = 0.0;
+    s->res->fitted_prefill_cost = s->model;
+    return 0;
 }
 
 static int try_start_prefill(Sim *s, Instance *in, double now) {
@@ -350,11 +453,17 @@ static int try_start_prefill(Sim *s, Instance *in, double now) {
     if (s->cfg->prefill_policy == DI_SIM_PREFILL_ROUND_ROBIN) {
         for (int r = 0; r < R; r++)
             if (pull_round_robin(s, &in->ranks[r]) != 0) return -1;
-    } else if (pull_work(s, in, budget) != 0) {
+    } else if (pull_work(s, in, budget, now) != 0) {
         return -1;
     }
+    if (s->cfg->prefill_policy == DI_SIM_PREFILL_TIERED) /* T must suit every request in the step (§6.3) */
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < in->ranks[r].n; k++)
+                budget = fmin(budget, 1e6 * s->cfg->tier_budget_ms[s->req[in->ranks[r].ids[k]].tier]);
     double max = 0.0, sum = 0.0;
     int64_t tokens = 0;
+    s->planned_ns = 0.0;
+    if (s->cfg->prefill_policy != DI_SIM_PREFILL_ROUND_ROBIN) budget /= s->correction.factor;
     for (int r = 0; r < R; r++) {
         int64_t t = 0;
         double c = plan_rank(s, &in->ranks[r], budget, &t);
@@ -365,6 +474,7 @@ static int try_start_prefill(Sim *s, Instance *in, double now) {
     if (tokens == 0) return 0; /* nothing to do: idle until an arrival */
     s->sum_pmax += max;
     s->sum_pmean += sum / R;
+    di_prefill_correction_update(&s->correction, s->planned_ns, max); /* the step as measured */
     s->res->prefill_steps++;
     s->res->prefill_tokens_computed += tokens;
     if (s->moe_prefill && di_sim_moe_step(s->moe_prefill, now, tokens) != 0) return -1;
@@ -379,6 +489,18 @@ static int prefill_complete(Sim *s, int id, double now) {
     q->prefill_done = now;
     if (sample_push(&s->ttft[q->tier], now - q->arrival) != 0) return -1;
     if (di_prefix_cache_insert(s->cache, tr->blocks, tr->n_blocks) != 0) return -1;
+    /* The decode rank is chosen when the prefill ends and the KV transfer starts, not at
+     * arrival as §5.2 step 3 suggests: a long prefill takes tens of seconds, and a request
+     * parked on a rank's projection all that time steers work away from a rank that is in
+     * fact lightly loaded (measured: worse decode balance than round robin). */
+    if (tr->output_tokens > 1) {
+        q->decode_rank = di_decode_lb_pick(&s->dlb, tr->input_tokens);
+        if (q->decode_rank < 0) { /* no decode capacity: the request fails */
+            s->res->rejected++;
+            return 0;
+        }
+        if (di_decode_lb_admit(&s->dlb, q->decode_rank, tr->input_tokens) != 0) return -1;
+    }
     if (q->decode_rank < 0) { /* a one-token answer ends with prefill */
         s->done++;
         s->out_tokens += (double)tr->output_tokens;
@@ -500,11 +622,14 @@ static int check_config(const DiSimConfig *c) {
     if (!(c->speedup > 0.0) || !isfinite(c->speedup)) return di_errorf("simulation: speedup must be positive");
     if (c->cache_blocks == 0) return di_errorf("simulation: cache must hold at least one block");
     for (int t = 0; t < DI_PREFILL_TIERS; t++)
-        if (!(c->tier_budget_ms[t] > 0.0)) return di_errorf("simulation: tier %d step budget must be positive", t);
+        if (!(c->tier_budget_ms[t] > 0.0) || !(c->tier_slo_ms[t] > 0.0))
+            return di_errorf("simulation: tier %d step budget and TTFT objective must be positive", t);
     if (!(c->fifo_budget_ms > 0.0) || c->rr_chunk_tokens <= 0 || c->token_cap <= 0 || c->chunk.block <= 0)
         return di_errorf("simulation: budgets, chunk sizes and the token cap must be positive");
     if (!(c->transfer_gb_per_s > 0.0) || !(c->kv_bytes_per_token >= 0.0) || !(c->quota_period_s > 0.0))
         return di_errorf("simulation: transfer bandwidth and quota period must be positive");
+    if (!(c->profile_noise >= 0.0 && c->profile_noise <= 0.2))
+        return di_errorf("simulation: profile noise must be in 0..0.2, got %g", c->profile_noise);
     if (c->moe_layers < 0 || (c->moe_layers > 0 && (c->moe_experts % c->decode_ranks != 0 ||
                                                      c->moe_experts % c->prefill_ranks != 0)))
         return di_errorf("simulation: %d experts must spread evenly over %d decode and %d prefill ranks",
@@ -512,9 +637,9 @@ static int check_config(const DiSimConfig *c) {
     return 0;
 }
 
-static DiSimMoe *make_moe(const DiSimConfig *c, DiEplbPhase phase, int gpus, double span_s) {
+static DiSimMoe *make_moe(const DiSimConfig *c, DiEplbPhase phase, int gpus) {
     DiSimMoeConfig m = {c->moe_layers, c->moe_experts, c->moe_top_k, gpus, 1, 1,
-                        c->moe_skew, c->moe_drift_tau_s, span_s / DI_SIM_MOE_BUCKETS + 1e-9, phase,
+                        c->moe_skew, c->moe_drift_tau_s, phase,
                         /* decode steps are ~40x as many as prefill steps: sample 1 in 10 of them */
                         phase == DI_EPLB_DECODE ? 10 : 1,
                         c->seed ^ (phase == DI_EPLB_DECODE ? 0x5eedULL : 0xbeefULL)};
@@ -534,6 +659,7 @@ static int sim_init(Sim *s, const DiSimTrace *t, const DiSimConfig *c, DiSimResu
     s->ready_heap = di_calloc(t->n, sizeof(int), "decode ready queue");
     s->cache = di_prefix_cache_create(c->cache_blocks);
     if (!s->req || !s->inst || !s->running || !s->ready_heap || !s->cache) return -1;
+    if (fit_prefill_model(s) != 0 || di_prefill_correction_init(&s->correction, 0.05) != 0) return -1;
     for (size_t i = 0; i < t->n; i++) s->req[i].arrival = t->reqs[i].arrival_s / c->speedup;
     for (int i = 0; i < c->prefill_instances; i++) {
         s->inst[i].ranks = di_calloc((size_t)c->prefill_ranks, sizeof(Rank), "prefill ranks");
@@ -541,7 +667,7 @@ static int sim_init(Sim *s, const DiSimTrace *t, const DiSimConfig *c, DiSimResu
         for (int r = 0; r < c->prefill_ranks; r++) s->inst[i].ranks[r].own = (Fifo){-1, -1};
     }
     DiDecodeLbConfig dc = {c->decode_ranks, c->decode_lookahead, c->decode_max_requests, c->decode_max_kv_tokens,
-                           c->decode_policy};
+                           c->decode_policy, c->decode_cost};
     if (di_decode_lb_init(&s->dlb, &dc) != 0) return -1;
     DiPrefillQuotaConfig qc = {c->prefill_instances, {0}, 0.3, 2.0};
     for (int k = 0; k < DI_PREFILL_TIERS; k++)
@@ -561,9 +687,8 @@ static int sim_init(Sim *s, const DiSimTrace *t, const DiSimConfig *c, DiSimResu
         s->inst[i].tier = tier;
     }
     if (c->moe_layers > 0) {
-        double span = t->reqs[t->n - 1].arrival_s / c->speedup;
-        s->moe_prefill = make_moe(c, DI_EPLB_PREFILL, c->prefill_ranks, span);
-        s->moe_decode = s->moe_prefill ? make_moe(c, DI_EPLB_DECODE, c->decode_ranks, span) : NULL;
+        s->moe_prefill = make_moe(c, DI_EPLB_PREFILL, c->prefill_ranks);
+        s->moe_decode = s->moe_prefill ? make_moe(c, DI_EPLB_DECODE, c->decode_ranks) : NULL;
         if (!s->moe_decode) return -1;
     }
     return 0;
@@ -635,6 +760,7 @@ static int collect(Sim *s, double first_arrival) {
     r->input_tokens_per_s = r->makespan_s > 0 ? s->in_tokens / r->makespan_s : 0.0;
     r->output_tokens_per_s = r->makespan_s > 0 ? s->out_tokens / r->makespan_s : 0.0;
     r->quota_moves = s->quota.moves;
+    r->prefill_correction = s->correction.factor;
     r->has_moe = s->moe_decode != NULL;
     if (r->has_moe) {
         r->moe_prefill = di_sim_moe_report(s->moe_prefill);

@@ -1,10 +1,10 @@
 /* sim.h — discrete-event simulation of a prefill/decode-disaggregated cluster (serving.md §5.5,
  * §6.4, §7.3, §8.4, §11 layer 2), replaying a request trace through the control plane:
  *
- *   arrival -> prefix-cache lookup (prefix_cache.h) -> decode rank chosen now (decode_lb.h, so
- *   decode can reserve KV) -> prefill queue (per tier with instance quotas, prefill_lb.h; or a
- *   single FIFO; or round robin) -> chunked prefill on EP instances whose ranks step together,
- *   chunks from the cost model (prefill_cost.h) -> KV transfer -> decode in one wide EP group
+ *   arrival -> prefix-cache lookup (prefix_cache.h) -> prefill queue (per tier with instance
+ *   quotas, prefill_lb.h; or a single FIFO; or round robin) -> chunked prefill on EP instances
+ *   whose ranks step together, chunks from the cost model (prefill_cost.h) -> decode rank chosen
+ *   (decode_lb.h) -> KV transfer -> decode in one wide EP group
  *   stepping at the pace of its slowest rank -> done.
  *
  * Step times come from the cost models, not from running a model; expert loads from
@@ -33,10 +33,14 @@ typedef struct {
     int decode_ranks;                     /* one wide EP group */
     double speedup;                       /* trace time is divided by this (load multiplier) */
     size_t cache_blocks;                  /* prefix-cache capacity, 512-token blocks */
-    DiPrefillCost prefill_cost;           /* per rank, ns */
+    DiPrefillCost prefill_cost;           /* per rank, ns: the "hardware"; the scheduler fits its own
+                                             model from profiled step times (§6.3 "Fit") */
+    double profile_noise;                 /* relative jitter of the profiled step times */
     DiDecodeCost decode_cost;             /* per rank, ns */
     double tier_budget_ms[DI_PREFILL_TIERS]; /* step budget T of an instance serving tier t */
     double fifo_budget_ms;                /* T of the single-FIFO baseline */
+    double tier_slo_ms[DI_PREFILL_TIERS]; /* TTFT objective per tier: a queued request past half of
+                                             it may be served by any instance (deadline lending) */
     int64_t rr_chunk_tokens;              /* fixed chunk of the round-robin baseline */
     int64_t token_cap;                    /* per rank per step */
     DiChunkRules chunk;
@@ -73,6 +77,8 @@ typedef struct {
     int64_t prefill_steps, decode_steps, quota_moves, prefill_tokens_computed;
     int has_moe;
     DiSimMoeReport moe_prefill, moe_decode;
+    DiPrefillCost fitted_prefill_cost;   /* what the scheduler planned with */
+    double prefill_correction;           /* final measured / predicted step-time factor */
 } DiSimResult;
 
 int di_sim_run(const DiSimTrace *trace, const DiSimConfig *cfg, DiSimResult *out);

@@ -13,11 +13,12 @@ static json_t *buckets(const double *v) {
 }
 
 static json_t *moe_json(const DiSimMoeReport *m) {
-    return json_pack("{s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:o, s:o}", "eplb", m->eplb, "rearrange_only", m->rearrange,
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:o, s:o, s:[f, f]}", "eplb", m->eplb, "eplb_noise_free",
+                     m->eplb_expected, "rearrange_only", m->rearrange,
                      "no_eplb", m->fixed, "eplb_vs_no_eplb", m->fixed > 0 ? m->eplb / m->fixed : 0.0, "steps",
                      (json_int_t)m->steps, "replans", (json_int_t)m->replans, "moved_slots",
                      (json_int_t)m->moved_slots, "eplb_over_time", buckets(m->eplb_bucket), "no_eplb_over_time",
-                     buckets(m->fixed_bucket));
+                     buckets(m->fixed_bucket), "over_time_span_s", m->first_s, m->last_s);
 }
 
 json_t *di_sim_result_json(const DiSimResult *r) {
@@ -39,6 +40,12 @@ json_t *di_sim_result_json(const DiSimResult *r) {
                           "output_tokens_per_s", r->output_tokens_per_s, "prefill_steps", (json_int_t)r->prefill_steps,
                           "decode_steps", (json_int_t)r->decode_steps, "prefill_tokens_computed",
                           (json_int_t)r->prefill_tokens_computed, "quota_moves", (json_int_t)r->quota_moves);
+    if (o)
+        json_object_set_new(o, "fitted_prefill_cost_ns",
+                            json_pack("{s:f, s:f, s:f, s:f, s:f}", "a_qq", r->fitted_prefill_cost.a, "b_qc",
+                                      r->fitted_prefill_cost.b, "d_q", r->fitted_prefill_cost.d, "e_c",
+                                      r->fitted_prefill_cost.e, "f", r->fitted_prefill_cost.f));
+    if (o) json_object_set_new(o, "prefill_step_time_correction", json_real(r->prefill_correction));
     if (o && r->has_moe)
         json_object_set_new(o, "moe_lb",
                             json_pack("{s:o, s:o}", "prefill", moe_json(&r->moe_prefill), "decode", moe_json(&r->moe_decode)));

@@ -162,12 +162,18 @@ static int zipf_draw(const double *cdf, int n, DiRng *r) {
     return lo;
 }
 
-static int64_t draw_context(DiRng *r) {
-    double u = di_rng_uniform(r), lo, hi;
-    if (u < 0.70) lo = 256, hi = 16384;
-    else if (u < 0.90) lo = 16384, hi = 65536;
-    else if (u < 0.98) lo = 65536, hi = 262144;
-    else lo = 262144, hi = 1048576;
+static int64_t draw_context(DiRng *r, const double mix[4]) {
+    static const double lo_of[4] = {256, 16384, 65536, 262144}, hi_of[4] = {16384, 65536, 262144, 1048576};
+    double u = di_rng_uniform(r), acc = 0.0;
+    int t = 3;
+    for (int k = 0; k < 4; k++) {
+        acc += mix[k];
+        if (u < acc) {
+            t = k;
+            break;
+        }
+    }
+    double lo = lo_of[t], hi = hi_of[t];
     int64_t n = (int64_t)(lo * pow(hi / lo, di_rng_uniform(r)));
     return n < (int64_t)hi ? n : (int64_t)hi - 1;
 }
@@ -181,7 +187,15 @@ static int check_synth(const DiSimSynthConfig *c) {
     if (!(c->zipf_s >= 0.0) || c->zipf_s > 10.0) return di_errorf("synthetic workload: zipf exponent must be in 0..10");
     if (!(c->prefix_fraction >= 0.0 && c->prefix_fraction <= 1.0))
         return di_errorf("synthetic workload: prefix fraction must be in 0..1");
-    if (!(c->mean_output >= 1.0) || !isfinite(c->mean_output)) return di_errorf("synthetic workload: mean output must be >= 1");
+    if (!(c->mean_output >= 1.0) || !isfinite(c->mean_output) || c->mean_output > 1e7)
+        return di_errorf("synthetic workload: mean output must be in 1..10^7");
+    double sum = 0.0;
+    for (int t = 0; t < 4; t++) {
+        if (!(c->tier_mix[t] >= 0.0) || !isfinite(c->tier_mix[t]))
+            return di_errorf("synthetic workload: tier mix entries must be finite and >= 0");
+        sum += c->tier_mix[t];
+    }
+    if (sum > 1e300) return di_errorf("synthetic workload: tier mix too large");
     return 0;
 }
 
@@ -189,6 +203,9 @@ int di_sim_trace_synthetic(const DiSimSynthConfig *c, DiSimTrace *out) {
     if (!c || !out) return di_errorf("synthetic workload: NULL argument");
     memset(out, 0, sizeof *out);
     if (check_synth(c) != 0) return -1;
+    double mix[4] = {0.70, 0.20, 0.08, 0.02}, sum = c->tier_mix[0] + c->tier_mix[1] + c->tier_mix[2] + c->tier_mix[3];
+    if (sum > 0.0)
+        for (int t = 0; t < 4; t++) mix[t] = c->tier_mix[t] / sum;
     double *cdf = di_calloc((size_t)c->prefixes, sizeof(double), "Zipf CDF");
     if (!cdf) return -1;
     for (int k = 0; k < c->prefixes; k++) cdf[k] = (k ? cdf[k - 1] : 0.0) + pow(k + 1, -c->zipf_s);
@@ -199,7 +216,7 @@ int di_sim_trace_synthetic(const DiSimSynthConfig *c, DiSimTrace *out) {
     uint64_t unique = 1ULL << 40; /* ids of unshared blocks; shared ones are (doc << 20) | block */
     for (size_t i = 0; i < c->requests; i++) {
         t += di_rng_exponential(&r, 1.0 / c->rate_per_s);
-        int64_t n = draw_context(&r);
+        int64_t n = draw_context(&r, mix);
         int nb = (int)((n + DI_SIM_BLOCK_TOKENS - 1) / DI_SIM_BLOCK_TOKENS);
         int doc = zipf_draw(cdf, c->prefixes, &r), shared = (int)(c->prefix_fraction * (double)(n / DI_SIM_BLOCK_TOKENS));
         size_t start = b.t.n_block_ids;

@@ -37,11 +37,12 @@ typedef struct {
     double zipf_s;          /* popularity exponent of the prefixes */
     double prefix_fraction; /* share of each input that is the shared prefix */
     double mean_output;     /* exponential output lengths */
+    double tier_mix[4];     /* share of requests per context tier (normalised; all 0 = default) */
     uint64_t seed;
 } DiSimSynthConfig;
 
-/* Context lengths: 70 % short (< 16K, log-uniform 256..16K), 20 % 16-64K, 8 % 64-256K,
- * 2 % 256K-1M, uniform in log within each tier, so every prefill tier is exercised. */
+/* Context lengths by tier_mix, default 70 % short (< 16K, from 256), 20 % 16-64K, 8 % 64-256K,
+ * 2 % 256K-1M, log-uniform within each tier, so every prefill tier is exercised. */
 int di_sim_trace_synthetic(const DiSimSynthConfig *cfg, DiSimTrace *out);
 
 void di_sim_trace_free(DiSimTrace *t);
