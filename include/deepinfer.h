@@ -21,7 +21,52 @@ const char *di_version(void);
 
 /* ---- model: checkpoint loading and the forward pass (src/model) ------------------------- */
 
+/* Write a synthetic DeepSeek-V4.1 checkpoint in the official Hugging Face layout into out_dir:
+ * preset "tiny" (model-v41.md §9 shapes, 291-token byte-level tokenizer), "spec9" (§9.2
+ * verbatim, no tokenizer) or "medium" (benchmark size, ~520 MB).  Same seed, same bytes. */
+int di_make_tiny(const char *out_dir, const char *preset, uint64_t seed);
+/* The built-in tiny model used when no checkpoint is given: generated on first use into
+ * $XDG_CACHE_HOME/deepinfer/tiny-v41 (else ~/.cache/deepinfer/tiny-v41) and reused after;
+ * its directory is written to buf. */
+int di_builtin_model_dir(char *buf, size_t n);
+
 /* (model API goes here) */
+
+/* The V4.1 forward pass on a loaded checkpoint (model-v41.md §5).  A DiModel is immutable while
+ * forwards run on it, except for the setters below; each request has its own DiModelState (§6:
+ * window rings, compressed KV rows, index keys, compressor pending rows, Engram history, DSpark
+ * rings).  numerics: "ref" (default, NULL: the reference's FP8 activation quantisation and KV
+ * round trips), "kvq" (KV / indexer round trips only), "exact" (float32 throughout). */
+typedef struct DiModel DiModel;
+typedef struct DiModelState DiModelState;
+
+DiModel *di_model_load(const char *dir, const char *numerics);
+void di_model_free(DiModel *model);
+int32_t di_model_vocab_size(const DiModel *model);
+/* Worker threads of the matrix kernels (<= 0: DEEPINFER_NUM_THREADS, else all CPUs). */
+int di_model_set_threads(DiModel *model, int n_threads);
+/* The Engram compressed-token map cid[t], t < len (tokenizer-derived, §5.2 a); required before
+ * the first forward of a model with Engram layers. */
+int di_model_set_engram_token_map(DiModel *model, const int32_t *cid, int64_t len);
+
+DiModelState *di_model_state_new(const DiModel *model);
+void di_model_state_free(DiModelState *state);
+/* Positions the state holds (the next chunk starts there). */
+int64_t di_model_state_positions(const DiModelState *state);
+
+/* Process tokens at positions start_pos .. start_pos+n-1 (start_pos must equal the state's
+ * positions): a prefill chunk of any length or a decode step.  logits (may be NULL): [n][vocab]
+ * when all_rows, else [vocab] for the last token.  On error the state is unusable only if the
+ * error came from inside the layers; argument errors leave it untouched. */
+int di_model_forward(DiModel *model, DiModelState *state, const int32_t *tokens, int64_t n, int64_t start_pos,
+                     float *logits, int all_rows);
+
+/* DSpark drafter (§5.11): with `anchor` at the state's next position, fill base_logits and
+ * logits [block][vocab], confidence [block] (raw logits) and tokens [block]; given = NULL drafts
+ * greedily, else the block's drafts are imposed.  Commits nothing to the state. */
+int di_model_draft_block_size(const DiModel *model);
+int di_model_draft(DiModel *model, DiModelState *state, int32_t anchor, const int32_t *given, float *base_logits,
+                   float *logits, float *confidence, int32_t *tokens);
 
 /* ---- recipe: tokenizer (src/recipe) ----------------------------------------------------- */
 
@@ -88,15 +133,237 @@ void di_decode_stream_free(DiDecodeStream *stream);
 
 /* ---- recipe: prompt rendering, output parsing, protocols (src/recipe) ------------------- */
 
-/* (rendering / parsing API goes here) */
+/* Render a conversation to its prompt.  `json` holds the `deepinfer render` input
+ * ({"encoding": "v4"|"v4-0731"|"v41", "messages": [...], "tools": [...], "thinking_mode":
+ * "chat"|"thinking", "reasoning_effort": ..., "drop_thinking": bool, "tool_choice": ...,
+ * "response_format": ...}); *result_json receives {"prompt": "..."} (plus "segments":
+ * [{"special": bool, "text": "..."}] with DI_RENDER_WITH_SEGMENTS).  Free with free(). */
+#define DI_RENDER_WITH_SEGMENTS 1
+int di_render_json(const char *json, size_t len, int flags, char **result_json);
+/* The same plus "ids": the prompt's token ids, SPECIAL segments by id and TEXT runs as plain
+ * BPE (recipe.md §5.2).  Load `tok` with DI_ADDED_TABLE_V41 (or from the model's own
+ * tokenizer.json) so every control token of every encoding has its id. */
+int di_render_json_ids(const DiTokenizer *tok, const char *json, size_t len, int flags, char **result_json);
+
+/* Streaming parser of model output (reasoning, content, DSML tool calls, JSON mode, stop
+ * sequences).  options_json (NULL = defaults): {"initial": "content"|"start"|"reasoning"|
+ * "content_continuation", "tools": true, "tool_stage": false, "json_mode": false,
+ * "stop": ["..."], "finish": "stop"|"length"}.  Feed decoded UTF-8 text in any split; the
+ * result is the same however the text is split. */
+typedef struct DiOutputParser DiOutputParser;
+DiOutputParser *di_output_parser_new(const char *options_json);
+int di_output_parser_feed(DiOutputParser *parser, const char *text, size_t len);
+/* End of stream; then the result: {"reasoning_content", "content", "tool_calls": [{"name",
+ * "arguments"}], "invalid": [...], "stopped": bool, "finish_reason"}.  Free with free(). */
+int di_output_parser_finish(DiOutputParser *parser, char **result_json);
+void di_output_parser_free(DiOutputParser *parser);
+/* The `deepinfer parse` contract: {"encoding": ..., "options": {...}, "chunks": ["..."]}. */
+int di_parse_json(const char *json, size_t len, char **result_json);
 
 /* ---- engine: offline inference (src/engine) -------------------------------------------- */
 
-/* (engine API goes here) */
+/* An engine runs many requests at once over one model: continuous batching with chunked prefill,
+ * per-request state in fixed-size pages, deterministic sampling, optional overlap of scheduling
+ * with compute (async).  Single-threaded API: call every di_engine_* function of one engine
+ * from one thread; streaming callbacks run on that thread, inside di_engine_step/run, and may
+ * call di_engine_abort. */
+
+typedef struct DiEngine DiEngine;
+
+typedef struct {
+    int max_num_seqs;          /* requests in one step (default 64) */
+    int max_batch_tokens;      /* token budget of one step: decode tokens + prefill chunks (default 512) */
+    int max_prefill_chunk;     /* longest prefill chunk of one request in one step (0: the budget) */
+    size_t state_memory_bytes; /* page pool for per-request state (default 256 MiB) */
+    int async_scheduling;      /* -1 default (on), 0 off, 1 on */
+    int batch_invariant;       /* -1 default ($DEEPINFER_BATCH_INVARIANT, else off), 0, 1 */
+    uint64_t seed;             /* draws the seeds of requests that have none (0: from the clock) */
+} DiEngineOptions;
+
+/* Defaults as documented above. */
+void di_engine_options_init(DiEngineOptions *opts);
+
+typedef struct {
+    float temperature;          /* 0: greedy (argmax, ties to the lowest id) */
+    int top_k;                  /* <= 0: off */
+    float top_p;                /* (0, 1]; 1: off */
+    float min_p;                /* [0, 1]; 0: off */
+    float presence_penalty;     /* [-2, 2], on generated tokens */
+    float frequency_penalty;    /* [-2, 2], on generated tokens */
+    float repetition_penalty;   /* > 0; 1: off; on prompt and generated tokens */
+    int has_seed;               /* 0: the engine draws a seed (reported in the output) */
+    uint64_t seed;
+    int max_tokens;             /* >= 1 */
+    int min_tokens;             /* EOS and stop tokens are masked until this many were generated */
+    const int32_t *stop_token_ids; /* finish (token kept in the output) on any of these */
+    int n_stop_token_ids;
+    const char *const *stop;    /* stop strings: finish, text cut before the match */
+    int n_stop;
+    int logprobs;               /* -1: none; n >= 0: sampled token's logprob + the n best (n <= 20) */
+    int ignore_eos;
+} DiSamplingParams;
+
+#define DI_MAX_LOGPROBS 20
+
+/* vLLM's defaults: temperature 1, top_p 1, top_k off, max_tokens 16, no logprobs. */
+void di_sampling_params_init(DiSamplingParams *params);
+
+typedef enum {
+    DI_FINISH_NONE = 0,   /* still running */
+    DI_FINISH_STOP = 1,   /* EOS, a stop token or a stop string */
+    DI_FINISH_LENGTH = 2, /* max_tokens */
+    DI_FINISH_ABORT = 3,  /* di_engine_abort */
+} DiFinishReason;
+
+const char *di_finish_reason_name(DiFinishReason reason); /* "stop", "length", "abort", NULL */
+
+/* A request's input: exactly one of prompt_ids, prompt_text or chat_json.  Text needs the model's
+ * tokenizer and chat the prompt renderer (chat_json is the `render` command's input object);
+ * an engine without them rejects such input with an error that says so. */
+typedef struct {
+    const int32_t *prompt_ids;
+    int n_prompt_ids;
+    const char *prompt_text;
+    const char *chat_json;
+} DiRequestInput;
+
+/* Logprobs of one generated token: the sampled token's, then the n best (descending; ties by id). */
+typedef struct {
+    int32_t token;
+    float logprob;
+    int n_top;
+    int32_t top_ids[DI_MAX_LOGPROBS];
+    float top_logprobs[DI_MAX_LOGPROBS];
+} DiTokenLogprobs;
+
+/* What a streaming callback receives after each step that produced something for the request.
+ * Pointers are valid only during the call. */
+typedef struct {
+    uint64_t request_id;
+    const int32_t *new_token_ids;
+    int n_new_tokens;
+    const char *new_text;       /* complete UTF-8 only; text that may start a stop string is held back */
+    size_t new_text_len;
+    const DiTokenLogprobs *new_logprobs; /* n_new_tokens entries, or NULL */
+    DiFinishReason finish_reason;        /* != DI_FINISH_NONE on the last delivery */
+} DiStreamDelta;
+
+typedef void (*DiStreamCallback)(void *user, const DiStreamDelta *delta);
+
+/* A request's whole result so far.  Pointers stay valid until di_engine_release or destroy. */
+typedef struct {
+    uint64_t request_id;
+    const int32_t *prompt_ids;
+    int n_prompt_ids;
+    const int32_t *token_ids;   /* generated tokens (a matched stop string's tokens included) */
+    int n_tokens;
+    const char *text;           /* generated text, NUL-terminated, cut before a matched stop string */
+    size_t text_len;
+    const DiTokenLogprobs *logprobs; /* n_tokens entries, or NULL */
+    double cumulative_logprob;
+    DiFinishReason finish_reason;
+    int32_t stop_token;          /* the stop/EOS token that finished it, else -1 */
+    int stop_string;             /* index of the matched stop string, else -1 */
+    uint64_t seed;               /* the seed used (drawn when the request had none) */
+    int n_preemptions;
+    double time_to_first_token_s, total_time_s;
+} DiRequestOutput;
+
+typedef struct {
+    uint64_t steps, prefill_tokens, decode_tokens, preemptions;
+    uint64_t requests_added, requests_finished, requests_aborted;
+    int requests_waiting, requests_running;
+    size_t page_bytes, pages_total, pages_used, pages_peak; /* exact state-pool accounting */
+    size_t state_bytes_used;                                /* pages_used * page_bytes */
+    double time_forward_s;     /* the model's forward passes */
+    double time_sample_s;      /* the sampler */
+    double time_schedule_s;    /* planning steps (admission, pages, preemption) */
+    double time_output_s;      /* detokenising, stop checks, streaming callbacks */
+    double time_wait_s;        /* async: the main thread waiting for the forward */
+} DiEngineMetrics;
+
+/* Text for the engine, supplied by the layer above it (the tokenizer and the prompt renderer live
+ * in src/recipe, which calls the engine, never the reverse).  Every hook may be NULL: without
+ * encode, text prompts are rejected; without token_bytes, outputs carry ids but no text; without
+ * render_chat, chat input is rejected.  ctx is passed to every hook. */
+typedef struct {
+    /* text -> ids (fresh heap array, free()); -1 with di_errorf on failure */
+    int (*encode)(const void *ctx, const char *text, size_t len, int32_t **ids, size_t *n_ids);
+    /* the exact bytes of one token (not NUL-terminated); NULL for none */
+    const char *(*token_bytes)(const void *ctx, int32_t id, size_t *len);
+    /* 1 when a token's text is not shown (special tokens: BOS, EOS, role markers) */
+    int (*is_special)(const void *ctx, int32_t id);
+    /* a DiRequestInput.chat_json conversation -> prompt ids (fresh heap array) */
+    int (*render_chat)(const void *ctx, const char *json, int32_t **ids, size_t *n_ids);
+    const void *ctx;
+    int32_t bos_id; /* prepended to text prompts when >= 0 (Hugging Face add_special_tokens) */
+} DiTextHooks;
+
+/* Install text hooks (copied; ctx must outlive the engine).  Before the first request. */
+int di_engine_set_text_hooks(DiEngine *engine, const DiTextHooks *hooks);
+
+/* Create an engine on a model directory (config.json + safetensors checkpoint; NULL or "":
+ * $DEEPINFER_HF_MODEL_DIR, else the built-in tiny model, generated on first use).  NULL opts:
+ * defaults.  Text needs di_engine_set_text_hooks. */
+DiEngine *di_engine_create(const char *model_dir, const DiEngineOptions *opts);
+void di_engine_destroy(DiEngine *engine);
+/* The model directory the engine was created on (resolved as above); NULL for the test mock. */
+const char *di_engine_model_dir(const DiEngine *engine);
+
+/* Queue a request; NULL params: defaults.  The callback (may be NULL) streams its output.
+ * Returns -1 (with the cause) on bad input, e.g. a prompt that can never fit the state memory. */
+int di_engine_add_request(DiEngine *engine, const DiRequestInput *input, const DiSamplingParams *params,
+                          DiStreamCallback callback, void *user, uint64_t *out_id);
+/* Abort a waiting, running or finished-but-unreleased request; its state is freed at once (or,
+ * if a step using it is in flight, as soon as that step ends).  Unknown id: -1. */
+int di_engine_abort(DiEngine *engine, uint64_t request_id);
+/* One scheduling step (plans, computes, delivers).  *out_active = requests not finished. */
+int di_engine_step(DiEngine *engine, int *out_active);
+/* Step until every request has finished. */
+int di_engine_run(DiEngine *engine);
+/* A request's output (running or finished); -1 for an unknown or released id. */
+int di_engine_get_output(DiEngine *engine, uint64_t request_id, DiRequestOutput *out);
+/* Forget a finished request (its output memory).  A running one is aborted first. */
+int di_engine_release(DiEngine *engine, uint64_t request_id);
+int di_engine_get_metrics(const DiEngine *engine, DiEngineMetrics *out);
+int32_t di_engine_vocab_size(const DiEngine *engine);
+
+/* Testing hook, not a model: an engine over a deterministic mock model whose logits are a hash of
+ * (token history, position), with its state in the engine's pages.  Byte-level text: ids 0..255
+ * are bytes, id 256 is EOS, ids above are the words " w<id>".  vocab_size >= 257.  Used by the
+ * tests and the Python binding's tests until the model core lands. */
+DiEngine *di_engine_create_mock(int32_t vocab_size, uint64_t model_seed, const DiEngineOptions *opts);
 
 /* ---- serve: load balancers and EPLB (src/serve) ---------------------------------------- */
 
-/* (serving control-plane API goes here) */
+/* EPLB (serving.md §8.1, a port of deepseek-ai/EPLB eplb.py): a replication and placement plan
+ * for the routed experts of every MoE layer.  Physical slot s of a layer lives on GPU
+ * s / (num_replicas / num_gpus). */
+typedef struct {
+    int num_layers;    /* L */
+    int num_logical;   /* E: logical (routed) experts per layer */
+    int num_replicas;  /* R: physical expert slots per layer, a multiple of num_gpus */
+    int num_gpus;      /* P */
+    int max_replicas;  /* X: the largest replica count of any expert in any layer */
+    int hierarchical;  /* 1: hierarchical policy (num_groups % num_nodes == 0), 0: global */
+    int32_t *phy2log;  /* [L][R] logical expert held by each slot */
+    int32_t *phy_rank; /* [L][R] which replica of its expert the slot holds (0-based) */
+    int32_t *log2phy;  /* [L][E][X] the slots of each expert, -1 padded */
+    int32_t *logcnt;   /* [L][E] replica count of each expert (>= 1) */
+} DiEplbPlan;
+
+/* Plan from weight[L][E] (estimated load of each expert, finite and >= 0).  Requires
+ * E % num_groups == 0, num_gpus % num_nodes == 0, num_replicas % num_gpus == 0, R >= E, and for
+ * the hierarchical policy num_groups % num_nodes == 0 (else the global policy is used).  On
+ * success *out owns fresh arrays (free with di_eplb_plan_free); on failure *out is zeroed. */
+int di_eplb_rebalance(const float *weight, int num_layers, int num_logical, int num_replicas,
+                      int num_groups, int num_nodes, int num_gpus, DiEplbPlan *out);
+void di_eplb_plan_free(DiEplbPlan *plan);
+
+/* moe_lb (serving.md §8.3) of a plan under a load weight[L][E], each expert's load split evenly
+ * over its replicas: per layer max/mean of the per-GPU load (1.0 for an all-zero layer) into
+ * per_layer[L] (may be NULL), and the aggregate sum(max)/sum(mean) over layers into *aggregate. */
+int di_eplb_moe_lb(const DiEplbPlan *plan, const float *weight, double *per_layer, double *aggregate);
 
 #ifdef __cplusplus
 }

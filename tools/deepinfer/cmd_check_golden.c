@@ -1,8 +1,92 @@
-/* cmd_check_golden.c — `deepinfer check-golden`. */
+/* cmd_check_golden.c — `deepinfer check-golden DIR`: load DIR/checkpoint, replay every case of
+ * DIR/golden.json (logits cases with their chunk schedules, DSpark cases) and compare with the
+ * tolerances of golden-v41/README.md §6.  One line per case on stdout:
+ *     case=NAME max_abs=X max_rel=Y ok        (or ... FAIL, with the reason on stderr)
+ * then "N passed, N failed".  Exit 0 only when every case passes. */
 #include "commands.h"
 
+#include "base/error.h"
+#include "base/file.h"
+#include "model/golden.h"
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: deepinfer check-golden DIR [--case SUBSTRING] [--mode exact|kvq|ref]\n"
+            "  Runs the golden set in DIR (DIR/checkpoint, DIR/golden.json, DIR/golden.bin).\n"
+            "  --case S   only cases whose name contains S\n"
+            "  --mode M   only cases of numerics mode M\n"
+            "  Prints one line per case: case=NAME max_abs=X max_rel=Y ok|FAIL (max_rel = max_abs /\n"
+            "  max |golden value|), then 'N passed, N failed'.  Exit 0 when all pass, 1 otherwise.\n");
+}
+
 int cmd_check_golden(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return cmd_not_available("check-golden", "model core, issue 2");
+    const char *dir = NULL, *only_case = NULL, *only_mode = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
+            only_case = argv[++i];
+        } else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc) {
+            only_mode = argv[++i];
+        } else if (argv[i][0] == '-' || dir) {
+            fprintf(stderr, "deepinfer check-golden: unexpected argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else {
+            dir = argv[i];
+        }
+    }
+    if (!dir) {
+        usage(stderr);
+        return 2;
+    }
+    NumericsMode mode_filter;
+    if (only_mode && numerics_mode_parse(only_mode, &mode_filter) != 0) {
+        fprintf(stderr, "deepinfer check-golden: %s\n", di_error_message());
+        return 2;
+    }
+    GoldenSet g;
+    if (golden_open(dir, &g) != 0) {
+        fprintf(stderr, "deepinfer check-golden: %s\n", di_error_message());
+        return 1;
+    }
+    char *ckdir = di_path_join(dir, "checkpoint");
+    Model *m = ckdir ? model_load(ckdir, MODE_REF) : NULL;
+    free(ckdir);
+    if (!m || golden_prepare_model(&g, m) != 0) {
+        fprintf(stderr, "deepinfer check-golden: %s\n", di_error_message());
+        model_free(m);
+        golden_close(&g);
+        return 1;
+    }
+    int passed = 0, failed = 0;
+    for (size_t i = 0; i < golden_n_cases(&g); i++) {
+        GoldenResult r;
+        json_t *c = json_array_get(json_object_get(g.root, "cases"), i);
+        const char *name = json_string_value(json_object_get(c, "name"));
+        const char *mode = json_string_value(json_object_get(c, "mode"));
+        if (only_case && (!name || !strstr(name, only_case))) continue;
+        if (only_mode && (!mode || strcmp(mode, only_mode) != 0)) continue;
+        if (golden_run_case(&g, m, i, &r) != 0) {
+            printf("case=%s max_abs=nan max_rel=nan FAIL\n", name ? name : "?");
+            fprintf(stderr, "  %s: %s\n", name ? name : "?", di_error_message());
+            failed++;
+            continue;
+        }
+        printf("case=%s max_abs=%.3g max_rel=%.3g %s\n", r.name, r.max_abs, r.max_rel, r.ok ? "ok" : "FAIL");
+        fflush(stdout);
+        if (!r.ok) fprintf(stderr, "  %s: %s\n", r.name, r.why);
+        if (r.ok) passed++;
+        else failed++;
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    model_free(m);
+    golden_close(&g);
+    return failed ? 1 : 0;
 }

@@ -1,8 +1,145 @@
-/* cmd_serve.c — `deepinfer serve`. */
+/* cmd_serve.c — `deepinfer serve`: the HTTP API (serve/server.h) over the engine.
+ *
+ * Parses and validates the options, creates the engine on the model and its backend
+ * (serve/backend_engine.h), starts the server, serves until SIGTERM / SIGINT, then stops
+ * gracefully (stop accepting, let in-flight requests finish within --shutdown-grace, abort the
+ * rest).  While the engine cannot load a model (model core not built in yet) the command exits 1
+ * with the engine's explanation, after checking its options, rather than pretending to serve. */
 #include "commands.h"
 
+#include "base/error.h"
+#include "serve/backend_engine.h"
+#include "serve/server.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: deepinfer serve [options]\n\n"
+            "HTTP API server: OpenAI Chat Completions, Completions and Responses, Anthropic Messages,\n"
+            "plus GET /v1/models, /health, /metrics (Prometheus) and /openapi.json.\n\n"
+            "  --model DIR              model directory (default: $DEEPINFER_HF_MODEL_DIR, else the built-in tiny model)\n"
+            "  --served-model-name NAME the model name clients send and /v1/models lists (default DeepSeek-V4.1-Flash)\n"
+            "  --context-limit N        prompt + output tokens of one request (default 1048576)\n"
+            "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
+            "  --port N                 TCP port (default 8000)\n"
+            "  --api-key KEY            require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
+            "                           (default: $DEEPINFER_API_KEY; none: no authentication)\n"
+            "  --max-queue N            queued requests before new ones get 429 (default 256)\n"
+            "  --max-body-bytes N       larger request bodies get 413 (default 8388608)\n"
+            "  --request-timeout S      whole-request deadline in seconds, 0 = none (default 600)\n"
+            "  --idle-timeout S         close idle connections after S seconds (default 60)\n"
+            "  --max-connections N      concurrent connections (default 2048)\n"
+            "  --shutdown-grace S       on SIGTERM, wait S seconds for in-flight requests (default 10)\n"
+            "  -h, --help               this help\n");
+}
+
+static int parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || *end || end == v || n < lo || n > hi)
+        return di_errorf("%s: expected an integer in [%ld, %ld], got '%s'", flag, lo, hi, v);
+    *out = n;
+    return 0;
+}
+
+static int parse_seconds(const char *flag, const char *v, double *out) {
+    char *end;
+    double s = strtod(v, &end);
+    if (*end || end == v || !(s >= 0) || s > 1e6) return di_errorf("%s: expected seconds >= 0, got '%s'", flag, v);
+    *out = s;
+    return 0;
+}
+
+/* The engine behind the server: di_engine_create on the model directory, wrapped in the engine
+ * backend.  Until the model core lands di_engine_create refuses with its own explanation. */
+static DiEngineBackend *open_backend(const char *model_dir, const char *served_name, long context_limit) {
+    DiEngine *engine = di_engine_create(model_dir, NULL);
+    if (!engine) return NULL;
+    DiEngineBackendConfig cfg = {.model_name = served_name, .context_limit = context_limit};
+    DiEngineBackend *b = di_engine_backend_create(engine, &cfg);
+    if (!b) di_engine_destroy(engine);
+    return b;
+}
+
 int cmd_serve(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return cmd_not_available("serve", "HTTP server, issue 5");
+    DiServerConfig cfg;
+    di_server_config_defaults(&cfg);
+    const char *model = getenv("DEEPINFER_HF_MODEL_DIR");
+    const char *served_name = "DeepSeek-V4.1-Flash";
+    long context_limit = 1L << 20; /* V4.1-Flash contexts up to 1M tokens (serving.md §3) */
+    const char *env_key = getenv("DEEPINFER_API_KEY");
+    if (env_key && *env_key) cfg.api_key = env_key;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc || strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "deepinfer serve: %s '%s'\n\n", strncmp(a, "--", 2) ? "unexpected argument" : "missing value for", a);
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        long n = 0;
+        int rc = 0;
+        if (strcmp(a, "--model") == 0) model = v;
+        else if (strcmp(a, "--served-model-name") == 0) served_name = v;
+        else if (strcmp(a, "--context-limit") == 0) rc = parse_long(a, v, 16, 1L << 30, &context_limit);
+        else if (strcmp(a, "--host") == 0) cfg.host = v;
+        else if (strcmp(a, "--api-key") == 0) cfg.api_key = v;
+        else if (strcmp(a, "--port") == 0) rc = parse_long(a, v, 0, 65535, &n), cfg.port = (int)n;
+        else if (strcmp(a, "--max-queue") == 0) rc = parse_long(a, v, 1, 1000000, &n), cfg.max_queue = (int)n;
+        else if (strcmp(a, "--max-body-bytes") == 0) rc = parse_long(a, v, 1024, 1L << 31, &n), cfg.max_body_bytes = (size_t)n;
+        else if (strcmp(a, "--max-connections") == 0) rc = parse_long(a, v, 1, 1000000, &n), cfg.max_connections = (unsigned)n;
+        else if (strcmp(a, "--request-timeout") == 0) rc = parse_seconds(a, v, &cfg.request_timeout_s);
+        else if (strcmp(a, "--shutdown-grace") == 0) rc = parse_seconds(a, v, &cfg.shutdown_grace_s);
+        else if (strcmp(a, "--idle-timeout") == 0) rc = parse_long(a, v, 0, 86400, &n), cfg.idle_timeout_s = (unsigned)n;
+        else {
+            fprintf(stderr, "deepinfer serve: unknown option '%s'\n\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (rc != 0) {
+            fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
+            return 2;
+        }
+    }
+    if (!*served_name) {
+        fprintf(stderr, "deepinfer serve: --served-model-name must not be empty\n");
+        return 2;
+    }
+    DiEngineBackend *eb = open_backend(model && *model ? model : NULL, served_name, context_limit);
+    if (!eb) {
+        fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
+        return 1;
+    }
+    DiBackend backend = di_engine_backend_interface(eb);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* threads started below inherit the mask */
+    signal(SIGPIPE, SIG_IGN);
+    DiServer *srv = di_server_start(&cfg, &backend);
+    if (!srv) {
+        fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
+        di_engine_backend_destroy(eb);
+        return 1;
+    }
+    fprintf(stderr, "deepinfer serve: listening on http://%s:%d (model %s)\n", cfg.host, di_server_port(srv),
+            backend.model_name);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "deepinfer serve: %s, shutting down (grace %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+            cfg.shutdown_grace_s);
+    di_server_stop(srv);
+    di_engine_backend_destroy(eb);
+    return 0;
 }

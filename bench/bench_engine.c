@@ -1,0 +1,134 @@
+/* bench_engine.c — engine throughput and engine overhead, as ratios measured in the same run.
+ *
+ * 1. Throughput (generated tokens/s, prefill included) at batch 1, 4, 16, 64 on the medium
+ *    synthetic model (bench_engine_synth.h): each batch size runs B requests of 8 prompt tokens and
+ *    24 generated tokens; rounds interleave the batch sizes and the median of 3 rounds is quoted,
+ *    as a ratio to batch 1 (target: batch 16 >= 6x).
+ * 2. Overhead at batch 64 on the tiny synthetic model: scheduler + sampler + detokeniser time per
+ *    step as a fraction of the step (target <= 5 %), in sync mode (where they add to the step) and
+ *    in async mode (where planning and output overlap the forward: the fraction is then what the
+ *    main thread spends outside waiting, relative to the step).
+ * Until the V4.1 model core lands the model is synthetic; see bench_engine_synth.h. */
+#include "bench_engine_synth.h"
+
+#include "deepinfer.h"
+#include "engine/engine.h"
+
+#include <stdio.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    double seconds, tokens;
+    DiEngineMetrics m;
+} RunResult;
+
+static RunResult run_batch(const SynthConfig *cfg, int batch, int prompt_len, int gen, int async, float temperature) {
+    DiEngineOptions o;
+    di_engine_options_init(&o);
+    o.max_num_seqs = batch;
+    o.max_batch_tokens = batch * prompt_len > 512 ? batch * prompt_len : 512;
+    o.async_scheduling = async;
+    o.state_memory_bytes = (size_t)64 << 20;
+    RunResult r = {0};
+    DiEngine *e = di_engine_create_with_runner(synth_runner_create(cfg, o.max_batch_tokens), &o);
+    DiTextHooks text = {NULL, synth_token_bytes, NULL, NULL, NULL, -1};
+    if (!e || di_engine_set_text_hooks(e, &text) != 0) {
+        fprintf(stderr, "bench_engine: %s\n", di_last_error());
+        exit(1);
+    }
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.temperature = temperature;
+    p.top_p = 0.95f;
+    p.max_tokens = gen;
+    p.has_seed = 1;
+    int32_t prompt[64];
+    for (int i = 0; i < batch; i++) {
+        for (int k = 0; k < prompt_len; k++) prompt[k] = (i * 31 + k * 7) % cfg->vocab;
+        p.seed = (uint64_t)i;
+        DiRequestInput in = {.prompt_ids = prompt, .n_prompt_ids = prompt_len};
+        if (di_engine_add_request(e, &in, &p, NULL, NULL, NULL) != 0) {
+            fprintf(stderr, "bench_engine: %s\n", di_last_error());
+            exit(1);
+        }
+    }
+    double t0 = now_s();
+    if (di_engine_run(e) != 0) {
+        fprintf(stderr, "bench_engine: %s\n", di_last_error());
+        exit(1);
+    }
+    r.seconds = now_s() - t0;
+    r.tokens = (double)batch * gen;
+    di_engine_get_metrics(e, &r.m);
+    di_engine_destroy(e);
+    return r;
+}
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+#define ROUNDS 3
+
+static void throughput(void) {
+    const int batches[4] = {1, 4, 16, 64};
+    double tps[4][ROUNDS];
+    printf("throughput, medium synthetic model (hidden %d, ffn %d, %d layers, vocab %d), 8 prompt + 24 generated "
+           "tokens per request, async scheduling:\n",
+           SYNTH_MEDIUM.hidden, SYNTH_MEDIUM.ffn, SYNTH_MEDIUM.layers, SYNTH_MEDIUM.vocab);
+    for (int round = 0; round < ROUNDS; round++)
+        for (int b = 0; b < 4; b++) {
+            RunResult r = run_batch(&SYNTH_MEDIUM, batches[b], 8, 24, 1, 0.8f);
+            tps[b][round] = r.tokens / r.seconds;
+        }
+    double median[4];
+    for (int b = 0; b < 4; b++) {
+        qsort(tps[b], ROUNDS, sizeof(double), compare_double);
+        median[b] = tps[b][ROUNDS / 2];
+    }
+    for (int b = 0; b < 4; b++)
+        printf("  batch %2d: %8.1f tokens/s (median of %d)  ratio to batch 1: %5.2fx\n", batches[b], median[b], ROUNDS,
+               median[b] / median[0]);
+    printf("  batch 16 / batch 1 = %.2fx (target >= 6x): %s\n", median[2] / median[0],
+           median[2] / median[0] >= 6.0 ? "ok" : "BELOW TARGET");
+}
+
+static void overhead(void) {
+    printf("overhead at batch 64, tiny synthetic model (hidden %d, %d layers, vocab %d), 16 prompt + 64 generated, "
+           "T=0.8 top_p=0.95:\n",
+           SYNTH_TINY.hidden, SYNTH_TINY.layers, SYNTH_TINY.vocab);
+    for (int async = 0; async < 2; async++) {
+        double frac[ROUNDS];
+        RunResult last = {0};
+        for (int round = 0; round < ROUNDS; round++) {
+            RunResult r = run_batch(&SYNTH_TINY, 64, 16, 64, async, 0.8f);
+            const DiEngineMetrics *m = &r.m;
+            double overhead = m->time_schedule_s + m->time_sample_s + m->time_output_s;
+            frac[round] = overhead / r.seconds;
+            last = r;
+        }
+        qsort(frac, ROUNDS, sizeof(double), compare_double);
+        const DiEngineMetrics *m = &last.m;
+        printf("  %s: schedule %.3f ms, sample %.3f ms, output %.3f ms, forward %.3f ms per step (%llu steps); "
+               "overhead / step = %.2f %% (median of %d; target <= 5 %%): %s\n",
+               async ? "async" : "sync ", 1e3 * m->time_schedule_s / m->steps, 1e3 * m->time_sample_s / m->steps,
+               1e3 * m->time_output_s / m->steps, 1e3 * m->time_forward_s / m->steps, (unsigned long long)m->steps,
+               100 * frac[ROUNDS / 2], ROUNDS, frac[ROUNDS / 2] <= 0.05 ? "ok" : "ABOVE TARGET");
+    }
+}
+
+/* No argument: both parts; "throughput" or "overhead": that part only. */
+int main(int argc, char **argv) {
+    openblas_set_num_threads(1); /* one core for the model: the machine's cores are shared */
+    const char *only = argc > 1 ? argv[1] : "";
+    if (!*only || strcmp(only, "throughput") == 0) throughput();
+    if (!*only || strcmp(only, "overhead") == 0) overhead();
+    return 0;
+}

@@ -1,0 +1,245 @@
+/* bench_kernels.c — `make bench`: the CPU matmul kernels against ceilings measured in the same run.
+ *
+ * Ceilings: STREAM-style triad a[i] = b[i] + s*c[i] over arrays far larger than L3 (1 and 2
+ * threads; bytes counted the STREAM way, 3 x 4 per element), and OpenBLAS cblas_sgemm at
+ * 2048^3 on one thread.  Kernels: FP8 block-scaled and FP4 row32 GEMV (n = 1) at 4096x4096 and
+ * on matrices larger than L3 (reported as % of the triad bandwidth of the same thread count),
+ * and the n = 512 prefill GEMM (FP8 and FP4, reported against sgemm).  Every figure is the median
+ * of several timed runs, and the whole sequence is repeated in interleaved rounds whose medians
+ * are reported, because the machine is shared and noisy.
+ *
+ * The issue's targets (Zen 3 class, AVX2+FMA): GEMV >= ggml's q8_0 / mxfp4 at 4096x4096 and
+ * >= 70 % of triad when the matrix exceeds L3; GEMM n = 512 >= 50 % of sgemm and >= ggml q8_0.
+ * The ggml figures are not measured here (the bench must not depend on ggml); they were taken
+ * on the same machine with ggml's test-backend-ops, see bench/ggml_comparison.md. */
+#include "base/mem.h"
+#include "base/threadpool.h"
+#include "kernels/matmul.h"
+
+#include <cblas.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* from OpenBLAS; declared here because Debian's cblas.h may not declare them */
+void openblas_set_num_threads(int n);
+char *openblas_get_corename(void);
+
+#define ROUNDS 3        /* interleaved repetitions of the whole sequence */
+#define MAX_RUNS 15     /* timed runs per figure per round (fewer for the slow ones) */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+
+/* ---- ceilings ------------------------------------------------------------------------------ */
+
+typedef struct {
+    float *a, *b, *c;
+    int64_t n;
+    int parts;
+} Triad;
+
+static void triad_part(void *ctx, int task, int thread) {
+    (void)thread;
+    Triad *t = ctx;
+    int64_t lo = t->n * task / t->parts, hi = t->n * (task + 1) / t->parts;
+    const float s = 3.0f;
+    for (int64_t i = lo; i < hi; i++) t->a[i] = t->b[i] + s * t->c[i];
+}
+
+/* GB/s of the triad with `pool` (NULL = one thread): 12 bytes per element as STREAM counts. */
+static double triad_gbs(DiThreadPool *pool, Triad *t, int runs) {
+    double times[MAX_RUNS];
+    t->parts = pool ? di_pool_threads(pool) : 1;
+    for (int i = 0; i < runs; i++) {
+        double t0 = now_s();
+        di_pool_run(pool, t->parts, triad_part, t);
+        times[i] = now_s() - t0;
+    }
+    return 12.0 * (double)t->n / median(times, runs) * 1e-9;
+}
+
+static double sgemm_gflops(int n, int runs) {
+    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
+    for (int64_t i = 0; i < (int64_t)n * n; i++) a[i] = b[i] = (float)(rnd() % 100) * 0.01f;
+    double times[MAX_RUNS];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm */
+    for (int i = 0; i < runs; i++) {
+        double t0 = now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        times[i] = now_s() - t0;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * n * (double)n * n / median(times, runs) * 1e-9;
+}
+
+/* ---- kernels ------------------------------------------------------------------------------- */
+
+typedef struct {
+    DiMatrix m;
+    void *data;
+    uint8_t *scale;
+    int64_t bytes; /* data + scales: what a GEMV must stream */
+} BenchMatrix;
+
+static int make_matrix(BenchMatrix *b, DiMatFormat f, int64_t rows, int64_t cols) {
+    memset(b, 0, sizeof *b);
+    b->m = (DiMatrix){.format = f, .rows = rows, .cols = cols};
+    int64_t db = di_matrix_data_bytes(&b->m), sb = di_matrix_scale_bytes(&b->m);
+    b->data = di_aligned_calloc(1, (size_t)db, "bench weights");
+    b->scale = di_aligned_calloc(1, (size_t)(sb ? sb : 1), "bench scales");
+    if (!b->data || !b->scale) return -1;
+    uint8_t *d = b->data;
+    for (int64_t i = 0; i < db; i++) {
+        uint8_t v = (uint8_t)rnd();
+        d[i] = (f == DI_MAT_FP8_BLOCK && (v & 0x7F) == 0x7F) ? 0x7E : v; /* no NaN codes */
+    }
+    for (int64_t i = 0; i < sb; i++) b->scale[i] = (uint8_t)(116 + rnd() % 8);
+    b->m.data = b->data;
+    b->m.scale = b->scale;
+    b->bytes = db + sb;
+    return 0;
+}
+
+static void free_matrix(BenchMatrix *b) {
+    di_aligned_free(b->data);
+    di_aligned_free(b->scale);
+}
+
+/* Median seconds of di_matmul_simd over `runs` calls (after one warm-up). */
+static double matmul_seconds(DiThreadPool *pool, const BenchMatrix *b, const float *x, int64_t n, float *y, int runs) {
+    double times[MAX_RUNS];
+    if (di_matmul_simd(pool, &b->m, x, n, y) != 0) return -1;
+    for (int i = 0; i < runs; i++) {
+        double t0 = now_s();
+        di_matmul_simd(pool, &b->m, x, n, y);
+        times[i] = now_s() - t0;
+    }
+    return median(times, runs);
+}
+
+/* ---- the figures --------------------------------------------------------------------------- */
+
+enum {
+    F_TRIAD1, F_TRIAD2, F_SGEMM,
+    F_FP8_GEMV1, F_FP8_GEMV2, F_FP4_GEMV1, F_FP4_GEMV2,
+    F_FP8_BIG1, F_FP8_BIG2, F_FP4_BIG1, F_FP4_BIG2,   /* GB/s */
+    F_FP8_GEMM1, F_FP8_GEMM2, F_FP4_GEMM1, F_FP4_GEMM2,
+    F_COUNT
+};
+
+typedef struct {
+    BenchMatrix fp8, fp4, fp8_big, fp4_big;
+    float *x, *y;
+    Triad triad;
+    DiThreadPool *pool2;
+} Setup;
+
+static double gflops(const BenchMatrix *b, int64_t n, double s) { return 2.0 * (double)b->m.rows * b->m.cols * n / s * 1e-9; }
+
+static void one_round(Setup *s, double fig[F_COUNT]) {
+    fig[F_TRIAD1] = triad_gbs(NULL, &s->triad, 5);
+    fig[F_TRIAD2] = triad_gbs(s->pool2, &s->triad, 5);
+    fig[F_SGEMM] = sgemm_gflops(2048, 3);
+    fig[F_FP8_GEMV1] = gflops(&s->fp8, 1, matmul_seconds(NULL, &s->fp8, s->x, 1, s->y, MAX_RUNS));
+    fig[F_FP8_GEMV2] = gflops(&s->fp8, 1, matmul_seconds(s->pool2, &s->fp8, s->x, 1, s->y, MAX_RUNS));
+    fig[F_FP4_GEMV1] = gflops(&s->fp4, 1, matmul_seconds(NULL, &s->fp4, s->x, 1, s->y, MAX_RUNS));
+    fig[F_FP4_GEMV2] = gflops(&s->fp4, 1, matmul_seconds(s->pool2, &s->fp4, s->x, 1, s->y, MAX_RUNS));
+    fig[F_FP8_BIG1] = s->fp8_big.bytes / matmul_seconds(NULL, &s->fp8_big, s->x, 1, s->y, 7) * 1e-9;
+    fig[F_FP8_BIG2] = s->fp8_big.bytes / matmul_seconds(s->pool2, &s->fp8_big, s->x, 1, s->y, 7) * 1e-9;
+    fig[F_FP4_BIG1] = s->fp4_big.bytes / matmul_seconds(NULL, &s->fp4_big, s->x, 1, s->y, 7) * 1e-9;
+    fig[F_FP4_BIG2] = s->fp4_big.bytes / matmul_seconds(s->pool2, &s->fp4_big, s->x, 1, s->y, 7) * 1e-9;
+    fig[F_FP8_GEMM1] = gflops(&s->fp8, 512, matmul_seconds(NULL, &s->fp8, s->x, 512, s->y, 3));
+    fig[F_FP8_GEMM2] = gflops(&s->fp8, 512, matmul_seconds(s->pool2, &s->fp8, s->x, 512, s->y, 3));
+    fig[F_FP4_GEMM1] = gflops(&s->fp4, 512, matmul_seconds(NULL, &s->fp4, s->x, 512, s->y, 3));
+    fig[F_FP4_GEMM2] = gflops(&s->fp4, 512, matmul_seconds(s->pool2, &s->fp4, s->x, 512, s->y, 3));
+}
+
+int main(void) {
+    Setup s = {0};
+    openblas_set_num_threads(1);
+    s.pool2 = di_pool_create(2);
+    /* triad arrays: 3 x 64 MiB, twice the 32 MiB L3 each */
+    s.triad.n = 16 << 20;
+    s.triad.a = di_aligned_calloc((size_t)s.triad.n, sizeof(float), "triad a");
+    s.triad.b = di_aligned_calloc((size_t)s.triad.n, sizeof(float), "triad b");
+    s.triad.c = di_aligned_calloc((size_t)s.triad.n, sizeof(float), "triad c");
+    s.x = di_aligned_calloc(512 * 8192, sizeof(float), "activations");
+    s.y = di_aligned_calloc(512 * 16384, sizeof(float), "outputs");
+    if (!s.pool2 || !s.triad.a || !s.triad.b || !s.triad.c || !s.x || !s.y ||
+        make_matrix(&s.fp8, DI_MAT_FP8_BLOCK, 4096, 4096) || make_matrix(&s.fp4, DI_MAT_FP4_ROW32, 4096, 4096) ||
+        make_matrix(&s.fp8_big, DI_MAT_FP8_BLOCK, 16384, 4096) || /* 64 MiB + scales */
+        make_matrix(&s.fp4_big, DI_MAT_FP4_ROW32, 16384, 8192)) { /* 64 MiB + 4 MiB scales */
+        fprintf(stderr, "bench_kernels: out of memory\n");
+        return 1;
+    }
+    for (int64_t i = 0; i < 512 * 8192; i++) s.x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+    for (int64_t i = 0; i < s.triad.n; i++) s.triad.b[i] = s.triad.c[i] = 1.0f;
+
+    printf("bench_kernels: backend %s, OpenBLAS core %s, %d rounds (medians)\n", di_matmul_backend(),
+           openblas_get_corename(), ROUNDS);
+    double rounds[F_COUNT][ROUNDS], fig[F_COUNT];
+    for (int r = 0; r < ROUNDS; r++) {
+        double f[F_COUNT];
+        one_round(&s, f);
+        for (int i = 0; i < F_COUNT; i++) rounds[i][r] = f[i];
+    }
+    for (int i = 0; i < F_COUNT; i++) fig[i] = median(rounds[i], ROUNDS);
+
+    printf("ceilings: triad %.1f GB/s (1 thread), %.1f GB/s (2 threads); sgemm 2048 %.1f GFLOP/s (1 thread)\n",
+           fig[F_TRIAD1], fig[F_TRIAD2], fig[F_SGEMM]);
+    printf("%-40s %10s %10s %s\n", "kernel", "1 thread", "2 threads", "ratio (1 thread; 2 threads)");
+    printf("%-40s %10.1f %10.1f GFLOP/s; %.1f GB/s of weights (1 thread)\n", "FP8 GEMV 4096x4096 n=1", fig[F_FP8_GEMV1],
+           fig[F_FP8_GEMV2], fig[F_FP8_GEMV1] / 2.0 * (s.fp8.bytes / (4096.0 * 4096.0)));
+    printf("%-40s %10.1f %10.1f GFLOP/s; %.1f GB/s of weights (1 thread)\n", "FP4 GEMV 4096x4096 n=1", fig[F_FP4_GEMV1],
+           fig[F_FP4_GEMV2], fig[F_FP4_GEMV1] / 2.0 * (s.fp4.bytes / (4096.0 * 4096.0)));
+    printf("%-40s %10.1f %10.1f GB/s = %.0f %% ; %.0f %% of triad\n", "FP8 GEMV 16384x4096 (68 MB > L3)", fig[F_FP8_BIG1],
+           fig[F_FP8_BIG2], 100 * fig[F_FP8_BIG1] / fig[F_TRIAD1], 100 * fig[F_FP8_BIG2] / fig[F_TRIAD2]);
+    printf("%-40s %10.1f %10.1f GB/s = %.0f %% ; %.0f %% of triad\n", "FP4 GEMV 16384x8192 (71 MB > L3)", fig[F_FP4_BIG1],
+           fig[F_FP4_BIG2], 100 * fig[F_FP4_BIG1] / fig[F_TRIAD1], 100 * fig[F_FP4_BIG2] / fig[F_TRIAD2]);
+    printf("%-40s %10.1f %10.1f GFLOP/s = %.0f %% ; %.0f %% of 1-thread sgemm\n", "FP8 GEMM 4096x4096 n=512",
+           fig[F_FP8_GEMM1], fig[F_FP8_GEMM2], 100 * fig[F_FP8_GEMM1] / fig[F_SGEMM], 100 * fig[F_FP8_GEMM2] / fig[F_SGEMM]);
+    printf("%-40s %10.1f %10.1f GFLOP/s = %.0f %% ; %.0f %% of 1-thread sgemm\n", "FP4 GEMM 4096x4096 n=512",
+           fig[F_FP4_GEMM1], fig[F_FP4_GEMM2], 100 * fig[F_FP4_GEMM1] / fig[F_SGEMM], 100 * fig[F_FP4_GEMM2] / fig[F_SGEMM]);
+    int ok_big = fig[F_FP8_BIG1] >= 0.7 * fig[F_TRIAD1] && fig[F_FP4_BIG1] >= 0.7 * fig[F_TRIAD1];
+    int ok_gemm = fig[F_FP8_GEMM1] >= 0.5 * fig[F_SGEMM];
+    printf("targets (1 thread): GEMV > L3 >= 70 %% of triad: %s; FP8 GEMM n=512 >= 50 %% of sgemm: %s\n",
+           ok_big ? "met" : "NOT met", ok_gemm ? "met" : "NOT met");
+
+    free_matrix(&s.fp8);
+    free_matrix(&s.fp4);
+    free_matrix(&s.fp8_big);
+    free_matrix(&s.fp4_big);
+    di_aligned_free(s.triad.a);
+    di_aligned_free(s.triad.b);
+    di_aligned_free(s.triad.c);
+    di_aligned_free(s.x);
+    di_aligned_free(s.y);
+    di_pool_destroy(s.pool2);
+    return 0;
+}

@@ -1,0 +1,117 @@
+"""_lib.py — the ctypes declarations of the engine section of include/deepinfer.h.
+
+Loads the shared library built by `make` (build/libdeepinfer.so at the repository root, or the
+file named by DEEPINFER_LIB).  Nothing is compiled at import.  The Structure layouts mirror the C
+structs field by field; keep them in step with include/deepinfer.h.
+"""
+import ctypes
+import os
+from ctypes import (POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int32,
+                    c_size_t, c_uint64, c_void_p)
+
+MAX_LOGPROBS = 20
+
+FINISH_NONE, FINISH_STOP, FINISH_LENGTH, FINISH_ABORT = 0, 1, 2, 3
+FINISH_NAMES = {FINISH_STOP: "stop", FINISH_LENGTH: "length", FINISH_ABORT: "abort"}
+
+
+class EngineOptions(Structure):
+    _fields_ = [("max_num_seqs", c_int), ("max_batch_tokens", c_int), ("max_prefill_chunk", c_int),
+                ("state_memory_bytes", c_size_t), ("async_scheduling", c_int),
+                ("batch_invariant", c_int), ("seed", c_uint64)]
+
+
+class CSamplingParams(Structure):
+    _fields_ = [("temperature", c_float), ("top_k", c_int), ("top_p", c_float), ("min_p", c_float),
+                ("presence_penalty", c_float), ("frequency_penalty", c_float),
+                ("repetition_penalty", c_float), ("has_seed", c_int), ("seed", c_uint64),
+                ("max_tokens", c_int), ("min_tokens", c_int),
+                ("stop_token_ids", POINTER(c_int32)), ("n_stop_token_ids", c_int),
+                ("stop", POINTER(c_char_p)), ("n_stop", c_int), ("logprobs", c_int),
+                ("ignore_eos", c_int)]
+
+
+class RequestInput(Structure):
+    _fields_ = [("prompt_ids", POINTER(c_int32)), ("n_prompt_ids", c_int),
+                ("prompt_text", c_char_p), ("chat_json", c_char_p)]
+
+
+class TokenLogprobs(Structure):
+    _fields_ = [("token", c_int32), ("logprob", c_float), ("n_top", c_int),
+                ("top_ids", c_int32 * MAX_LOGPROBS), ("top_logprobs", c_float * MAX_LOGPROBS)]
+
+
+class StreamDelta(Structure):
+    _fields_ = [("request_id", c_uint64), ("new_token_ids", POINTER(c_int32)),
+                ("n_new_tokens", c_int), ("new_text", c_void_p), ("new_text_len", c_size_t),
+                ("new_logprobs", POINTER(TokenLogprobs)), ("finish_reason", c_int)]
+
+
+class RequestOutputC(Structure):
+    _fields_ = [("request_id", c_uint64), ("prompt_ids", POINTER(c_int32)), ("n_prompt_ids", c_int),
+                ("token_ids", POINTER(c_int32)), ("n_tokens", c_int), ("text", c_void_p),
+                ("text_len", c_size_t), ("logprobs", POINTER(TokenLogprobs)),
+                ("cumulative_logprob", c_double), ("finish_reason", c_int), ("stop_token", c_int32),
+                ("stop_string", c_int), ("seed", c_uint64), ("n_preemptions", c_int),
+                ("time_to_first_token_s", c_double), ("total_time_s", c_double)]
+
+
+class EngineMetrics(Structure):
+    _fields_ = [("steps", c_uint64), ("prefill_tokens", c_uint64), ("decode_tokens", c_uint64),
+                ("preemptions", c_uint64), ("requests_added", c_uint64),
+                ("requests_finished", c_uint64), ("requests_aborted", c_uint64),
+                ("requests_waiting", c_int), ("requests_running", c_int),
+                ("page_bytes", c_size_t), ("pages_total", c_size_t), ("pages_used", c_size_t),
+                ("pages_peak", c_size_t), ("state_bytes_used", c_size_t),
+                ("time_forward_s", c_double), ("time_sample_s", c_double),
+                ("time_schedule_s", c_double), ("time_output_s", c_double), ("time_wait_s", c_double)]
+
+
+StreamCallback = ctypes.CFUNCTYPE(None, c_void_p, POINTER(StreamDelta))
+
+
+def _library_path():
+    env = os.environ.get("DEEPINFER_LIB")
+    if env:
+        return env
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(root, "build", "libdeepinfer.so")
+
+
+def _load():
+    path = _library_path()
+    if not os.path.exists(path):
+        raise ImportError(f"deepinfer: shared library {path} not found; run `make` at the repository "
+                          "root (or set DEEPINFER_LIB to the library's path)")
+    lib = ctypes.CDLL(path)
+    sig = {
+        "di_last_error": (c_char_p, []),
+        "di_version": (c_char_p, []),
+        "di_engine_options_init": (None, [POINTER(EngineOptions)]),
+        "di_sampling_params_init": (None, [POINTER(CSamplingParams)]),
+        "di_engine_create": (c_void_p, [c_char_p, POINTER(EngineOptions)]),
+        "di_engine_create_mock": (c_void_p, [c_int32, c_uint64, POINTER(EngineOptions)]),
+        "di_engine_destroy": (None, [c_void_p]),
+        "di_engine_add_request": (c_int, [c_void_p, POINTER(RequestInput), POINTER(CSamplingParams),
+                                          StreamCallback, c_void_p, POINTER(c_uint64)]),
+        "di_engine_abort": (c_int, [c_void_p, c_uint64]),
+        "di_engine_step": (c_int, [c_void_p, POINTER(c_int)]),
+        "di_engine_run": (c_int, [c_void_p]),
+        "di_engine_get_output": (c_int, [c_void_p, c_uint64, POINTER(RequestOutputC)]),
+        "di_engine_release": (c_int, [c_void_p, c_uint64]),
+        "di_engine_get_metrics": (c_int, [c_void_p, POINTER(EngineMetrics)]),
+        "di_engine_vocab_size": (c_int32, [c_void_p]),
+    }
+    for name, (restype, argtypes) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+lib = _load()
+
+
+def last_error():
+    msg = lib.di_last_error()
+    return msg.decode("utf-8", "replace") if msg else ""

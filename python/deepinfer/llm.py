@@ -1,0 +1,261 @@
+"""llm.py — the offline API: LLM.generate() and LLM.chat() over the C engine.
+
+    from deepinfer import LLM, SamplingParams
+    llm = LLM(model="/path/to/DeepSeek-V4.1-Flash")   # LLM() = the built-in tiny model
+    outs = llm.generate(["Hello"], SamplingParams(temperature=0.6, max_tokens=64, seed=1))
+
+The engine steps from Python, one di_engine_step at a time, so Ctrl-C (KeyboardInterrupt) aborts
+the requests of the call and frees their state before the exception propagates.
+"""
+import ctypes
+import json
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+
+from . import _lib
+from ._lib import lib
+from .outputs import CompletionOutput, Logprob, RequestOutput
+from .sampling_params import SamplingParams
+
+PromptType = Union[str, Dict[str, Any]]
+
+
+class DeepInferError(RuntimeError):
+    """An error reported by the C library, with its cause."""
+
+
+def _check(rc: int, what: str):
+    if rc != 0:
+        raise DeepInferError(_lib.last_error() or f"{what} failed")
+
+
+def _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk, state_memory_bytes,
+                    async_scheduling, batch_invariant, seed):
+    opts = _lib.EngineOptions()
+    lib.di_engine_options_init(ctypes.byref(opts))
+    if max_num_seqs is not None:
+        opts.max_num_seqs = max_num_seqs
+    if max_batch_tokens is not None:
+        opts.max_batch_tokens = max_batch_tokens
+    if max_prefill_chunk is not None:
+        opts.max_prefill_chunk = max_prefill_chunk
+    if state_memory_bytes is not None:
+        opts.state_memory_bytes = state_memory_bytes
+    if async_scheduling is not None:
+        opts.async_scheduling = 1 if async_scheduling else 0
+    if batch_invariant is not None:
+        opts.batch_invariant = 1 if batch_invariant else 0
+    opts.seed = seed or 0
+    return opts
+
+
+class _CParams:
+    """A SamplingParams as the C struct, with the arrays it points to kept alive."""
+
+    def __init__(self, p: SamplingParams, index: int):
+        c = _lib.CSamplingParams()
+        lib.di_sampling_params_init(ctypes.byref(c))
+        c.temperature = p.temperature
+        c.top_k = p.top_k if p.top_k > 0 else 0
+        c.top_p = p.top_p
+        c.min_p = p.min_p
+        c.presence_penalty = p.presence_penalty
+        c.frequency_penalty = p.frequency_penalty
+        c.repetition_penalty = p.repetition_penalty
+        seed = p.seed_for(index)
+        c.has_seed = 0 if seed is None else 1
+        c.seed = 0 if seed is None else seed
+        c.max_tokens = p.max_tokens
+        c.min_tokens = p.min_tokens
+        ids = list(p.stop_token_ids or [])
+        self._ids = (ctypes.c_int32 * max(1, len(ids)))(*ids)
+        c.stop_token_ids = ctypes.cast(self._ids, ctypes.POINTER(ctypes.c_int32))
+        c.n_stop_token_ids = len(ids)
+        stops = [s.encode("utf-8") for s in p.stop_list()]
+        self._stops = (ctypes.c_char_p * max(1, len(stops)))(*stops)
+        c.stop = ctypes.cast(self._stops, ctypes.POINTER(ctypes.c_char_p))
+        c.n_stop = len(stops)
+        c.logprobs = -1 if p.logprobs is None else p.logprobs
+        c.ignore_eos = 1 if p.ignore_eos else 0
+        self.struct = c
+
+
+class LLM:
+    """An engine over one model.  model=None: the built-in tiny model ($DEEPINFER_HF_MODEL_DIR
+    when set).  Options map to DiEngineOptions; None keeps the C default."""
+
+    def __init__(self, model: Optional[str] = None, *, max_num_seqs: Optional[int] = None,
+                 max_batch_tokens: Optional[int] = None, max_prefill_chunk: Optional[int] = None,
+                 state_memory_bytes: Optional[int] = None, async_scheduling: Optional[bool] = None,
+                 batch_invariant: Optional[bool] = None, seed: int = 0, _engine_handle=None):
+        self._engine = None
+        if _engine_handle is None:
+            opts = _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk,
+                                   state_memory_bytes, async_scheduling, batch_invariant, seed)
+            handle = lib.di_engine_create(model.encode("utf-8") if model else None, ctypes.byref(opts))
+            if not handle:
+                raise DeepInferError(_lib.last_error())
+            _engine_handle = handle
+        self._engine = _engine_handle
+        self._next_request = 0
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    def close(self):
+        if self._engine:
+            lib.di_engine_destroy(self._engine)
+            self._engine = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _handle(self):
+        if not self._engine:
+            raise DeepInferError("this LLM is closed")
+        return self._engine
+
+    # -- public API -----------------------------------------------------------------------------
+
+    def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
+                 sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
+                 use_tqdm: bool = False) -> List[RequestOutput]:
+        """Complete each prompt: a string, or {"prompt_token_ids": [...]} (vLLM's TokensPrompt).
+        One SamplingParams for all prompts or one per prompt.  Outputs in prompt order."""
+        if isinstance(prompts, (str, dict)):
+            prompts = [prompts]
+        prompts = list(prompts)
+        inputs = []
+        for i, p in enumerate(prompts):
+            if isinstance(p, str):
+                inputs.append(("text", p, p))
+            elif isinstance(p, dict) and "prompt_token_ids" in p:
+                inputs.append(("ids", list(p["prompt_token_ids"]), p.get("prompt")))
+            else:
+                raise TypeError(f"prompt {i}: expected a string or {{'prompt_token_ids': [...]}}, "
+                                f"got {type(p).__name__}")
+        return self._run(inputs, self._params_list(sampling_params, len(inputs)))
+
+    def chat(self, messages: Union[List[Dict[str, Any]], List[List[Dict[str, Any]]]],
+             sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
+             thinking: bool = False, reasoning_effort: Optional[str] = None,
+             tools: Optional[List[Dict[str, Any]]] = None, use_tqdm: bool = False) -> List[RequestOutput]:
+        """Answer one conversation (a list of messages) or several (a list of lists), rendered with
+        the V4.1 prompt format by the engine (the `render` command's input object)."""
+        conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        inputs = []
+        for conv in conversations:
+            request = {"encoding": "v41", "messages": conv,
+                       "thinking_mode": "thinking" if thinking else "chat"}
+            if tools:
+                request["tools"] = tools
+            if reasoning_effort is not None:
+                request["reasoning_effort"] = reasoning_effort
+            inputs.append(("chat", json.dumps(request, ensure_ascii=False), None))
+        return self._run(inputs, self._params_list(sampling_params, len(inputs)))
+
+    def metrics(self) -> Dict[str, float]:
+        m = _lib.EngineMetrics()
+        _check(lib.di_engine_get_metrics(self._handle(), ctypes.byref(m)), "metrics")
+        return {name: getattr(m, name) for name, _ in m._fields_}
+
+    @property
+    def vocab_size(self) -> int:
+        return lib.di_engine_vocab_size(self._handle())
+
+    # -- internals ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _params_list(sp, n) -> List[SamplingParams]:
+        if sp is None:
+            return [SamplingParams()] * n
+        if isinstance(sp, SamplingParams):
+            return [sp] * n
+        sp = list(sp)
+        if len(sp) != n:
+            raise ValueError(f"got {len(sp)} SamplingParams for {n} prompts")
+        return sp
+
+    def _add(self, kind, value, params: _CParams) -> int:
+        inp = _lib.RequestInput()
+        keep = None
+        if kind == "ids":
+            keep = (ctypes.c_int32 * max(1, len(value)))(*value)
+            inp.prompt_ids = ctypes.cast(keep, ctypes.POINTER(ctypes.c_int32))
+            inp.n_prompt_ids = len(value)
+        elif kind == "text":
+            inp.prompt_text = value.encode("utf-8")
+        else:
+            inp.chat_json = value.encode("utf-8")
+        rid = ctypes.c_uint64()
+        rc = lib.di_engine_add_request(self._handle(), ctypes.byref(inp), ctypes.byref(params.struct),
+                                       _lib.StreamCallback(), None, ctypes.byref(rid))
+        del keep
+        _check(rc, "adding a request")
+        return rid.value
+
+    def _run(self, inputs, params_list) -> List[RequestOutput]:
+        engine = self._handle()
+        groups = []  # per prompt: list of C request ids (n samples)
+        try:
+            for (kind, value, _), sp in zip(inputs, params_list):
+                ids = []
+                groups.append(ids)
+                for i in range(sp.n):
+                    ids.append(self._add(kind, value, _CParams(sp, i)))
+            active = ctypes.c_int(1)
+            while active.value > 0:
+                _check(lib.di_engine_step(engine, ctypes.byref(active)), "engine step")
+            results = []
+            for (kind, value, prompt_text), sp, ids in zip(inputs, params_list, groups):
+                results.append(self._collect(prompt_text, sp, ids))
+            return results
+        finally:
+            # aborts whatever is unfinished (Ctrl-C, errors) and frees every request of this call
+            for ids in groups:
+                for rid in ids:
+                    lib.di_engine_release(engine, rid)
+
+    def _collect(self, prompt_text, sp: SamplingParams, ids) -> RequestOutput:
+        outs = []
+        prompt_ids: List[int] = []
+        metrics: Dict[str, float] = {}
+        for index, rid in enumerate(ids):
+            o = _lib.RequestOutputC()
+            _check(lib.di_engine_get_output(self._handle(), rid, ctypes.byref(o)), "fetching an output")
+            prompt_ids = o.prompt_ids[:o.n_prompt_ids]
+            tokens = o.token_ids[:o.n_tokens]
+            text = ctypes.string_at(o.text, o.text_len).decode("utf-8") if o.text_len else ""
+            logprobs = None
+            if sp.logprobs is not None and o.logprobs:
+                logprobs = []
+                for k in range(o.n_tokens):
+                    lp = o.logprobs[k]
+                    entry = {int(lp.top_ids[r]): Logprob(float(lp.top_logprobs[r]), r + 1)
+                             for r in range(lp.n_top)}
+                    if lp.token not in entry:
+                        entry[int(lp.token)] = Logprob(float(lp.logprob), None)
+                    logprobs.append(entry)
+            stop_reason = None
+            if o.stop_string >= 0:
+                stop_reason = sp.stop_list()[o.stop_string]
+            elif o.stop_token >= 0 and o.stop_token in (sp.stop_token_ids or []):
+                stop_reason = int(o.stop_token)
+            outs.append(CompletionOutput(
+                index=index, text=text, token_ids=list(tokens),
+                cumulative_logprob=o.cumulative_logprob if sp.logprobs is not None else None,
+                logprobs=logprobs, finish_reason=_lib.FINISH_NAMES.get(o.finish_reason),
+                stop_reason=stop_reason, seed=o.seed))
+            metrics = {"time_to_first_token_s": o.time_to_first_token_s,
+                       "total_time_s": o.total_time_s, "preemptions": o.n_preemptions}
+        self._next_request += 1
+        return RequestOutput(request_id=str(ids[0]) if ids else "", prompt=prompt_text,
+                             prompt_token_ids=list(prompt_ids), outputs=outs,
+                             finished=all(c.finish_reason is not None for c in outs), metrics=metrics)

@@ -1,0 +1,25 @@
+"""testing.py — test hooks, not models.
+
+mock_llm() gives an LLM over the engine's deterministic mock runner (di_engine_create_mock): its
+logits are a hash of (token history, position), its text is byte level (ids 0..255 are bytes, 256
+is EOS, higher ids are the words " w<id>").  It exercises the whole engine — scheduling, pages,
+sampling, streaming, stop strings — but it is not a language model.  LLM() itself needs the model
+core, which is not in this build yet.
+"""
+from . import _lib
+from ._lib import lib
+from .llm import LLM, DeepInferError, _engine_options
+
+MOCK_EOS = 256
+
+
+def mock_llm(vocab_size: int = 512, model_seed: int = 0, *, max_num_seqs=None, max_batch_tokens=None,
+             max_prefill_chunk=None, state_memory_bytes=1 << 24, async_scheduling=None,
+             batch_invariant=None, seed: int = 0) -> LLM:
+    import ctypes
+    opts = _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk, state_memory_bytes,
+                           async_scheduling, batch_invariant, seed)
+    handle = lib.di_engine_create_mock(vocab_size, model_seed, ctypes.byref(opts))
+    if not handle:
+        raise DeepInferError(_lib.last_error())
+    return LLM(_engine_handle=handle)

@@ -1,0 +1,26 @@
+/* engine.h — the engine's internal entry points: creating an engine over any model runner (the
+ * public di_engine_create* functions go through it) and observing logits (tests). */
+#ifndef DI_ENGINE_ENGINE_H
+#define DI_ENGINE_ENGINE_H
+
+#include "deepinfer.h"
+#include "engine/runner.h"
+#include "engine/step.h"
+
+/* Takes ownership of the runner (destroyed with the engine, or on failure). */
+DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *opts);
+
+/* Record the model directory (di_engine_model_dir). */
+int di_engine_set_model_dir(DiEngine *engine, const char *dir);
+
+/* Call `observer` with every logits row before it is sampled (on the thread executing the step). */
+void di_engine_set_logits_observer(DiEngine *engine, DiLogitsObserver observer, void *user);
+
+/* Poison freed state pages (tests: a stale page then gives wrong logits). Before any request. */
+int di_engine_set_page_poisoning(DiEngine *engine, int on);
+
+/* Resolve the DEEPINFER_BATCH_INVARIANT setting: opt (-1: the environment), -1 with an error on a
+ * bad environment value. */
+int di_engine_resolve_batch_invariant(int opt);
+
+#endif

@@ -1,0 +1,74 @@
+/* request.h — one request inside the engine: its tokens, sampling parameters (deep-copied),
+ * scheduling counters, state pages and output.
+ *
+ * Ownership of fields between the two threads of async mode (engine-features.md §3):
+ *   - the worker (forward + sampling of a step) writes only tokens[p] and logprobs[p - n_prompt]
+ *     for the positions p it samples, which the planner reserved ahead (placeholders);
+ *   - the main thread (planning, output processing, the API) owns everything else and reads a
+ *     sampled token only after the step that wrote it has completed.
+ * tokens and logprobs are allocated once at their final size (prompt + max_tokens), so the worker
+ * never sees them move. */
+#ifndef DI_ENGINE_REQUEST_H
+#define DI_ENGINE_REQUEST_H
+
+#include "deepinfer.h"
+#include "engine/pages.h"
+#include "engine/textstream.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum {
+    DI_REQ_WAITING = 0, /* queued (new, or preempted and waiting to recompute) */
+    DI_REQ_RUNNING = 1, /* holds pages; prefilling or decoding */
+    DI_REQ_FINISHED = 2 /* stopped, hit max_tokens or aborted; output kept until released */
+} DiRequestState;
+
+typedef struct DiRequest {
+    uint64_t id;
+    DiRequestState state;
+    DiSamplingParams params;   /* stop / stop_token_ids point into the copies below */
+    char **stop_copy;
+    int32_t *stop_ids_copy;
+    size_t longest_stop;       /* bytes of the longest stop string */
+    uint64_t seed;
+    DiStreamCallback callback;
+    void *user;
+
+    int32_t *tokens;           /* prompt, then generated tokens; capacity n_prompt + max_tokens */
+    int n_prompt;
+    DiTokenLogprobs *logprobs; /* [max_tokens] when params.logprobs >= 0, else NULL */
+
+    /* scheduling (main thread) */
+    int64_t n_computed;        /* positions whose state is computed or being computed */
+    int n_output_scheduled;    /* generated tokens that planned steps will have produced */
+    DiPageTable pages;
+    int inflight;              /* planned steps not yet processed that include this request */
+    bool release_pages_pending;/* preempted or finished while in flight: free pages when idle */
+    bool released;             /* di_engine_release called: free the request when idle */
+    int n_preemptions;
+    uint64_t planned_epoch;    /* the scheduler step that last planned it */
+
+    /* output (main thread) */
+    int n_output;              /* generated tokens confirmed (processed) */
+    int n_output_streamed;
+    DiTextStream text;
+    double cumulative_logprob;
+    DiFinishReason finish_reason;
+    int32_t stop_token;
+    int stop_string;
+    double t_arrival, t_first_token, t_finish;
+} DiRequest;
+
+/* A new waiting request; copies the prompt and everything params points to. */
+DiRequest *di_request_create(uint64_t id, const int32_t *prompt, int n_prompt, const DiSamplingParams *params,
+                             uint64_t seed, DiStreamCallback callback, void *user);
+/* Free the request (its pages must have been returned to the pool). */
+void di_request_free(DiRequest *req);
+
+/* Tokens the scheduler knows of, placeholders for in-flight samples included. */
+static inline int64_t di_request_known_tokens(const DiRequest *req) {
+    return (int64_t)req->n_prompt + req->n_output_scheduled;
+}
+
+#endif

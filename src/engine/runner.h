@@ -1,0 +1,75 @@
+/* runner.h — the narrow interface between the engine and a model (the "model runner").
+ *
+ * The engine owns requests, scheduling, per-request state memory and sampling; the model owns
+ * the math.  The engine sees a model only through this vtable, so the real V4.1 forward pass, the
+ * deterministic mock of the tests (runner_mock.c) and the benchmarks' synthetic model plug in
+ * alike.  Data flows one way: the engine calls the runner, never the reverse.
+ *
+ * State in pages.  A request's decode state (model-v41.md §6.1: window rings per layer,
+ * compressed KV rows and index keys per KV-source layer, compressor pending rows, Engram history)
+ * lives in fixed-size pages of the engine's pool (pages.h).  The runner says how many pages a
+ * context of n tokens needs (pages_for_tokens, non-decreasing in n); before every forward the
+ * engine guarantees that each sequence's page table holds at least pages_for_tokens(start + n)
+ * pages.  The runner lays its state out over the pages as it likes; state_layout.h does it for
+ * the usual case (fixed rows such as window rings in the first pages, rows that grow with the
+ * context such as compressed KV and index keys in one page per block of positions), and page i
+ * is di_runner_page(seq, i).  A sequence with start_pos == 0 starts from fresh, uninitialised pages:
+ * the runner must write state before it reads it.  Freeing a request's state is returning its
+ * pages; preemption by recompute is freeing them and prefilling prompt + generated tokens again.
+ *
+ * Batches.  One forward runs a mixed batch: decode sequences (one token each) and prefill chunks
+ * (any number of tokens), each {state pages, token ids, start position}.  The runner writes one
+ * logits row (fp32, vocab_size values) for every sequence with want_logits, in sequence order,
+ * for the sequence's last token.  With batch_invariant set, a row's logits must be bit-identical
+ * whatever else is in the batch, at any batch position and with any chunking
+ * (engine-features.md §4.2); a CPU runner whose reductions run per row in a fixed order is
+ * invariant by construction. */
+#ifndef DI_ENGINE_RUNNER_H
+#define DI_ENGINE_RUNNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One request's part of a batch. */
+typedef struct {
+    uint8_t *const *pages;  /* the request's state pages, in page-table order */
+    size_t n_pages;         /* >= pages_for_tokens(start_pos + n_tokens) */
+    const int32_t *tokens;  /* the chunk's token ids */
+    int32_t n_tokens;       /* >= 1 */
+    int64_t start_pos;      /* position of tokens[0]; the state holds positions [0, start_pos) */
+    bool want_logits;       /* write a logits row for the last token */
+} DiRunnerSeq;
+
+typedef struct {
+    const DiRunnerSeq *seqs;
+    int n_seqs;
+    bool batch_invariant;   /* DEEPINFER_BATCH_INVARIANT: fixed-geometry kernels */
+    float *logits;          /* [number of seqs with want_logits][vocab_size] */
+} DiRunnerBatch;
+
+typedef struct DiRunner DiRunner;
+
+typedef struct {
+    /* Pages a context of n_tokens needs (n_tokens >= 1).  Non-decreasing in n_tokens. */
+    size_t (*pages_for_tokens)(const DiRunner *runner, int64_t n_tokens);
+    /* Run the batch; on failure record the cause (di_errorf) and return -1. */
+    int (*forward)(DiRunner *runner, const DiRunnerBatch *batch);
+    void (*destroy)(DiRunner *runner);
+    /* Optional: called just before a request's pages go back to the pool (finish, abort,
+     * preemption, engine destroy), for a runner that keeps something outside the pages. */
+    void (*release)(DiRunner *runner, uint8_t *const *pages, size_t n_pages);
+} DiRunnerOps;
+
+struct DiRunner {
+    const DiRunnerOps *ops;
+    int32_t vocab_size;
+    size_t page_bytes;       /* size of one state page (a multiple of 64) */
+    const int32_t *eos_ids;  /* tokens that end a generation */
+    int n_eos_ids;
+    const char *name;        /* for messages */
+};
+
+static inline uint8_t *di_runner_page(const DiRunnerSeq *seq, size_t index) { return seq->pages[index]; }
+
+#endif

@@ -1,0 +1,150 @@
+/* runner_mock.c — the deterministic mock runner (see runner_mock.h). */
+#include "engine/runner_mock.h"
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "engine/state_layout.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+enum { MOCK_RING, MOCK_ROWS }; /* state components */
+
+typedef struct {
+    DiRunner base;
+    DiStateLayout layout;
+    uint64_t seed;
+    int32_t eos[1];
+} MockRunner;
+
+static uint64_t row_hash(uint64_t previous, int32_t token, int64_t pos, uint64_t seed) {
+    uint64_t key[3] = {previous, (uint64_t)(uint32_t)token, (uint64_t)pos};
+    return XXH3_64bits_withSeed(key, sizeof key, seed);
+}
+
+static void fill_logits(int32_t vocab, uint64_t base, float *logits) {
+    for (int32_t v = 0; v < vocab; v++) {
+        uint64_t x = XXH3_64bits_withSeed(&v, sizeof v, base);
+        logits[v] = ((float)(x >> 40) * (1.0f / 16777216.0f) - 0.5f) * 8.0f;
+    }
+}
+
+static uint64_t logits_base(uint64_t last_row, uint64_t fold, const int32_t *window, int n_window, uint64_t seed) {
+    uint64_t key[3] = {last_row, fold, XXH3_64bits(window, (size_t)n_window * sizeof *window)};
+    return XXH3_64bits_withSeed(key, sizeof key, seed ^ 0x5bd1e995u);
+}
+
+static size_t mock_pages_for_tokens(const DiRunner *r, int64_t n_tokens) {
+    return di_state_layout_pages(&((const MockRunner *)r)->layout, n_tokens);
+}
+
+static uint64_t *row_at(const MockRunner *m, const DiRunnerSeq *seq, int64_t pos) {
+    return (uint64_t *)di_state_row(&m->layout, seq->pages, seq->n_pages, MOCK_ROWS, pos);
+}
+
+static int32_t *ring_at(const MockRunner *m, const DiRunnerSeq *seq, int64_t pos) {
+    return (int32_t *)di_state_row(&m->layout, seq->pages, seq->n_pages, MOCK_RING, pos % DI_MOCK_WINDOW);
+}
+
+static int mock_forward(DiRunner *r, const DiRunnerBatch *batch) {
+    MockRunner *m = (MockRunner *)r;
+    int row = 0;
+    for (int i = 0; i < batch->n_seqs; i++) {
+        const DiRunnerSeq *seq = &batch->seqs[i];
+        int64_t end = seq->start_pos + seq->n_tokens;
+        if (seq->n_tokens < 1 || seq->n_pages < mock_pages_for_tokens(r, end))
+            return di_errorf("mock runner: sequence %d has %zu pages for %lld tokens", i, seq->n_pages,
+                             (long long)end);
+        for (int32_t t = 0; t < seq->n_tokens; t++) {
+            int64_t pos = seq->start_pos + t;
+            uint64_t previous = pos == 0 ? m->seed : *row_at(m, seq, pos - 1);
+            *row_at(m, seq, pos) = row_hash(previous, seq->tokens[t], pos, m->seed);
+            *ring_at(m, seq, pos) = seq->tokens[t];
+        }
+        if (!seq->want_logits) continue;
+        uint64_t fold = 0;
+        for (int64_t q = 0; q < end; q++) fold = fold * 1099511628211ULL + *row_at(m, seq, q);
+        int32_t window[DI_MOCK_WINDOW];
+        int n_window = 0;
+        for (int64_t q = end > DI_MOCK_WINDOW ? end - DI_MOCK_WINDOW : 0; q < end; q++)
+            window[n_window++] = *ring_at(m, seq, q);
+        uint64_t base = logits_base(*row_at(m, seq, end - 1), fold, window, n_window, m->seed);
+        fill_logits(r->vocab_size, base, batch->logits + (size_t)row++ * (size_t)r->vocab_size);
+    }
+    return 0;
+}
+
+void di_mock_reference_logits(int32_t vocab, uint64_t seed, const int32_t *tokens, int64_t n, float *logits) {
+    uint64_t row = seed, fold = 0;
+    for (int64_t q = 0; q < n; q++) {
+        row = row_hash(row, tokens[q], q, seed);
+        fold = fold * 1099511628211ULL + row;
+    }
+    int64_t first = n > DI_MOCK_WINDOW ? n - DI_MOCK_WINDOW : 0;
+    fill_logits(vocab, logits_base(row, fold, tokens + first, (int)(n - first), seed), logits);
+}
+
+static void mock_destroy(DiRunner *r) { free(r); }
+
+static int mock_encode(const void *ctx, const char *text, size_t len, int32_t **out_ids, size_t *out_n) {
+    (void)ctx;
+    int32_t *ids = di_calloc(len ? len : 1, sizeof *ids, "token ids");
+    if (!ids) return -1;
+    for (size_t i = 0; i < len; i++) ids[i] = (uint8_t)text[i];
+    *out_ids = ids;
+    *out_n = len;
+    return 0;
+}
+
+static const char *mock_token_bytes(const void *ctx, int32_t token, size_t *len) {
+    (void)ctx;
+    static _Thread_local char piece[32];
+    if (token >= 0 && token < 256) {
+        piece[0] = (char)token;
+        *len = 1;
+    } else if (token == DI_MOCK_EOS) {
+        *len = 0;
+    } else {
+        int n = snprintf(piece, sizeof piece, " w%d", token);
+        *len = n > 0 ? (size_t)n : 0;
+    }
+    return piece;
+}
+
+static int mock_is_special(const void *ctx, int32_t token) {
+    (void)ctx;
+    return token == DI_MOCK_EOS;
+}
+
+void di_mock_text_hooks(DiTextHooks *out) {
+    *out = (DiTextHooks){mock_encode, mock_token_bytes, mock_is_special, NULL, NULL, -1};
+}
+
+static const DiRunnerOps mock_ops = {mock_pages_for_tokens, mock_forward, mock_destroy, NULL};
+
+DiRunner *di_mock_runner_create(int32_t vocab_size, uint64_t model_seed) {
+    if (vocab_size < 257) {
+        di_errorf("mock runner: vocab_size must be >= 257 (256 bytes + EOS), got %d", vocab_size);
+        return NULL;
+    }
+    MockRunner *m = di_calloc(1, sizeof *m, "mock runner");
+    if (!m) return NULL;
+    /* page 0: the window ring (8 token ids); then 32 rows of 8 bytes per 256-byte page */
+    const DiStateComponent state[2] = {{"window ring", sizeof(int32_t), DI_MOCK_WINDOW, 0},
+                                       {"kv rows", sizeof(uint64_t), 0, 1}};
+    if (di_state_layout_init(&m->layout, DI_MOCK_PAGE_BYTES, state, 2) != 0) {
+        free(m);
+        return NULL;
+    }
+    m->seed = model_seed;
+    m->eos[0] = DI_MOCK_EOS;
+    m->base.ops = &mock_ops;
+    m->base.vocab_size = vocab_size;
+    m->base.page_bytes = DI_MOCK_PAGE_BYTES;
+    m->base.eos_ids = m->eos;
+    m->base.n_eos_ids = 1;
+    m->base.name = "mock runner";
+    return &m->base;
+}

@@ -1,0 +1,202 @@
+/* scheduler.c — planning steps: decodes first, then prefill chunks, then admission; preemption of
+ * the youngest running request when state pages run out (see scheduler.h). */
+#include "engine/scheduler.h"
+
+#include "base/error.h"
+#include "base/mem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int di_scheduler_init(DiScheduler *s, const DiSchedulerConfig *cfg, DiPagePool *pool, const DiRunner *runner) {
+    memset(s, 0, sizeof *s);
+    s->cfg = *cfg;
+    s->pool = pool;
+    s->runner = runner;
+    s->cap = 64;
+    s->waiting = di_calloc((size_t)s->cap, sizeof *s->waiting, "waiting queue");
+    s->running = di_calloc((size_t)s->cap, sizeof *s->running, "running list");
+    if (!s->waiting || !s->running) {
+        di_scheduler_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+void di_scheduler_free(DiScheduler *s) {
+    free(s->waiting);
+    free(s->running);
+    memset(s, 0, sizeof *s);
+}
+
+static int ensure_capacity(DiScheduler *s, int needed) {
+    if (needed <= s->cap) return 0;
+    int cap = s->cap * 2;
+    while (cap < needed) cap *= 2;
+    DiRequest **w = di_realloc_array(s->waiting, (size_t)cap, sizeof *w, "waiting queue");
+    if (!w) return -1;
+    s->waiting = w;
+    DiRequest **r = di_realloc_array(s->running, (size_t)cap, sizeof *r, "running list");
+    if (!r) return -1;
+    s->running = r;
+    s->cap = cap;
+    return 0;
+}
+
+int di_scheduler_add(DiScheduler *s, DiRequest *req) {
+    if (ensure_capacity(s, s->n_waiting + s->n_running + 1) != 0) return -1;
+    req->state = DI_REQ_WAITING;
+    s->waiting[s->n_waiting++] = req;
+    return 0;
+}
+
+static void remove_at(DiRequest **list, int *n, int i) {
+    memmove(&list[i], &list[i + 1], (size_t)(*n - i - 1) * sizeof *list);
+    (*n)--;
+}
+
+static void remove_from(DiRequest **list, int *n, const DiRequest *req) {
+    for (int i = 0; i < *n; i++)
+        if (list[i] == req) {
+            remove_at(list, n, i);
+            return;
+        }
+}
+
+void di_scheduler_return_pages(DiScheduler *s, DiRequest *req) {
+    if (req->pages.n > 0 && s->runner->ops->release)
+        s->runner->ops->release((DiRunner *)s->runner, req->pages.pages, req->pages.n);
+    di_page_table_release(s->pool, &req->pages);
+}
+
+/* Return the request's pages now if no in-flight step uses them, else when it becomes idle. */
+static void release_pages(DiScheduler *s, DiRequest *req) {
+    if (req->inflight > 0) {
+        if (!req->release_pages_pending) s->pages_releasing += req->pages.n;
+        req->release_pages_pending = true;
+        return;
+    }
+    di_scheduler_return_pages(s, req);
+}
+
+void di_scheduler_settle(DiScheduler *s, DiRequest *req) {
+    if (req->inflight > 0 || !req->release_pages_pending) return;
+    s->pages_releasing -= req->pages.n;
+    req->release_pages_pending = false;
+    /* a request re-admitted while its old pages were pending would hold fresh ones: never, since
+     * admission waits for an idle request (see admit) */
+    di_scheduler_return_pages(s, req);
+}
+
+void di_scheduler_finish(DiScheduler *s, DiRequest *req) {
+    if (req->state == DI_REQ_WAITING) remove_from(s->waiting, &s->n_waiting, req);
+    else if (req->state == DI_REQ_RUNNING) remove_from(s->running, &s->n_running, req);
+    req->state = DI_REQ_FINISHED;
+    release_pages(s, req);
+}
+
+/* Back to the front of the waiting queue, to be prefilled again over all its known tokens. */
+static void preempt(DiScheduler *s, int running_index) {
+    DiRequest *req = s->running[running_index];
+    remove_at(s->running, &s->n_running, running_index);
+    memmove(&s->waiting[1], &s->waiting[0], (size_t)s->n_waiting * sizeof *s->waiting);
+    s->waiting[0] = req;
+    s->n_waiting++;
+    req->state = DI_REQ_WAITING;
+    req->n_computed = 0;
+    req->n_preemptions++;
+    s->preemptions++;
+    release_pages(s, req);
+}
+
+/* The youngest running request younger than running[index] and not planned in this step; -1 if
+ * none (older requests are never preempted for a younger one). */
+static int pick_victim(const DiScheduler *s, int index) {
+    for (int i = s->n_running - 1; i > index; i--)
+        if (s->running[i]->planned_epoch != s->epoch) return i;
+    return -1;
+}
+
+typedef enum { GOT_PAGES, WAIT_FOR_PAGES, PREEMPTED_SELF } PageOutcome;
+
+/* Make the request hold pages for `n_tokens` positions, preempting younger requests if needed. */
+static PageOutcome secure_pages(DiScheduler *s, int index, int64_t n_tokens) {
+    DiRequest *req = s->running[index];
+    size_t need = s->runner->ops->pages_for_tokens(s->runner, n_tokens);
+    for (;;) {
+        size_t missing = need > req->pages.n ? need - req->pages.n : 0;
+        if (missing <= di_page_pool_free(s->pool)) {
+            if (di_page_table_reserve(s->pool, &req->pages, need) == 0) return GOT_PAGES;
+            return WAIT_FOR_PAGES; /* allocation of the table array failed; try next step */
+        }
+        if (missing <= di_page_pool_free(s->pool) + s->pages_releasing) return WAIT_FOR_PAGES;
+        int victim = pick_victim(s, index);
+        if (victim < 0) break;
+        preempt(s, victim);
+    }
+    preempt(s, index);
+    return PREEMPTED_SELF;
+}
+
+static int plan_running(DiScheduler *s, DiStep *step, int *budget, bool decodes) {
+    for (int i = 0; i < s->n_running && step->n_seqs < s->cfg.max_num_seqs && *budget > 0; i++) {
+        DiRequest *req = s->running[i];
+        if (req->planned_epoch == s->epoch) continue;
+        if (req->n_output_scheduled >= req->params.max_tokens) continue;
+        int64_t pending = di_request_known_tokens(req) - req->n_computed;
+        if (pending <= 0 || (pending == 1) != decodes) continue;
+        int64_t chunk = pending;
+        if (chunk > *budget) chunk = *budget;
+        if (s->cfg.max_prefill_chunk > 0 && chunk > s->cfg.max_prefill_chunk) chunk = s->cfg.max_prefill_chunk;
+        PageOutcome got = secure_pages(s, i, req->n_computed + chunk);
+        if (got == PREEMPTED_SELF) {
+            i--; /* the list shifted */
+            continue;
+        }
+        if (got == WAIT_FOR_PAGES) continue;
+        /* preemption only removes requests after i, so index i is still req */
+        bool sample = req->n_computed + chunk == di_request_known_tokens(req);
+        if (di_step_add(step, req, req->n_computed, (int32_t)chunk, sample) != 0) return -1;
+        req->planned_epoch = s->epoch;
+        req->inflight++;
+        req->n_computed += chunk;
+        if (sample) req->n_output_scheduled++;
+        *budget -= (int)chunk;
+    }
+    return 0;
+}
+
+static int admit(DiScheduler *s, DiStep *step, int *budget) {
+    while (s->n_waiting > 0 && step->n_seqs < s->cfg.max_num_seqs && *budget > 0) {
+        DiRequest *req = s->waiting[0];
+        /* a preempted request still used by an in-flight step waits until it is idle (FIFO) */
+        if (req->inflight > 0 || req->release_pages_pending) break;
+        int64_t known = di_request_known_tokens(req);
+        int64_t chunk = known;
+        if (chunk > *budget) chunk = *budget;
+        if (s->cfg.max_prefill_chunk > 0 && chunk > s->cfg.max_prefill_chunk) chunk = s->cfg.max_prefill_chunk;
+        size_t need = s->runner->ops->pages_for_tokens(s->runner, chunk);
+        if (need > di_page_pool_free(s->pool)) break; /* admission by free pages, never by preemption */
+        if (di_page_table_reserve(s->pool, &req->pages, need) != 0) return -1;
+        remove_at(s->waiting, &s->n_waiting, 0);
+        s->running[s->n_running++] = req;
+        req->state = DI_REQ_RUNNING;
+        bool sample = chunk == known;
+        if (di_step_add(step, req, 0, (int32_t)chunk, sample) != 0) return -1;
+        req->planned_epoch = s->epoch;
+        req->inflight++;
+        req->n_computed = chunk;
+        if (sample) req->n_output_scheduled++;
+        *budget -= (int)chunk;
+    }
+    return 0;
+}
+
+int di_scheduler_plan(DiScheduler *s, DiStep *step) {
+    di_step_reset(step);
+    s->epoch++;
+    int budget = s->cfg.max_batch_tokens;
+    if (plan_running(s, step, &budget, true) != 0) return -1;
+    if (plan_running(s, step, &budget, false) != 0) return -1;
+    return admit(s, step, &budget);
+}

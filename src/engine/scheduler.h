@@ -1,0 +1,63 @@
+/* scheduler.h — continuous batching: which requests run in the next step, and how much of each.
+ *
+ * Requests move waiting -> running (prefilling, then decoding) -> finished.  Each step is one
+ * mixed batch under a token budget: first one token for every decoding request (oldest first),
+ * then prefill chunks of running requests, then new requests admitted from the waiting queue
+ * while the budget, the sequence limit and free state pages allow (chunked prefill: a prompt
+ * longer than the budget is spread over several steps).
+ *
+ * Memory: before a request computes positions [a, b) it must hold pages_for_tokens(b) pages.
+ * When the pool runs dry the youngest running request not in this step is preempted: its pages go
+ * back to the pool and it returns to the front of the waiting queue, to be prefilled again over
+ * prompt + generated tokens (recompute; sampling is keyed by position, so its output is
+ * unchanged).  Admission never preempts.  A request whose pages are still used by an in-flight
+ * step keeps them until that step is processed (async mode).
+ *
+ * In async mode the plan is made while the previous step computes: a decoding request whose next
+ * input token is still being sampled is planned with a placeholder (n_output_scheduled counts
+ * it); at most max_tokens outputs are ever planned; a request that stops early has at most one
+ * extra token computed and dropped. */
+#ifndef DI_ENGINE_SCHEDULER_H
+#define DI_ENGINE_SCHEDULER_H
+
+#include "engine/pages.h"
+#include "engine/request.h"
+#include "engine/runner.h"
+#include "engine/step.h"
+
+typedef struct {
+    int max_num_seqs;
+    int max_batch_tokens;
+    int max_prefill_chunk;
+} DiSchedulerConfig;
+
+typedef struct {
+    DiSchedulerConfig cfg;
+    DiPagePool *pool;
+    const DiRunner *runner;
+    DiRequest **waiting; /* FIFO: waiting[0] is admitted first */
+    int n_waiting;
+    DiRequest **running; /* admission order: oldest first */
+    int n_running;
+    int cap;             /* capacity of each list */
+    size_t pages_releasing; /* pages of idle-pending requests, free once their step is processed */
+    uint64_t preemptions;
+    uint64_t epoch;      /* step counter, to know who is in the step being planned */
+} DiScheduler;
+
+int di_scheduler_init(DiScheduler *s, const DiSchedulerConfig *cfg, DiPagePool *pool, const DiRunner *runner);
+void di_scheduler_free(DiScheduler *s);
+
+/* Queue a new request (its pages must fit the pool on their own: checked by the caller). */
+int di_scheduler_add(DiScheduler *s, DiRequest *req);
+/* Take a request out of the waiting/running lists (it finished or was aborted) and return its
+ * pages, now or, when in flight, once idle. */
+void di_scheduler_finish(DiScheduler *s, DiRequest *req);
+/* After a step was processed: return the pages of requests that became idle. */
+void di_scheduler_settle(DiScheduler *s, DiRequest *req);
+/* Give a request's pages back to the pool now (the runner's release hook first). */
+void di_scheduler_return_pages(DiScheduler *s, DiRequest *req);
+/* Plan the next step into `step` (reset first).  -1 only on allocation failure. */
+int di_scheduler_plan(DiScheduler *s, DiStep *step);
+
+#endif

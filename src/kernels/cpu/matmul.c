@@ -1,0 +1,120 @@
+/* matmul.c — the CPU backend's dispatch for di_matmul (matmul.h): chooses the AVX2+FMA kernels
+ * or the scalar reference, pads the activations to whole scale blocks, and splits the output
+ * rows over the thread pool.
+ *
+ * Choice of backend: the SIMD kernels when cpuid reports AVX2 and FMA, else the reference.
+ * DEEPINFER_KERNELS=ref forces the reference (to compare or bisect), =simd demands the SIMD
+ * kernels (an error where the CPU lacks them), =auto or unset is the default.
+ *
+ * Threads split rows only, in chunks of DI_SIMD_ROW_CHUNK: every output row is computed whole by
+ * one task with the reduction order of matmul_simd.h, so neither the thread count nor the
+ * schedule changes a bit of the result (engine-features.md §4.2: no split-K). */
+#include "kernels/matmul.h"
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "kernels/cpu/matmul_simd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* From this many tokens on, decoding the weights once into a panel beats decoding them in
+ * registers for every token (bench_kernels: n = 2 favours the GEMV, n = 4 the GEMM). */
+#define GEMM_MIN_TOKENS 3
+
+typedef enum { BACKEND_REF, BACKEND_SIMD } Backend;
+
+static int choose_backend(Backend *out) {
+    const char *env = getenv("DEEPINFER_KERNELS");
+    bool simd = di_simd_available();
+    if (!env || !*env || strcmp(env, "auto") == 0) {
+        *out = simd ? BACKEND_SIMD : BACKEND_REF;
+    } else if (strcmp(env, "ref") == 0) {
+        *out = BACKEND_REF;
+    } else if (strcmp(env, "simd") == 0) {
+        if (!simd) return di_errorf("DEEPINFER_KERNELS=simd, but this CPU lacks AVX2 or FMA");
+        *out = BACKEND_SIMD;
+    } else {
+        return di_errorf("DEEPINFER_KERNELS=%s: expected auto, ref or simd", env);
+    }
+    return 0;
+}
+
+const char *di_matmul_backend(void) {
+    Backend b;
+    if (choose_backend(&b) != 0) return NULL;
+    return b == BACKEND_SIMD ? "avx2-fma" : "reference";
+}
+
+typedef struct {
+    const DiMatrix *w;
+    DiSimdActs acts;
+    float *y;
+    float *scratch; /* GEMM only: one region of scratch_floats per thread */
+    int64_t scratch_floats;
+} MatmulJob;
+
+static void rows_range(const MatmulJob *job, int task, int64_t *r0, int64_t *r1) {
+    *r0 = (int64_t)task * DI_SIMD_ROW_CHUNK;
+    *r1 = *r0 + DI_SIMD_ROW_CHUNK < job->w->rows ? *r0 + DI_SIMD_ROW_CHUNK : job->w->rows;
+}
+
+static void gemv_task(void *ctx, int task, int thread) {
+    const MatmulJob *job = ctx;
+    int64_t r0, r1;
+    rows_range(job, task, &r0, &r1);
+    di_simd_gemv_rows(job->w, &job->acts, job->y, r0, r1, job->scratch + thread * job->scratch_floats);
+}
+
+static void gemm_task(void *ctx, int task, int thread) {
+    const MatmulJob *job = ctx;
+    int64_t r0, r1;
+    rows_range(job, task, &r0, &r1);
+    di_simd_gemm_rows(job->w, &job->acts, job->y, r0, r1, job->scratch + thread * job->scratch_floats);
+}
+
+/* The activations with each row padded by zeros to k32 columns (a copy only when cols % 32). */
+static int padded_acts(const float *x, int64_t n_tokens, int64_t cols, DiSimdActs *acts, float **owned) {
+    int64_t k32 = (cols + 31) / 32 * 32;
+    *owned = NULL;
+    acts->n_tokens = n_tokens;
+    acts->k32 = k32;
+    acts->x = x;
+    if (k32 == cols) return 0;
+    float *copy = di_aligned_calloc((size_t)n_tokens, (size_t)k32 * sizeof(float), "matmul padded activations");
+    if (!copy) return -1;
+    for (int64_t t = 0; t < n_tokens; t++) memcpy(copy + t * k32, x + t * cols, (size_t)cols * sizeof(float));
+    acts->x = copy;
+    *owned = copy;
+    return 0;
+}
+
+int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
+    if (di_matrix_validate(w, "matmul weight") != 0) return -1;
+    if (!x || !y || n_tokens < 0) return di_errorf("matmul: invalid activations (x %p, y %p, n_tokens %lld)",
+                                                   (const void *)x, (void *)y, (long long)n_tokens);
+    if (!di_simd_available()) return di_errorf("matmul: this CPU lacks AVX2 or FMA");
+    if (n_tokens == 0) return 0;
+    MatmulJob job = {.w = w, .y = y};
+    float *owned;
+    if (padded_acts(x, n_tokens, w->cols, &job.acts, &owned) != 0) return di_error_wrap("matmul");
+    int n_tasks = (int)((w->rows + DI_SIMD_ROW_CHUNK - 1) / DI_SIMD_ROW_CHUNK);
+    int threads = pool ? di_pool_threads(pool) : 1;
+    job.scratch_floats = di_simd_scratch_floats(w->cols);
+    job.scratch = di_aligned_calloc((size_t)threads, (size_t)job.scratch_floats * sizeof(float), "matmul scratch");
+    if (!job.scratch) {
+        di_aligned_free(owned);
+        return di_error_wrap("matmul");
+    }
+    di_pool_run(pool, n_tasks, n_tokens < GEMM_MIN_TOKENS ? gemv_task : gemm_task, &job);
+    di_aligned_free(job.scratch);
+    di_aligned_free(owned);
+    return 0;
+}
+
+int di_matmul(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
+    Backend b;
+    if (choose_backend(&b) != 0) return di_error_wrap("matmul");
+    if (b == BACKEND_SIMD) return di_matmul_simd(pool, w, x, n_tokens, y);
+    return di_matmul_ref(w, x, n_tokens, y);
+}

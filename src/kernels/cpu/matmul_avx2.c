@@ -1,0 +1,457 @@
+/* matmul_avx2.c — the AVX2+FMA kernels behind di_matmul: weight decoders for the four storage
+ * formats, a register-decoding GEMV and a panel-decoding GEMM that give bit-identical outputs.
+ *
+ * Why two kernels: at n = 1 every weight is used once, so decoding into registers right before
+ * its multiply-add is all there is to do and the kernel is bound by decode and memory.  At larger
+ * n the decode is amortised: a chunk of rows is decoded once into a float32 panel and a 3x4
+ * (rows x tokens) register tile of accumulators streams it against the tokens.  Both follow the
+ * order fixed in matmul_simd.h (8 lanes along the input, ascending groups, fixed lane sum), so a
+ * row's result is the same whichever kernel, tile, batch or thread computes it.
+ *
+ * Decoding is exact and equals the reference's `code value * scale` in float32:
+ *   E4M3 (§3.3): the byte, sign-extended to 16 bits, shifted and masked, is the FP16 pattern of
+ *       e4m3 * 2^-8 (the 4-bit exponent and 3-bit mantissa fit FP16's, subnormals included);
+ *       vcvtph2ps widens it exactly and one multiply by 2^(b-119) = 2^8 * 2^(b-127) gives
+ *       code * scale with a single rounding (scale byte b <= 246; above, two multiplies).
+ *       The obvious float32 trick (bits << 20) turns E4M3 subnormals into float32 subnormals,
+ *       and multiplying those costs ~100 cycles each on x86: 6x slower on random codes.
+ *   E2M1 (§3.3, §3.5): a 16-entry byte shuffle maps each nibble to twice its value as a signed
+ *       integer {0,1,2,3,4,6,8,12, -0..-12}, converted exactly and multiplied by 2^(b-128).
+ *   BF16: the upper half of a float32.
+ * NaN codes (E4M3 0x7F/0xFF) and the NaN scale byte 0xFF do not occur in checkpoints; the SIMD
+ * decoders give finite values for them where the reference gives NaN.
+ *
+ * Instruction set: AVX2 + FMA + F16C only (the deployment target, Zen 3, has no AVX-512); the target
+ * pragma below also keeps gcc from using AVX-512 registers when built with -march=native on a
+ * newer machine, so what is measured is what the target runs.  matmul.c checks cpuid first. */
+#pragma GCC target("avx2,fma,f16c,no-avx512f")
+
+#include "kernels/cpu/matmul_simd.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define GROUP 8        /* floats per ymm register: the lane count of the reduction order */
+#define BLOCK 32       /* scale block along the input (§3.4, §3.5) */
+#ifndef PREFETCH
+#define PREFETCH 1
+#endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
+#ifndef GEMV_ROWS
+#define GEMV_ROWS 4    /* rows whose accumulators the GEMV keeps in registers at once */
+#endif
+#define TILE_ROWS 3    /* GEMM register tile: 3 rows x 4 tokens = 12 accumulators, + 3 weight */
+#define TILE_TOKENS 4  /*   registers + 1 activation register = the 16 ymm registers of AVX2 */
+#ifndef PANEL_ROWS
+#define PANEL_ROWS 48  /* rows decoded into one GEMM panel (a multiple of TILE_ROWS) */
+#endif
+#ifndef PANEL_K
+#define PANEL_K 256    /* input columns per panel chunk: 48 x 256 floats = 48 KiB, near L1/L2 */
+#endif
+#ifndef TOKEN_BLOCK
+#define TOKEN_BLOCK 128 /* tokens whose accumulators persist across the chunks of one panel */
+#endif
+
+bool di_simd_available(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+int64_t di_simd_scratch_floats(int64_t cols) {
+    /* GEMM: the panel chunk, then the accumulators of one token block (8 lanes each);
+     * GEMV: one row of scaled activations (k32 floats) */
+    int64_t gemm = (int64_t)PANEL_ROWS * PANEL_K + (int64_t)PANEL_ROWS * TOKEN_BLOCK * GROUP;
+    int64_t gemv = (cols + BLOCK - 1) / BLOCK * BLOCK;
+    return gemm > gemv ? gemm : gemv;
+}
+
+/* ---- scale factors (as float32 bit patterns, so no libm call in the inner loops) ---------- */
+
+static inline float f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* E4M3 via FP16: 2^(b-119) = 2^8 * 2^(b-127) for b <= 246 (biased exponent b + 8, a normal
+ * float32); above that two multiplies (2^8, then the scale) keep every step finite. */
+static inline bool fp8_single_factor(uint8_t b, float *f) {
+    if (b > 246) return false;
+    *f = f32_from_bits((uint32_t)(b + 8) << 23);
+    return true;
+}
+
+/* The UE8M0 scale 2^(b-127) itself (§3.3); b = 0 is the subnormal 2^-127. */
+static inline float ue8m0_value(uint8_t b) {
+    return b ? f32_from_bits((uint32_t)b << 23) : f32_from_bits(0x00400000u);
+}
+
+/* E2M1: the doubled code value times 2^(b-128); b = 1 and b = 0 give the subnormals 2^-127 and
+ * 2^-128 (biased exponent b - 1 would be 0 or negative). */
+static inline float fp4_half_scale(uint8_t b) {
+    if (b >= 2) return f32_from_bits((uint32_t)(b - 1) << 23);
+    return f32_from_bits(b ? 0x00400000u : 0x00200000u);
+}
+
+/* ---- decoders: one 32-column block of one row into four ymm registers --------------------- */
+
+/* 16 E4M3 codes -> the FP16 bit patterns of code * 2^-8: sign-extended to 16 bits, shifted
+ * left by 7 (sign to bit 15, exponent to bits 13..10, mantissa to 9..7) and bit 14 (a copy of
+ * the sign) cleared.  E4M3 subnormals land on FP16 subnormals, which vcvtph2ps converts exactly
+ * and at full speed (float32 subnormal operands would stall the multiplier). */
+static inline __m256i e4m3_to_fp16_bits(const uint8_t *p) {
+    __m256i h = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16((short)0xBFFF));
+}
+
+static inline void decode_fp8_block(const uint8_t *p, uint8_t b, __m256 out[4]) {
+    __m256i h0 = e4m3_to_fp16_bits(p), h1 = e4m3_to_fp16_bits(p + 16);
+    out[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h0));
+    out[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h0, 1));
+    out[2] = _mm256_cvtph_ps(_mm256_castsi256_si128(h1));
+    out[3] = _mm256_cvtph_ps(_mm256_extracti128_si256(h1, 1));
+    float f;
+    if (fp8_single_factor(b, &f)) {
+        __m256 fv = _mm256_set1_ps(f);
+        #pragma GCC unroll 16
+        for (int i = 0; i < 4; i++) out[i] = _mm256_mul_ps(out[i], fv);
+    } else {
+        __m256 f1 = _mm256_set1_ps(0x1p8f), f2 = _mm256_set1_ps(ue8m0_value(b));
+        #pragma GCC unroll 16
+        for (int i = 0; i < 4; i++) out[i] = _mm256_mul_ps(_mm256_mul_ps(out[i], f1), f2);
+    }
+}
+
+/* 16 bytes = 32 nibbles, low nibble first (§3.3 packed FP4). */
+static inline void decode_fp4_block(const uint8_t *p, uint8_t b, __m256 out[4]) {
+    const __m128i doubled = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    __m128i bytes = _mm_loadu_si128((const __m128i *)p);
+    __m128i lo = _mm_and_si128(bytes, low4);
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+    __m128i v0 = _mm_shuffle_epi8(doubled, _mm_unpacklo_epi8(lo, hi)); /* columns 0..15 */
+    __m128i v1 = _mm_shuffle_epi8(doubled, _mm_unpackhi_epi8(lo, hi)); /* columns 16..31 */
+    __m256 f = _mm256_set1_ps(fp4_half_scale(b));
+    out[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v0)), f);
+    out[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v0, v0))), f);
+    out[2] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v1)), f);
+    out[3] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v1, v1))), f);
+}
+
+static inline void decode_bf16_block(const uint16_t *p, __m256 out[4]) {
+    #pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + GROUP * i)));
+        out[i] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    }
+}
+
+static inline void decode_f32_block(const float *p, __m256 out[4]) {
+    #pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) out[i] = _mm256_loadu_ps(p + GROUP * i);
+}
+
+/* Scalar twins of the decoders (same bit tricks, same roundings) for the last, partial block. */
+static float fp8_scalar(uint8_t code, uint8_t b) {
+    uint16_t bits = (uint16_t)((((uint16_t)(int16_t)(int8_t)code) << 7) & 0xBFFF);
+    float v = _cvtsh_ss(bits), f;
+    if (fp8_single_factor(b, &f)) return v * f;
+    return (v * 0x1p8f) * ue8m0_value(b);
+}
+
+static float weight_scalar(const DiMatrix *w, int64_t r, int64_t c) {
+    switch (w->format) {
+    case DI_MAT_F32: return ((const float *)w->data)[r * w->cols + c];
+    case DI_MAT_BF16: return f32_from_bits((uint32_t)((const uint16_t *)w->data)[r * w->cols + c] << 16);
+    case DI_MAT_FP8_BLOCK: {
+        int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK;
+        return fp8_scalar(((const uint8_t *)w->data)[r * w->cols + c], w->scale[(r / BLOCK) * kblocks + c / BLOCK]);
+    }
+    case DI_MAT_FP4_ROW32: break; /* FP4 columns are a multiple of 32: never partial */
+    }
+    return 0.0f;
+}
+
+/* Decode block kb (columns 32kb .. 32kb+31) of row r; columns past the end decode to 0. */
+static inline __attribute__((always_inline)) void decode_block(DiMatFormat format, const DiMatrix *w, int64_t r,
+                                                               int64_t kb, __m256 out[4]) {
+    int64_t c0 = kb * BLOCK;
+    if (c0 + BLOCK > w->cols) {
+        float tmp[BLOCK] __attribute__((aligned(32))) = {0};
+        for (int64_t c = c0; c < w->cols; c++) tmp[c - c0] = weight_scalar(w, r, c);
+        decode_f32_block(tmp, out);
+        return;
+    }
+    switch (format) {
+    case DI_MAT_F32: decode_f32_block((const float *)w->data + r * w->cols + c0, out); break;
+    case DI_MAT_BF16: decode_bf16_block((const uint16_t *)w->data + r * w->cols + c0, out); break;
+    case DI_MAT_FP8_BLOCK: {
+        int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK;
+        decode_fp8_block((const uint8_t *)w->data + r * w->cols + c0, w->scale[(r / BLOCK) * kblocks + kb], out);
+        break;
+    }
+    case DI_MAT_FP4_ROW32:
+        decode_fp4_block((const uint8_t *)w->data + r * (w->cols / 2) + c0 / 2, w->scale[r * (w->cols / BLOCK) + kb], out);
+        break;
+    default: /* unreachable: di_matrix_validate rejected other formats */
+        for (int i = 0; i < 4; i++) out[i] = _mm256_setzero_ps();
+        break;
+    }
+}
+
+/* The fixed lane sum of matmul_simd.h: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). */
+static inline float lane_sum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+
+/* Software prefetch of the same block one row tile ahead.  A weight row of the release shapes
+ * is 2-4 KiB, so every row starts a new 4 KiB page, where the hardware stream prefetchers stop;
+ * without this the GEMV of a matrix larger than L3 is latency-bound at a third of the DRAM
+ * bandwidth.  One tile ahead (16 KiB) is ~1 us at 15 GB/s: enough lead, still L2-resident. */
+static inline __attribute__((always_inline)) void prefetch_block(DiMatFormat format, const DiMatrix *w, int64_t r,
+                                                                 int64_t kb) {
+    const char *p = w->data;
+    switch (format) {
+    case DI_MAT_F32: p += (r * w->cols + kb * BLOCK) * 4; _mm_prefetch(p + 64, PF_HINT); break;
+    case DI_MAT_BF16: p += (r * w->cols + kb * BLOCK) * 2; break;
+    case DI_MAT_FP8_BLOCK: p += r * w->cols + kb * BLOCK; break;
+    case DI_MAT_FP4_ROW32: p += r * (w->cols / 2) + kb * (BLOCK / 2); break;
+    }
+    _mm_prefetch(p, PF_HINT);
+}
+
+/* ---- GEMV: weights decoded in registers, GEMV_ROWS rows per pass over the activations ------ */
+
+static inline __attribute__((always_inline)) void gemv_tile(DiMatFormat format, const DiMatrix *w, const float *x,
+                                                            int64_t k32, int64_t r0, int nr, float *y) {
+    __m256 acc[GEMV_ROWS];
+    #pragma GCC unroll 16
+    for (int i = 0; i < GEMV_ROWS; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < k32 / BLOCK; kb++) {
+        const float *xb = x + kb * BLOCK;
+        #pragma GCC unroll 16
+        for (int i = 0; i < nr; i++) {
+            if (PREFETCH && r0 + i + GEMV_ROWS < w->rows) /* see prefetch_block */
+                prefetch_block(format, w, r0 + i + GEMV_ROWS, kb);
+            __m256 wv[4];
+            decode_block(format, w, r0 + i, kb, wv);
+            #pragma GCC unroll 16
+            for (int g = 0; g < 4; g++) acc[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xb + GROUP * g), acc[i]);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++) y[r0 + i] = lane_sum(acc[i]);
+}
+
+/* One format's GEMV, specialised by the constant `format` so no switch is left in the loops. */
+static inline __attribute__((always_inline)) void gemv_rows(DiMatFormat format, const DiMatrix *w,
+                                                            const DiSimdActs *a, float *y, int64_t r0, int64_t r1) {
+    for (int64_t t = 0; t < a->n_tokens; t++) {
+        const float *x = a->x + t * a->k32;
+        float *yt = y + t * w->rows;
+        int64_t r = r0;
+        for (; r + GEMV_ROWS <= r1; r += GEMV_ROWS) gemv_tile(format, w, x, a->k32, r, GEMV_ROWS, yt);
+        for (; r < r1; r++) gemv_tile(format, w, x, a->k32, r, 1, yt);
+    }
+}
+
+/* ---- FP8 GEMV with the block scale moved onto the activations --------------------------------
+ * An FP8 scale is shared by 32 rows (§3.4), so instead of multiplying every decoded weight
+ * w' = code * 2^-8 by f = 2^(b-119), the GEMV multiplies the 32-row block's activations once:
+ * fma(w', x * f, acc) rounds the same real number w' * x * f + acc as fma(w' * f, x, acc) does,
+ * so the result is bit-identical to the panel GEMM -- provided x * f and w' * f are exact.
+ * They are when f keeps every non-zero activation of the token a normal, finite float32 and
+ * the weights finite (fp8_prescale_exact); otherwise the row block takes the plain path.  The
+ * decision looks only at this token and this row block, so it never depends on the batch. */
+
+typedef struct {
+    float min_nonzero, max; /* of |x| over the finite, non-zero activations of one token */
+} ActRange;
+
+static ActRange act_range(const float *x, int64_t n) {
+    ActRange r = {INFINITY, 0.0f};
+    for (int64_t i = 0; i < n; i++) {
+        float v = fabsf(x[i]);
+        if (v == 0.0f || !isfinite(v)) continue; /* zeros, inf and NaN scale exactly */
+        if (v < r.min_nonzero) r.min_nonzero = v;
+        if (v > r.max) r.max = v;
+    }
+    return r;
+}
+
+static bool fp8_prescale_exact(const uint8_t *scales, int64_t kblocks, ActRange x) {
+    uint8_t lo = 255, hi = 0;
+    for (int64_t i = 0; i < kblocks; i++) {
+        lo = scales[i] < lo ? scales[i] : lo;
+        hi = scales[i] > hi ? scales[i] : hi;
+    }
+    if (lo < 20 || hi > 240) return false; /* code * scale stays a finite, exact float32 */
+    if (x.max == 0.0f) return true;        /* all zero (or non-finite): exact */
+    return ldexp(x.max, hi - 119) < 0x1p126 && ldexp(x.min_nonzero, lo - 119) >= 0x1p-126;
+}
+
+/* Rows r0 .. r0+nr-1 of one 32-row block; xs = x * f per column block (full blocks only). */
+static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const DiMatrix *w, const float *x,
+                                                                          const float *xs, int64_t k32, int64_t r0,
+                                                                          int nr, float *y) {
+    const uint8_t *data = w->data;
+    int64_t full = w->cols / BLOCK;
+    __m256 acc[GEMV_ROWS];
+    #pragma GCC unroll 16
+    for (int i = 0; i < GEMV_ROWS; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < full; kb++) {
+        const float *xb = xs + kb * BLOCK;
+        #pragma GCC unroll 16
+        for (int i = 0; i < nr; i++) {
+            if (PREFETCH && r0 + i + GEMV_ROWS < w->rows) prefetch_block(DI_MAT_FP8_BLOCK, w, r0 + i + GEMV_ROWS, kb);
+            const uint8_t *p = data + (r0 + i) * w->cols + kb * BLOCK;
+            __m256i h0 = e4m3_to_fp16_bits(p), h1 = e4m3_to_fp16_bits(p + 16);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h0)), _mm256_loadu_ps(xb), acc[i]);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h0, 1)), _mm256_loadu_ps(xb + 8), acc[i]);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h1)), _mm256_loadu_ps(xb + 16), acc[i]);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h1, 1)), _mm256_loadu_ps(xb + 24), acc[i]);
+        }
+    }
+    if (full < k32 / BLOCK) { /* the partial last block: the plain decode, unscaled x */
+        #pragma GCC unroll 16
+        for (int i = 0; i < nr; i++) {
+            __m256 wv[4];
+            decode_block(DI_MAT_FP8_BLOCK, w, r0 + i, full, wv);
+            #pragma GCC unroll 16
+            for (int g = 0; g < 4; g++) acc[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(x + full * BLOCK + GROUP * g), acc[i]);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++) y[r0 + i] = lane_sum(acc[i]);
+}
+
+static void gemv_fp8_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
+    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, full = w->cols / BLOCK;
+    for (int64_t t = 0; t < a->n_tokens; t++) {
+        const float *x = a->x + t * a->k32;
+        float *yt = y + t * w->rows;
+        ActRange range = act_range(x, w->cols);
+        for (int64_t rb = r0; rb < r1; rb += BLOCK) { /* r0 is a multiple of 32 */
+            int64_t rb_end = rb + BLOCK < r1 ? rb + BLOCK : r1, r = rb;
+            const uint8_t *scales = w->scale + (rb / BLOCK) * kblocks;
+            if (!fp8_prescale_exact(scales, kblocks, range)) {
+                for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_tile(DI_MAT_FP8_BLOCK, w, x, a->k32, r, GEMV_ROWS, yt);
+                for (; r < rb_end; r++) gemv_tile(DI_MAT_FP8_BLOCK, w, x, a->k32, r, 1, yt);
+                continue;
+            }
+            for (int64_t kb = 0; kb < full; kb++) {
+                float f = 1.0f;
+                fp8_single_factor(scales[kb], &f); /* always true: the scales are <= 240 here */
+                __m256 fv = _mm256_set1_ps(f);
+                #pragma GCC unroll 16
+                for (int g = 0; g < 4; g++)
+                    _mm256_store_ps(xs + kb * BLOCK + GROUP * g, _mm256_mul_ps(_mm256_loadu_ps(x + kb * BLOCK + GROUP * g), fv));
+            }
+            for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_fp8_prescaled_tile(w, x, xs, a->k32, r, GEMV_ROWS, yt);
+            for (; r < rb_end; r++) gemv_fp8_prescaled_tile(w, x, xs, a->k32, r, 1, yt);
+        }
+    }
+}
+
+void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch) {
+    switch (w->format) {
+    case DI_MAT_F32: gemv_rows(DI_MAT_F32, w, a, y, r0, r1); break;
+    case DI_MAT_BF16: gemv_rows(DI_MAT_BF16, w, a, y, r0, r1); break;
+    case DI_MAT_FP8_BLOCK: gemv_fp8_rows(w, a, y, r0, r1, scratch); break;
+    case DI_MAT_FP4_ROW32: gemv_rows(DI_MAT_FP4_ROW32, w, a, y, r0, r1); break;
+    }
+}
+
+/* ---- GEMM: a decoded panel against a block of tokens, accumulators kept across chunks ------ */
+
+/* acc[nr][nt] lanes live in `accs` between chunks (stored and reloaded unchanged, so chunking
+ * does not alter the per-lane order).  panel: nr rows of `kc` floats at stride PANEL_K. */
+static inline __attribute__((always_inline)) void gemm_tile(const float *panel, const float *x, int64_t xstride,
+                                                            int64_t kc, float *accs, int nr, int nt) {
+    __m256 acc[TILE_ROWS][TILE_TOKENS];
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++)
+        #pragma GCC unroll 16
+        for (int j = 0; j < nt; j++) acc[i][j] = _mm256_load_ps(accs + (i * TOKEN_BLOCK + j) * GROUP);
+    for (int64_t k = 0; k < kc; k += GROUP) {
+        __m256 wv[TILE_ROWS];
+        #pragma GCC unroll 16
+        for (int i = 0; i < nr; i++) {
+            wv[i] = _mm256_load_ps(panel + i * PANEL_K + k);
+            __asm__("" : "+x"(wv[i])); /* in a register for all nt tokens */
+        }
+        #pragma GCC unroll 16
+        for (int j = 0; j < nt; j++) {
+            __m256 xv = _mm256_loadu_ps(x + j * xstride + k);
+            __asm__("" : "+x"(xv)); /* keep it in a register: one load, not one per row */
+            #pragma GCC unroll 16
+            for (int i = 0; i < nr; i++) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++)
+        #pragma GCC unroll 16
+        for (int j = 0; j < nt; j++) _mm256_store_ps(accs + (i * TOKEN_BLOCK + j) * GROUP, acc[i][j]);
+}
+
+/* Dispatch to a tile specialised for its size (the compiler keeps the full one in registers). */
+static void gemm_tile_any(const float *panel, const float *x, int64_t xstride, int64_t kc, float *accs, int nr, int nt) {
+#define TILE_CASE(R, T) \
+    case (R) * 8 + (T): gemm_tile(panel, x, xstride, kc, accs, R, T); break;
+    switch (nr * 8 + nt) {
+        TILE_CASE(3, 4) TILE_CASE(3, 3) TILE_CASE(3, 2) TILE_CASE(3, 1)
+        TILE_CASE(2, 4) TILE_CASE(2, 3) TILE_CASE(2, 2) TILE_CASE(2, 1)
+        TILE_CASE(1, 4) TILE_CASE(1, 3) TILE_CASE(1, 2) TILE_CASE(1, 1)
+    default: break;
+    }
+#undef TILE_CASE
+}
+
+static void decode_panel(const DiMatrix *w, int64_t r0, int nr, int64_t k0, int64_t kc, float *panel) {
+    for (int i = 0; i < nr; i++)
+        for (int64_t k = 0; k < kc; k += BLOCK) {
+            __m256 wv[4];
+            decode_block(w->format, w, r0 + i, (k0 + k) / BLOCK, wv);
+            #pragma GCC unroll 16
+            for (int g = 0; g < 4; g++) _mm256_store_ps(panel + i * PANEL_K + k + GROUP * g, wv[g]);
+        }
+}
+
+/* One panel of up to PANEL_ROWS rows against tokens [t0, t0 + nt_block). */
+static void gemm_panel(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int nr_panel, int64_t t0,
+                       int nt_block, float *panel, float *accs) {
+    memset(accs, 0, sizeof(float) * (size_t)PANEL_ROWS * TOKEN_BLOCK * GROUP);
+    for (int64_t k0 = 0; k0 < a->k32; k0 += PANEL_K) {
+        int64_t kc = a->k32 - k0 < PANEL_K ? a->k32 - k0 : PANEL_K;
+        decode_panel(w, r0, nr_panel, k0, kc, panel);
+        for (int j = 0; j < nt_block; j += TILE_TOKENS) {
+            int nt = nt_block - j < TILE_TOKENS ? nt_block - j : TILE_TOKENS;
+            const float *x = a->x + (t0 + j) * a->k32 + k0;
+            for (int i = 0; i < nr_panel; i += TILE_ROWS) {
+                int nr = nr_panel - i < TILE_ROWS ? nr_panel - i : TILE_ROWS;
+                gemm_tile_any(panel + i * PANEL_K, x, a->k32, kc, accs + (i * TOKEN_BLOCK + j) * GROUP, nr, nt);
+            }
+        }
+    }
+    for (int i = 0; i < nr_panel; i++)
+        for (int j = 0; j < nt_block; j++) {
+            __m256 v = _mm256_load_ps(accs + (i * TOKEN_BLOCK + j) * GROUP);
+            y[(t0 + j) * w->rows + r0 + i] = lane_sum(v);
+        }
+}
+
+void di_simd_gemm_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch) {
+    float *panel = scratch, *accs = scratch + (int64_t)PANEL_ROWS * PANEL_K;
+    for (int64_t t0 = 0; t0 < a->n_tokens; t0 += TOKEN_BLOCK) {
+        int nt_block = a->n_tokens - t0 < TOKEN_BLOCK ? (int)(a->n_tokens - t0) : TOKEN_BLOCK;
+        for (int64_t r = r0; r < r1; r += PANEL_ROWS) {
+            int nr_panel = r1 - r < PANEL_ROWS ? (int)(r1 - r) : PANEL_ROWS;
+            gemm_panel(w, a, y, r, nr_panel, t0, nt_block, panel, accs);
+        }
+    }
+}

@@ -1,0 +1,81 @@
+/* matmul_ref.c — the readable definition of every weight format's matrix product (matmul.h).
+ * Slow on purpose: one output at a time, the stored value decoded exactly, ascending columns.
+ * The optimised kernels are tested against this file. */
+#include "kernels/matmul.h"
+
+#include "base/error.h"
+#include "kernels/numformats.h"
+
+#include <stdlib.h>
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t di_matrix_data_bytes(const DiMatrix *w) {
+    switch (w->format) {
+    case DI_MAT_F32: return w->rows * w->cols * 4;
+    case DI_MAT_BF16: return w->rows * w->cols * 2;
+    case DI_MAT_FP8_BLOCK: return w->rows * w->cols;
+    case DI_MAT_FP4_ROW32: return w->rows * (w->cols / 2);
+    }
+    return -1;
+}
+
+int64_t di_matrix_scale_bytes(const DiMatrix *w) {
+    switch (w->format) {
+    case DI_MAT_FP8_BLOCK: return ceil_div(w->rows, 32) * ceil_div(w->cols, 32);
+    case DI_MAT_FP4_ROW32: return w->rows * (w->cols / 32);
+    default: return 0;
+    }
+}
+
+int di_matrix_validate(const DiMatrix *w, const char *name) {
+    name = name ? name : "matrix";
+    if (!w) return di_errorf("%s: no matrix", name);
+    if (w->format < DI_MAT_F32 || w->format > DI_MAT_FP4_ROW32) return di_errorf("%s: unknown format %d", name, (int)w->format);
+    if (w->rows <= 0 || w->cols <= 0 || w->rows > (1LL << 31) || w->cols > (1LL << 31))
+        return di_errorf("%s: invalid shape [%lld, %lld]", name, (long long)w->rows, (long long)w->cols);
+    if (!w->data) return di_errorf("%s: no data", name);
+    if (w->format == DI_MAT_FP4_ROW32 && w->cols % 32)
+        return di_errorf("%s: FP4 matrix needs a column count divisible by 32, got %lld", name, (long long)w->cols);
+    if ((w->format == DI_MAT_FP8_BLOCK || w->format == DI_MAT_FP4_ROW32) && !w->scale)
+        return di_errorf("%s: quantised matrix without scales", name);
+    return 0;
+}
+
+static float weight_at(const DiMatrix *w, int64_t r, int64_t c) {
+    switch (w->format) {
+    case DI_MAT_F32: return ((const float *)w->data)[r * w->cols + c];
+    case DI_MAT_BF16: return di_bf16_to_f32(((const uint16_t *)w->data)[r * w->cols + c]);
+    case DI_MAT_FP8_BLOCK: {
+        uint8_t code = ((const uint8_t *)w->data)[r * w->cols + c];
+        uint8_t s = w->scale[(r / 32) * ceil_div(w->cols, 32) + c / 32];
+        return di_e4m3_to_f32(code) * di_ue8m0_to_f32(s);
+    }
+    case DI_MAT_FP4_ROW32: {
+        uint8_t byte = ((const uint8_t *)w->data)[r * (w->cols / 2) + c / 2];
+        uint8_t nib = (c & 1) ? (uint8_t)(byte >> 4) : (uint8_t)(byte & 0xF);
+        uint8_t s = w->scale[r * (w->cols / 32) + c / 32];
+        return di_e2m1_to_f32(nib) * di_ue8m0_to_f32(s);
+    }
+    }
+    return 0.0f;
+}
+
+int di_matrix_row(const DiMatrix *w, int64_t r, float *out) {
+    if (di_matrix_validate(w, "matrix") != 0) return -1;
+    if (r < 0 || r >= w->rows || !out) return di_errorf("matrix row %lld out of range [0, %lld)", (long long)r, (long long)w->rows);
+    for (int64_t c = 0; c < w->cols; c++) out[c] = weight_at(w, r, c);
+    return 0;
+}
+
+int di_matmul_ref(const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
+    if (di_matrix_validate(w, "matmul weight") != 0) return -1;
+    if (!x || !y || n_tokens < 0) return di_errorf("matmul: invalid activations");
+    for (int64_t t = 0; t < n_tokens; t++)
+        for (int64_t r = 0; r < w->rows; r++) {
+            float acc = 0.0f;
+            for (int64_t c = 0; c < w->cols; c++) acc += weight_at(w, r, c) * x[t * w->cols + c];
+            y[t * w->rows + r] = acc;
+        }
+    return 0;
+}

@@ -1,0 +1,45 @@
+/* matmul_simd.h — private interface between the CPU dispatch (matmul.c) and the AVX2+FMA
+ * kernels (matmul_avx2.c).  Not part of the kernel API: the model calls di_matmul (matmul.h).
+ *
+ * The one reduction order every SIMD path uses (batch invariance, engine-features.md §4.2):
+ * the input dimension is padded with zeros to K32 = a multiple of 32 (one scale block, §3.4/§3.5);
+ * output (t, r) keeps 8 float32 lanes, lane j accumulating W[r][c] * x[t][c] for c = 8g + j,
+ * g = 0, 1, ... in ascending order with one fused multiply-add per term; the 8 lanes are then
+ * summed as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).  W[r][c] is decoded exactly as the reference
+ * does (code value times scale, one float32 rounding), so only the summation order differs from
+ * di_matmul_ref, and it never depends on n_tokens, on the row's neighbours or on the thread. */
+#ifndef DI_KERNELS_CPU_MATMUL_SIMD_H
+#define DI_KERNELS_CPU_MATMUL_SIMD_H
+
+#include "kernels/matmul.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Rows handed to one task: a multiple of 32 so an FP8 scale row-block (§3.4) never straddles
+ * two tasks and of the row tiles of both kernels below. */
+#define DI_SIMD_ROW_CHUNK 96
+
+/* The activations as the kernels read them: n rows of k32 floats, zero beyond cols. */
+typedef struct {
+    const float *x;
+    int64_t n_tokens, k32;
+} DiSimdActs;
+
+/* True when this CPU runs the AVX2+FMA kernels (checked at run time with cpuid). */
+bool di_simd_available(void);
+
+/* Floats of per-thread scratch (32-byte aligned) either kernel needs for this many columns. */
+int64_t di_simd_scratch_floats(int64_t cols);
+
+/* y[t][r] for r in [r0, r1) and every token: token at a time, weights decoded in registers
+ * (the decode-bound n = 1 case).  r0 is a multiple of DI_SIMD_ROW_CHUNK. */
+void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1,
+                       float *scratch);
+
+/* The same outputs, bit for bit, by decoding the rows once into a panel in `scratch` and
+ * running a register-tiled product over the tokens. */
+void di_simd_gemm_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1,
+                       float *scratch);
+
+#endif

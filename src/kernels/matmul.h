@@ -1,0 +1,60 @@
+/* matmul.h — the narrow kernel interface the model calls for every projection.
+ *
+ * A weight matrix is described by DiMatrix in the exact storage format of the official
+ * checkpoint (no conversion at load time), and di_matmul computes
+ *     y[t][r] = sum_c W[r][c] * x[t][c]      for t < n_tokens, r < rows
+ * with float32 activations.  Batch invariance (engine-features.md §4): the value of y[t][r] must
+ * not depend on n_tokens, on t, or on the thread count — every implementation reduces each
+ * output in one fixed order per row.  di_matmul_ref is the readable scalar definition; the
+ * optimised backend (SIMD, threads) must agree with it to float32 rounding.
+ *
+ * Activation quantisation (the reference's FP8 round trip of GEMM inputs, §4.3) is the caller's
+ * choice and is applied to x before the call (numformats.h), so one kernel serves all modes. */
+#ifndef DI_KERNELS_MATMUL_H
+#define DI_KERNELS_MATMUL_H
+
+#include "base/threadpool.h"
+
+#include <stdint.h>
+
+typedef enum {
+    DI_MAT_F32 = 0,  /* data: float[rows][cols] */
+    DI_MAT_BF16,     /* data: uint16_t[rows][cols] */
+    DI_MAT_FP8_BLOCK,/* data: e4m3[rows][cols]; scale: ue8m0[ceil(rows/32)][ceil(cols/32)] (§3.4) */
+    DI_MAT_FP4_ROW32 /* data: packed e2m1[rows][cols/2], low nibble = even column;
+                        scale: ue8m0[rows][cols/32] (§3.5) */
+} DiMatFormat;
+
+typedef struct {
+    DiMatFormat format;
+    int64_t rows, cols; /* logical [out, in] */
+    const void *data;
+    const uint8_t *scale; /* FP8 / FP4 only */
+} DiMatrix;
+
+/* Checks the description (format, sizes, pointers, FP4 column count even and a multiple of 32). */
+int di_matrix_validate(const DiMatrix *w, const char *name);
+/* Bytes of data / of scale the description refers to (for loaders and memory accounting). */
+int64_t di_matrix_data_bytes(const DiMatrix *w);
+int64_t di_matrix_scale_bytes(const DiMatrix *w);
+
+/* out[c] = W[r][c] for one row, exactly (every stored value is exact in float32). */
+int di_matrix_row(const DiMatrix *w, int64_t r, float *out);
+
+/* Readable reference: scalar, single thread, ascending-c accumulation in float32. */
+int di_matmul_ref(const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
+
+/* The backend entry point: optimised when available, else the reference.  pool may be NULL. */
+int di_matmul(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
+
+/* The AVX2+FMA path itself (an error on a CPU without AVX2 and FMA); di_matmul calls it when
+ * available.  Bit-identical for every n_tokens, token position and thread count; agrees with
+ * di_matmul_ref up to float32 summation order (8 lanes along the input, see cpu/matmul_simd.h).
+ * pool may be NULL (one thread). */
+int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
+
+/* Which path di_matmul takes on this machine: "avx2-fma" or "reference" (DEEPINFER_KERNELS =
+ * auto | ref | simd overrides the cpuid choice); NULL with an error for a bad DEEPINFER_KERNELS. */
+const char *di_matmul_backend(void);
+
+#endif

@@ -1,0 +1,387 @@
+/* attention.c — V4.1 attention sub-layer (attention.h, spec §5.6). */
+#include "model/attention.h"
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "kernels/numformats.h"
+#include "model/ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ALLOC(ptr, count, what) ((ptr) = di_malloc((size_t)(count) * sizeof *(ptr) + 1, what))
+
+int attn_shared_init(AttnShared *sh, const ModelDims *d, int64_t n) {
+    memset(sh, 0, sizeof *sh);
+    sh->n = n;
+    sh->sel_layer = sh->pool_layer = -1;
+    int64_t k = d->idx_topk > 0 ? d->idx_topk : 1, cb = d->cand_blocks > 0 ? d->cand_blocks : 1;
+    if (!ALLOC(sh->sel, n * k, "selections") || !ALLOC(sh->sel_count, n, "selections") || !ALLOC(sh->pool, n * cb, "candidate pools") ||
+        !ALLOC(sh->pool_count, n, "candidate pools")) {
+        attn_shared_free(sh);
+        return -1;
+    }
+    return 0;
+}
+
+void attn_shared_free(AttnShared *sh) {
+    free(sh->sel);
+    free(sh->sel_count);
+    free(sh->pool);
+    free(sh->pool_count);
+    memset(sh, 0, sizeof *sh);
+}
+
+/* ---------------------------------------------------------------- query, window KV (§5.6.1-2) */
+
+int attn_query(const Model *m, const LayerWeights *lw, const RopeTable *rope, const float *a, int64_t n, int64_t s, float *q,
+               float *qr) {
+    const ModelDims *d = &m->d;
+    int64_t Rq = d->q_rank, H = d->n_heads, Dh = d->head_dim;
+    bool aq = model_act_quant(m);
+    if (model_linear(m, &lw->wq_a, a, n, qr, aq) != 0) return di_error_wrap("wq_a");
+    for (int64_t i = 0; i < n; i++) op_rmsnorm(qr + i * Rq, qr + i * Rq, lw->q_norm, Rq, d->eps);
+    if (model_linear(m, &lw->wq_b, qr, n, q, aq) != 0) return di_error_wrap("wq_b");
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t h = 0; h < H; h++) rope_apply(rope, q + (i * H + h) * Dh, Dh, s + i, false);
+    return 0;
+}
+
+int attn_window_kv(const Model *m, const LayerWeights *lw, const RopeTable *rope, const float *a, int64_t n, int64_t s,
+                   float *kv) {
+    const ModelDims *d = &m->d;
+    int64_t Dh = d->head_dim;
+    if (model_linear(m, &lw->wkv, a, n, kv, model_act_quant(m)) != 0) return di_error_wrap("wkv");
+    for (int64_t i = 0; i < n; i++) {
+        float *row = kv + i * Dh;
+        op_rmsnorm(row, row, lw->kv_norm, Dh, d->eps);
+        rope_apply(rope, row, Dh, s + i, false);
+        /* §4.4: FP8 round trip over the whole row after RoPE, rotary dims included */
+        if (model_kv_quant(m) && di_roundtrip_fp8_block32(row, (size_t)Dh) != 0) return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- compressor (§5.6.3-5.6.5) */
+
+/* Store the entry g of KV source `slot` from its pooled, un-normalised latent (pre-RoPE). */
+static int emit_entry(const Model *m, RunState *st, const LayerWeights *lw, int slot, int ratio, int64_t g, float *latent,
+                      float *key) {
+    const ModelDims *d = &m->d;
+    int64_t Dh = d->head_dim, DI = d->idx_head_dim;
+    const RopeTable *rope = model_rope(m, ratio);
+    bool kq = model_kv_quant(m);
+    op_rmsnorm(latent, latent, lw->comp_norm, Dh, d->eps);
+    /* index key from the pre-RoPE latent (§5.6.4) */
+    if (model_matmul(m, &lw->idx_wk, latent, 1, key) != 0) return -1;
+    op_rmsnorm(key, key, lw->idx_k_norm, DI, d->eps);
+    rope_apply(rope, key, DI, g * ratio, false); /* rotated at the group's first position */
+    if (kq && di_roundtrip_fp4_ue8m0_block32(key, (size_t)DI) != 0) return -1;
+    /* compressed row: the post-RoPE latent (§5.6.5) */
+    rope_apply(rope, latent, Dh, g * ratio, false);
+    if (kq && di_roundtrip_fp4_e4m3_block16(latent, (size_t)Dh) != 0) return -1;
+    int64_t idx = state_kv_append(st, slot);
+    if (idx < 0) return -1;
+    if (idx != g) return di_errorf("compressor: entry %lld emitted but the cache holds %lld rows", (long long)g, (long long)idx);
+    memcpy(state_comp_row(st, slot, g), latent, (size_t)Dh * sizeof *latent);
+    memcpy(state_ikey_row(st, slot, g), key, (size_t)DI * sizeof *key);
+    return 0;
+}
+
+static int run_compressor(const Model *m, RunState *st, int L, const LayerWeights *lw, const float *a, int64_t n, int64_t s) {
+    const ModelDims *d = &m->d;
+    int ratio = d->ratio[L], slot = d->kv_slot[L];
+    int64_t Dh = d->head_dim;
+    KvSourceState *ks = &st->kv[slot];
+    float *kc, *zc = NULL, *latent, *key;
+    int rc = -1;
+    if (ratio > DIMS_MAX_LAYERS) return di_errorf("compressor of layer %d: ratio %d too large", L, ratio);
+    ALLOC(kc, n * Dh, "compressor rows");
+    if (ratio > 1) ALLOC(zc, n * Dh, "compressor gates");
+    ALLOC(latent, Dh, "latent");
+    ALLOC(key, d->idx_head_dim, "index key");
+    if (!kc || (ratio > 1 && !zc) || !latent || !key) goto done;
+    /* fp32 GEMMs without activation quantisation (§4.3) */
+    if (model_matmul(m, &lw->comp_wkv, a, n, kc) != 0) goto done;
+    if (ratio > 1 && model_matmul(m, &lw->comp_wgate, a, n, zc) != 0) goto done;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t p = s + i;
+        if (ratio == 1) {
+            memcpy(latent, kc + i * Dh, (size_t)Dh * sizeof *latent);
+            if (emit_entry(m, st, lw, slot, ratio, p, latent, key) != 0) goto done;
+            continue;
+        }
+        int r = (int)(p % ratio);
+        if (ks->n_pending != r) {
+            di_errorf("compressor of layer %d: %d pending rows at position %lld", L, ks->n_pending, (long long)p);
+            goto done;
+        }
+        if (r < ratio - 1) { /* hold the row until its group is complete */
+            memcpy(state_pending_row(st, slot, 0, r), kc + i * Dh, (size_t)Dh * sizeof(float));
+            memcpy(state_pending_row(st, slot, 1, r), zc + i * Dh, (size_t)Dh * sizeof(float));
+            ks->n_pending = r + 1;
+            continue;
+        }
+        /* λ[c] = Σ_r softmax_r(ζ_r[c]) · κ_r[c] over the m rows of the group */
+        const float *pk[DIMS_MAX_LAYERS], *pz[DIMS_MAX_LAYERS];
+        for (int j = 0; j < ratio - 1; j++) pk[j] = state_pending_row(st, slot, 0, j), pz[j] = state_pending_row(st, slot, 1, j);
+        pk[ratio - 1] = kc + i * Dh;
+        pz[ratio - 1] = zc + i * Dh;
+        for (int64_t c = 0; c < Dh; c++) {
+            float mx = pz[ratio - 1][c];
+            for (int j = 0; j < ratio - 1; j++) mx = fmaxf(mx, pz[j][c]);
+            float den = 0, num = 0;
+            for (int j = 0; j < ratio; j++) {
+                float z = pz[j][c], k = pk[j][c];
+                float e = expf(z - mx);
+                den += e;
+                num += e * k;
+            }
+            latent[c] = num / den;
+        }
+        ks->n_pending = 0;
+        if (emit_entry(m, st, lw, slot, ratio, p / ratio, latent, key) != 0) goto done;
+    }
+    rc = 0;
+done:
+    if (rc != 0) di_error_wrap("compressor of layer %d", L);
+    free(kc);
+    free(zc);
+    free(latent);
+    free(key);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- indexer (§5.6.6) */
+
+typedef struct {
+    float score;
+    int32_t id;
+} Scored;
+
+/* score descending, id ascending (the canonical tie order, §5.6.6 step 6) */
+static int by_score_desc(const void *pa, const void *pb) {
+    const Scored *a = pa, *b = pb;
+    if (a->score > b->score) return -1;
+    if (a->score < b->score) return 1;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+static int by_id(const void *pa, const void *pb) {
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    return (a > b) - (a < b);
+}
+
+/* Pick up to k of the finite scores into out (ascending ids); returns the count. */
+static int top_k_entries(const float *score, int64_t count, int k, Scored *tmp, int32_t *out) {
+    int64_t m = 0;
+    for (int64_t t = 0; t < count; t++)
+        if (score[t] > -INFINITY) tmp[m++] = (Scored){score[t], (int32_t)t};
+    qsort(tmp, (size_t)m, sizeof *tmp, by_score_desc);
+    int take = (int)(m < k ? m : k);
+    for (int j = 0; j < take; j++) out[j] = tmp[j].id;
+    qsort(out, (size_t)take, sizeof *out, by_id);
+    return take;
+}
+
+static int run_indexer(const Model *m, RunState *st, int L, const LayerWeights *lw, const float *a, const float *qr, int64_t n,
+                       int64_t s, AttnShared *sh) {
+    const ModelDims *d = &m->d;
+    int ratio = d->ratio[L], slot = d->kv_slot[d->kv_src_of[L]];
+    int64_t HI = d->idx_heads, DI = d->idx_head_dim, N = st->kv[slot].n_rows;
+    int K = d->idx_topk, CS = d->cand_block_size, CB = d->cand_blocks;
+    bool is_cand = L == d->cand_src, masked = d->cand_src >= 0 && L > d->cand_src;
+    const RopeTable *rope = model_rope(m, ratio);
+    float *qi, *wp, *score;
+    Scored *tmp;
+    uint8_t *inpool = NULL;
+    int rc = -1;
+    ALLOC(qi, n * HI * DI, "index queries");
+    ALLOC(wp, n * HI, "index weights");
+    ALLOC(score, N + 1, "index scores");
+    ALLOC(tmp, N + 1, "index ranking");
+    if (masked || is_cand) ALLOC(inpool, N / (CS > 0 ? CS : 1) + 2, "candidate mask");
+    if (!qi || !wp || !score || !tmp || ((masked || is_cand) && !inpool)) goto done;
+    if (masked && sh->pool_layer != d->cand_src) {
+        di_errorf("indexer of layer %d: no candidate pool from layer %d in this forward", L, d->cand_src);
+        goto done;
+    }
+    if (model_linear(m, &lw->idx_wq_b, qr, n, qi, model_act_quant(m)) != 0) goto done;
+    if (model_matmul(m, &lw->idx_weights_proj, a, n, wp) != 0) goto done;
+    float wscale = 1.0f / sqrtf((float)DI) / sqrtf((float)HI); /* DI^-1/2 · HI^-1/2 (§5.6.6 step 2) */
+    for (int64_t i = 0; i < n; i++) {
+        int64_t p = s + i, nvis = (p + 1) / ratio;
+        if (nvis > N) {
+            di_errorf("indexer of layer %d: %lld entries visible at position %lld but only %lld emitted", L, (long long)nvis,
+                      (long long)p, (long long)N);
+            goto done;
+        }
+        float *q = qi + i * HI * DI;
+        for (int64_t h = 0; h < HI; h++) rope_apply(rope, q + h * DI, DI, p, false);
+        if (model_kv_quant(m) && di_roundtrip_fp4_ue8m0_block32(q, (size_t)(HI * DI)) != 0) goto done;
+        const float *w = wp + i * HI;
+        for (int64_t t = 0; t < nvis; t++) {
+            const float *k = state_ikey_row(st, slot, t);
+            float sc = 0;
+            for (int64_t h = 0; h < HI; h++) {
+                float dot = 0;
+                for (int64_t c = 0; c < DI; c++) dot += q[h * DI + c] * k[c];
+                sc += w[h] * wscale * fmaxf(dot, 0.0f);
+            }
+            score[t] = sc;
+        }
+        int64_t nblocks = (nvis + CS - 1) / (CS > 0 ? CS : 1);
+        if (is_cand && nvis > 0) {
+            /* block score = max of its entries; the newest block is always kept (§5.6.6 step 4) */
+            for (int64_t b = 0; b < nblocks; b++) {
+                float bm = -INFINITY;
+                for (int64_t t = b * CS; t < nvis && t < (b + 1) * CS; t++) bm = fmaxf(bm, score[t]);
+                tmp[b] = (Scored){b == (nvis - 1) / CS ? INFINITY : bm, (int32_t)b};
+            }
+            qsort(tmp, (size_t)nblocks, sizeof *tmp, by_score_desc);
+            int keep = (int)(nblocks < CB ? nblocks : CB);
+            for (int j = 0; j < keep; j++) sh->pool[i * CB + j] = tmp[j].id;
+            sh->pool_count[i] = keep;
+        } else if (is_cand) {
+            sh->pool_count[i] = 0;
+        }
+        if (masked) {
+            memset(inpool, 0, (size_t)nblocks + 1);
+            for (int j = 0; j < sh->pool_count[i]; j++) {
+                int32_t b = sh->pool[i * CB + j];
+                if (b >= 0 && b < nblocks) inpool[b] = 1;
+            }
+            for (int64_t t = 0; t < nvis; t++)
+                if (!inpool[t / CS]) score[t] = -INFINITY;
+        }
+        sh->sel_count[i] = top_k_entries(score, nvis, K, tmp, sh->sel + i * K);
+    }
+    if (is_cand) sh->pool_layer = L;
+    sh->sel_layer = L;
+    rc = 0;
+done:
+    if (rc != 0) di_error_wrap("indexer of layer %d", L);
+    free(qi);
+    free(wp);
+    free(score);
+    free(tmp);
+    free(inpool);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- attention core (§4.8) */
+
+void attn_heads(const Model *m, const LayerWeights *lw, const float *q, const float *const *keys, int64_t nk, float *o,
+                float *z) {
+    const ModelDims *d = &m->d;
+    int64_t H = d->n_heads, Dh = d->head_dim;
+    float scale = 1.0f / sqrtf((float)Dh);
+    for (int64_t h = 0; h < H; h++) {
+        const float *qh = q + h * Dh;
+        float *oh = o + h * Dh;
+        float sink = lw->attn_sink[h], mx = sink;
+        for (int64_t j = 0; j < nk; j++) {
+            float dot = 0;
+            for (int64_t c = 0; c < Dh; c++) dot += qh[c] * keys[j][c];
+            z[j] = dot * scale;
+            mx = fmaxf(mx, z[j]);
+        }
+        float den = expf(sink - mx); /* the sink adds to the denominator only */
+        memset(oh, 0, (size_t)Dh * sizeof *oh);
+        for (int64_t j = 0; j < nk; j++) {
+            float e = expf(z[j] - mx);
+            den += e;
+            for (int64_t c = 0; c < Dh; c++) oh[c] += e * keys[j][c];
+        }
+        for (int64_t c = 0; c < Dh; c++) oh[c] /= den;
+    }
+}
+
+int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, float *o, int64_t n, int64_t s, float *out) {
+    const ModelDims *d = &m->d;
+    int64_t H = d->n_heads, Dh = d->head_dim, G = d->o_groups, Ro = d->o_rank;
+    int64_t gw = (H / G) * Dh; /* input width of one group */
+    float *xg, *yg, *yc;
+    int rc = -1;
+    ALLOC(xg, n * gw, "output group input");
+    ALLOC(yg, n * Ro, "output group");
+    ALLOC(yc, n * G * Ro, "output groups");
+    if (!xg || !yg || !yc) goto done;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t h = 0; h < H; h++) rope_apply(rope, o + (i * H + h) * Dh, Dh, s + i, true);
+    for (int64_t g = 0; g < G; g++) {
+        for (int64_t i = 0; i < n; i++) memcpy(xg + i * gw, o + i * H * Dh + g * gw, (size_t)gw * sizeof *xg);
+        /* rows g·Ro .. g·Ro+Ro-1 of the BF16 wo_a; plain GEMM, no activation quantisation */
+        DiMatrix sub = lw->wo_a;
+        sub.rows = Ro;
+        sub.data = (const uint16_t *)lw->wo_a.data + g * Ro * gw;
+        if (model_matmul(m, &sub, xg, n, yg) != 0) goto done;
+        for (int64_t i = 0; i < n; i++) memcpy(yc + i * G * Ro + g * Ro, yg + i * Ro, (size_t)Ro * sizeof *yc);
+    }
+    if (model_linear(m, &lw->wo_b, yc, n, out, model_act_quant(m)) != 0) goto done;
+    rc = 0;
+done:
+    free(xg);
+    free(yg);
+    free(yc);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the sub-layer */
+
+int attention_forward(const Model *m, RunState *st, int L, const float *a, int64_t n, int64_t s, AttnShared *sh, float *out) {
+    const ModelDims *d = &m->d;
+    const LayerWeights *lw = &m->w.layers[L];
+    int ratio = d->ratio[L];
+    const RopeTable *rope = model_rope(m, ratio);
+    int64_t H = d->n_heads, Dh = d->head_dim, W = d->window, K = d->idx_topk;
+    float *q, *qr, *kv, *o, *z;
+    const float **keys;
+    int rc = -1;
+    ALLOC(q, n * H * Dh, "queries");
+    ALLOC(qr, n * d->q_rank, "low-rank queries");
+    ALLOC(kv, n * Dh, "window KV");
+    ALLOC(o, n * H * Dh, "attention output");
+    ALLOC(z, W + K + 1, "attention scores");
+    ALLOC(keys, W + K + 1, "attention keys");
+    if (!q || !qr || !kv || !o || !z || !keys) goto done;
+    if (attn_query(m, lw, rope, a, n, s, q, qr) != 0 || attn_window_kv(m, lw, rope, a, n, s, kv) != 0) goto done;
+    if (d->role[L] == ROLE_FULL && run_compressor(m, st, L, lw, a, n, s) != 0) goto done;
+    if ((d->role[L] == ROLE_FULL || d->role[L] == ROLE_REINDEX) && run_indexer(m, st, L, lw, a, qr, n, s, sh) != 0) goto done;
+    if (ratio > 0 && sh->sel_layer != d->idx_src_of[L]) {
+        di_errorf("layer %d: no selection published by its index source %d", L, d->idx_src_of[L]);
+        goto done;
+    }
+    int slot = ratio > 0 ? d->kv_slot[d->kv_src_of[L]] : -1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t p = s + i, nk = 0;
+        /* window rows of this layer, ascending positions max(0, p-W+1) .. p (§5.6.7) */
+        for (int64_t pos = p - W + 1 < 0 ? 0 : p - W + 1; pos <= p; pos++)
+            keys[nk++] = pos >= s ? kv + (pos - s) * Dh : state_window_row(st, L, pos);
+        /* then the selected compressed rows of the KV source, ascending entry index */
+        if (ratio > 0)
+            for (int j = 0; j < sh->sel_count[i]; j++) {
+                int32_t t = sh->sel[i * K + j];
+                if (t < 0 || t >= st->kv[slot].n_rows) {
+                    di_errorf("layer %d: selected entry %d outside the cache", L, t);
+                    goto done;
+                }
+                keys[nk++] = state_comp_row(st, slot, t);
+            }
+        attn_heads(m, lw, q + i * H * Dh, keys, nk, o + i * H * Dh, z);
+    }
+    if (attn_output(m, lw, rope, o, n, s, out) != 0) goto done;
+    /* the ring keeps the last W rows; earlier chunk rows were only needed inside this chunk */
+    for (int64_t i = n > W ? n - W : 0; i < n; i++) memcpy(state_window_row(st, L, s + i), kv + i * Dh, (size_t)Dh * sizeof *kv);
+    rc = 0;
+done:
+    if (rc != 0) di_error_wrap("attention of layer %d", L);
+    free(q);
+    free(qr);
+    free(kv);
+    free(o);
+    free(z);
+    free(keys);
+    return rc;
+}

@@ -1,0 +1,48 @@
+/* attention.h — the attention sub-layer of V4.1 (§5.6): low-rank query, the layer's own window
+ * KV, the CSA2 compressor and index keys of KV-source layers, the lightning indexer with the
+ * candidate block pool and top-k (Full / Reindex layers), reuse of the latest published cache and
+ * selection (Reuse layers), attention with a per-head sink over window + selected compressed
+ * rows, inverse RoPE and the grouped output projection.
+ *
+ * The pieces are exported separately because the DSpark drafter (dspark.c) reuses the query,
+ * window-KV, per-head attention and output projection with its own key set. */
+#ifndef DI_MODEL_ATTENTION_H
+#define DI_MODEL_ATTENTION_H
+
+#include "model/model.h"
+#include "model/state.h"
+
+/* What CSA2 sources publish for later layers of the same forward (§5.0, REF
+ * SharedAttentionRuntime): the latest index source's selection and the candidate pool. */
+typedef struct {
+    int64_t n;            /* rows of the chunk */
+    int32_t *sel;         /* [n][index_topk] ascending entry ids */
+    int32_t *sel_count;   /* [n] */
+    int sel_layer;        /* layer that published sel, -1 none */
+    int32_t *pool;        /* [n][candidate_topk_blocks] kept block ids */
+    int32_t *pool_count;  /* [n] */
+    int pool_layer;       /* -1 none */
+} AttnShared;
+
+int attn_shared_init(AttnShared *sh, const ModelDims *d, int64_t n);
+void attn_shared_free(AttnShared *sh);
+
+/* Full attention sub-layer of backbone layer L for rows at positions s..s+n-1: a[n][D] -> out[n][D].
+ * Updates st (window ring of L, compressed rows / index keys / pending rows when L is a KV source). */
+int attention_forward(const Model *m, RunState *st, int layer, const float *a, int64_t n, int64_t s, AttnShared *sh,
+                      float *out);
+
+/* ---- pieces shared with the DSpark drafter ---- */
+/* q[n][H·Dh] with RoPE at s+i; qr[n][Rq] (the normalised low-rank query, kept for the indexer). */
+int attn_query(const Model *m, const LayerWeights *lw, const RopeTable *rope, const float *a, int64_t n, int64_t s, float *q,
+               float *qr);
+/* kv[n][Dh] = RMSNorm(wkv·a), RoPE at s+i, FP8 round trip in kvq/ref modes (§5.6.2). */
+int attn_window_kv(const Model *m, const LayerWeights *lw, const RopeTable *rope, const float *a, int64_t n, int64_t s,
+                   float *kv);
+/* One query row over nk key rows (key = value), every head, with the sink (§4.8): o[H·Dh]. */
+void attn_heads(const Model *m, const LayerWeights *lw, const float *q, const float *const *keys, int64_t nk, float *o,
+                float *zbuf);
+/* Inverse RoPE of o[n][H·Dh] at s+i, grouped wo_a, wo_b: out[n][D] (§5.6.8). */
+int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, float *o, int64_t n, int64_t s, float *out);
+
+#endif

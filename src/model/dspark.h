@@ -1,0 +1,28 @@
+/* dspark.h — the forward of the DSpark drafter (§5.11; engine-features.md §1.3 a-h): a block of
+ * dspark_block_size rows [anchor, noise, ...] at the positions after the committed ones runs
+ * through the draft stages (window-only mHC blocks whose keys are the stage's ring of context KV
+ * plus the block's own rows, non-causal), then base logits from the shared head, the sequential
+ * Markov head and the confidence head.
+ *
+ * The rings are filled by model_forward (every committed position), so a draft only reads the
+ * request state.  Which drafts to verify and how is the engine's business (not here). */
+#ifndef DI_MODEL_DSPARK_H
+#define DI_MODEL_DSPARK_H
+
+#include "model/model.h"
+#include "model/state.h"
+
+typedef struct {
+    float *base_logits; /* [B][V]: head · RMSNorm(x_r) */
+    float *logits;      /* [B][V]: base + markov_head · markov_embed[d_{r-1}] */
+    float *confidence;  /* [B]: raw logit proj · [x_r ; markov_embed[d_{r-1}]] (no sigmoid) */
+    int32_t *tokens;    /* [B]: the drafts d_0 .. d_{B-1} */
+} DraftOutput;
+
+/* Draft after st->n_pos committed positions with `anchor` at position st->n_pos.  given = NULL:
+ * greedy Markov chain (argmax, ties to the lower id); else the B drafts are imposed
+ * (teacher-forced chain) and echoed in tokens.  Every output array must be allocated by the
+ * caller (B = dspark_block_size, V = vocab). */
+int dspark_draft(const Model *m, RunState *st, int32_t anchor, const int32_t *given, DraftOutput *out);
+
+#endif

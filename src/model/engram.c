@@ -1,0 +1,129 @@
+/* engram.c — Engram hashing and gated memory lookup (engram.h, spec §5.2-5.3). */
+#include "model/engram.h"
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "kernels/numformats.h"
+#include "model/ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int engram_columns(const ModelDims *d) { return (d->engram_max_ngram - 1) * d->engram_heads; }
+
+static int token_cid(const Model *m, int32_t tok, int32_t *cid) {
+    if (tok < 0 || tok >= m->token_map_len) return di_errorf("engram: token %d outside the compressed token map (%lld entries)", tok, (long long)m->token_map_len);
+    *cid = m->token_map[tok];
+    return 0;
+}
+
+int engram_hash(const Model *m, RunState *st, const int32_t *tokens, int64_t n, int64_t s, int64_t *ids) {
+    const ModelDims *d = &m->d;
+    if (d->n_engram == 0) return 0;
+    if (!m->token_map || !m->engram_mult_set) return di_errorf("engram: the compressed token map is not set (tokenizer-derived, §5.2 a; model_set_engram_token_map)");
+    int N = d->engram_max_ngram, H = d->engram_heads, cols = engram_columns(d);
+    int32_t pad = 0;
+    if (token_cid(m, d->engram_pad_id, &pad) != 0) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t p = s + i;
+        int64_t x[DIMS_MAX_NGRAM];
+        /* (c) look-back: position p-k, pad once it would cross the sequence start (no image spans here) */
+        for (int k = 0; k < N; k++) {
+            if (p < k) {
+                x[k] = pad;
+                continue;
+            }
+            int64_t q = p - k;
+            int32_t cid = 0;
+            if (q >= s) {
+                if (token_cid(m, tokens[q - s], &cid) != 0) return -1;
+            } else {
+                cid = state_engram_history(st)[s - 1 - q];
+            }
+            x[k] = cid;
+        }
+        for (int l = 0; l < d->n_engram; l++) {
+            const EngramHash *eh = &m->engram[l];
+            /* (f) u_k = x_k·M_k (no overflow: x < C, M < 2^63/C), XOR chain over the orders */
+            uint64_t r = (uint64_t)(x[0] * eh->mult[0]);
+            for (int o = 0; o < N - 1; o++) {
+                r ^= (uint64_t)(x[o + 1] * eh->mult[o + 1]);
+                for (int j = 0; j < H; j++) {
+                    int c = o * H + j;
+                    ids[(i * d->n_engram + l) * cols + c] = (int64_t)(r % (uint64_t)eh->prime[c]) + eh->offset[c];
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+void engram_push_history(const Model *m, RunState *st, const int32_t *tokens, int64_t n) {
+    int keep = st->ngram_hist;
+    if (keep <= 0 || !m->token_map) return;
+    int32_t *hist = state_engram_history(st);
+    for (int64_t i = 0; i < n; i++) {
+        for (int k = keep - 1; k > 0; k--) hist[k] = hist[k - 1];
+        int32_t t = tokens[i];
+        hist[0] = (t >= 0 && t < m->token_map_len) ? m->token_map[t] : 0;
+    }
+}
+
+/* Row `id` of the FP8 table, dequantised exactly (§5.3 step 1). */
+static void table_row(const LayerWeights *lw, int64_t id, int hd, float *out) {
+    const uint8_t *codes = lw->engram_codes + id * hd;
+    const uint8_t *scales = lw->engram_scales + id * (hd / 32);
+    for (int c = 0; c < hd; c++) out[c] = di_e4m3_to_f32(codes[c]) * di_ue8m0_to_f32(scales[c / 32]);
+}
+
+int engram_forward(const Model *m, int slot, const LayerWeights *lw, const int64_t *ids, float *X, int64_t n) {
+    const ModelDims *d = &m->d;
+    int cols = engram_columns(d), hd = d->engram_head_dim, hc = d->hc_mult;
+    int64_t D = d->dim, in = (int64_t)cols * hd, outw = (int64_t)(hc + 1) * D;
+    float *u = di_malloc((size_t)(n * in) * sizeof *u + 1, "engram rows");
+    float *kv = di_malloc((size_t)(n * outw) * sizeof *kv + 1, "engram keys/value");
+    if (!u || !kv) {
+        free(u);
+        free(kv);
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int c = 0; c < cols; c++) {
+            int64_t id = ids[(i * d->n_engram + slot) * cols + c];
+            if (id < 0 || id >= lw->engram_rows) {
+                free(u);
+                free(kv);
+                return di_errorf("engram: row id %lld outside the table (%lld rows)", (long long)id, (long long)lw->engram_rows);
+            }
+            table_row(lw, id, hd, u + i * in + (int64_t)c * hd);
+        }
+    if (model_linear(m, &lw->engram_wkv, u, n, kv, model_act_quant(m)) != 0) {
+        free(u);
+        free(kv);
+        return di_error_wrap("engram wkv");
+    }
+    float inv_sqrt_d = 1.0f / sqrtf((float)D);
+    for (int64_t i = 0; i < n; i++) {
+        const float *value = kv + i * outw + (int64_t)hc * D;
+        for (int k = 0; k < hc; k++) {
+            float *h = X + (i * hc + k) * D;
+            const float *key = kv + i * outw + (int64_t)k * D;
+            const float *w = lw->engram_qk + (int64_t)k * D;
+            float hh = 0, kk = 0, dot = 0;
+            for (int64_t c = 0; c < D; c++) {
+                hh += h[c] * h[c];
+                kk += key[c] * key[c];
+                dot += h[c] * w[c] * key[c];
+            }
+            /* per-stream RMS factors (not joint over the streams), §5.3 step 4 */
+            float r = (1.0f / sqrtf(hh / (float)D + d->eps)) * (1.0f / sqrtf(kk / (float)D + d->eps));
+            dot = dot * r * inv_sqrt_d;
+            float g = op_sigmoid(copysignf(sqrtf(fmaxf(fabsf(dot), 1e-6f)), dot));
+            for (int64_t c = 0; c < D; c++) h[c] += g * value[c];
+        }
+    }
+    free(u);
+    free(kv);
+    return 0;
+}

@@ -1,0 +1,191 @@
+/* forward.c — the V4.1 forward pass, top to bottom like model-v41.md §5 (forward.h). */
+#include "model/forward.h"
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "model/attention.h"
+#include "model/engram.h"
+#include "model/mhc.h"
+#include "model/moe.h"
+#include "model/ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ALLOC(ptr, count, what) ((ptr) = di_malloc((size_t)(count) * sizeof *(ptr) + 1, what))
+
+static HcSite site_of(const Model *m, const LayerWeights *lw, bool ffn) {
+    const ModelDims *d = &m->d;
+    return (HcSite){.fn = ffn ? &lw->hc_ffn_fn : &lw->hc_attn_fn,
+                    .base = ffn ? lw->hc_ffn_base : lw->hc_attn_base,
+                    .scale = ffn ? lw->hc_ffn_scale : lw->hc_attn_scale,
+                    .hc = d->hc_mult,
+                    .dim = d->dim,
+                    .sinkhorn_iters = d->sinkhorn_iters,
+                    .eps = d->eps,
+                    .hc_eps = d->hc_eps};
+}
+
+int model_block(const Model *m, int L, float *X, float *pi, int64_t n, BlockAttnFn attn, void *ctx, int32_t *experts) {
+    const ModelDims *d = &m->d;
+    const LayerWeights *lw = &m->w.layers[L];
+    int hc = d->hc_mult;
+    int64_t D = d->dim;
+    bool draft = L >= d->n_layers;
+    HcMix *mix_a, *mix_f;
+    float *a, *o;
+    int rc = -1;
+    ALLOC(mix_a, n, "mHC mixes");
+    ALLOC(mix_f, n, "mHC mixes");
+    ALLOC(a, n * D, "sub-layer input");
+    ALLOC(o, n * D, "sub-layer output");
+    if (!mix_a || !mix_f || !a || !o) goto done;
+    /* attention site: collapse with the carried pre-mix (previous FFN site's pre) */
+    HcSite sa = site_of(m, lw, false), sf = site_of(m, lw, true);
+    if (mhc_mixes(m, &sa, X, n, mix_a) != 0) goto done;
+    for (int64_t i = 0; i < n; i++) {
+        mhc_collapse(X + i * hc * D, pi + i * hc, hc, (int)D, a + i * D);
+        op_rmsnorm(a + i * D, a + i * D, lw->attn_norm, D, d->eps);
+    }
+    if (attn(ctx, a, n, o) != 0) goto done;
+    for (int64_t i = 0; i < n; i++) mhc_expand(X + i * hc * D, o + i * D, &mix_a[i], hc, (int)D);
+    /* FFN site: collapse with the ATTENTION site's pre (§5.5) */
+    if (mhc_mixes(m, &sf, X, n, mix_f) != 0) goto done;
+    for (int64_t i = 0; i < n; i++) {
+        mhc_collapse(X + i * hc * D, mix_a[i].pre, hc, (int)D, a + i * D);
+        op_rmsnorm(a + i * D, a + i * D, lw->ffn_norm, D, d->eps);
+    }
+    if (moe_forward(m, lw, draft ? d->dspark_top_k : d->top_k, a, n, o, experts) != 0) goto done;
+    for (int64_t i = 0; i < n; i++) {
+        mhc_expand(X + i * hc * D, o + i * D, &mix_f[i], hc, (int)D);
+        memcpy(pi + i * hc, mix_f[i].pre, (size_t)hc * sizeof *pi); /* carried to the next block */
+    }
+    rc = 0;
+done:
+    free(mix_a);
+    free(mix_f);
+    free(a);
+    free(o);
+    return rc;
+}
+
+typedef struct {
+    const Model *m;
+    RunState *st;
+    int layer;
+    int64_t s;
+    AttnShared *sh;
+} TrunkAttn;
+
+static int trunk_attn(void *ctx, const float *a, int64_t n, float *out) {
+    TrunkAttn *t = ctx;
+    return attention_forward(t->m, t->st, t->layer, a, n, t->s, t->sh, out);
+}
+
+/* DSpark context: main_x = RMSNorm(main_proj · taps) per row, then every stage's ring row
+ * RMSNorm(wkv_s · main_x), RoPE (main table) at the row's position, FP8 round trip (§5.11 step 1-2). */
+static int update_dspark_rings(const Model *m, RunState *st, const float *taps, int64_t n, int64_t s) {
+    const ModelDims *d = &m->d;
+    int64_t D = d->dim, Dh = d->head_dim, W = d->window;
+    float *mx, *kv;
+    int rc = -1;
+    ALLOC(mx, n * D, "DSpark context");
+    ALLOC(kv, n * Dh, "DSpark ring rows");
+    if (!mx || !kv) goto done;
+    if (model_linear(m, &m->w.main_proj, taps, n, mx, model_act_quant(m)) != 0) goto done;
+    for (int64_t i = 0; i < n; i++) op_rmsnorm(mx + i * D, mx + i * D, m->w.main_norm, D, d->eps);
+    for (int st_i = 0; st_i < d->n_mtp; st_i++) {
+        const LayerWeights *lw = &m->w.layers[d->n_layers + st_i];
+        if (attn_window_kv(m, lw, &m->rope_main, mx, n, s, kv) != 0) goto done;
+        for (int64_t i = n > W ? n - W : 0; i < n; i++)
+            memcpy(state_dspark_row(st, st_i, s + i), kv + i * Dh, (size_t)Dh * sizeof *kv);
+    }
+    rc = 0;
+done:
+    if (rc != 0) di_error_wrap("DSpark context");
+    free(mx);
+    free(kv);
+    return rc;
+}
+
+int model_forward(const Model *m, RunState *st, const int32_t *tokens, int64_t n, int64_t s, float *logits, bool all_rows,
+                  ForwardTrace *trace) {
+    if (!m || !st || !tokens || n <= 0) return di_errorf("forward: invalid arguments (n = %lld)", (long long)n);
+    if (s != st->n_pos) return di_errorf("forward: chunk starts at %lld but the request state holds %lld positions", (long long)s, (long long)st->n_pos);
+    const ModelDims *d = &m->d;
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= d->vocab) return di_errorf("forward: token %d at position %lld outside the vocabulary [0, %d)", tokens[i], (long long)(s + i), d->vocab);
+    int hc = d->hc_mult, cols = d->n_engram ? (d->engram_max_ngram - 1) * d->engram_heads : 0;
+    int64_t D = d->dim, V = d->vocab;
+    float *X, *pi, *row, *taps = NULL;
+    int64_t *eids = NULL;
+    AttnShared sh;
+    int rc = -1;
+    if (attn_shared_init(&sh, d, n) != 0) return -1;
+    ALLOC(X, n * hc * D, "residual streams");
+    ALLOC(pi, n * hc, "pre-mix");
+    ALLOC(row, D, "row");
+    if (d->n_engram) ALLOC(eids, n * d->n_engram * cols, "engram ids");
+    bool drafter = m->w.has_dspark && d->n_taps > 0;
+    if (drafter) ALLOC(taps, n * d->n_taps * D, "DSpark taps");
+    if (!X || !pi || !row || (d->n_engram && !eids) || (drafter && !taps)) goto done;
+    /* §5.1 embedding copied to every stream; carried pre-mix (1, 0, ..., 0) */
+    for (int64_t i = 0; i < n; i++) {
+        if (di_matrix_row(&m->w.embed, tokens[i], row) != 0) goto done;
+        for (int k = 0; k < hc; k++) {
+            memcpy(X + (i * hc + k) * D, row, (size_t)D * sizeof *row);
+            pi[i * hc + k] = k == 0 ? 1.0f : 0.0f;
+        }
+    }
+    /* §5.2 Engram row ids, once per forward */
+    if (d->n_engram && engram_hash(m, st, tokens, n, s, eids) != 0) goto done;
+    if (trace && trace->engram_ids && eids) memcpy(trace->engram_ids, eids, (size_t)(n * d->n_engram * cols) * sizeof *eids);
+    for (int L = 0; L < d->n_layers; L++) {
+        const LayerWeights *lw = &m->w.layers[L];
+        int es = model_dims_engram_slot(d, L);
+        if (es >= 0 && engram_forward(m, es, lw, eids, X, n) != 0) {
+            di_error_wrap("engram of layer %d", L);
+            goto done;
+        }
+        int tap = drafter ? model_dims_tap_slot(d, L) : -1;
+        if (tap >= 0) /* the layer's input after Engram, averaged over the streams (§5.5) */
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t c = 0; c < D; c++) {
+                    float acc = 0;
+                    for (int k = 0; k < hc; k++) acc += X[(i * hc + k) * D + c];
+                    taps[(i * d->n_taps + tap) * D + c] = acc / (float)hc;
+                }
+        TrunkAttn ta = {m, st, L, s, &sh};
+        int32_t *ex = trace && trace->experts ? trace->experts + (int64_t)L * n * d->top_k : NULL;
+        if (model_block(m, L, X, pi, n, trunk_attn, &ta, ex) != 0) {
+            di_error_wrap("layer %d", L);
+            goto done;
+        }
+        if (trace && trace->layer_out) memcpy(trace->layer_out + (int64_t)L * n * hc * D, X, (size_t)(n * hc * D) * sizeof *X);
+        if (trace && trace->selected && d->is_index_source[L])
+            for (int64_t i = 0; i < n; i++)
+                for (int j = 0; j < d->idx_topk; j++)
+                    trace->selected[((int64_t)L * n + i) * d->idx_topk + j] = j < sh.sel_count[i] ? sh.sel[i * d->idx_topk + j] : -1;
+    }
+    if (drafter && update_dspark_rings(m, st, taps, n, s) != 0) goto done;
+    /* §5.8 final collapse with the last FFN site's pre, norm, head */
+    if (logits) {
+        int64_t first = all_rows ? 0 : n - 1;
+        for (int64_t i = first; i < n; i++) {
+            mhc_collapse(X + i * hc * D, pi + i * hc, hc, (int)D, row);
+            op_rmsnorm(row, row, m->w.norm, D, d->eps);
+            if (model_matmul(m, &m->w.head, row, 1, logits + (i - first) * V) != 0) goto done;
+        }
+    }
+    engram_push_history(m, st, tokens, n);
+    st->n_pos = s + n;
+    rc = 0;
+done:
+    attn_shared_free(&sh);
+    free(X);
+    free(pi);
+    free(row);
+    free(taps);
+    free(eids);
+    return rc;
+}

@@ -1,0 +1,37 @@
+/* forward.h — one forward of a chunk: forward(model, state, tokens, n, start_pos, logits).
+ *
+ * Processes tokens at positions start_pos .. start_pos+n-1 of one request (prefill chunk of any
+ * length, decode step n = 1, or a mix) against the request's RunState, which must hold exactly
+ * start_pos earlier positions, and leaves the state ready for the next chunk.  Layer order and
+ * every rounding point follow model-v41.md §5 (single-pass mHC, Engram before the block, taps,
+ * CSA2 sources publishing for later layers, MoE, final norm and head).  Each row's result is
+ * independent of how the sequence was chunked up to float32 summation order. */
+#ifndef DI_MODEL_FORWARD_H
+#define DI_MODEL_FORWARD_H
+
+#include "model/model.h"
+#include "model/state.h"
+
+/* Optional debug outputs of a forward (each may be NULL), used by the golden unit tests to
+ * locate a first divergence:
+ *   layer_out [n_layers][n][hc][D]  residual streams after every backbone layer
+ *   experts   [n_layers][n][top_k]  routed experts, best first
+ *   selected  [n_layers][n][index_topk]  selection of each index-source layer (-1 padded)
+ *   engram_ids [n][n_engram][cols]  Engram table rows */
+typedef struct {
+    float *layer_out;
+    int32_t *experts;
+    int32_t *selected;
+    int64_t *engram_ids;
+} ForwardTrace;
+
+/* logits: [n][V] when all_rows, else [V] for the last row only; may be NULL (state update only). */
+int model_forward(const Model *m, RunState *st, const int32_t *tokens, int64_t n, int64_t start_pos, float *logits,
+                  bool all_rows, ForwardTrace *trace);
+
+/* One mHC block (§5.5) on rows X[n][hc][D] with carried pre-mix pi[n][hc], for any layer or
+ * DSpark stage; the attention sub-layer is the callback.  experts may be NULL. */
+typedef int (*BlockAttnFn)(void *ctx, const float *a, int64_t n, float *out);
+int model_block(const Model *m, int layer, float *X, float *pi, int64_t n, BlockAttnFn attn, void *ctx, int32_t *experts);
+
+#endif

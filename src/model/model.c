@@ -1,0 +1,139 @@
+/* model.c — loading a model and its run-time parameters (model.h). */
+#include "model/model.h"
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "kernels/numformats.h"
+#include "model/engram_rng.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int numerics_mode_parse(const char *name, NumericsMode *out) {
+    if (!name || !out) return di_errorf("numerics mode: none given");
+    if (strcmp(name, "ref") == 0) *out = MODE_REF;
+    else if (strcmp(name, "kvq") == 0) *out = MODE_KVQ;
+    else if (strcmp(name, "exact") == 0) *out = MODE_EXACT;
+    else return di_errorf("unknown numerics mode '%s' (expected ref, kvq or exact)", name);
+    return 0;
+}
+
+const char *numerics_mode_name(NumericsMode mode) {
+    switch (mode) {
+    case MODE_REF: return "ref";
+    case MODE_KVQ: return "kvq";
+    case MODE_EXACT: return "exact";
+    }
+    return "?";
+}
+
+bool model_act_quant(const Model *m) { return m->mode == MODE_REF; }
+bool model_kv_quant(const Model *m) { return m->mode == MODE_REF || m->mode == MODE_KVQ; }
+
+int model_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y) {
+    return m->ref_kernels ? di_matmul_ref(w, x, n, y) : di_matmul(m->pool, w, x, n, y);
+}
+
+int model_linear(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y, bool act_quant) {
+    if (!w || !x || !y || n < 0) return di_errorf("linear: invalid arguments");
+    if (!act_quant) return model_matmul(m, w, x, n, y);
+    size_t count;
+    if (!di_mul_size((size_t)n, (size_t)w->cols, &count)) return di_errorf("linear: size overflow");
+    float *q = di_malloc(count * sizeof *q + 1, "quantised activations");
+    if (!q) return -1;
+    memcpy(q, x, count * sizeof *q);
+    int rc = di_roundtrip_fp8_block32(q, count);
+    if (rc == 0) rc = model_matmul(m, w, q, n, y);
+    free(q);
+    return rc;
+}
+
+const RopeTable *model_rope(const Model *m, int ratio) { return ratio > 0 ? &m->rope_compress : &m->rope_main; }
+
+/* Primes and offsets come from the config (config.c derives them, §5.2 e). */
+static int load_engram_layout(Model *m) {
+    const DiModelConfig *c = &m->cfg;
+    int64_t cols = c->engram_n_columns;
+    if (m->d.n_engram == 0) return 0;
+    if (cols != (int64_t)(m->d.engram_max_ngram - 1) * m->d.engram_heads || cols > DIMS_MAX_NGRAM * 64 || !c->engram_primes ||
+        !c->engram_offsets)
+        return di_errorf("engram layout: %lld hash columns, expected (max_ngram-1)*heads", (long long)cols);
+    for (int l = 0; l < m->d.n_engram; l++)
+        for (int64_t k = 0; k < cols; k++) {
+            m->engram[l].prime[k] = c->engram_primes[l * cols + k];
+            m->engram[l].offset[k] = c->engram_offsets[l * cols + k];
+        }
+    /* multipliers: numpy default_rng(10007 * layer_id), reproduced bit for bit (§5.2 d) */
+    for (int l = 0; l < m->d.n_engram; l++)
+        if (engram_multipliers(m->d.engram_layers[l], m->d.engram_compressed_vocab, m->d.engram_max_ngram, m->engram[l].mult) != 0)
+            return -1;
+    m->engram_mult_set = true;
+    return 0;
+}
+
+Model *model_load(const char *dir, NumericsMode mode) {
+    if (!dir) {
+        di_errorf("model: no directory");
+        return NULL;
+    }
+    Model *m = di_calloc(1, sizeof *m, "model");
+    if (!m) return NULL;
+    m->mode = mode;
+    if (di_config_load(dir, &m->cfg) != 0) goto fail;
+    if (model_dims_from_config(&m->cfg, &m->d) != 0) goto fail;
+    m->ck = di_checkpoint_open(dir, &m->cfg);
+    if (!m->ck) goto fail;
+    if (weights_bind(&m->w, m->ck, &m->d) != 0) goto fail;
+    const ModelDims *d = &m->d;
+    if (rope_table_init(&m->rope_main, d->rope_dim, d->rope_theta, false, 0, 0, 0, 0) != 0 ||
+        rope_table_init(&m->rope_compress, d->rope_dim, d->compress_theta, strcmp(m->cfg.rope_type, "yarn") == 0, d->yarn_factor, d->beta_fast,
+                        d->beta_slow, d->original_seq_len) != 0)
+        goto fail;
+    if (load_engram_layout(m) != 0) goto fail;
+    return m;
+fail:
+    di_error_wrap("loading model %s", dir);
+    model_free(m);
+    return NULL;
+}
+
+void model_free(Model *m) {
+    if (!m) return;
+    weights_free(&m->w);
+    if (m->ck) di_checkpoint_close(m->ck);
+    di_config_free(&m->cfg);
+    free(m->token_map);
+    free(m);
+}
+
+int model_set_engram_token_map(Model *m, const int32_t *cid, int64_t len) {
+    if (!m || !cid || len <= 0) return di_errorf("engram token map: invalid arguments");
+    for (int64_t t = 0; t < len; t++)
+        if (cid[t] < 0 || cid[t] >= m->d.engram_compressed_vocab)
+            return di_errorf("engram token map: cid[%lld] = %d outside [0, %d)", (long long)t, cid[t], m->d.engram_compressed_vocab);
+    int32_t *copy = di_malloc((size_t)len * sizeof *copy, "engram token map");
+    if (!copy) return -1;
+    memcpy(copy, cid, (size_t)len * sizeof *copy);
+    free(m->token_map);
+    m->token_map = copy;
+    m->token_map_len = len;
+    return 0;
+}
+
+int model_set_engram_multipliers(Model *m, const int64_t *mult, int64_t n_layers, int64_t max_ngram) {
+    if (!m || !mult) return di_errorf("engram multipliers: invalid arguments");
+    if (n_layers != m->d.n_engram || max_ngram != m->d.engram_max_ngram)
+        return di_errorf("engram multipliers: shape [%lld, %lld], expected [%d, %d]", (long long)n_layers, (long long)max_ngram,
+                         m->d.n_engram, m->d.engram_max_ngram);
+    int64_t bound = INT64_MAX / (m->d.engram_compressed_vocab > 0 ? m->d.engram_compressed_vocab : 1);
+    for (int64_t l = 0; l < n_layers; l++)
+        for (int64_t k = 0; k < max_ngram; k++) {
+            int64_t v = mult[l * max_ngram + k];
+            if (v <= 0 || v % 2 == 0 || v > bound)
+                return di_errorf("engram multiplier [%lld][%lld] = %lld must be odd, positive and < 2^63 / %d", (long long)l,
+                                 (long long)k, (long long)v, m->d.engram_compressed_vocab);
+            m->engram[l].mult[k] = v;
+        }
+    m->engram_mult_set = true;
+    return 0;
+}

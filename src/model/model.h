@@ -1,0 +1,77 @@
+/* model.h — a loaded DeepSeek-V4.1 model: config, checkpoint, bound weights, RoPE tables, the
+ * Engram hash parameters and the numerics mode.  One Model serves any number of requests, each
+ * with its own RunState (state.h); the forward pass is in forward.h.
+ *
+ * Numerics modes (golden-v41/README.md §4):
+ *   MODE_REF   (default) the reference's FP8 round trip of every quantised-GEMM input plus the
+ *              FP8/FP4 round trips of window KV, compressed KV, index keys and index queries;
+ *   MODE_KVQ   the KV / indexer round trips only;
+ *   MODE_EXACT neither (float32 throughout). */
+#ifndef DI_MODEL_MODEL_H
+#define DI_MODEL_MODEL_H
+
+#include "base/threadpool.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "model/model_dims.h"
+#include "model/rope.h"
+#include "model/weights.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum { MODE_REF = 0, MODE_KVQ, MODE_EXACT } NumericsMode;
+
+/* Parse "ref" | "kvq" | "exact". */
+int numerics_mode_parse(const char *name, NumericsMode *out);
+const char *numerics_mode_name(NumericsMode mode);
+
+/* Engram hash parameters of one Engram layer (§5.2 d, e). */
+typedef struct {
+    int64_t mult[DIMS_MAX_NGRAM];            /* odd multipliers M[k], k < max_ngram */
+    int64_t prime[DIMS_MAX_NGRAM * 64];      /* P[o*heads + j] */
+    int64_t offset[DIMS_MAX_NGRAM * 64];     /* Off[c] */
+} EngramHash;
+
+typedef struct {
+    DiModelConfig cfg;
+    ModelDims d;
+    DiCheckpoint *ck;
+    Weights w;
+    RopeTable rope_main, rope_compress;
+    NumericsMode mode;
+    DiThreadPool *pool; /* may be NULL (single thread) */
+    /* Engram: compressed token map (tokenizer-derived, §5.2 a) and hash parameters.  Primes,
+     * offsets (config) and multipliers (engram_rng.h) are set at load; the token map must be
+     * supplied with model_set_engram_token_map before a model with Engram layers can run. */
+    int32_t *token_map;
+    int64_t token_map_len;
+    EngramHash engram[DIMS_MAX_ENGRAM];
+    bool engram_mult_set;
+    /* true: every projection uses the scalar reference di_matmul_ref instead of the optimised
+     * backend (tests compare the two). */
+    bool ref_kernels;
+} Model;
+
+/* Load config.json and the checkpoint of `dir`, bind the weights.  NULL with an error. */
+Model *model_load(const char *dir, NumericsMode mode);
+void model_free(Model *m);
+
+/* The compressed token map cid[t] for t < len (every value < engram_compressed_vocab_size). */
+int model_set_engram_token_map(Model *m, const int32_t *cid, int64_t len);
+/* Override the multipliers computed at load, [n_engram][max_ngram] row-major; each must be odd
+ * and small enough that cid·M cannot overflow int64 (§5.2 f). */
+int model_set_engram_multipliers(Model *m, const int64_t *mult, int64_t n_layers, int64_t max_ngram);
+
+/* Rope table of a layer with this compress ratio (ratio 0 and DSpark: main; else compress). */
+const RopeTable *model_rope(const Model *m, int ratio);
+bool model_act_quant(const Model *m);
+
+/* y[n][rows] = W · x[n][cols] on the model's kernel backend. */
+int model_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y);
+/* The same for a quantised GEMM: with act_quant each input row first goes through the FP8
+ * block-32 round trip (§4.3, `ref` mode) on a private copy (x is not modified). */
+int model_linear(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y, bool act_quant);
+bool model_kv_quant(const Model *m);
+
+#endif

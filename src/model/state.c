@@ -1,0 +1,211 @@
+/* state.c — per-request decode state, owned or paged (state.h). */
+#include "model/state.h"
+
+#include "base/error.h"
+#include "base/mem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+RunState *state_create(const ModelDims *d) {
+    if (!d || d->window <= 0 || d->head_dim <= 0 || d->n_layers <= 0) {
+        di_errorf("state: invalid model dims");
+        return NULL;
+    }
+    RunState *st = di_calloc(1, sizeof *st, "request state");
+    if (!st) return NULL;
+    st->n_layers = d->n_layers;
+    st->n_mtp = d->n_mtp;
+    st->window = d->window;
+    st->head_dim = d->head_dim;
+    st->idx_head_dim = d->idx_head_dim;
+    st->n_kv = d->n_kv_sources;
+    st->ngram_hist = d->engram_max_ngram > 1 ? d->engram_max_ngram - 1 : 0;
+    size_t ring = (size_t)d->window * (size_t)d->head_dim;
+    st->window_rows = di_calloc((size_t)d->n_layers * ring, sizeof(float), "window rings");
+    st->dspark_rows = d->n_mtp ? di_calloc((size_t)d->n_mtp * ring, sizeof(float), "DSpark rings") : NULL;
+    st->kv = st->n_kv ? di_calloc((size_t)st->n_kv, sizeof *st->kv, "KV source states") : NULL;
+    if (!st->window_rows || (d->n_mtp && !st->dspark_rows) || (st->n_kv && !st->kv)) goto fail;
+    for (int L = 0; L < d->n_layers; L++) {
+        int k = d->kv_slot[L];
+        if (k < 0) continue;
+        int m = d->ratio[L];
+        st->kv_ratio[k] = m;
+        if (m > 1) {
+            st->kv[k].pend = di_calloc((size_t)(2 * (m - 1)) * (size_t)d->head_dim, sizeof(float), "pending rows");
+            if (!st->kv[k].pend) goto fail;
+        }
+    }
+    return st;
+fail:
+    state_free(st);
+    return NULL;
+}
+
+void state_free(RunState *st) {
+    if (!st) return;
+    for (int k = 0; k < st->n_kv && st->kv; k++) {
+        free(st->kv[k].comp);
+        free(st->kv[k].ikeys);
+        free(st->kv[k].pend);
+    }
+    free(st->kv);
+    free(st->window_rows);
+    free(st->dspark_rows);
+    free(st);
+}
+
+void state_reset(RunState *st) {
+    if (!st) return;
+    st->n_pos = 0;
+    st->paged = false;
+    st->pages = NULL;
+    st->n_pages = 0;
+    for (int k = 0; k < st->n_kv; k++) {
+        st->kv[k].n_rows = 0;
+        st->kv[k].n_pending = 0;
+    }
+    memset(st->hist_own, 0, sizeof st->hist_own);
+}
+
+/* ------------------------------------------------------------------ paged layout */
+
+int state_layout(const ModelDims *d, size_t page_bytes, StateLayout *l) {
+    if (!d || !l) return di_errorf("state layout: invalid arguments");
+    memset(l, 0, sizeof *l);
+    l->page_bytes = page_bytes;
+    l->slot_floats = d->head_dim;
+    l->entry_floats = (int64_t)d->head_dim + d->idx_head_dim;
+    l->slots_per_page = (int64_t)(page_bytes / ((size_t)l->slot_floats * sizeof(float)));
+    l->entries_per_page = (int64_t)(page_bytes / ((size_t)l->entry_floats * sizeof(float)));
+    if (page_bytes % 64 || l->slots_per_page < 1 || l->entries_per_page < 1)
+        return di_errorf("state layout: page of %zu bytes must be a multiple of 64 holding at least one %lld-byte entry", page_bytes,
+                         (long long)(l->entry_floats * 4));
+    if (d->engram_max_ngram > l->slot_floats) return di_errorf("state layout: Engram history does not fit one slot");
+    int64_t slot = (int64_t)d->n_layers * d->window; /* window rings first */
+    l->dspark_slot0 = slot;
+    slot += (int64_t)d->n_mtp * d->window;
+    for (int L = 0; L < d->n_layers; L++) {
+        int k = d->kv_slot[L];
+        if (k < 0) continue;
+        l->ratio[k] = d->ratio[L];
+        l->pending_slot0[k] = slot;
+        if (d->ratio[L] > 1) slot += 2 * (d->ratio[L] - 1);
+    }
+    l->hist_slot = slot++;
+    l->n_fixed_slots = slot;
+    l->fixed_pages = (slot + l->slots_per_page - 1) / l->slots_per_page;
+    return 0;
+}
+
+static int n_sources(const StateLayout *l) {
+    int n = 0;
+    while (n < DIMS_MAX_LAYERS && l->ratio[n] > 0) n++;
+    return n;
+}
+
+int64_t state_pages_for_tokens(const StateLayout *l, int64_t n_tokens) {
+    int64_t pages = l->fixed_pages, E = l->entries_per_page;
+    for (int k = 0; k < n_sources(l); k++) pages += (n_tokens / l->ratio[k] + E - 1) / E;
+    return pages;
+}
+
+/* Chunks c >= 0 of a source with ratio m whose threshold (cE+1)m is < T (strict) or <= T. */
+static int64_t chunks_before(int64_t T, int64_t m, int64_t E, bool inclusive) {
+    /* (cE + 1) m < T  <=>  cE + 1 <= ceil(T/m) - 1 ;  (cE + 1) m <= T  <=>  cE + 1 <= floor(T/m) */
+    int64_t lim = inclusive ? T / m : (T + m - 1) / m - 1;
+    return lim >= 1 ? (lim - 1) / E + 1 : 0;
+}
+
+/* Page index of entry g of source k: chunk c = g / E, ordered by (T(k, c), k). */
+static int64_t entry_page(const StateLayout *l, int k, int64_t g) {
+    int64_t E = l->entries_per_page, c = g / E, T = (c * E + 1) * l->ratio[k], idx = l->fixed_pages;
+    for (int j = 0; j < n_sources(l); j++) {
+        if (j == k) idx += c;
+        else idx += chunks_before(T, l->ratio[j], E, j < k);
+    }
+    return idx;
+}
+
+int state_attach_pages(RunState *st, const StateLayout *l, uint8_t *const *pages, size_t n_pages, int64_t n_pos) {
+    if (!st || !l || (!pages && n_pages) || n_pos < 0) return di_errorf("state: invalid pages");
+    if ((int64_t)n_pages < state_pages_for_tokens(l, n_pos))
+        return di_errorf("state: %zu pages cannot hold %lld positions (need %lld)", n_pages, (long long)n_pos,
+                         (long long)state_pages_for_tokens(l, n_pos));
+    st->paged = true;
+    st->layout = *l;
+    st->pages = pages;
+    st->n_pages = n_pages;
+    st->n_pos = n_pos;
+    for (int k = 0; k < st->n_kv; k++) {
+        int m = st->kv_ratio[k];
+        st->kv[k].n_rows = n_pos / m;
+        st->kv[k].n_pending = m > 1 ? (int)(n_pos % m) : 0;
+    }
+    return 0;
+}
+
+static float *slot_ptr(RunState *st, int64_t slot) {
+    const StateLayout *l = &st->layout;
+    return (float *)(st->pages[slot / l->slots_per_page]) + (slot % l->slots_per_page) * l->slot_floats;
+}
+
+static float *entry_ptr(RunState *st, int k, int64_t g) {
+    const StateLayout *l = &st->layout;
+    return (float *)(st->pages[entry_page(l, k, g)]) + (g % l->entries_per_page) * l->entry_floats;
+}
+
+/* ------------------------------------------------------------------ accessors */
+
+float *state_window_row(RunState *st, int layer, int64_t pos) {
+    int64_t slot = (int64_t)layer * st->window + pos % st->window;
+    if (st->paged) return slot_ptr(st, slot);
+    return st->window_rows + (size_t)slot * (size_t)st->head_dim;
+}
+
+float *state_dspark_row(RunState *st, int stage, int64_t pos) {
+    int64_t slot = (int64_t)stage * st->window + pos % st->window;
+    if (st->paged) return slot_ptr(st, st->layout.dspark_slot0 + slot);
+    return st->dspark_rows + (size_t)slot * (size_t)st->head_dim;
+}
+
+float *state_pending_row(RunState *st, int slot, int which, int r) {
+    int m = st->kv_ratio[slot];
+    if (st->paged) return slot_ptr(st, st->layout.pending_slot0[slot] + (int64_t)which * (m - 1) + r);
+    return st->kv[slot].pend + ((size_t)which * (size_t)(m - 1) + (size_t)r) * (size_t)st->head_dim;
+}
+
+int32_t *state_engram_history(RunState *st) {
+    if (st->paged) return (int32_t *)slot_ptr(st, st->layout.hist_slot);
+    return st->hist_own;
+}
+
+float *state_comp_row(RunState *st, int slot, int64_t g) {
+    if (st->paged) return entry_ptr(st, slot, g);
+    return st->kv[slot].comp + (size_t)g * (size_t)st->head_dim;
+}
+
+float *state_ikey_row(RunState *st, int slot, int64_t g) {
+    if (st->paged) return entry_ptr(st, slot, g) + st->head_dim;
+    return st->kv[slot].ikeys + (size_t)g * (size_t)st->idx_head_dim;
+}
+
+int64_t state_kv_append(RunState *st, int slot) {
+    KvSourceState *kv = &st->kv[slot];
+    if (st->paged) {
+        if (entry_page(&st->layout, slot, kv->n_rows) >= (int64_t)st->n_pages)
+            return di_errorf("state: entry %lld of KV source %d beyond the %zu attached pages", (long long)kv->n_rows, slot, st->n_pages);
+        return kv->n_rows++;
+    }
+    if (kv->n_rows == kv->cap_rows) {
+        int64_t cap = kv->cap_rows ? kv->cap_rows * 2 : 64;
+        float *c = di_realloc_array(kv->comp, (size_t)cap * (size_t)st->head_dim, sizeof(float), "compressed KV rows");
+        if (!c) return -1;
+        kv->comp = c;
+        float *k = di_realloc_array(kv->ikeys, (size_t)cap * (size_t)st->idx_head_dim, sizeof(float), "index-key rows");
+        if (!k) return -1;
+        kv->ikeys = k;
+        kv->cap_rows = cap;
+    }
+    return kv->n_rows++;
+}

@@ -1,0 +1,98 @@
+/* state.h — the per-request decode state of §6: everything a forward of a later chunk needs
+ * from earlier chunks of the same request.
+ *
+ *   window rings     every backbone layer: the last W window-KV rows (slot = position mod W)
+ *   DSpark rings     every draft stage: the last W context-KV rows (§5.11 step 2)
+ *   pending rows     KV sources with ratio m > 1: the (κ, ζ) rows of an incomplete group (§5.6.3)
+ *   Engram history   compressed ids of the last max_ngram-1 positions (§5.2 b)
+ *   compressed KV    every KV source: one row per emitted entry (post-RoPE latent, §5.6.5)
+ *   index keys       every KV source: one row per emitted entry (§5.6.4)
+ *
+ * Two storages behind the same accessors: owned (heap rows, growing by doubling; tests, tools)
+ * and paged (rows inside fixed-size pages owned by the engine, state_attach_pages).  The forward
+ * never does pointer arithmetic on the state, only calls the accessors below.
+ *
+ * Paged layout for a page size P (state_layout): a "slot" is one head_dim-float row.  The fixed
+ * part — window rings, DSpark rings, pending rows, the Engram history (one slot) — fills the
+ * first fixed_pages pages, floor(P / slot bytes) slots per page.  Then the growing entries: an
+ * entry of KV source k is its compressed row followed by its index-key row; E = floor(P / entry
+ * bytes) entries per page; page chunk c of source k (entries cE .. cE+E-1) is first needed at
+ * context length T(k, c) = (cE + 1)·m_k, and chunk pages are ordered by (T, k).  So the pages a
+ * context of n tokens needs are always a prefix of the same order (pages_for_tokens(n) is
+ * non-decreasing) and growing the context only appends pages.  Counters (positions, entries,
+ * pending rows) are functions of the position count, so a paged state is fully described by its
+ * pages plus start_pos. */
+#ifndef DI_MODEL_STATE_H
+#define DI_MODEL_STATE_H
+
+#include "model/model_dims.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    int64_t n_rows;   /* entries emitted so far = floor(n_pos / m) */
+    int n_pending;    /* rows of the current incomplete group = n_pos mod m (m > 1) */
+    /* owned storage */
+    float *comp, *ikeys;
+    int64_t cap_rows;
+    float *pend;      /* [2][m-1][head_dim]: κ rows then ζ rows */
+} KvSourceState;
+
+typedef struct {
+    size_t page_bytes;
+    int64_t slot_floats, slots_per_page;  /* fixed part */
+    int64_t n_fixed_slots, fixed_pages;
+    int64_t entry_floats, entries_per_page; /* growing part */
+    int ratio[DIMS_MAX_LAYERS];           /* of each KV source slot */
+    int64_t pending_slot0[DIMS_MAX_LAYERS];/* first pending slot of each KV source slot */
+    int64_t hist_slot, dspark_slot0;
+} StateLayout;
+
+typedef struct {
+    int n_layers, n_mtp, window, head_dim, idx_head_dim, n_kv, ngram_hist;
+    int64_t n_pos;            /* positions processed so far (next chunk starts here) */
+    KvSourceState *kv;        /* [n_kv] */
+    int kv_ratio[DIMS_MAX_LAYERS];
+    /* owned storage */
+    float *window_rows;       /* [n_layers][window][head_dim] */
+    float *dspark_rows;       /* [n_mtp][window][head_dim] */
+    int32_t hist_own[DIMS_MAX_NGRAM];
+    /* paged storage */
+    bool paged;
+    StateLayout layout;
+    uint8_t *const *pages;
+    size_t n_pages;
+} RunState;
+
+RunState *state_create(const ModelDims *d);
+void state_free(RunState *st);
+/* Forget everything (a new request on the same state). */
+void state_reset(RunState *st);
+
+/* ---- paged storage */
+/* Layout for pages of page_bytes (a multiple of 64, at least one entry and one slot). */
+int state_layout(const ModelDims *d, size_t page_bytes, StateLayout *out);
+/* Pages a context of n_tokens positions needs (non-decreasing in n_tokens). */
+int64_t state_pages_for_tokens(const StateLayout *l, int64_t n_tokens);
+/* A state whose rows live in `pages` (not owned), holding positions [0, n_pos).  The pages must
+ * cover state_pages_for_tokens(n_pos + the chunk about to run).  st must have been made by
+ * state_create for the same dims; its owned buffers are left alone. */
+int state_attach_pages(RunState *st, const StateLayout *l, uint8_t *const *pages, size_t n_pages, int64_t n_pos);
+
+/* ---- accessors used by the forward */
+float *state_window_row(RunState *st, int layer, int64_t pos);
+float *state_dspark_row(RunState *st, int stage, int64_t pos);
+/* Pending row r (< m-1) of KV source slot k: which = 0 κ, 1 ζ. */
+float *state_pending_row(RunState *st, int slot, int which, int r);
+/* Engram look-back: hist[k] = compressed id of position n_pos-1-k. */
+int32_t *state_engram_history(RunState *st);
+/* Compressed-KV / index-key row g of KV source slot k (g < n_rows). */
+float *state_comp_row(RunState *st, int slot, int64_t g);
+float *state_ikey_row(RunState *st, int slot, int64_t g);
+/* Append one entry to KV source slot k; returns its index, -1 (error) when out of memory or
+ * beyond the attached pages.  The caller then fills the comp / ikey rows of that index. */
+int64_t state_kv_append(RunState *st, int slot);
+
+#endif

@@ -1,0 +1,138 @@
+/* tiny_tokenizer.c — the tokenizer.json of the tiny presets: an HF `tokenizers` byte-level BPE
+ * with the release's structure (recipe.md §1.1: no normalizer, pre-tokenizer
+ * Sequence[Split A, Split B, Split C, ByteLevel(use_regex false)], ByteLevel decoder) and a tiny
+ * vocabulary, so the same tokenizer code path serves the real and the built-in model.
+ *
+ * Id layout (tiny.h): 0/1/2 BOS/EOS/pad (as in the release), 3..258 the 256 byte tokens in byte
+ * order, 259..282 a few merges of common English pieces, 283..290 the added tokens the prompt
+ * template needs (recipe.md §2 table).  291 entries = text_config.vocab_size of preset "tiny". */
+#include "model/tiny.h"
+
+#include "base/error.h"
+#include "base/file.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The three Split patterns of the release pre-tokenizer (recipe.md §1.1), as regex strings. */
+/* clang-format off */
+static const char *const split_patterns[3] = {
+    "\\p{N}{1,3}",
+    "[一-龥぀-ゟ゠-ヿ]+", /* U+4E00-9FA5, U+3040-309F, U+30A0-30FF */
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
+    "| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+};
+/* clang-format on */
+
+/* Merges in rank order, written with plain bytes; ' ' stands for the byte-level 'Ġ'. */
+static const char *const merges[][2] = {
+    {" ", "t"},   {"h", "e"}, {" t", "he"}, {"i", "n"}, {"in", "g"}, {"e", "r"}, {"a", "n"}, {"an", "d"},
+    {" ", "and"}, {" ", "a"}, {"o", "n"},   {"r", "e"}, {" ", "s"},  {"a", "t"}, {"e", "n"}, {" ", "o"},
+    {" ", "w"},   {"o", "r"}, {" ", "i"},   {"e", "s"}, {" ", "c"},  {"l", "l"}, {" ", "h"}, {"i", "s"},
+};
+#define N_MERGES (sizeof merges / sizeof merges[0])
+
+static const struct {
+    int id;
+    const char *content;
+    int special;
+} added[] = {
+    {DI_TINY_TOK_BOS, "<｜begin▁of▁sentence｜>", 1},
+    {DI_TINY_TOK_EOS, "<｜end▁of▁sentence｜>", 1},
+    {DI_TINY_TOK_PAD, "<｜▁pad▁｜>", 1},
+    {DI_TINY_TOK_USER, "<｜User｜>", 1},
+    {DI_TINY_TOK_ASSISTANT, "<｜Assistant｜>", 1},
+    {DI_TINY_TOK_THINK, "<think>", 0},
+    {DI_TINY_TOK_END_THINK, "</think>", 0},
+    {DI_TINY_TOK_SYSTEM, "<｜System｜>", 1},
+    {DI_TINY_TOK_LATEST_REMINDER, "<｜latest_reminder｜>", 1},
+    {DI_TINY_TOK_ACTION, "<｜action｜>", 1},
+    {DI_TINY_TOK_IMAGE, "<｜deepseek_image｜>", 1},
+};
+#define N_ADDED (sizeof added / sizeof added[0])
+
+/* GPT-2 byte-to-unicode map: printable Latin-1 bytes map to themselves, the other 68 bytes to
+ * U+0100.. in byte order.  Appends the UTF-8 of byte b's character to out. */
+static size_t byte_char(unsigned b, char *out) {
+    unsigned cp;
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) {
+        cp = b;
+    } else {
+        unsigned n = 0;
+        for (unsigned x = 0; x < b; x++)
+            if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) n++;
+        cp = 256 + n;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    out[0] = (char)(0xC0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+}
+
+/* Byte-level spelling of a plain ASCII string (every byte through byte_char). */
+static void byte_level(const char *s, char *out, size_t cap) {
+    size_t len = 0;
+    for (; *s && len + 3 < cap; s++) len += byte_char((unsigned char)*s, out + len);
+    out[len] = 0;
+}
+
+static json_t *build_pre_tokenizer(void) {
+    json_t *seq = json_array();
+    for (int i = 0; i < 3; i++)
+        json_array_append_new(seq, json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex",
+                                             split_patterns[i], "behavior", "Isolated", "invert", 0));
+    json_array_append_new(seq, json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
+                                         "trim_offsets", 1, "use_regex", 0));
+    return json_pack("{s:s, s:o}", "type", "Sequence", "pretokenizers", seq);
+}
+
+static json_t *build_model(void) {
+    json_t *vocab = json_object(), *merge_list = json_array();
+    char piece[64], a[64], b[64], both[128];
+    for (size_t i = 0; i < N_ADDED; i++) json_object_set_new(vocab, added[i].content, json_integer(added[i].id));
+    for (unsigned byte = 0; byte < 256; byte++) {
+        size_t n = byte_char(byte, piece);
+        piece[n] = 0;
+        json_object_set_new(vocab, piece, json_integer(DI_TINY_TOK_FIRST_BYTE + (int)byte));
+    }
+    for (size_t i = 0; i < N_MERGES; i++) {
+        byte_level(merges[i][0], a, sizeof a);
+        byte_level(merges[i][1], b, sizeof b);
+        snprintf(both, sizeof both, "%s%s", a, b);
+        json_object_set_new(vocab, both, json_integer(DI_TINY_TOK_FIRST_MERGE + (int)i));
+        snprintf(both, sizeof both, "%s %s", a, b);
+        json_array_append_new(merge_list, json_string(both));
+    }
+    return json_pack("{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout", "unk_token",
+                     "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 0, "byte_fallback", 0,
+                     "ignore_merges", 0, "vocab", vocab, "merges", merge_list);
+}
+
+int di_tiny_write_tokenizer(const char *path) {
+    if (!path) return di_errorf("di_tiny_write_tokenizer: no path given");
+    json_t *added_list = json_array();
+    for (size_t i = 0; i < N_ADDED; i++)
+        json_array_append_new(added_list, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", added[i].id, "content",
+                                                    added[i].content, "single_word", 0, "lstrip", 0, "rstrip", 0,
+                                                    "normalized", 0, "special", added[i].special));
+    json_t *byte_level_pp = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 1,
+                                      "trim_offsets", 0, "use_regex", 1);
+    json_t *decoder = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 1, "trim_offsets", 1,
+                                "use_regex", 1);
+    json_t *root =
+        json_pack("{s:s, s:n, s:n, s:o, s:{s:s, s:[]}, s:o, s:o, s:o, s:o}", "version", "1.0", "truncation", "padding",
+                  "added_tokens", added_list, "normalizer", "type", "Sequence", "normalizers", "pre_tokenizer",
+                  build_pre_tokenizer(), "post_processor", byte_level_pp, "decoder", decoder, "model", build_model());
+    if (!root) return di_errorf("%s: could not build the tokenizer JSON", path);
+    char *text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (!text) return di_errorf("%s: could not serialise the tokenizer JSON", path);
+    int rc = di_write_file_atomic(path, text, strlen(text));
+    free(text);
+    return rc;
+}

@@ -1,0 +1,79 @@
+/* api_request.h — protocol requests (OpenAI Chat Completions and Completions, OpenAI Responses,
+ * Anthropic Messages) converted to one normalized request: the conversation in the shape the
+ * prompt renderer takes (the `render` CLI input of architecture.md) plus sampling and parsing
+ * options.  The rules follow recipe.md §4 (the official deepseek-recipe conversion); a request
+ * that breaks them is rejected with the message and HTTP status the client should see.
+ *
+ * Why one struct for all protocols: the engine, the output parser and the server see a single
+ * request type; only the first step (here) and the last (api_stream.h) know the protocol. */
+#ifndef DI_RECIPE_API_REQUEST_H
+#define DI_RECIPE_API_REQUEST_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    DI_API_CHAT = 0,     /* POST /v1/chat/completions */
+    DI_API_COMPLETIONS,  /* POST /v1/completions (raw prompt, no chat template) */
+    DI_API_RESPONSES,    /* POST /v1/responses */
+    DI_API_MESSAGES,     /* POST /v1/messages (Anthropic) */
+} DiApiProtocol;
+
+typedef enum { DI_TOOL_CHOICE_AUTO = 0, DI_TOOL_CHOICE_NONE, DI_TOOL_CHOICE_REQUIRED } DiApiToolChoice;
+
+/* recipe.md §4: at most 16 stop sequences. */
+#define DI_API_MAX_STOP 16
+/* recipe.md §4 / ConversionOptions: the largest accepted max_tokens (both modes). */
+#define DI_API_MAX_TOKENS_UPPER_BOUND 393216
+/* recipe.md §4 resolve_max_tokens: defaults when the request sets none. */
+#define DI_API_DEFAULT_MAX_TOKENS_CHAT 8192
+#define DI_API_DEFAULT_MAX_TOKENS_THINKING 65536
+#define DI_API_DEFAULT_MAX_TOKENS_THINKING_MAX 131072
+
+typedef struct {
+    DiApiProtocol protocol;
+    char *model;
+    /* The render input: {"encoding","messages":[...],"tools":[...],"thinking_mode",
+     * "reasoning_effort","drop_thinking"}.  NULL for DI_API_COMPLETIONS. */
+    json_t *conversation;
+    char *prompt;                 /* DI_API_COMPLETIONS only: the raw prompt text */
+    bool stream;
+    bool include_usage;           /* Chat: stream_options.include_usage */
+    bool thinking;                /* thinking mode on */
+    char reasoning_effort[8];     /* "" (default), "low", "high", "xhigh", "max" */
+    int64_t max_tokens;           /* 0 when the request set none (see di_api_resolve_max_tokens) */
+    double temperature;           /* resolved: 1.0 in thinking mode */
+    double top_p;
+    double presence_penalty, frequency_penalty;
+    bool has_seed;
+    uint64_t seed;
+    char *stop[DI_API_MAX_STOP];
+    size_t n_stop;
+    DiApiToolChoice tool_choice;
+    size_t n_tools;               /* tools left after tool_choice */
+    bool json_mode;               /* response_format / text.format json_object */
+    int64_t thinking_budget_tokens; /* Messages thinking.budget_tokens, 0 = none */
+    bool disable_parallel_tool_use;
+    json_t *echo;                 /* Responses: request settings echoed in the response object */
+} DiApiRequest;
+
+/* Parse and validate a request body of `protocol`.  On failure returns -1 with the message
+ * (di_error_message()) and sets *http_status (400 for a bad request, 413 for an over-long one,
+ * 404 for an unknown model is NOT decided here: the server checks the model name). */
+int di_api_request_parse(DiApiProtocol protocol, const char *body, size_t len, DiApiRequest *out,
+                         int *http_status);
+void di_api_request_free(DiApiRequest *req);
+
+/* The max_tokens to run with once the prompt length is known (recipe.md §4 resolve_max_tokens):
+ * the requested value, else the default of the mode, lowered to the context left, at least 1.
+ * -1 with an error when prompt + requested max_tokens (or the prompt alone) exceeds the context. */
+int64_t di_api_resolve_max_tokens(const DiApiRequest *req, int64_t prompt_tokens, int64_t context_limit);
+
+/* The text of the last user turn (what a test backend answers to); "" when none. */
+const char *di_api_last_user_text(const DiApiRequest *req);
+
+const char *di_api_protocol_name(DiApiProtocol protocol);
+
+#endif

@@ -1,0 +1,49 @@
+/* api_request_internal.h — validation helpers shared by the protocol request parsers
+ * (api_request.c: common rules + Chat Completions + Completions; api_request_responses.c;
+ * api_request_messages.c).  Not a public header.  Each helper returns 0 / -1 with an error
+ * message naming the field, as the official conversion words it (recipe.md §4). */
+#ifndef DI_RECIPE_API_REQUEST_INTERNAL_H
+#define DI_RECIPE_API_REQUEST_INTERNAL_H
+
+#include "recipe/api_request.h"
+
+/* The JSON type of a value for messages; "nothing (the field is missing)" for NULL. */
+const char *di_api_type_name(const json_t *value);
+
+/* Read an optional number field within [lo, hi] (open bounds when lo_open / hi_open). */
+int di_api_number_in(const json_t *body, const char *key, double lo, bool lo_open, double hi, double *out,
+                     bool *present);
+/* max_tokens-style field: integer in [1, DI_API_MAX_TOKENS_UPPER_BOUND] (clamp instead of reject when clamp). */
+int di_api_max_tokens(const json_t *body, const char *key, bool clamp, int64_t *out);
+/* A stop field: string or array of strings, at most 16; non_empty rejects "" (Messages). */
+int di_api_stop(const json_t *value, const char *key, bool non_empty, DiApiRequest *req);
+/* Map an effort name (none/minimal/low/medium/high/xhigh/ultra/max) to the recipe's levels;
+ * "none" returns 1 (thinking off). */
+int di_api_effort(const char *name, const char *field, char out[8]);
+/* Tool name rule of the official API: ^[a-zA-Z0-9_-]+$, 1..64 characters. */
+int di_api_check_tool_name(const char *name, const char *field);
+/* Append {"type":"function","function":{name,description,parameters}} to conv.tools, names unique. */
+int di_api_add_tool(json_t *tools, const char *name, const json_t *description, const json_t *parameters,
+                    const char *field);
+/* Apply tool_choice: none drops tools, a named choice keeps only that tool; Required + thinking -> 400. */
+int di_api_apply_tool_choice(DiApiRequest *req, json_t *tools, const char *named, const char *field);
+/* Resolve temperature / top_p for the mode (thinking: temperature 1.0, top_p in [0.95, 1]). */
+void di_api_resolve_sampling(DiApiRequest *req, bool has_temperature, double temperature, bool has_top_p,
+                             double top_p);
+/* Build req->conversation from messages and tools (steals both). */
+int di_api_set_conversation(DiApiRequest *req, json_t *messages, json_t *tools);
+/* A message object {"role": role, "content": text} (text NULL -> ""). */
+json_t *di_api_message(const char *role, const char *text);
+/* Whether the conversation text mentions "json" (any case), the json_object precondition. */
+bool di_api_mentions_json(const json_t *messages, const char *extra);
+/* Join the texts of a content value: a string, or an array of parts {type, text} whose type is
+ * one of `text_types` (NULL-terminated); other part types are rejected, with `field` naming it. */
+int di_api_join_text(const json_t *content, const char *const *text_types, const char *sep, const char *field,
+                     char **out);
+
+int di_api_parse_chat(json_t *body, DiApiRequest *req);
+int di_api_parse_completions(json_t *body, DiApiRequest *req);
+int di_api_parse_responses(json_t *body, DiApiRequest *req);
+int di_api_parse_messages(json_t *body, DiApiRequest *req);
+
+#endif

@@ -1,0 +1,43 @@
+/* backend.h — the narrow interface between the HTTP server and whatever generates tokens.
+ *
+ * The server converts a protocol request into a DiApiRequest (recipe/api_request.h) and hands
+ * it to a backend; the backend (the engine with its scheduler, detokenizer and output parser,
+ * once wired; a deterministic fake in the tests) batches the requests of all connections and
+ * reports each request's progress as parsed output events (recipe/api_stream.h): READY, then
+ * reasoning / content / tool-call events, then exactly one FINISH.
+ *
+ * Threading contract: submit / abort / stats may be called from any thread, concurrently.
+ * `emit` is called from the backend's own thread(s), never re-entrantly for one request, never
+ * from inside submit or abort; after the FINISH event of a request the backend never touches
+ * `user` again.  abort of a finished or unknown id is a no-op; of a live one it makes the
+ * backend send FINISH (DI_API_FINISH_ABORT) soon and free the request's state. */
+#ifndef DI_SERVE_BACKEND_H
+#define DI_SERVE_BACKEND_H
+
+#include "recipe/api_request.h"
+#include "recipe/api_stream.h"
+
+#include <stdint.h>
+
+typedef void (*DiBackendEmit)(void *user, const DiApiEvent *ev);
+
+typedef struct {
+    int queued;              /* accepted, waiting for a batch slot */
+    int running;             /* in the running batch */
+    uint64_t steps;          /* engine steps so far */
+    double step_seconds;     /* their total duration */
+} DiBackendStats;
+
+typedef struct {
+    void *self;
+    const char *model_name;  /* the model served, as /v1/models reports it */
+    int64_t context_limit;   /* tokens (prompt + output) one request may hold */
+    /* Accept a request.  0 and *out_id on success; -1 with an error message and *http_status
+     * (400 prompt too long, 429 queue full, 503 shutting down) when it is refused. */
+    int (*submit)(void *self, const DiApiRequest *req, DiBackendEmit emit, void *user, uint64_t *out_id,
+                  int *http_status);
+    void (*abort)(void *self, uint64_t id);
+    void (*stats)(void *self, DiBackendStats *out);
+} DiBackend;
+
+#endif

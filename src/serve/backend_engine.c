@@ -1,0 +1,410 @@
+/* backend_engine.c — the engine behind the HTTP server (see backend_engine.h).
+ *
+ * Threads: submit / abort / stats run on the HTTP thread and only touch the queues and the
+ * stats snapshot under `lock`; everything that calls the engine runs on the engine thread.
+ * A job lives from submit until its FINISH event; the engine request it maps to is released
+ * after the step that finished it. */
+#include "serve/backend_engine.h"
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "recipe/parse.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Job {
+    uint64_t id;                 /* the id the server knows */
+    uint64_t engine_id;
+    DiEngine *engine;            /* to read the finished output (engine thread only) */
+    bool added, done;
+    DiBackendEmit emit;
+    void *user;
+    DiApiRequest req;            /* a private copy of what the engine needs */
+    char *chat_json;             /* the conversation, or NULL for a raw prompt */
+    DiStreamParser *parser;      /* NULL for a raw prompt (no chat template, nothing to parse) */
+    size_t sent_reasoning, sent_content, sent_calls, sent_args; /* what was emitted already */
+    bool sent_name;
+    int64_t pending_tokens;      /* tokens generated but not yet attached to an event */
+    struct Job *next;
+} Job;
+
+struct DiEngineBackend {
+    DiEngine *engine;
+    DiEngineBackendConfig cfg;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    Job *incoming;               /* submitted, not yet added (FIFO) */
+    Job *live;                   /* added to the engine (engine thread only) */
+    uint64_t *aborts;            /* ids to abort */
+    size_t n_aborts, cap_aborts;
+    uint64_t next_id;
+    bool quit;
+    DiBackendStats stats;        /* snapshot written by the engine thread */
+    int n_incoming;
+};
+
+/* ---- output events ------------------------------------------------------------------- */
+
+static void emit_text(Job *j, DiApiEventKind kind, const char *text, size_t len) {
+    if (!len && kind != DI_API_EV_TOOL_BEGIN) return;
+    DiApiEvent ev = {.kind = kind, .text = text, .len = len, .tokens = j->pending_tokens};
+    j->pending_tokens = 0;
+    j->emit(j->user, &ev);
+}
+
+static void emit_finish(Job *j, DiApiFinish finish, const char *stop, const char *error, int status) {
+    if (j->done) return;
+    DiApiEvent ev = {.kind = DI_API_EV_FINISH, .finish = finish, .stop_sequence = stop, .tokens = j->pending_tokens,
+                     .text = error, .len = error ? strlen(error) : 0, .http_status = status};
+    j->pending_tokens = 0;
+    j->done = true;
+    j->emit(j->user, &ev);
+}
+
+/* Emit what the parser has added since the last call: reasoning, answer, tool calls. */
+static void emit_parsed(Job *j) {
+    const DiParsedMessage *m = di_stream_parser_message(j->parser);
+    emit_text(j, DI_API_EV_REASONING, m->reasoning.data + j->sent_reasoning, m->reasoning.len - j->sent_reasoning);
+    j->sent_reasoning = m->reasoning.len;
+    emit_text(j, DI_API_EV_CONTENT, m->content.data + j->sent_content, m->content.len - j->sent_content);
+    j->sent_content = m->content.len;
+    while (j->sent_calls < m->n_calls) {
+        const DiParsedToolCall *c = &m->calls[j->sent_calls];
+        if (!j->sent_name) {
+            if (!c->name_done) return; /* a call is emitted once its name is complete (recipe.md §3) */
+            emit_text(j, DI_API_EV_TOOL_BEGIN, c->name.data, c->name.len);
+            j->sent_name = true;
+        }
+        emit_text(j, DI_API_EV_TOOL_ARGS, c->arguments.data + j->sent_args, c->arguments.len - j->sent_args);
+        j->sent_args = c->arguments.len;
+        if (!c->complete) return;
+        j->sent_calls++;
+        j->sent_name = false;
+        j->sent_args = 0;
+    }
+}
+
+/* Which stop sequence the parser matched: the first whose text follows the answer so far. */
+static const char *matched_stop(const Job *j, const char *text, size_t len) {
+    for (size_t i = 0; i < j->req.n_stop; i++)
+        if (memmem(text, len, j->req.stop[i], strlen(j->req.stop[i]))) return j->req.stop[i];
+    return j->req.n_stop ? j->req.stop[0] : NULL;
+}
+
+static void on_delta(void *user, const DiStreamDelta *d) {
+    Job *j = user;
+    if (j->done) return; /* e.g. the abort we issued after a stop sequence */
+    j->pending_tokens += d->n_new_tokens;
+    if (!j->parser) {
+        emit_text(j, DI_API_EV_CONTENT, d->new_text, d->new_text_len);
+    } else if (d->new_text_len) {
+        if (di_stream_parser_feed(j->parser, d->new_text, d->new_text_len) != 0) {
+            emit_finish(j, DI_API_FINISH_ERROR, NULL, di_error_message(), 500);
+            return;
+        }
+        emit_parsed(j);
+        if (di_stream_parser_message(j->parser)->stopped) {
+            const char *stop = matched_stop(j, d->new_text, d->new_text_len);
+            emit_finish(j, DI_API_FINISH_STOP, stop, NULL, 0);
+            return; /* the engine request is aborted after the step */
+        }
+    }
+    if (d->finish_reason == DI_FINISH_NONE) return;
+    if (j->parser) {
+        if (di_stream_parser_finish(j->parser) == 0) emit_parsed(j);
+        if (di_stream_parser_message(j->parser)->stopped) {
+            emit_finish(j, DI_API_FINISH_STOP, matched_stop(j, "", 0), NULL, 0);
+            return;
+        }
+    }
+    DiApiFinish f = d->finish_reason == DI_FINISH_LENGTH  ? DI_API_FINISH_LENGTH
+                    : d->finish_reason == DI_FINISH_ABORT ? DI_API_FINISH_ABORT
+                                                          : DI_API_FINISH_STOP;
+    const char *stop = NULL;
+    DiRequestOutput out;
+    if (!j->parser && f == DI_API_FINISH_STOP && j->engine && di_engine_get_output(j->engine, j->engine_id, &out) == 0 &&
+        out.stop_string >= 0 && (size_t)out.stop_string < j->req.n_stop)
+        stop = j->req.stop[out.stop_string];
+    emit_finish(j, f, stop, NULL, 0);
+}
+
+/* ---- the engine thread ----------------------------------------------------------------- */
+
+static void free_job(Job *j) {
+    di_stream_parser_free(j->parser);
+    free(j->chat_json);
+    di_api_request_free(&j->req);
+    free(j);
+}
+
+static void sampling_of(const Job *j, int64_t max_tokens, DiSamplingParams *p) {
+    di_sampling_params_init(p);
+    p->temperature = (float)j->req.temperature;
+    p->top_p = (float)j->req.top_p;
+    p->presence_penalty = (float)j->req.presence_penalty;
+    p->frequency_penalty = (float)j->req.frequency_penalty;
+    p->has_seed = j->req.has_seed;
+    p->seed = j->req.seed;
+    p->max_tokens = (int)max_tokens;
+    if (!j->parser && j->req.n_stop) { /* a raw prompt: the engine matches the stop strings itself */
+        p->stop = (const char *const *)j->req.stop;
+        p->n_stop = (int)j->req.n_stop;
+    }
+}
+
+/* Add a job to the engine; on refusal its FINISH carries the cause (400: the client's input). */
+static void add_job(DiEngineBackend *b, Job *j) {
+    j->engine = b->engine;
+    DiRequestInput in = {.prompt_text = j->chat_json ? NULL : j->req.prompt, .chat_json = j->chat_json};
+    DiSamplingParams sp;
+    /* The prompt length is known only once the engine has rendered and tokenized it: add with
+     * the requested (or default) limit, then re-add with the limit resolved against the
+     * context (recipe.md §4 resolve_max_tokens) when that is lower. */
+    int64_t limit = di_api_resolve_max_tokens(&j->req, 0, INT64_MAX / 4);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        sampling_of(j, limit, &sp);
+        if (di_engine_add_request(b->engine, &in, &sp, on_delta, j, &j->engine_id) != 0) {
+            emit_finish(j, DI_API_FINISH_ERROR, NULL, di_error_message(), 400);
+            return;
+        }
+        DiRequestOutput out;
+        di_engine_get_output(b->engine, j->engine_id, &out);
+        int64_t resolved = di_api_resolve_max_tokens(&j->req, out.n_prompt_ids, b->cfg.context_limit);
+        if (resolved == limit) {
+            j->added = true;
+            DiApiEvent ready = {.kind = DI_API_EV_READY, .prompt_tokens = out.n_prompt_ids};
+            j->emit(j->user, &ready);
+            return;
+        }
+        j->done = true; /* silence the abort's delivery */
+        di_engine_release(b->engine, j->engine_id);
+        j->done = false;
+        if (resolved < 0) {
+            emit_finish(j, DI_API_FINISH_ERROR, NULL, di_error_message(), 400);
+            return;
+        }
+        limit = resolved;
+    }
+    emit_finish(j, DI_API_FINISH_ERROR, NULL, "internal error: the output limit did not settle", 500);
+}
+
+static void refresh_stats(DiEngineBackend *b) {
+    DiEngineMetrics m;
+    if (di_engine_get_metrics(b->engine, &m) != 0) return;
+    pthread_mutex_lock(&b->lock);
+    b->stats.queued = m.requests_waiting + b->n_incoming;
+    b->stats.running = m.requests_running;
+    b->stats.steps = m.steps;
+    b->stats.step_seconds = m.time_forward_s + m.time_sample_s + m.time_schedule_s + m.time_output_s;
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* Abort the live job with server id `id`, if any. */
+static void abort_job(DiEngineBackend *b, uint64_t id) {
+    for (Job *j = b->live; j; j = j->next)
+        if (j->id == id && !j->done) {
+            if (j->added) di_engine_abort(b->engine, j->engine_id); /* delivers FINISH(ABORT) */
+            emit_finish(j, DI_API_FINISH_ABORT, NULL, NULL, 0);
+        }
+}
+
+/* Release and free the jobs that finished. */
+static void reap(DiEngineBackend *b) {
+    for (Job **p = &b->live; *p;) {
+        Job *j = *p;
+        if (!j->done) {
+            p = &j->next;
+            continue;
+        }
+        if (j->added) di_engine_release(b->engine, j->engine_id);
+        *p = j->next;
+        free_job(j);
+    }
+}
+
+static void *engine_main(void *arg) {
+    DiEngineBackend *b = arg;
+    int active = 0;
+    for (;;) {
+        pthread_mutex_lock(&b->lock);
+        while (!b->quit && !b->incoming && !b->n_aborts && active == 0) pthread_cond_wait(&b->wake, &b->lock);
+        Job *incoming = b->incoming;
+        b->incoming = NULL;
+        b->n_incoming = 0;
+        size_t n_aborts = b->n_aborts;
+        uint64_t *aborts = n_aborts ? di_calloc(n_aborts, sizeof *aborts, "aborts") : NULL;
+        if (aborts) memcpy(aborts, b->aborts, n_aborts * sizeof *aborts);
+        b->n_aborts = 0;
+        bool quit = b->quit;
+        pthread_mutex_unlock(&b->lock);
+        while (incoming) {
+            Job *j = incoming;
+            incoming = j->next;
+            j->next = b->live;
+            b->live = j;
+            add_job(b, j);
+        }
+        for (size_t i = 0; i < n_aborts; i++) abort_job(b, aborts[i]);
+        free(aborts);
+        if (quit)
+            for (Job *j = b->live; j; j = j->next) abort_job(b, j->id);
+        reap(b);
+        if (quit) break;
+        active = 0;
+        for (Job *j = b->live; j; j = j->next) active += !j->done;
+        if (active && di_engine_step(b->engine, &active) != 0) {
+            char msg[DI_ERROR_MAX];
+            snprintf(msg, sizeof msg, "engine step failed: %s", di_error_message());
+            DI_ERROR("%s", msg);
+            for (Job *j = b->live; j; j = j->next) {
+                if (j->added && !j->done) di_engine_abort(b->engine, j->engine_id);
+                emit_finish(j, DI_API_FINISH_ERROR, NULL, msg, 500);
+            }
+            active = 0;
+        }
+        reap(b);
+        refresh_stats(b);
+    }
+    return NULL;
+}
+
+/* ---- backend.h interface ----------------------------------------------------------------- */
+
+static int be_submit(void *self, const DiApiRequest *req, DiBackendEmit emit, void *user, uint64_t *out_id,
+                     int *http_status) {
+    DiEngineBackend *b = self;
+    *http_status = 500;
+    if (!req || !emit || !out_id) return di_errorf("engine backend: bad submit arguments");
+    Job *j = di_calloc(1, sizeof *j, "engine job");
+    if (!j) return -1;
+    j->emit = emit;
+    j->user = user;
+    /* A private copy of the fields the engine thread reads (the request belongs to the server). */
+    j->req.protocol = req->protocol;
+    j->req.thinking = req->thinking;
+    memcpy(j->req.reasoning_effort, req->reasoning_effort, sizeof j->req.reasoning_effort);
+    j->req.max_tokens = req->max_tokens;
+    j->req.temperature = req->temperature;
+    j->req.top_p = req->top_p;
+    j->req.presence_penalty = req->presence_penalty;
+    j->req.frequency_penalty = req->frequency_penalty;
+    j->req.has_seed = req->has_seed;
+    j->req.seed = req->seed;
+    bool ok = true;
+    for (size_t i = 0; i < req->n_stop && ok; i++) ok = (j->req.stop[j->req.n_stop++] = di_strdup(req->stop[i])) != NULL;
+    if (req->prompt) ok = ok && (j->req.prompt = di_strdup(req->prompt)) != NULL;
+    if (req->conversation) {
+        ok = ok && (j->chat_json = json_dumps(req->conversation, JSON_COMPACT)) != NULL;
+        DiParseOptions po;
+        di_parse_options_default(&po);
+        po.parse_tool_calls = req->n_tools > 0 && req->tool_choice != DI_TOOL_CHOICE_NONE;
+        po.starts_in_tool_calls = req->tool_choice == DI_TOOL_CHOICE_REQUIRED;
+        po.parse_json_output = req->json_mode;
+        po.start = req->thinking ? DI_PARSE_START_REASONING : DI_PARSE_START_CONTENT;
+        po.stop_sequences = (const char *const *)j->req.stop;
+        po.n_stop_sequences = j->req.n_stop;
+        ok = ok && (j->parser = di_stream_parser_new(&po)) != NULL;
+    }
+    if (!ok) {
+        free_job(j);
+        return di_error_wrap("engine backend: preparing the request");
+    }
+    pthread_mutex_lock(&b->lock);
+    if (b->quit) {
+        pthread_mutex_unlock(&b->lock);
+        free_job(j);
+        *http_status = 503;
+        return di_errorf("the engine is shutting down");
+    }
+    j->id = ++b->next_id;
+    Job **tail = &b->incoming;
+    while (*tail) tail = &(*tail)->next;
+    *tail = j;
+    b->n_incoming++;
+    b->stats.queued++;
+    *out_id = j->id;
+    pthread_cond_signal(&b->wake);
+    pthread_mutex_unlock(&b->lock);
+    return 0;
+}
+
+static void be_abort(void *self, uint64_t id) {
+    DiEngineBackend *b = self;
+    pthread_mutex_lock(&b->lock);
+    if (b->n_aborts == b->cap_aborts) {
+        size_t cap = b->cap_aborts ? 2 * b->cap_aborts : 64;
+        uint64_t *grown = di_realloc_array(b->aborts, cap, sizeof *grown, "abort queue");
+        if (!grown) { /* keep the old queue; the request still ends at its deadline */
+            pthread_mutex_unlock(&b->lock);
+            DI_WARN("engine backend: cannot queue an abort: %s", di_error_message());
+            return;
+        }
+        b->aborts = grown;
+        b->cap_aborts = cap;
+    }
+    b->aborts[b->n_aborts++] = id;
+    pthread_cond_signal(&b->wake);
+    pthread_mutex_unlock(&b->lock);
+}
+
+static void be_stats(void *self, DiBackendStats *out) {
+    DiEngineBackend *b = self;
+    pthread_mutex_lock(&b->lock);
+    *out = b->stats;
+    pthread_mutex_unlock(&b->lock);
+}
+
+DiEngineBackend *di_engine_backend_create(DiEngine *engine, const DiEngineBackendConfig *cfg) {
+    if (!engine || !cfg || !cfg->model_name || cfg->context_limit < 2) {
+        di_errorf("engine backend: an engine, a model name and a context limit >= 2 are required");
+        return NULL;
+    }
+    DiEngineBackend *b = di_calloc(1, sizeof *b, "engine backend");
+    if (!b) return NULL;
+    b->engine = engine;
+    b->cfg = *cfg;
+    pthread_mutex_init(&b->lock, NULL);
+    pthread_cond_init(&b->wake, NULL);
+    if (pthread_create(&b->thread, NULL, engine_main, b) != 0) {
+        pthread_mutex_destroy(&b->lock);
+        pthread_cond_destroy(&b->wake);
+        free(b);
+        di_errorf("engine backend: cannot start the engine thread");
+        return NULL;
+    }
+    return b;
+}
+
+void di_engine_backend_destroy(DiEngineBackend *b) {
+    if (!b) return;
+    pthread_mutex_lock(&b->lock);
+    b->quit = true;
+    pthread_cond_signal(&b->wake);
+    pthread_mutex_unlock(&b->lock);
+    pthread_join(b->thread, NULL);
+    while (b->incoming) { /* submitted after the thread's last look: they still get a FINISH */
+        Job *j = b->incoming;
+        b->incoming = j->next;
+        emit_finish(j, DI_API_FINISH_ABORT, NULL, NULL, 0);
+        free_job(j);
+    }
+    di_engine_destroy(b->engine);
+    free(b->aborts);
+    pthread_mutex_destroy(&b->lock);
+    pthread_cond_destroy(&b->wake);
+    free(b);
+}
+
+DiBackend di_engine_backend_interface(DiEngineBackend *b) {
+    DiBackend i = {.self = b,
+                   .model_name = b ? b->cfg.model_name : NULL,
+                   .context_limit = b ? b->cfg.context_limit : 0,
+                   .submit = be_submit,
+                   .abort = be_abort,
+                   .stats = be_stats};
+    return i;
+}

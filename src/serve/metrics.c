@@ -1,0 +1,140 @@
+/* metrics.c — Prometheus counters, gauges and histograms of the server (see metrics.h).
+ * Bucket bounds are seconds, chosen to resolve both a fast fake backend (sub-millisecond) and
+ * a real model on CPU (seconds per token). */
+#include "serve/metrics.h"
+
+#include "base/error.h"
+#include "base/mem.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const double k_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+#define N_BOUNDS (sizeof k_bounds / sizeof k_bounds[0])
+
+typedef struct {
+    uint64_t buckets[N_BOUNDS]; /* non-cumulative counts per bound; +Inf = count */
+    uint64_t count;
+    double sum;
+} Histogram;
+
+/* The endpoints counted by name; anything else is "other". */
+static const char *const k_endpoints[] = {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages",
+                                          "/v1/models", "/health", "/metrics", "/openapi.json", "other"};
+#define N_ENDPOINTS (sizeof k_endpoints / sizeof k_endpoints[0])
+static const int k_statuses[] = {200, 400, 401, 404, 405, 408, 413, 429, 500, 503, 504};
+#define N_STATUSES (sizeof k_statuses / sizeof k_statuses[0])
+
+struct DiMetrics {
+    _Atomic uint64_t requests[N_ENDPOINTS][N_STATUSES + 1]; /* last column: other statuses */
+    _Atomic int64_t prompt_tokens, cache_hit_tokens, generated_tokens, aborted, in_flight;
+    pthread_mutex_t lock;
+    Histogram ttft, itl;
+};
+
+DiMetrics *di_metrics_create(void) {
+    DiMetrics *m = di_calloc(1, sizeof *m, "metrics");
+    if (m) pthread_mutex_init(&m->lock, NULL);
+    return m;
+}
+
+void di_metrics_free(DiMetrics *m) {
+    if (!m) return;
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+void di_metrics_request(DiMetrics *m, const char *endpoint, int status) {
+    if (!m) return;
+    size_t e = N_ENDPOINTS - 1, s = N_STATUSES;
+    for (size_t i = 0; endpoint && i + 1 < N_ENDPOINTS; i++)
+        if (strcmp(endpoint, k_endpoints[i]) == 0) e = i;
+    for (size_t i = 0; i < N_STATUSES; i++)
+        if (k_statuses[i] == status) s = i;
+    atomic_fetch_add(&m->requests[e][s], 1);
+}
+
+void di_metrics_tokens(DiMetrics *m, int64_t prompt, int64_t cache_hit, int64_t generated) {
+    if (!m) return;
+    atomic_fetch_add(&m->prompt_tokens, prompt);
+    atomic_fetch_add(&m->cache_hit_tokens, cache_hit);
+    atomic_fetch_add(&m->generated_tokens, generated);
+}
+
+static void observe(DiMetrics *m, Histogram *h, double seconds) {
+    if (!m || !(seconds >= 0)) return;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < N_BOUNDS; i++)
+        if (seconds <= k_bounds[i]) {
+            h->buckets[i]++;
+            break;
+        }
+    h->count++;
+    h->sum += seconds;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void di_metrics_ttft(DiMetrics *m, double seconds) { if (m) observe(m, &m->ttft, seconds); }
+void di_metrics_inter_token(DiMetrics *m, double seconds) { if (m) observe(m, &m->itl, seconds); }
+void di_metrics_aborted(DiMetrics *m) { if (m) atomic_fetch_add(&m->aborted, 1); }
+void di_metrics_in_flight(DiMetrics *m, int delta) { if (m) atomic_fetch_add(&m->in_flight, delta); }
+int64_t di_metrics_in_flight_now(const DiMetrics *m) { return m ? atomic_load(&((DiMetrics *)m)->in_flight) : 0; }
+
+static int render_histogram(DiApiBuf *out, const char *name, const char *help, const Histogram *h) {
+    if (di_api_buf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name) != 0) return -1;
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < N_BOUNDS; i++) {
+        cumulative += h->buckets[i];
+        if (di_api_buf_printf(out, "%s_bucket{le=\"%g\"} %llu\n", name, k_bounds[i], (unsigned long long)cumulative) != 0)
+            return -1;
+    }
+    return di_api_buf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
+                             (unsigned long long)h->count, name, h->sum, name, (unsigned long long)h->count);
+}
+
+int di_metrics_render(const DiMetrics *cm, int queued, int running, uint64_t steps, double step_seconds, DiApiBuf *out) {
+    DiMetrics *m = (DiMetrics *)cm;
+    if (!m || !out) return di_errorf("metrics render: NULL argument");
+    int rc = di_api_buf_puts(out, "# HELP deepinfer_requests_total HTTP requests answered, by endpoint and status.\n"
+                                  "# TYPE deepinfer_requests_total counter\n");
+    for (size_t e = 0; rc == 0 && e < N_ENDPOINTS; e++)
+        for (size_t s = 0; rc == 0 && s <= N_STATUSES; s++) {
+            uint64_t n = atomic_load(&m->requests[e][s]);
+            if (!n) continue;
+            if (s < N_STATUSES)
+                rc = di_api_buf_printf(out, "deepinfer_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
+                                       k_endpoints[e], k_statuses[s], (unsigned long long)n);
+            else
+                rc = di_api_buf_printf(out, "deepinfer_requests_total{endpoint=\"%s\",status=\"other\"} %llu\n",
+                                       k_endpoints[e], (unsigned long long)n);
+        }
+    if (rc == 0)
+        rc = di_api_buf_printf(
+            out,
+            "# HELP deepinfer_prompt_tokens_total Prompt tokens of finished requests.\n"
+            "# TYPE deepinfer_prompt_tokens_total counter\ndeepinfer_prompt_tokens_total %lld\n"
+            "# HELP deepinfer_prompt_cache_hit_tokens_total Prompt tokens served from the prefix cache.\n"
+            "# TYPE deepinfer_prompt_cache_hit_tokens_total counter\ndeepinfer_prompt_cache_hit_tokens_total %lld\n"
+            "# HELP deepinfer_generation_tokens_total Output tokens generated.\n"
+            "# TYPE deepinfer_generation_tokens_total counter\ndeepinfer_generation_tokens_total %lld\n"
+            "# HELP deepinfer_requests_aborted_total Requests aborted (client gone, timeout, shutdown).\n"
+            "# TYPE deepinfer_requests_aborted_total counter\ndeepinfer_requests_aborted_total %lld\n"
+            "# HELP deepinfer_requests_in_flight Generation requests accepted and not yet finished.\n"
+            "# TYPE deepinfer_requests_in_flight gauge\ndeepinfer_requests_in_flight %lld\n"
+            "# HELP deepinfer_queue_length Requests waiting for a batch slot.\n"
+            "# TYPE deepinfer_queue_length gauge\ndeepinfer_queue_length %d\n"
+            "# HELP deepinfer_running_requests Requests in the running batch.\n"
+            "# TYPE deepinfer_running_requests gauge\ndeepinfer_running_requests %d\n"
+            "# HELP deepinfer_step_seconds Engine step time.\n"
+            "# TYPE deepinfer_step_seconds summary\ndeepinfer_step_seconds_sum %.9g\ndeepinfer_step_seconds_count %llu\n",
+            (long long)atomic_load(&m->prompt_tokens), (long long)atomic_load(&m->cache_hit_tokens),
+            (long long)atomic_load(&m->generated_tokens), (long long)atomic_load(&m->aborted),
+            (long long)atomic_load(&m->in_flight), queued, running, step_seconds, (unsigned long long)steps);
+    pthread_mutex_lock(&m->lock);
+    if (rc == 0) rc = render_histogram(out, "deepinfer_time_to_first_token_seconds", "Time from request to first output token.", &m->ttft);
+    if (rc == 0) rc = render_histogram(out, "deepinfer_inter_token_seconds", "Time between output events of a stream.", &m->itl);
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# test_check_golden.sh — `deepinfer check-golden` end to end: every case of the golden set
+# tiny-a must pass (golden-v41/README.md §6 tolerances), usage errors exit 2, a bad directory
+# exits 1 naming the cause.  Ends with "N passed, N failed".
+set -u
+cd "$(dirname "$0")/../.."
+SHARED_DIR="${SHARED_DIR:-$(cd .. && pwd)/shared}"
+BIN=build/deepinfer
+GOLDEN="$SHARED_DIR/golden-v41/tiny-a"
+export DEEPINFER_LOG_LEVEL=warn
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# 1. the whole golden set
+"$BIN" check-golden "$GOLDEN" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+cat "$tmp/out"
+n_cases=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['cases']))" "$GOLDEN/golden.json")
+n_ok=$(grep -cE '^case=[^ ]+ max_abs=[^ ]+ max_rel=[^ ]+ ok$' "$tmp/out")
+[ "$rc" -eq 0 ] && ok || { bad "check-golden exit $rc"; cat "$tmp/err"; }
+[ "$n_ok" -eq "$n_cases" ] && [ "$n_cases" -gt 0 ] && ok || bad "$n_ok of $n_cases cases ok"
+grep -q "^$n_cases passed, 0 failed$" "$tmp/out" && ok || bad "summary line"
+
+# 2. a filter runs only the matching cases
+"$BIN" check-golden "$GOLDEN" --case exact.dspark_p10_g >"$tmp/out" 2>/dev/null
+[ $? -eq 0 ] && [ "$(grep -c '^case=' "$tmp/out")" -eq 2 ] && ok || bad "--case filter"
+
+# 3. usage and input errors
+"$BIN" check-golden >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "no DIR must exit 2"
+"$BIN" check-golden "$GOLDEN" --bogus >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "unknown flag must exit 2"
+"$BIN" check-golden "$GOLDEN" --mode fast >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "bad mode must exit 2"
+"$BIN" check-golden --help | grep -q "usage: deepinfer check-golden" && ok || bad "--help"
+"$BIN" check-golden "$tmp/nowhere" >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "nowhere" "$tmp/err" && ok || bad "missing dir: exit $rc, $(cat "$tmp/err")"
+
+# 4. a corrupted golden file is an error naming the file, not a crash
+mkdir -p "$tmp/broken" && ln -s "$GOLDEN/checkpoint" "$tmp/broken/checkpoint" && cp "$GOLDEN/golden.bin" "$tmp/broken/"
+head -c 500 "$GOLDEN/golden.json" >"$tmp/broken/golden.json"
+"$BIN" check-golden "$tmp/broken" >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "golden.json" "$tmp/err" && ok || bad "truncated golden.json: exit $rc, $(cat "$tmp/err")"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

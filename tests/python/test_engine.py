@@ -1,0 +1,149 @@
+"""test_engine.py — the Python binding over the engine's mock runner (deepinfer.testing.mock_llm):
+outputs against Python's own UTF-8 decoder, seeded determinism independent of the batch, stop
+strings and stop tokens, logprobs, n samples, sync == async, errors with their cause."""
+import pytest
+
+from deepinfer import LLM, DeepInferError, SamplingParams
+from deepinfer.testing import MOCK_EOS, mock_llm
+
+
+def piece_bytes(token):
+    """The mock's byte-level detokenisation, written independently of the C code."""
+    if token < 256:
+        return bytes([token])
+    if token == MOCK_EOS:
+        return b""
+    return f" w{token}".encode()
+
+
+@pytest.fixture(scope="module")
+def llm():
+    engine = mock_llm(vocab_size=512, model_seed=3)
+    yield engine
+    engine.close()
+
+
+def test_llm_without_the_model_core_says_so():
+    with pytest.raises(DeepInferError, match="model core"):
+        LLM()
+
+
+def test_generate_single_and_list(llm):
+    one = llm.generate("Hello", SamplingParams(max_tokens=5, seed=1))
+    assert len(one) == 1 and one[0].prompt == "Hello"
+    assert one[0].prompt_token_ids == list(b"Hello")
+    many = llm.generate(["a", "bb", {"prompt_token_ids": [1, 2, 3]}], SamplingParams(max_tokens=7, seed=2))
+    assert [o.prompt_token_ids for o in many] == [[97], [98, 98], [1, 2, 3]]
+    for o in many:
+        c = o.outputs[0]
+        assert o.finished and c.finish_reason in ("length", "stop")
+        assert 1 <= len(c.token_ids) <= 7
+        if c.finish_reason == "length":
+            assert len(c.token_ids) == 7
+
+
+def test_text_equals_python_utf8_decoding_of_the_pieces(llm):
+    outs = llm.generate([f"prompt {i}" for i in range(8)],
+                        SamplingParams(max_tokens=40, seed=11, ignore_eos=True))
+    for o in outs:
+        c = o.outputs[0]
+        raw = b"".join(piece_bytes(t) for t in c.token_ids)
+        assert c.text == raw.decode("utf-8", "replace")
+
+
+def test_seeded_output_does_not_depend_on_the_batch(llm):
+    params = SamplingParams(max_tokens=24, seed=1234, temperature=0.9, top_p=0.95, top_k=50)
+    alone = llm.generate("the same prompt", params)[0].outputs[0].token_ids
+    others = [f"other prompt {i}" * (i + 1) for i in range(9)]
+    batch = llm.generate(others[:4] + ["the same prompt"] + others[4:], params)
+    assert batch[4].outputs[0].token_ids == alone
+    reversed_batch = llm.generate(["the same prompt"] + others[::-1], params)
+    assert reversed_batch[0].outputs[0].token_ids == alone
+    different = llm.generate("the same prompt", SamplingParams(max_tokens=24, seed=1235, temperature=0.9,
+                                                               top_p=0.95, top_k=50))
+    assert different[0].outputs[0].token_ids != alone
+
+
+def test_sync_and_async_engines_agree():
+    prompts = [f"request number {i} " * (i % 5 + 1) for i in range(20)]
+    params = [SamplingParams(max_tokens=5 + i % 13, seed=i, temperature=0.7 if i % 2 else 0.0,
+                             repetition_penalty=1.1, presence_penalty=0.2) for i in range(20)]
+    results = []
+    for async_scheduling in (False, True):
+        engine = mock_llm(vocab_size=400, model_seed=9, async_scheduling=async_scheduling,
+                          max_batch_tokens=37, max_num_seqs=6, state_memory_bytes=40 * 256)
+        results.append([(o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].finish_reason)
+                        for o in engine.generate(prompts, params)])
+        assert engine.metrics()["pages_used"] == 0
+        engine.close()
+    assert results[0] == results[1]
+
+
+def test_stop_string_cuts_the_text(llm):
+    base = llm.generate("stop test", SamplingParams(max_tokens=60, temperature=0, ignore_eos=True))[0]
+    text = base.outputs[0].text
+    assert len(text) > 10
+    stop = text[len(text) // 2:len(text) // 2 + 3]
+    out = llm.generate("stop test", SamplingParams(max_tokens=60, temperature=0, ignore_eos=True,
+                                                   stop=[stop]))[0].outputs[0]
+    assert out.finish_reason == "stop" and out.stop_reason == stop
+    assert out.text == text[:text.index(stop)]
+
+
+def test_stop_token_ids_and_min_tokens(llm):
+    base = llm.generate("tokens", SamplingParams(max_tokens=30, temperature=0, ignore_eos=True))[0].outputs[0]
+    stop_id = base.token_ids[3]
+    first = base.token_ids.index(stop_id)
+    out = llm.generate("tokens", SamplingParams(max_tokens=30, temperature=0, ignore_eos=True,
+                                                stop_token_ids=[stop_id]))[0].outputs[0]
+    assert out.finish_reason == "stop" and out.stop_reason == stop_id
+    assert out.token_ids == base.token_ids[:first + 1]
+    later = llm.generate("tokens", SamplingParams(max_tokens=30, temperature=0, ignore_eos=True,
+                                                  stop_token_ids=[stop_id], min_tokens=first + 2))[0].outputs[0]
+    assert stop_id not in later.token_ids[:first + 2]
+
+
+def test_logprobs(llm):
+    out = llm.generate("lp", SamplingParams(max_tokens=6, seed=5, logprobs=3))[0].outputs[0]
+    assert len(out.logprobs) == len(out.token_ids)
+    total = 0.0
+    for token, entry in zip(out.token_ids, out.logprobs):
+        assert token in entry
+        ranked = sorted((lp.rank, lp.logprob) for lp in entry.values() if lp.rank is not None)
+        assert [r for r, _ in ranked] == [1, 2, 3]
+        assert all(a >= b for (_, a), (_, b) in zip(ranked, ranked[1:]))
+        assert all(lp.logprob <= 0 for lp in entry.values())
+        total += entry[token].logprob
+    assert out.cumulative_logprob == pytest.approx(total, abs=1e-4)
+
+
+def test_n_samples_use_consecutive_seeds(llm):
+    two = llm.generate("n", SamplingParams(n=2, max_tokens=12, seed=40, ignore_eos=True))[0]
+    assert [c.seed for c in two.outputs] == [40, 41]
+    first = llm.generate("n", SamplingParams(max_tokens=12, seed=40, ignore_eos=True))[0].outputs[0]
+    second = llm.generate("n", SamplingParams(max_tokens=12, seed=41, ignore_eos=True))[0].outputs[0]
+    assert two.outputs[0].token_ids == first.token_ids
+    assert two.outputs[1].token_ids == second.token_ids
+
+
+def test_unseeded_requests_report_their_seed(llm):
+    a = llm.generate("x", SamplingParams(max_tokens=16, ignore_eos=True))[0].outputs[0]
+    again = llm.generate("x", SamplingParams(max_tokens=16, ignore_eos=True, seed=a.seed))[0].outputs[0]
+    assert again.token_ids == a.token_ids
+
+
+def test_errors_carry_their_cause(llm):
+    with pytest.raises(DeepInferError, match="top_p"):
+        llm.generate("x", SamplingParams(top_p=1.5))
+    with pytest.raises(DeepInferError, match="outside the vocabulary"):
+        llm.generate({"prompt_token_ids": [1, 10_000]})
+    with pytest.raises(DeepInferError, match="renderer"):
+        llm.chat([{"role": "user", "content": "hi"}])
+    with pytest.raises(NotImplementedError):
+        SamplingParams(so_args={"schema_type": "json", "schema": {}})
+    with pytest.raises(TypeError):
+        llm.generate([3.5])
+    with pytest.raises(DeepInferError, match="vocab_size"):
+        mock_llm(vocab_size=10)
+    assert llm.metrics()["pages_used"] == 0
+    assert llm.metrics()["requests_waiting"] == 0 and llm.metrics()["requests_running"] == 0

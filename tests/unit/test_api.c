@@ -1,0 +1,210 @@
+/* test_api.c — protocol conversion (recipe/api_request.h) and output encoding
+ * (recipe/api_stream.h) on hand-derived cases from recipe.md §4 (the official conversion's
+ * rules and shapes; tests/python/test_api_oracle.py checks the same against deepseek-recipe). */
+#include "test.h"
+
+#include "base/error.h"
+#include "recipe/api_request.h"
+#include "recipe/api_stream.h"
+
+static int parse(DiApiProtocol p, const char *body, DiApiRequest *req, int *status) {
+    return di_api_request_parse(p, body, strlen(body), req, status);
+}
+
+static const char *msg_field(const DiApiRequest *r, size_t i, const char *key) {
+    return json_string_value(json_object_get(json_array_get(json_object_get(r->conversation, "messages"), i), key));
+}
+
+TEST(chat_defaults_thinking_high) {
+    DiApiRequest r;
+    int st = 0;
+    CHECK_EQ_INT(parse(DI_API_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"\"},"
+                                    "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],"
+                                    "\"temperature\":0.3,\"top_p\":0.5}", &r, &st), 0);
+    CHECK(r.thinking);
+    CHECK_STR(r.reasoning_effort, "high");
+    CHECK_NEAR(r.temperature, 1.0, 0);   /* thinking fixes temperature */
+    CHECK_NEAR(r.top_p, 0.95, 1e-12);    /* and clamps top_p to [0.95, 1] */
+    CHECK_EQ_INT(json_array_size(json_object_get(r.conversation, "messages")), 1); /* empty system dropped */
+    CHECK_STR(msg_field(&r, 0, "content"), "a\n\nb");
+    CHECK_STR(json_string_value(json_object_get(r.conversation, "thinking_mode")), "thinking");
+    CHECK_EQ_INT(di_api_resolve_max_tokens(&r, 100, 1000000), DI_API_DEFAULT_MAX_TOKENS_THINKING);
+    di_api_request_free(&r);
+}
+
+TEST(chat_effort_and_switch) {
+    DiApiRequest r;
+    CHECK_EQ_INT(parse(DI_API_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                    "\"reasoning_effort\":\"none\",\"temperature\":0.3}", &r, NULL), 0);
+    CHECK(!r.thinking);
+    CHECK_NEAR(r.temperature, 0.3, 1e-12);
+    CHECK_EQ_INT(di_api_resolve_max_tokens(&r, 100, 1000000), DI_API_DEFAULT_MAX_TOKENS_CHAT);
+    CHECK_EQ_INT(di_api_resolve_max_tokens(&r, 100, 150), 50); /* lowered to the context left */
+    di_api_request_free(&r);
+    CHECK_EQ_INT(parse(DI_API_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                    "\"reasoning_effort\":\"minimal\"}", &r, NULL), 0);
+    CHECK(r.thinking);
+    CHECK_STR(r.reasoning_effort, "low");
+    di_api_request_free(&r);
+    CHECK_EQ_INT(parse(DI_API_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                    "\"thinking\":{\"type\":\"enabled\"},\"reasoning_effort\":\"none\"}", &r, NULL), 0);
+    CHECK(r.thinking); /* the explicit switch wins */
+    di_api_request_free(&r);
+}
+
+TEST(chat_rejections_name_the_problem) {
+    static const char *const cases[][2] = {
+        {"{\"model\":\"m\",\"messages\":[]}", "Empty input messages"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":3}", "temperature"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_p\":0}", "top_p"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", "n = 1"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", "max_tokens"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream_options\":{}}", "stream_options"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":\"x\"}]}", "developer"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", "json"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}", "pattern"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\"}", "thinking"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":null}]}", "content or tool_calls"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c2\",\"content\":\"r\"}]}", "c2"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}", "too long"},
+        {"{\"messages\":[]}", "model"},
+        {"{\"model\":\"m\"}", "messages: expected an array, got nothing"}, /* found by fuzz_api_request */
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"a\":1,\"a\":2}", "duplicate"},
+        {"[]", "JSON object"},
+        {"{\"model\":", "Invalid JSON"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        DiApiRequest r;
+        int st = 0;
+        di_error_clear();
+        CHECK_MSG(parse(DI_API_CHAT, cases[i][0], &r, &st) == -1, "case %zu accepted", i);
+        CHECK_EQ_INT(st, 400);
+        CHECK_MSG(strstr(di_error_message(), cases[i][1]) != NULL, "case %zu: '%s' lacks '%s'", i, di_error_message(), cases[i][1]);
+    }
+}
+
+TEST(responses_groups_calls_by_call_id) {
+    DiApiRequest r;
+    const char *body =
+        "{\"model\":\"m\",\"instructions\":\"sys\",\"input\":[{\"role\":\"user\",\"content\":\"q\"},"
+        "{\"type\":\"reasoning\",\"content\":[{\"type\":\"reasoning_text\",\"text\":\"hmm\"}]},"
+        "{\"type\":\"function_call\",\"call_id\":\"b\",\"name\":\"f\",\"arguments\":\"{}\"},"
+        "{\"type\":\"function_call\",\"call_id\":\"a\",\"name\":\"g\",\"arguments\":\"{}\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"b\",\"output\":\"rb\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"a\",\"output\":\"ra\"}],\"reasoning\":{\"effort\":\"medium\"}}";
+    CHECK_EQ_INT(parse(DI_API_RESPONSES, body, &r, NULL), 0);
+    CHECK_STR(msg_field(&r, 0, "role"), "system");
+    CHECK_STR(msg_field(&r, 2, "reasoning_content"), "hmm");
+    json_t *calls = json_object_get(json_array_get(json_object_get(r.conversation, "messages"), 2), "tool_calls");
+    CHECK_STR(json_string_value(json_object_get(json_array_get(calls, 0), "id")), "a");
+    CHECK_STR(msg_field(&r, 3, "tool_call_id"), "a");
+    CHECK_STR(msg_field(&r, 3, "content"), "ra");
+    CHECK_STR(msg_field(&r, 4, "tool_call_id"), "b");
+    CHECK_STR(r.reasoning_effort, "high");
+    di_api_request_free(&r);
+    CHECK_EQ_INT(parse(DI_API_RESPONSES, "{\"model\":\"m\",\"input\":\"x\",\"previous_response_id\":\"r1\"}", &r, NULL), -1);
+    CHECK(strstr(di_error_message(), "previous_response_id") != NULL);
+}
+
+TEST(messages_tool_use_and_reminder) {
+    DiApiRequest r;
+    const char *body =
+        "{\"model\":\"m\",\"max_tokens\":500000,\"system\":[{\"type\":\"text\",\"text\":\"s1\"},{\"type\":\"text\",\"text\":\"s2\"}],"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":["
+        "{\"type\":\"thinking\",\"thinking\":\"t\"},{\"type\":\"tool_use\",\"id\":\"u1\",\"name\":\"f\",\"input\":{\"city\":\"Paris\",\"n\":1}}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"u1\",\"content\":\"ok\"}]},"
+        "{\"role\":\"system\",\"content\":\"late\"}],\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],"
+        "\"thinking\":{\"type\":\"disabled\"},\"stop_sequences\":[\"END\"]}";
+    CHECK_EQ_INT(parse(DI_API_MESSAGES, body, &r, NULL), 0);
+    CHECK_EQ_INT(r.max_tokens, DI_API_MAX_TOKENS_UPPER_BOUND); /* Messages lowers, not rejects */
+    CHECK(!r.thinking);
+    CHECK_STR(msg_field(&r, 0, "content"), "s1\n\ns2");
+    json_t *call = json_array_get(json_object_get(json_array_get(json_object_get(r.conversation, "messages"), 2), "tool_calls"), 0);
+    CHECK_STR(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")), "{\"city\": \"Paris\", \"n\": 1}");
+    CHECK_STR(msg_field(&r, 2, "reasoning_content"), "t");
+    CHECK_STR(msg_field(&r, 3, "role"), "tool");
+    CHECK_STR(msg_field(&r, 4, "role"), "system"); /* as the official conversion (spec: a reminder part) */
+    CHECK_STR(msg_field(&r, 4, "content"), "late");
+    CHECK_EQ_INT(r.n_stop, 1);
+    di_api_request_free(&r);
+    CHECK_EQ_INT(parse(DI_API_MESSAGES, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r, NULL), -1);
+    CHECK(strstr(di_error_message(), "max_tokens") != NULL);
+}
+
+static void feed(DiApiStream *s, DiApiEventKind kind, const char *text, DiApiBuf *sse) {
+    DiApiEvent ev = {.kind = kind, .text = text, .len = text ? strlen(text) : 0, .tokens = 1};
+    CHECK_EQ_INT(di_api_stream_event(s, &ev, sse), 0);
+}
+
+TEST(chat_stream_shape) {
+    DiApiRequest r;
+    CHECK_EQ_INT(parse(DI_API_CHAT, "{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r, NULL), 0);
+    DiApiStream *s = di_api_stream_create(&r, "id1", 5);
+    DiApiBuf sse = {0};
+    DiApiEvent ready = {.kind = DI_API_EV_READY, .prompt_tokens = 10, .cache_hit_tokens = 4};
+    CHECK_EQ_INT(di_api_stream_event(s, &ready, &sse), 0);
+    feed(s, DI_API_EV_REASONING, "r", &sse);
+    feed(s, DI_API_EV_CONTENT, "c", &sse);
+    feed(s, DI_API_EV_TOOL_BEGIN, "f", &sse);
+    feed(s, DI_API_EV_TOOL_ARGS, "{}", &sse);
+    DiApiEvent fin = {.kind = DI_API_EV_FINISH, .finish = DI_API_FINISH_STOP};
+    CHECK_EQ_INT(di_api_stream_event(s, &fin, &sse), 0);
+    CHECK(strstr(sse.data, "\"delta\":{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"\"}") != NULL);
+    CHECK(strstr(sse.data, "\"delta\":{\"content\":null,\"reasoning_content\":\"r\"}") != NULL);
+    CHECK(strstr(sse.data, "\"delta\":{\"content\":\"c\",\"reasoning_content\":null}") != NULL);
+    CHECK(strstr(sse.data, "\"function\":{\"name\":\"f\",\"arguments\":\"\"}") != NULL);
+    CHECK(strstr(sse.data, "\"finish_reason\":\"tool_calls\"") != NULL);
+    CHECK(strstr(sse.data, "\"prompt_cache_miss_tokens\":6") != NULL);
+    CHECK(sse.len > 16 && strcmp(sse.data + sse.len - 14, "data: [DONE]\n\n") == 0);
+    json_t *full = di_api_stream_response(s);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(full, "choices"), 0), "finish_reason")), "tool_calls");
+    json_decref(full);
+    /* Events after the finish are refused. */
+    DiApiEvent late = {.kind = DI_API_EV_CONTENT, .text = "x", .len = 1};
+    CHECK_EQ_INT(di_api_stream_event(s, &late, &sse), -1);
+    di_api_buf_free(&sse);
+    di_api_stream_free(s);
+    di_api_request_free(&r);
+}
+
+TEST(messages_stream_shape_and_errors) {
+    DiApiRequest r;
+    CHECK_EQ_INT(parse(DI_API_MESSAGES, "{\"model\":\"m\",\"max_tokens\":9,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r, NULL), 0);
+    DiApiStream *s = di_api_stream_create(&r, "msg1", 5);
+    DiApiBuf sse = {0};
+    DiApiEvent ready = {.kind = DI_API_EV_READY, .prompt_tokens = 10, .cache_hit_tokens = 4};
+    CHECK_EQ_INT(di_api_stream_event(s, &ready, &sse), 0);
+    feed(s, DI_API_EV_REASONING, "r", &sse);
+    feed(s, DI_API_EV_CONTENT, "c", &sse);
+    DiApiEvent fin = {.kind = DI_API_EV_FINISH, .finish = DI_API_FINISH_STOP, .stop_sequence = "END"};
+    CHECK_EQ_INT(di_api_stream_event(s, &fin, &sse), 0);
+    const char *order[] = {"event: message_start", "\"input_tokens\":6", "\"cache_read_input_tokens\":4",
+                           "event: content_block_start", "thinking_delta", "signature_delta", "event: content_block_stop",
+                           "text_delta", "\"stop_reason\":\"stop_sequence\"", "event: message_stop"};
+    const char *at = sse.data;
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        const char *next = at ? strstr(at, order[i]) : NULL;
+        CHECK_MSG(next != NULL, "'%s' missing or out of order", order[i]);
+        at = next;
+    }
+    di_api_buf_free(&sse);
+    di_api_stream_free(s);
+    di_api_request_free(&r);
+    json_t *e = di_api_error_body(DI_API_MESSAGES, 429, "busy");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(e, "error"), "type")), "rate_limit_error");
+    json_decref(e);
+    e = di_api_error_body(DI_API_CHAT, 400, "bad");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(e, "error"), "type")), "invalid_request_error");
+    json_decref(e);
+}
+
+int main(void) {
+    RUN_TEST(chat_defaults_thinking_high);
+    RUN_TEST(chat_effort_and_switch);
+    RUN_TEST(chat_rejections_name_the_problem);
+    RUN_TEST(responses_groups_calls_by_call_id);
+    RUN_TEST(messages_tool_use_and_reminder);
+    RUN_TEST(chat_stream_shape);
+    RUN_TEST(messages_stream_shape_and_errors);
+    return TEST_SUMMARY();
+}

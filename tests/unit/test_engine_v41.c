@@ -1,0 +1,169 @@
+/* test_engine_v41.c — the engine driving the real V4.1 forward (src/model) on the golden tiny-a
+ * checkpoint of /work/shared/golden-v41 (Engram maps from its golden set): every request's
+ * tokens and logits rows equal a direct model_forward loop on a private RunState (prefill in one
+ * chunk, then one token at a time), whatever the batch, the chunking, sync or async mode and
+ * preemption by recompute; state is freed through the runner's release hook. */
+#include "test.h"
+
+#include "base/error.h"
+#include "engine/engine.h"
+#include "engine/runner_v41.h"
+#include "model/forward.h"
+#include "model/golden.h"
+#include "model/state.h"
+
+#include <stdint.h>
+
+#define N_REQ 4
+#define GEN 5
+#define PAGE 4096 /* small pages: requests cross page boundaries as they grow */
+#define MAX_PROMPT 14
+
+static Model *model;
+static int32_t prompts[N_REQ][MAX_PROMPT];
+static int n_prompt[N_REQ];
+static int32_t ref_tokens[N_REQ][GEN];
+static float *ref_rows; /* [N_REQ][GEN][V] */
+
+static float *ref_row(int r, int k) { return ref_rows + ((size_t)r * GEN + (size_t)k) * (size_t)model->d.vocab; }
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int v = 1; v < n; v++)
+        if (x[v] > x[best]) best = v;
+    return best;
+}
+
+/* Greedy generation straight through model_forward: the reference. */
+static int reference(int r) {
+    RunState *st = state_create(&model->d);
+    if (!st) return -1;
+    int32_t seq[MAX_PROMPT + GEN];
+    memcpy(seq, prompts[r], sizeof(int32_t) * (size_t)n_prompt[r]);
+    int rc = model_forward(model, st, seq, n_prompt[r], 0, ref_row(r, 0), false, NULL);
+    for (int k = 0; rc == 0 && k < GEN; k++) {
+        ref_tokens[r][k] = seq[n_prompt[r] + k] = argmax(ref_row(r, k), model->d.vocab);
+        if (k + 1 < GEN) rc = model_forward(model, st, &seq[n_prompt[r] + k], 1, n_prompt[r] + k, ref_row(r, k + 1), false, NULL);
+    }
+    state_free(st);
+    return rc;
+}
+
+typedef struct {
+    uint64_t ids[N_REQ];
+    int mismatched_rows, seen_rows;
+} Observed;
+
+static void observe(void *user, uint64_t id, int64_t pos, const float *logits, int32_t vocab) {
+    Observed *o = user;
+    for (int r = 0; r < N_REQ; r++) {
+        if (o->ids[r] != id) continue;
+        int k = (int)(pos - n_prompt[r]);
+        if (k < 0 || k >= GEN) return;
+        o->seen_rows++;
+        o->mismatched_rows += memcmp(logits, ref_row(r, k), sizeof(float) * (size_t)vocab) != 0;
+    }
+}
+
+static int load(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/golden-v41/tiny-a", test_shared_dir());
+    GoldenSet g;
+    if (golden_open(dir, &g) != 0) return -1;
+    snprintf(dir, sizeof dir, "%s/golden-v41/tiny-a/checkpoint", test_shared_dir());
+    model = model_load(dir, MODE_REF);
+    int rc = model ? golden_prepare_model(&g, model) : -1;
+    golden_close(&g);
+    if (rc != 0) return -1;
+    ref_rows = calloc((size_t)N_REQ * GEN * (size_t)model->d.vocab, sizeof(float));
+    uint64_t x = 99;
+    for (int r = 0; r < N_REQ; r++) {
+        n_prompt[r] = 3 + r * 3;
+        for (int k = 0; k < n_prompt[r]; k++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            prompts[r][k] = (int32_t)((x >> 33) % (uint64_t)model->d.vocab);
+        }
+        if (reference(r) != 0) return -1;
+    }
+    return 0;
+}
+
+/* Run all requests through an engine; the observer compares every logits row with the reference. */
+static void run_engine(int async, int budget, int chunk, int max_seqs, size_t memory, Observed *o, DiEngineMetrics *m,
+                       int32_t out[N_REQ][GEN]) {
+    DiEngineOptions opts;
+    di_engine_options_init(&opts);
+    opts.async_scheduling = async;
+    opts.max_batch_tokens = budget;
+    opts.max_prefill_chunk = chunk;
+    opts.max_num_seqs = max_seqs;
+    opts.state_memory_bytes = memory;
+    DiEngine *e = di_engine_create_with_runner(di_v41_runner_create(model, 0, PAGE), &opts);
+    CHECK(e != NULL);
+    if (!e) {
+        fprintf(stderr, "  %s\n", di_last_error());
+        return;
+    }
+    di_engine_set_logits_observer(e, observe, o);
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.temperature = 0;
+    p.max_tokens = GEN;
+    p.ignore_eos = 1;
+    for (int r = 0; r < N_REQ; r++) {
+        DiRequestInput in = {.prompt_ids = prompts[r], .n_prompt_ids = n_prompt[r]};
+        CHECK_EQ_INT(di_engine_add_request(e, &in, &p, NULL, NULL, &o->ids[r]), 0);
+    }
+    int rc = di_engine_run(e);
+    CHECK_MSG(rc == 0, "%s", di_last_error());
+    for (int r = 0; r < N_REQ; r++) {
+        DiRequestOutput res;
+        CHECK_EQ_INT(di_engine_get_output(e, o->ids[r], &res), 0);
+        CHECK_EQ_INT(res.n_tokens, GEN);
+        memcpy(out[r], res.token_ids, sizeof(int32_t) * GEN);
+    }
+    di_engine_get_metrics(e, m);
+    di_engine_destroy(e);
+}
+
+TEST(engine_matches_direct_forward_in_any_batch_and_chunking) {
+    struct {
+        int async, budget, chunk, seqs;
+        size_t memory;
+    } configs[] = {
+        {0, 512, 0, 8, 64u << 20},   /* all together, whole prompts */
+        {1, 7, 3, 8, 64u << 20},     /* chunked prefill mixed with decodes, async */
+        {1, 9, 0, 3, 64u << 20},
+        {0, 16, 5, 8, 0},            /* 2 requests, 1 page to grow: preemption */
+    };
+    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+        Observed o = {0};
+        DiEngineMetrics m;
+        int32_t out[N_REQ][GEN];
+        size_t memory = configs[c].memory;
+        if (memory == 0) { /* two requests admitted with one block page each, one page to grow into */
+            DiRunner *probe = di_v41_runner_create(model, 0, PAGE);
+            memory = probe->page_bytes * (2 * probe->ops->pages_for_tokens(probe, 1) + 1);
+            probe->ops->destroy(probe);
+        }
+        run_engine(configs[c].async, configs[c].budget, configs[c].chunk, configs[c].seqs, memory, &o, &m, out);
+        CHECK_MSG(memcmp(out, ref_tokens, sizeof out) == 0, "config %zu: tokens differ from the direct forward", c);
+        CHECK_EQ_INT(o.seen_rows, N_REQ * GEN);
+        CHECK_MSG(o.mismatched_rows == 0, "config %zu: %d of %d logits rows differ bitwise", c, o.mismatched_rows,
+                  o.seen_rows);
+        CHECK_EQ_INT(m.pages_used, 0);
+        if (c == 3) CHECK_MSG(m.preemptions > 0, "no preemption with %zu bytes", memory);
+    }
+}
+
+int main(void) {
+    if (load() != 0) {
+        fprintf(stderr, "loading golden tiny-a: %s\n", di_last_error());
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
+    RUN_TEST(engine_matches_direct_forward_in_any_batch_and_chunking);
+    free(ref_rows);
+    model_free(model);
+    return TEST_SUMMARY();
+}

@@ -1,0 +1,320 @@
+/* Specification of the optimised matmul (matmul.h, cpu/matmul_simd.h):
+ *  - every stored value decodes exactly as the reference decodes it (one-hot activations pick
+ *    single weights, so the product must equal di_matrix_row bit for bit), over all codes and
+ *    scale bytes including the ones that need the two-step scale path;
+ *  - on random matrices of awkward shapes it agrees with di_matmul_ref within the float32
+ *    summation bound 2 * K * 2^-24 * sum|w*x| (the two differ only in summation order);
+ *  - batch invariance: a token's outputs are bit-identical (memcmp) whether it is computed alone,
+ *    at any position of batches of many sizes (GEMV and GEMM paths), with 1 or 2 threads;
+ *  - bad input is an error with a message, never a crash. */
+#include "test.h"
+
+#include "base/error.h"
+#include "base/threadpool.h"
+#include "kernels/matmul.h"
+#include "kernels/numformats.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+static float rnd_float(void) { return ((float)(rnd() % 2000001) - 1000000.0f) / 1000000.0f; }
+
+/* A random matrix of the format with its own storage (codes avoid the NaN encodings). */
+typedef struct {
+    DiMatrix m;
+    void *data;
+    uint8_t *scale;
+} TestMatrix;
+
+static uint8_t rnd_e4m3(void) {
+    uint8_t c;
+    do c = (uint8_t)rnd(); while ((c & 0x7F) == 0x7F);
+    return c;
+}
+
+static TestMatrix make_matrix(DiMatFormat f, int64_t rows, int64_t cols, uint8_t scale_lo, uint8_t scale_hi) {
+    TestMatrix t = {.m = {.format = f, .rows = rows, .cols = cols}};
+    int64_t n = rows * cols;
+    switch (f) {
+    case DI_MAT_F32: {
+        float *d = malloc(sizeof(float) * n);
+        for (int64_t i = 0; i < n; i++) d[i] = rnd_float();
+        t.data = d;
+        break;
+    }
+    case DI_MAT_BF16: {
+        uint16_t *d = malloc(sizeof(uint16_t) * n);
+        for (int64_t i = 0; i < n; i++) d[i] = di_f32_to_bf16(rnd_float() * 4.0f);
+        t.data = d;
+        break;
+    }
+    case DI_MAT_FP8_BLOCK: {
+        uint8_t *d = malloc(n);
+        for (int64_t i = 0; i < n; i++) d[i] = rnd_e4m3();
+        t.data = d;
+        break;
+    }
+    case DI_MAT_FP4_ROW32: {
+        uint8_t *d = malloc(n / 2);
+        for (int64_t i = 0; i < n / 2; i++) d[i] = (uint8_t)rnd();
+        t.data = d;
+        break;
+    }
+    }
+    t.m.data = t.data;
+    int64_t sb = di_matrix_scale_bytes(&t.m);
+    if (sb > 0) {
+        t.scale = malloc(sb);
+        for (int64_t i = 0; i < sb; i++) t.scale[i] = (uint8_t)(scale_lo + rnd() % (scale_hi - scale_lo + 1u));
+        t.m.scale = t.scale;
+    }
+    return t;
+}
+
+static void free_matrix(TestMatrix *t) {
+    free(t->data);
+    free(t->scale);
+}
+
+static float *rnd_acts(int64_t n) {
+    float *x = malloc(sizeof(float) * (n ? n : 1));
+    for (int64_t i = 0; i < n; i++) x[i] = rnd_float() * 3.0f;
+    return x;
+}
+
+static const char *format_name(DiMatFormat f) {
+    static const char *names[] = {"f32", "bf16", "fp8", "fp4"};
+    return names[f];
+}
+
+/* |simd - ref| <= 2 * K * 2^-24 * sum_c |W[r][c] x[c]|: both are float32 sums of the same K exact
+ * products in different orders, each within K * 2^-24 * sum|terms| of the exact sum. */
+static void check_against_reference(const TestMatrix *t, int64_t n_tokens, DiThreadPool *pool) {
+    const DiMatrix *w = &t->m;
+    float *x = rnd_acts(n_tokens * w->cols);
+    float *y = malloc(sizeof(float) * (n_tokens * w->rows + 1));
+    float *yr = malloc(sizeof(float) * (n_tokens * w->rows + 1));
+    float *row = malloc(sizeof(float) * w->cols);
+    CHECK(di_matmul_simd(pool, w, x, n_tokens, y) == 0);
+    CHECK(di_matmul_ref(w, x, n_tokens, yr) == 0);
+    int bad = 0;
+    for (int64_t r = 0; r < w->rows && bad < 3; r++) {
+        di_matrix_row(w, r, row);
+        for (int64_t tk = 0; tk < n_tokens && bad < 3; tk++) {
+            double mag = 0;
+            for (int64_t c = 0; c < w->cols; c++) mag += fabs((double)row[c] * x[tk * w->cols + c]);
+            double tol = 2.0 * (double)w->cols * 0x1p-24 * mag + 1e-30;
+            double d = fabs((double)y[tk * w->rows + r] - yr[tk * w->rows + r]);
+            if (!(d <= tol)) bad++;
+            CHECK_MSG(d <= tol, "%s [%lld x %lld] n=%lld r=%lld t=%lld: simd %.9g ref %.9g tol %g", format_name(w->format),
+                      (long long)w->rows, (long long)w->cols, (long long)n_tokens, (long long)r, (long long)tk,
+                      y[tk * w->rows + r], yr[tk * w->rows + r], tol);
+        }
+    }
+    free(x);
+    free(y);
+    free(yr);
+    free(row);
+}
+
+TEST(simd_matches_reference_on_awkward_shapes) {
+    DiThreadPool *pool = di_pool_create(2);
+    const int64_t rows[] = {1, 5, 33, 97, 130};
+    const int64_t cols_any[] = {1, 7, 40, 100, 257};
+    const int64_t cols_fp4[] = {32, 96, 160};
+    const int64_t tokens[] = {1, 2, 3, 5, 9};
+    for (int f = DI_MAT_F32; f <= DI_MAT_FP4_ROW32; f++)
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+            size_t nc = f == DI_MAT_FP4_ROW32 ? 3 : 5;
+            for (size_t ci = 0; ci < nc; ci++) {
+                int64_t c = f == DI_MAT_FP4_ROW32 ? cols_fp4[ci] : cols_any[ci];
+                TestMatrix t = make_matrix((DiMatFormat)f, rows[ri], c, 112, 130);
+                check_against_reference(&t, tokens[(ri + ci) % 5], pool);
+                free_matrix(&t);
+            }
+        }
+    di_pool_destroy(pool);
+}
+
+TEST(simd_matches_reference_with_extreme_scales) {
+    /* 0 (2^-127, subnormal products), 134/135 (the edge of the one-multiply path), 150 (large) */
+    TestMatrix a = make_matrix(DI_MAT_FP8_BLOCK, 70, 90, 0, 20);
+    TestMatrix b = make_matrix(DI_MAT_FP8_BLOCK, 70, 90, 134, 150);
+    TestMatrix c = make_matrix(DI_MAT_FP4_ROW32, 70, 96, 0, 20);
+    TestMatrix d = make_matrix(DI_MAT_FP4_ROW32, 70, 96, 134, 150);
+    check_against_reference(&a, 4, NULL);
+    check_against_reference(&b, 1, NULL);
+    check_against_reference(&c, 4, NULL);
+    check_against_reference(&d, 1, NULL);
+    free_matrix(&a);
+    free_matrix(&b);
+    free_matrix(&c);
+    free_matrix(&d);
+}
+
+/* With x = e_c (one-hot), y[r] = W[r][c] exactly: one exact product, the rest adds zeros. */
+static void check_one_hot_decode(const TestMatrix *t, int64_t n_check_cols) {
+    const DiMatrix *w = &t->m;
+    float *x = calloc(w->cols, sizeof(float));
+    float *y = malloc(sizeof(float) * w->rows);
+    float *y4 = malloc(sizeof(float) * w->rows * 4);
+    float *x4 = calloc(w->cols * 4, sizeof(float));
+    float *row = malloc(sizeof(float) * w->cols);
+    int bad = 0;
+    for (int64_t k = 0; k < n_check_cols && bad < 3; k++) {
+        int64_t c = (k * 7919) % w->cols;
+        x[c] = 1.0f;
+        for (int j = 0; j < 4; j++) x4[j * w->cols + c] = 1.0f;
+        CHECK(di_matmul_simd(NULL, w, x, 1, y) == 0);   /* GEMV path */
+        CHECK(di_matmul_simd(NULL, w, x4, 4, y4) == 0); /* GEMM path */
+        for (int64_t r = 0; r < w->rows; r++) {
+            di_matrix_row(w, r, row);
+            if (y[r] != row[c] || y4[3 * w->rows + r] != row[c]) bad++;
+            CHECK_MSG(y[r] == row[c] && y4[3 * w->rows + r] == row[c], "%s r=%lld c=%lld: %.9g / %.9g, expected %.9g",
+                      format_name(w->format), (long long)r, (long long)c, y[r], y4[3 * w->rows + r], row[c]);
+        }
+        x[c] = 0.0f;
+        for (int j = 0; j < 4; j++) x4[j * w->cols + c] = 0.0f;
+    }
+    free(x);
+    free(y);
+    free(y4);
+    free(x4);
+    free(row);
+}
+
+TEST(every_fp8_code_and_scale_decodes_exactly) {
+    /* 32 x 256: column c holds code c in every row, so row block 0 covers all codes; the scale
+     * bytes of the 8 column blocks sweep 0..254 over the rows of several matrices. */
+    for (int base = 0; base < 255; base += 8 * 4) {
+        TestMatrix t = make_matrix(DI_MAT_FP8_BLOCK, 64, 256, 127, 127);
+        uint8_t *d = t.data;
+        for (int64_t r = 0; r < 64; r++)
+            for (int c = 0; c < 256; c++) d[r * 256 + c] = ((c & 0x7F) == 0x7F) ? 0 : (uint8_t)c;
+        for (int i = 0; i < 16; i++) t.scale[i] = (uint8_t)((base + i * 2) % 247); /* 448 * 2^(b-127) stays finite */
+        check_one_hot_decode(&t, 256);
+        free_matrix(&t);
+    }
+}
+
+TEST(every_fp4_code_and_scale_decodes_exactly) {
+    TestMatrix t = make_matrix(DI_MAT_FP4_ROW32, 255, 64, 0, 0);
+    uint8_t *d = t.data;
+    for (int64_t r = 0; r < 255; r++) {
+        for (int c = 0; c < 32; c++) d[r * 32 + c] = (uint8_t)((c % 16) | ((15 - c % 16) << 4));
+        t.scale[r * 2] = (uint8_t)(r % 253); /* every scale byte whose products stay finite */
+        t.scale[r * 2 + 1] = (uint8_t)(252 - r % 253);
+    }
+    check_one_hot_decode(&t, 64);
+    free_matrix(&t);
+}
+
+TEST(bf16_and_f32_decode_exactly) {
+    TestMatrix a = make_matrix(DI_MAT_BF16, 19, 45, 0, 0);
+    TestMatrix b = make_matrix(DI_MAT_F32, 19, 45, 0, 0);
+    check_one_hot_decode(&a, 45);
+    check_one_hot_decode(&b, 45);
+    free_matrix(&a);
+    free_matrix(&b);
+}
+
+/* Batch invariance (engine-features.md §4.2): token `probe` computed alone, and inside batches
+ * of other random tokens at several positions, with 1 and 2 threads, gives the same bytes. */
+static void check_batch_invariance(DiMatFormat f, int64_t rows, int64_t cols) {
+    TestMatrix t = make_matrix(f, rows, cols, 115, 128);
+    const DiMatrix *w = &t.m;
+    const int64_t max_batch = 70;
+    float *probe = rnd_acts(cols);
+    float *alone = malloc(sizeof(float) * rows);
+    float *x = malloc(sizeof(float) * max_batch * cols);
+    float *y = malloc(sizeof(float) * max_batch * rows);
+    DiThreadPool *pool = di_pool_create(2);
+    CHECK(di_matmul_simd(NULL, w, probe, 1, alone) == 0);
+    const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 13, 64, 65, 70};
+    for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+        int64_t n = batches[bi];
+        for (int64_t pos = 0; pos < n; pos += (n > 8 ? n / 3 : 1)) {
+            for (int64_t i = 0; i < n * cols; i++) x[i] = rnd_float() * 3.0f;
+            memcpy(x + pos * cols, probe, sizeof(float) * cols);
+            for (int threads = 1; threads <= 2; threads++) {
+                CHECK(di_matmul_simd(threads == 2 ? pool : NULL, w, x, n, y) == 0);
+                CHECK_MSG(memcmp(y + pos * rows, alone, sizeof(float) * rows) == 0,
+                          "%s [%lld x %lld]: token at %lld of %lld, %d threads differs from alone", format_name(f),
+                          (long long)rows, (long long)cols, (long long)pos, (long long)n, threads);
+            }
+        }
+    }
+    di_pool_destroy(pool);
+    free(probe);
+    free(alone);
+    free(x);
+    free(y);
+    free_matrix(&t);
+}
+
+TEST(rows_are_bit_identical_across_batches_and_threads) {
+    check_batch_invariance(DI_MAT_FP8_BLOCK, 200, 300);
+    check_batch_invariance(DI_MAT_FP4_ROW32, 130, 320);
+    check_batch_invariance(DI_MAT_BF16, 101, 77);
+    check_batch_invariance(DI_MAT_F32, 67, 64);
+}
+
+TEST(bad_input_is_an_error) {
+    TestMatrix t = make_matrix(DI_MAT_FP8_BLOCK, 4, 32, 127, 127);
+    float x[32] = {0}, y[4];
+    di_error_clear();
+    CHECK(di_matmul_simd(NULL, &t.m, NULL, 1, y) == -1);
+    CHECK(strstr(di_error_message(), "activations") != NULL);
+    CHECK(di_matmul_simd(NULL, &t.m, x, -1, y) == -1);
+    DiMatrix bad = t.m;
+    bad.scale = NULL;
+    CHECK(di_matmul_simd(NULL, &bad, x, 1, y) == -1);
+    CHECK(strstr(di_error_message(), "without scales") != NULL);
+    bad = t.m;
+    bad.rows = 0;
+    CHECK(di_matmul_simd(NULL, &bad, x, 1, y) == -1);
+    CHECK(strstr(di_error_message(), "shape") != NULL);
+    bad = t.m;
+    bad.format = DI_MAT_FP4_ROW32;
+    bad.cols = 40;
+    CHECK(di_matmul(NULL, &bad, x, 1, y) == -1);
+    CHECK(di_matmul_simd(NULL, &t.m, x, 0, y) == 0); /* no tokens: nothing to do */
+    free_matrix(&t);
+}
+
+TEST(backend_choice_follows_env) {
+    TestMatrix t = make_matrix(DI_MAT_BF16, 8, 64, 0, 0);
+    float *x = rnd_acts(64), y[8], yr[8];
+    setenv("DEEPINFER_KERNELS", "ref", 1);
+    CHECK_STR(di_matmul_backend(), "reference");
+    CHECK(di_matmul(NULL, &t.m, x, 1, y) == 0);
+    CHECK(di_matmul_ref(&t.m, x, 1, yr) == 0);
+    CHECK(memcmp(y, yr, sizeof y) == 0); /* the reference itself, bit for bit */
+    setenv("DEEPINFER_KERNELS", "fast please", 1);
+    CHECK(di_matmul_backend() == NULL);
+    CHECK(di_matmul(NULL, &t.m, x, 1, y) == -1);
+    CHECK(strstr(di_error_message(), "DEEPINFER_KERNELS") != NULL);
+    unsetenv("DEEPINFER_KERNELS");
+    CHECK_STR(di_matmul_backend(), "avx2-fma"); /* the build machine has AVX2+FMA */
+    free(x);
+    free_matrix(&t);
+}
+
+int main(void) {
+    RUN_TEST(simd_matches_reference_on_awkward_shapes);
+    RUN_TEST(simd_matches_reference_with_extreme_scales);
+    RUN_TEST(every_fp8_code_and_scale_decodes_exactly);
+    RUN_TEST(every_fp4_code_and_scale_decodes_exactly);
+    RUN_TEST(bf16_and_f32_decode_exactly);
+    RUN_TEST(rows_are_bit_identical_across_batches_and_threads);
+    RUN_TEST(bad_input_is_an_error);
+    RUN_TEST(backend_choice_follows_env);
+    return TEST_SUMMARY();
+}
