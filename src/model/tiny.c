@@ -342,6 +342,26 @@ static int write_json_file(const char *dir, const char *name, json_t *value) {
     return rc;
 }
 
+/* engram_token_map.json: the §5.2 (a) map of the tiny tokenizer, which the release derives from
+ * its tokenizer at load time and an engine ships as data. */
+static int write_token_map(const char *dir, int64_t compressed_vocab) {
+    const int32_t *map;
+    int64_t n;
+    if (di_tiny_engram_token_map(&map, &n) < 0) return -1;
+    json_t *list = json_array();
+    for (int64_t i = 0; i < n; i++) json_array_append_new(list, json_integer(map[i]));
+    json_t *root = json_pack("{s:s, s:I, s:o}", "source", "model-v41.md 5.2 (a) over tokenizer.json",
+                             "compressed_vocab_size", (json_int_t)compressed_vocab, "token_map", list);
+    char *path = di_path_join(dir, "engram_token_map.json");
+    char *text = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    int rc = (path && text) ? di_write_file_atomic(path, text, strlen(text))
+                            : di_errorf("engram_token_map.json: could not serialise");
+    free(path);
+    free(text);
+    json_decref(root);
+    return rc;
+}
+
 /* Shard 1: the first half of the backbone layers; shard 2: the rest, the stages and the globals
  * (the golden tiny-a layout, golden-v41/README.md §1). */
 static int write_shards(const char *dir, const DiModelConfig *cfg, const DiInventory *inv, uint8_t **data) {
@@ -399,6 +419,7 @@ int di_tiny_write(const char *out_dir, const char *preset, uint64_t seed, int pr
         char *path = di_path_join(out_dir, "tokenizer.json");
         rc = path ? di_tiny_write_tokenizer(path) : -1;
         free(path);
+        if (rc == 0) rc = write_token_map(out_dir, cfg.engram_compressed_vocab_size);
     }
     if (rc == 0) rc = write_json_file(out_dir, "config.json", root); /* last: marks the directory complete */
     for (size_t i = 0; data && i < inv.n; i++) free(data[i]);
@@ -427,7 +448,7 @@ int di_tiny_default_dir(char *buf, size_t n) {
 }
 
 static void remove_tree_files(const char *dir) {
-    static const char *names[] = {"config.json", "tokenizer.json", "model.safetensors.index.json",
+    static const char *names[] = {"config.json", "tokenizer.json", "engram_token_map.json", "model.safetensors.index.json",
                                   "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char *p = di_path_join(dir, names[i]);

@@ -50,6 +50,12 @@ int di_tiny_ensure(const char *dir);
 
 /* Write the byte-level BPE tokenizer.json of the tiny presets (tiny_tokenizer.c). */
 int di_tiny_write_tokenizer(const char *path);
+/* The Engram compressed token map (§5.2 a) of that tokenizer: DI_TINY_VOCAB entries with
+ * DI_TINY_COMPRESSED_VOCAB distinct values.  make-tiny also writes it to engram_token_map.json
+ * ({"compressed_vocab_size": C, "token_map": [...]}) next to tokenizer.json. */
+int di_tiny_engram_token_map(const int32_t **map, int64_t *n);
+#define DI_TINY_COMPRESSED_VOCAB 253
+
 /* Ids of the tiny tokenizer's special tokens (fixed layout, see tiny_tokenizer.c). */
 enum {
     DI_TINY_TOK_BOS = 0,

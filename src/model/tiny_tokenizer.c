@@ -53,6 +53,38 @@ static const struct {
 };
 #define N_ADDED (sizeof added / sizeof added[0])
 
+/* The §5.2 (a) compressed token map of this tokenizer (model-v41.md: decode each id alone, U+FFFD
+ * -> the raw token string, else NFKC, NFD, strip accents, lowercase, collapse [ \t\r\n]+; ids
+ * in order of first appearance).  Data produced by running that converter with HF `tokenizers`
+ * (the way §5.2 says an engine should ship it); tests/python/test_tiny_checkpoint.py recomputes
+ * it from the written tokenizer.json and compares.  253 distinct ids. */
+/* clang-format off */
+static const int32_t tiny_token_map[DI_TINY_VOCAB] = {
+    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 12, 13, 14, 12, 15, 16, 17,
+    18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 12, 33, 34, 35, 36,
+    37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56,
+    57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76,
+    77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95, 96,
+    65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84,
+    85, 86, 87, 88, 89, 90, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110,
+    111, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130,
+    131, 132, 133, 134, 135, 136, 137, 138, 139, 140, 141, 142, 143, 144, 145, 146, 147, 148, 149, 150,
+    151, 152, 153, 154, 155, 156, 157, 158, 159, 160, 161, 162, 163, 164, 165, 166, 167, 168, 169, 170,
+    171, 172, 173, 174, 175, 176, 177, 178, 179, 180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190,
+    191, 192, 193, 194, 195, 196, 197, 198, 199, 200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210,
+    211, 212, 213, 214, 215, 216, 217, 218, 219, 220, 221, 222, 223, 224, 225, 226, 227, 228, 229, 84,
+    230, 231, 232, 233, 234, 235, 236, 236, 65, 237, 238, 83, 239, 240, 79, 87, 241, 73, 242, 67,
+    243, 72, 244, 245, 246, 247, 248, 249, 250, 251, 252
+};
+/* clang-format on */
+
+int di_tiny_engram_token_map(const int32_t **map, int64_t *n) {
+    if (!map || !n) return di_errorf("di_tiny_engram_token_map: no output given");
+    *map = tiny_token_map;
+    *n = DI_TINY_VOCAB;
+    return 0;
+}
+
 /* GPT-2 byte-to-unicode map: printable Latin-1 bytes map to themselves, the other 68 bytes to
  * U+0100.. in byte order.  Appends the UTF-8 of byte b's character to out. */
 static size_t byte_char(unsigned b, char *out) {

@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -178,11 +179,13 @@ int di_decode_lb_assign_batch(DiDecodeLb *lb, const int64_t *prompts, size_t n, 
 }
 
 double di_decode_step_ns(const DiDecodeCost *c, const DiDecodeRank *r) {
+    if (!c || !r) return NAN;
     return c->alpha + c->beta * (double)r->n + c->gamma * (double)r->kv;
 }
 
 double di_decode_lb_imbalance(const DiDecodeLb *lb, const DiDecodeCost *cost, double *max_ns) {
     double max = 0.0, sum = 0.0;
+    if (!cost) lb = NULL; /* nothing to measure with: report balanced, max 0 */
     int busy = 0;
     for (int g = 0; lb && lb->ranks && g < lb->cfg.num_ranks; g++) {
         double t = di_decode_step_ns(cost, &lb->ranks[g]);

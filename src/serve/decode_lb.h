@@ -56,6 +56,7 @@ typedef struct {
 const char *di_decode_lb_policy_name(DiDecodeLbPolicy p);
 int di_decode_lb_policy_parse(const char *name, DiDecodeLbPolicy *out);
 
+/* lb must be fresh or freed: init does not free a previous initialisation. */
 int di_decode_lb_init(DiDecodeLb *lb, const DiDecodeLbConfig *cfg);
 void di_decode_lb_free(DiDecodeLb *lb);
 
@@ -71,7 +72,8 @@ int di_decode_lb_start(DiDecodeLb *lb, int rank, int64_t prompt_tokens);   /* pe
 int di_decode_lb_finish(DiDecodeLb *lb, int rank, int64_t kv_tokens);      /* n--, kv -= its KV */
 void di_decode_lb_step(DiDecodeLb *lb);                                     /* every running request +1 token */
 
-/* Predicted step time of each rank, and max/mean over ranks (1.0 when all are idle). */
+/* Predicted step time of a rank (NaN for NULL arguments), and max/mean over ranks (1.0 when all
+ * are idle or cost is NULL). */
 double di_decode_step_ns(const DiDecodeCost *cost, const DiDecodeRank *rank);
 double di_decode_lb_imbalance(const DiDecodeLb *lb, const DiDecodeCost *cost, double *max_ns);
 

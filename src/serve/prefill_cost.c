@@ -8,12 +8,13 @@
 #include <string.h>
 
 double di_prefill_cost_request_ns(const DiPrefillCost *m, int64_t q, int64_t c) {
+    if (!m) return NAN; /* a hot-path evaluator: NaN, not an error code, fails every comparison */
     double dq = (double)q, dc = (double)c;
     return m->a * dq * dq + m->b * dq * dc + m->d * dq + m->e * dc;
 }
 
 double di_prefill_cost_ns(const DiPrefillCost *m, int64_t q, int64_t c) {
-    return m->f + di_prefill_cost_request_ns(m, q, c);
+    return m ? m->f + di_prefill_cost_request_ns(m, q, c) : NAN;
 }
 
 /* ---- least squares ---------------------------------------------------------------------- */

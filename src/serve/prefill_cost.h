@@ -16,7 +16,7 @@ typedef struct {
     double a, b, d, e, f; /* ns, ns/token², ns/token, ns/token, ns */
 } DiPrefillCost;
 
-/* A request's share of a step, without the step's fixed overhead f. */
+/* A request's share of a step, without the step's fixed overhead f (NaN for a NULL model). */
 double di_prefill_cost_request_ns(const DiPrefillCost *m, int64_t q, int64_t c);
 /* A whole step that runs only this request: f + request share. */
 double di_prefill_cost_ns(const DiPrefillCost *m, int64_t q, int64_t c);

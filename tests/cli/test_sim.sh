@@ -18,6 +18,8 @@ $BIN sim --synthetic --trace x >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "both 
 $BIN sim --synthetic --speedup -1 >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "bad number must exit 2"
 $BIN sim --synthetic --tier-mix 1,2 >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "bad tier mix must exit 2"
 $BIN sim --bogus >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "unknown option must exit 2"
+$BIN sim --synthetic --decode-lb fastest >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "unknown decode balancer must exit 2"
+$BIN sim --synthetic --requests 300 --rate 20 --decode-lb step-time --no-baselines 2>/dev/null | grep -q '"decode_lb":"step-time"' && ok || bad "--decode-lb step-time"
 
 printf '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n{"timestamp": 1}\n' > "$tmp/bad.jsonl"
 err=$($BIN sim --trace "$tmp/bad.jsonl" 2>&1 >/dev/null); rc=$?

@@ -164,6 +164,9 @@ def test_engram_compressed_vocab_matches_tokenizer(tiny):
     assert n == tc["engram_compressed_vocab_size"]
     assert cid[tc["engram_pad_token_id"]] == 2
     assert cid[tok.token_to_id("A")] == cid[tok.token_to_id("a")]  # lowercasing merges keys
+    shipped = load_json(tiny / "engram_token_map.json")
+    assert shipped["token_map"] == cid
+    assert shipped["compressed_vocab_size"] == n
 
 
 # recipe.md §1.1, the release pre-tokenizer patterns as JSON string literals (transcribed from the spec)

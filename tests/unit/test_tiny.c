@@ -23,11 +23,16 @@
 
 static char base[256];
 
-static const char *files[] = {"config.json", "tokenizer.json", "model.safetensors.index.json",
-                              "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+static const char *files[] = {"config.json",
+                              "tokenizer.json",
+                              "engram_token_map.json",
+                              "model.safetensors.index.json",
+                              "model-00001-of-00002.safetensors",
+                              "model-00002-of-00002.safetensors"};
+#define N_FILES (sizeof files / sizeof files[0])
 
 static void rm_dir(const char *dir) {
-    for (size_t i = 0; i < 5; i++) {
+    for (size_t i = 0; i < N_FILES; i++) {
         char *p = di_path_join(dir, files[i]);
         unlink(p);
         free(p);
@@ -131,11 +136,45 @@ TEST(tiny_loads_cleanly) {
     di_config_free(&cfg);
 }
 
+/* The shipped §5.2 (a) map: values dense in [0, C) with C = the config's compressed vocabulary,
+ * and written next to the tokenizer. */
+TEST(engram_token_map) {
+    const int32_t *map;
+    int64_t n;
+    CHECK(di_tiny_engram_token_map(&map, &n) == 0);
+    CHECK_EQ_INT(n, DI_TINY_VOCAB);
+    int next = 0, ok = 1;
+    for (int64_t t = 0; t < n; t++) {
+        if (map[t] < 0 || map[t] > next) ok = 0; /* first appearance order */
+        if (map[t] == next) next++;
+    }
+    CHECK(ok);
+    CHECK_EQ_INT(next, DI_TINY_COMPRESSED_VOCAB);
+    CHECK_EQ_INT(map[DI_TINY_TOK_PAD], 2); /* engram_pad_token_id 2 keeps id 2 */
+    DiModelConfig c;
+    CHECK(di_config_load(dir_for("a"), &c) == 0);
+    CHECK_EQ_INT(c.engram_compressed_vocab_size, DI_TINY_COMPRESSED_VOCAB);
+    di_config_free(&c);
+    char *path = di_path_join(dir_for("a"), "engram_token_map.json");
+    json_t *root = di_json_load_file(path);
+    free(path);
+    CHECK(root != NULL);
+    json_t *list = json_object_get(root, "token_map");
+    CHECK_EQ_INT(json_array_size(list), DI_TINY_VOCAB);
+    CHECK_EQ_INT(json_integer_value(json_object_get(root, "compressed_vocab_size")), DI_TINY_COMPRESSED_VOCAB);
+    for (size_t t = 0; t < json_array_size(list); t++)
+        if (json_integer_value(json_array_get(list, t)) != map[t]) {
+            CHECK_MSG(0, "token_map[%zu] differs", t);
+            break;
+        }
+    json_decref(root);
+}
+
 TEST(determinism) {
     const char *a = dir_for("a"), *b = dir_for("b"), *c = dir_for("c");
     CHECK(di_tiny_write(b, "tiny", 7, 0) == 0);
     CHECK(di_tiny_write(c, "tiny", 8, 0) == 0);
-    for (size_t i = 0; i < 5; i++) CHECK_MSG(same_file(a, b, files[i]), "%s differs for the same seed", files[i]);
+    for (size_t i = 0; i < N_FILES; i++) CHECK_MSG(same_file(a, b, files[i]), "%s differs for the same seed", files[i]);
     CHECK(same_file(a, c, "config.json") && same_file(a, c, "tokenizer.json"));
     CHECK(!same_file(a, c, "model-00001-of-00002.safetensors"));
     CHECK(!same_file(a, c, "model-00002-of-00002.safetensors"));
@@ -248,6 +287,7 @@ int main(void) {
     RUN_TEST(preset_configs_match_spec);
     RUN_TEST(medium_preset_shape);
     RUN_TEST(tiny_loads_cleanly);
+    RUN_TEST(engram_token_map);
     RUN_TEST(determinism);
     RUN_TEST(values_keep_activations_order_one);
     RUN_TEST(builtin_model_cache);

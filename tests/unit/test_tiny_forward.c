@@ -1,6 +1,7 @@
 /* test_tiny_forward.c — integration: a make-tiny checkpoint runs through the model loader and
  * the forward pass (src/model/model.h, forward.h) with finite logits of order one at every
- * position, in every numerics mode, with the Engram multipliers the config derives (§5.2 d).
+ * position, in every numerics mode, with the Engram multipliers the config derives (§5.2 d) and
+ * the token map make-tiny ships (§5.2 a).
  * This is the "activations stay O(1) through the layers" requirement of make-tiny, measured. */
 #include "test.h"
 
@@ -21,10 +22,10 @@ static void run_mode(NumericsMode mode) {
     Model *m = model_load(dir, mode);
     CHECK_MSG(m != NULL, "%s", di_error_message());
     if (!m) return;
-    int64_t V = m->cfg.vocab_size, C = m->cfg.engram_compressed_vocab_size;
-    int32_t *cid = malloc(sizeof(int32_t) * (size_t)V);
-    for (int64_t t = 0; t < V; t++) cid[t] = (int32_t)(t % C); /* stand-in map; any values < C are valid */
-    CHECK(model_set_engram_token_map(m, cid, V) == 0);
+    int64_t V = m->cfg.vocab_size, n_map;
+    const int32_t *cid;
+    CHECK(di_tiny_engram_token_map(&cid, &n_map) == 0 && n_map == V);
+    CHECK_MSG(model_set_engram_token_map(m, cid, V) == 0, "%s", di_error_message());
     CHECK_MSG(model_set_engram_multipliers(m, m->cfg.engram_multipliers, (int64_t)m->cfg.n_engram_layers,
                                            m->cfg.engram_max_ngram_size) == 0,
               "%s", di_error_message());
@@ -51,7 +52,6 @@ static void run_mode(NumericsMode mode) {
         CHECK_EQ_INT(nonfinite, 0);
     }
     free(logits);
-    free(cid);
     state_free(st);
     model_free(m);
 }
@@ -70,9 +70,9 @@ int main(void) {
         return 1;
     }
     RUN_TEST(tiny_runs_in_every_mode);
-    const char *files[] = {"config.json", "tokenizer.json", "model.safetensors.index.json",
+    const char *files[] = {"config.json", "tokenizer.json", "engram_token_map.json", "model.safetensors.index.json",
                            "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         char *p = di_path_join(dir, files[i]);
         unlink(p);
         free(p);

@@ -39,6 +39,8 @@ static void sim_usage(FILE *out) {
             "  --moe-layers N         simulated MoE layers for moe_lb, 0 = off (default 4)\n"
             "  --moe-skew S           sigma of log expert popularity (default 0.6)\n"
             "  --moe-drift-s T        correlation time of the popularity drift, seconds (default 21600)\n"
+            "  --decode-lb P          decode balancer of the control plane: balanced (default, serving.md\n"
+            "                         7.2), step-time, kv, count, round-robin\n"
             "  --seed N               random seed (default 1)\n"
             "  --no-baselines         run only the control plane\n"
             "  --help                 this text\n");
@@ -132,6 +134,11 @@ static int parse_args(int argc, char **argv, SimArgs *a) {
             rc = parse_double(f, v, 0, 5, &a->cfg.moe_skew);
         } else if (!strcmp(f, "--moe-drift-s")) {
             rc = parse_double(f, v, 1e-3, 1e9, &a->cfg.moe_drift_tau_s);
+        } else if (!strcmp(f, "--decode-lb")) {
+            if (di_decode_lb_policy_parse(v, &a->cfg.decode_policy) != 0) {
+                fprintf(stderr, "deepinfer sim: --decode-lb: %s\n", di_last_error());
+                rc = -1;
+            }
         } else if (!strcmp(f, "--seed")) {
             if ((rc = parse_int(f, v, 0, 0x7fffffffffffffffLL, &x)) == 0) a->cfg.seed = a->synth.seed = (uint64_t)x;
         } else {
@@ -169,7 +176,9 @@ static int run_all(const DiSimTrace *trace, SimArgs *a) {
     json_object_set_new(root, "requests", json_integer((json_int_t)trace->n));
     json_object_set_new(root, "config", di_sim_config_json(&a->cfg));
     json_object_set_new(root, "control_plane", di_sim_result_json(&ours));
-    human_line("tiered + balanced + EPLB", &ours);
+    char name[64];
+    snprintf(name, sizeof name, "tiered + %s + EPLB", di_decode_lb_policy_name(a->cfg.decode_policy));
+    human_line(name, &ours);
     if (a->baselines) {
         DiSimConfig b = a->cfg;
         b.moe_layers = 0; /* EPLB baselines are inside the control-plane run's moe_lb */

@@ -24,10 +24,13 @@
  * Instruction set: AVX2 + FMA + F16C only (the deployment target, Zen 3, has no AVX-512); the target
  * pragma below also keeps gcc from using AVX-512 registers when built with -march=native on a
  * newer machine, so what is measured is what the target runs.  matmul.c checks cpuid first. */
+#if !defined(__clang__) /* clang (the fuzz build) compiles this file for -march=native as is */
 #pragma GCC target("avx2,fma,f16c,no-avx512f")
+#endif
 
 #include "kernels/cpu/matmul_simd.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -57,7 +60,13 @@
 
 bool di_simd_available(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#if defined(__clang__) /* clang 14 does not know "f16c" here: read CPUID.1:ECX bit 29 */
+    unsigned eax, ebx, ecx, edx;
+    bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && ((ecx >> 29) & 1);
+#else
+    bool f16c = __builtin_cpu_supports("f16c");
+#endif
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
 int64_t di_simd_scratch_floats(int64_t cols) {

@@ -281,6 +281,7 @@ static int pick_tier(const Sim *s, const Instance *in, double now) {
     for (int t = 0; t < DI_PREFILL_TIERS; t++) {
         int head = s->tier_q[t].head;
         if (head < 0) continue;
+        /* +1 ms: a head that has just arrived still counts, so the own-tier factor decides */
         double late = (now - s->req[head].arrival + 1e-3) / (1e-3 * s->cfg->tier_slo_ms[t]);
         if (t == in->tier) late *= 2.0;
         if (late > best) best = late, pick = t;

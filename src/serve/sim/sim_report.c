@@ -64,6 +64,7 @@ json_t *di_sim_config_json(const DiSimConfig *c) {
         "moe_skew", c->moe_skew, "moe_drift_tau_s", c->moe_drift_tau_s, "moe_experts", c->moe_experts, "moe_top_k",
         c->moe_top_k);
     if (!o) return NULL;
+    json_object_set_new(o, "decode_lb", json_string(di_decode_lb_policy_name(c->decode_policy)));
     json_object_set_new(o, "prefill_cost_ns",
                         json_pack("{s:f, s:f, s:f, s:f, s:f}", "a_qq", c->prefill_cost.a, "b_qc", c->prefill_cost.b,
                                   "d_q", c->prefill_cost.d, "e_c", c->prefill_cost.e, "f", c->prefill_cost.f));
