@@ -396,11 +396,19 @@ static int emit_messages(Renderer *r, const DiMessage **msgs, size_t n) {
 
 /* The messages that render in the body: V4 drops system messages (hoisted into the head),
  * V4.1 drops only a system message at index 0. */
-static size_t body_messages(const DiConversation *c, const DiMessage **msgs) {
+static size_t body_messages(const Renderer *r, const DiMessage **msgs) {
+    const DiConversation *c = r->conv;
+    /* Official encoder rule (recipe.md §2.3; the package has no developer role): when thinking
+     * drops earlier reasoning, developer messages before the last user/developer turn go too. */
+    size_t last_user = 0;
+    bool drop_developers = c->thinking && !r->keep_reasoning;
+    for (size_t i = 0; i < c->n_messages; i++)
+        if (c->messages[i].role == DI_ROLE_USER || c->messages[i].role == DI_ROLE_DEVELOPER) last_user = i;
     size_t n = 0;
     for (size_t i = 0; i < c->n_messages; i++) {
         const DiMessage *m = &c->messages[i];
         if (m->role == DI_ROLE_SYSTEM && (c->encoding != DI_ENCODING_V41 || i == 0)) continue;
+        if (m->role == DI_ROLE_DEVELOPER && drop_developers && i < last_user) continue;
         msgs[n++] = m;
     }
     return n;
@@ -420,7 +428,7 @@ int di_render_conversation(const DiConversation *conv, DiSegmentList *out) {
     r.keep_reasoning = r.tools_active || !conv->drop_thinking;
     const DiMessage **msgs = NULL;
     if (conv->n_messages > 0 && !(msgs = di_calloc(conv->n_messages, sizeof *msgs, "message order"))) return -1;
-    size_t n = body_messages(conv, msgs);
+    size_t n = body_messages(&r, msgs);
     int rc = order_tool_results(&r, msgs, n);
     if (rc == 0) rc = special(&r, DI_SPELL_BOS);
     if (rc == 0) rc = conv->encoding == DI_ENCODING_V41 ? emit_head_v41(&r) : emit_head_v4(&r);

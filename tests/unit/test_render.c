@@ -251,6 +251,26 @@ TEST(test_v41_system_and_prefix) {
     CHECK_STR(p, "<｜begin▁of▁sentence｜><｜User｜>hi<｜latest_reminder｜>r<｜Assistant｜><think>");
 }
 
+/* No official renderer has these: recipe.md §2.3 rules, hand-derived. */
+TEST(test_drop_thinking_and_developer) {
+    static const char history[] = "\"messages\":[{\"role\":\"developer\",\"content\":\"D\"},{\"role\":\"user\",\"content\":\"u\"},"
+                                  "{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":\"r\"},"
+                                  "{\"role\":\"user\",\"content\":\"v\"}]}";
+    char json[512];
+    /* thinking with dropping: earlier reasoning and the earlier developer message are gone */
+    snprintf(json, sizeof json, "{\"encoding\":\"v4\",\"thinking_mode\":\"thinking\",%s", history);
+    CHECK_STR(render_text(json), "<｜begin▁of▁sentence｜><｜User｜>u<｜Assistant｜></think>a<｜end▁of▁sentence｜>"
+                                 "<｜User｜>v<｜Assistant｜><think>");
+    /* drop_thinking=false keeps both */
+    snprintf(json, sizeof json, "{\"encoding\":\"v4\",\"thinking_mode\":\"thinking\",\"drop_thinking\":false,%s", history);
+    CHECK_STR(render_text(json), "<｜begin▁of▁sentence｜><｜User｜>D<｜User｜>u<｜Assistant｜><think>r</think>a"
+                                 "<｜end▁of▁sentence｜><｜User｜>v<｜Assistant｜><think>");
+    /* chat mode drops no developer message */
+    snprintf(json, sizeof json, "{\"encoding\":\"v4\",\"thinking_mode\":\"chat\",%s", history);
+    CHECK_STR(render_text(json), "<｜begin▁of▁sentence｜><｜User｜>D<｜User｜>u<｜Assistant｜></think>a<｜end▁of▁sentence｜>"
+                                 "<｜User｜>v<｜Assistant｜></think>");
+}
+
 TEST(test_python_style_floats) {
     static const struct { double v; const char *python, *v4; } cases[] = {
         {1.0, "1.0", "1.0"},       {1e-5, "1e-05", "0.00001"},   {2.5e-7, "2.5e-07", "2.5e-7"},
@@ -314,6 +334,7 @@ int main(void) {
     RUN_TEST(test_tool_history_rules);
     RUN_TEST(test_result_order_and_merging);
     RUN_TEST(test_v41_system_and_prefix);
+    RUN_TEST(test_drop_thinking_and_developer);
     RUN_TEST(test_python_style_floats);
     RUN_TEST(test_errors_name_the_field);
     di_segments_free(&last_segments);
