@@ -179,11 +179,11 @@ def bench_parse():
         sp.finish()
 
     mine, ref = [], []
-    for _ in range(5):
-        t = time.perf_counter(); ours(); mine.append(time.perf_counter() - t)
-        t = time.perf_counter(); theirs(); ref.append(time.perf_counter() - t)
+    for _ in range(7):
+        mine.append(time_per_request(lambda _: ours(), [None]))
+        ref.append(time_per_request(lambda _: theirs(), [None]))
     m, o = statistics.median(mine), statistics.median(ref)
-    print("output parsing, %d kB in 64-byte chunks (median of 5 interleaved runs)" % (total // 1024))
+    print("output parsing, %d kB in 64-byte chunks (median of 7 interleaved rounds)" % (total // 1024))
     print("  deepinfer %.1f MB/s  deepseek-recipe StreamProcessor %.1f MB/s  ratio %.2fx (recipe time / deepinfer time)"
           % (total / m / 1e6, total / o / 1e6, o / m))
 

@@ -19,6 +19,16 @@ void di_str_free(DiStr *s) {
 
 int di_str_append(DiStr *s, const char *data, size_t len) {
     if (!s || (!data && len)) return di_errorf("string buffer: invalid argument");
+    if (di_str_reserve(s, len) != 0) return -1;
+    if (len) memcpy(s->data + s->len, data, len);
+    s->len += len;
+    s->data[s->len] = '\0';
+    return 0;
+}
+
+int di_str_reserve(DiStr *s, size_t len) {
+    if (!s) return di_errorf("string buffer: invalid argument");
+    if (len > ((size_t)-1) / 2 - s->len) return di_errorf("string buffer: too large");
     if (s->len + len + 1 > s->cap) {
         size_t cap = s->cap ? s->cap : 64;
         while (cap < s->len + len + 1) {
@@ -30,9 +40,6 @@ int di_str_append(DiStr *s, const char *data, size_t len) {
         s->data = p;
         s->cap = cap;
     }
-    if (len) memcpy(s->data + s->len, data, len);
-    s->len += len;
-    s->data[s->len] = '\0';
     return 0;
 }
 
