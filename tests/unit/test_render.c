@@ -209,6 +209,22 @@ TEST(test_result_order_and_merging) {
     CHECK(p && strstr(p, "invoke name=\"fb\">\n\n</｜DSML｜ invoke>\n<｜DSML｜ invoke name=\"fa\">") != NULL);
     CHECK(p && strstr(p, "<｜User｜><tool_result>Z</tool_result>\n\n<tool_result>B</tool_result>\n\n"
                          "<tool_result>A</tool_result><｜Assistant｜>") != NULL);
+    /* V4: the N messages after a turn with N calls are sorted, results first by id; extra
+     * results stay where they are */
+    p = render_text("{\"encoding\":\"v4\",\"thinking_mode\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"u\"},"
+                    "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"a\",\"function\":{\"name\":\"fa\"}},"
+                    "{\"id\":\"b\",\"function\":{\"name\":\"fb\"}},{\"id\":\"c\",\"function\":{\"name\":\"fc\"}}]},"
+                    "{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"C\"},{\"role\":\"tool\",\"tool_call_id\":\"x\",\"content\":\"X\"},"
+                    "{\"role\":\"tool\",\"tool_call_id\":\"b\",\"content\":\"B\"},{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"A\"}]}");
+    CHECK(p && strstr(p, "<｜User｜><tool_result>B</tool_result>\n\n<tool_result>C</tool_result>\n\n"
+                         "<tool_result>X</tool_result>\n\n<tool_result>A</tool_result><｜Assistant｜>") != NULL);
+    /* ... and a user message inside those N goes after the results */
+    p = render_text("{\"encoding\":\"v4\",\"thinking_mode\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"u\"},"
+                    "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"a\",\"function\":{\"name\":\"fa\"}},"
+                    "{\"id\":\"b\",\"function\":{\"name\":\"fb\"}},{\"id\":\"c\",\"function\":{\"name\":\"fc\"}}]},"
+                    "{\"role\":\"tool\",\"tool_call_id\":\"b\",\"content\":\"B\"},{\"role\":\"user\",\"content\":\"x\"},"
+                    "{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"A\"}]}");
+    CHECK(p && strstr(p, "<｜User｜><tool_result>A</tool_result>\n\n<tool_result>B</tool_result>\n\nx<｜Assistant｜>") != NULL);
     /* V4.1: a tool result continues an open user turn; V4 starts a new one */
     p = render_text("{\"encoding\":\"v41\",\"thinking_mode\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"u\"},"
                     "{\"role\":\"tool\",\"tool_call_id\":\"x\",\"content\":\"r\"}]}");
