@@ -428,6 +428,7 @@ int di_stream_parser_set_sink(DiStreamParser *p, DiParseEventFn fn, void *ctx) {
 }
 
 void di_parse_options_default(DiParseOptions *opts) {
+    if (!opts) return;
     memset(opts, 0, sizeof *opts);
     opts->parse_tool_calls = true;
 }

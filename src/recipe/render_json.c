@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-void di_str_init(DiStr *s) { memset(s, 0, sizeof *s); }
+void di_str_init(DiStr *s) {
+    if (s) memset(s, 0, sizeof *s);
+}
 
 void di_str_free(DiStr *s) {
     if (!s) return;
@@ -46,6 +48,7 @@ int di_str_reserve(DiStr *s, size_t len) {
 int di_str_appends(DiStr *s, const char *text) { return di_str_append(s, text, text ? strlen(text) : 0); }
 
 int di_json_escape_append(DiStr *out, const char *s, size_t len) {
+    if (!out || (!s && len)) return di_errorf("JSON escape: invalid argument");
     size_t start = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -73,6 +76,7 @@ int di_json_escape_append(DiStr *out, const char *s, size_t len) {
 }
 
 int di_pyjson_append_string(DiStr *out, const char *s, size_t len) {
+    if (!out || (!s && len)) return di_errorf("JSON string: invalid argument");
     if (di_str_append(out, "\"", 1) != 0 || di_json_escape_append(out, s, len) != 0) return -1;
     return di_str_append(out, "\"", 1);
 }
@@ -96,6 +100,7 @@ static void shortest_digits(double v, char *digits, int *exp10) {
 }
 
 int di_pyjson_append_double(DiStr *out, double v, DiFloatStyle style) {
+    if (!out) return di_errorf("JSON number: invalid argument");
     if (!isfinite(v)) return di_errorf("JSON: NaN and infinity cannot be rendered");
     if (signbit(v) && di_str_append(out, "-", 1) != 0) return -1;
     v = fabs(v);
@@ -137,6 +142,7 @@ int di_pyjson_append_double(DiStr *out, double v, DiFloatStyle style) {
 }
 
 int di_pyjson_append(DiStr *out, const json_t *value, DiFloatStyle style) {
+    if (!out || !value) return di_errorf("JSON value: invalid argument");
     char num[32];
     switch (json_typeof(value)) {
     case JSON_NULL: return di_str_appends(out, "null");

@@ -308,6 +308,10 @@ TEST(test_python_style_floats) {
     DiStr s;
     di_str_init(&s);
     CHECK(di_pyjson_append_double(&s, 1.0 / 0.0, DI_FLOAT_STYLE_PYTHON) == -1);
+    CHECK(di_pyjson_append(&s, NULL, DI_FLOAT_STYLE_PYTHON) == -1);
+    CHECK(di_pyjson_append(NULL, json_null(), DI_FLOAT_STYLE_PYTHON) == -1);
+    CHECK(di_json_escape_append(&s, NULL, 3) == -1);
+    CHECK(di_pyjson_append_string(NULL, "x", 1) == -1);
     CHECK(di_pyjson_append_string(&s, "a\"\\\n\x01é/", 8) == 0);
     CHECK_STR(s.data, "\"a\\\"\\\\\\n\\u0001é/\"");
     di_str_free(&s);
