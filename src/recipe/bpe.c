@@ -242,8 +242,11 @@ int di_bpe_encode_piece(const DiBpe *bpe, const uint8_t *piece, size_t len, DiId
 
 /* ---- piece cache -------------------------------------------------------------------- */
 
-int di_bpe_cache_init(DiBpeCache *cache) {
-    cache->slots = di_calloc(DI_BPE_CACHE_SLOTS, sizeof *cache->slots, "BPE piece cache");
+int di_bpe_cache_init(DiBpeCache *cache, size_t text_bytes) {
+    size_t n = 1024;
+    while (n < 16384 && n * 32 < text_bytes) n *= 2;
+    cache->slots = di_calloc(n, sizeof *cache->slots, "BPE piece cache");
+    cache->mask = n - 1;
     return cache->slots ? 0 : -1;
 }
 
@@ -257,7 +260,7 @@ int di_bpe_encode_cached(const DiBpe *bpe, const uint8_t *piece, size_t len, DiI
     if (!cache || len > DI_BPE_CACHE_BYTES || len == 0)
         return di_bpe_encode_piece(bpe, piece, len, out, scratch, false);
     uint64_t hash = XXH3_64bits(piece, len);
-    DiBpeCacheSlot *slot = &cache->slots[hash & (DI_BPE_CACHE_SLOTS - 1)];
+    DiBpeCacheSlot *slot = &cache->slots[hash & cache->mask];
     if (slot->len == len && slot->hash == hash && memcmp(slot->bytes, piece, len) == 0)
         return di_idvec_append(out, slot->ids, slot->n_ids);
     size_t before = out->n;

@@ -64,7 +64,6 @@ int di_bpe_encode_piece(const DiBpe *bpe, const uint8_t *piece, size_t len, DiId
 
 /* Direct-mapped piece cache: pieces of up to DI_BPE_CACHE_BYTES bytes whose result has up to
  * DI_BPE_CACHE_IDS ids. */
-#define DI_BPE_CACHE_SLOTS 4096
 #define DI_BPE_CACHE_BYTES 24
 #define DI_BPE_CACHE_IDS 6
 typedef struct {
@@ -74,10 +73,13 @@ typedef struct {
     int32_t ids[DI_BPE_CACHE_IDS];
 } DiBpeCacheSlot;
 typedef struct {
-    DiBpeCacheSlot *slots; /* DI_BPE_CACHE_SLOTS entries */
+    DiBpeCacheSlot *slots;
+    size_t mask; /* slots - 1 */
 } DiBpeCache;
 
-int di_bpe_cache_init(DiBpeCache *cache);
+/* A cache sized for a text of text_bytes: one 64-byte slot per ~32 bytes of text, 1024 to
+ * 16384 slots (64 KiB to 1 MiB), so short texts do not pay for clearing a large table. */
+int di_bpe_cache_init(DiBpeCache *cache, size_t text_bytes);
 void di_bpe_cache_free(DiBpeCache *cache);
 /* di_bpe_encode_piece through the cache (cache may be NULL). */
 int di_bpe_encode_cached(const DiBpe *bpe, const uint8_t *piece, size_t len, DiIdVec *out,

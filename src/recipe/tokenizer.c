@@ -27,7 +27,7 @@ static const char *const PATTERN_C =
 
 /* Texts below this size are not worth cutting for the thread pool. */
 #define PARALLEL_MIN_BYTES (64 * 1024)
-/* Texts below this size encode without the piece cache (its 256 KiB would cost more). */
+/* Texts below this size encode without the piece cache (clearing it would cost more). */
 #define CACHE_MIN_BYTES 4096
 
 /* ---- GPT-2 byte <-> char mapping (recipe.md §1.2 step 2) ----------------------------- */
@@ -545,7 +545,7 @@ static int on_piece(void *ctx, const uint8_t *piece, size_t len) {
 /* Pre-tokenize and merge one part (valid UTF-8) on the calling thread. */
 static int encode_part(const DiTokenizer *tok, const uint8_t *text, size_t len, DiIdVec *out) {
     PieceSink sink = {&tok->bpe, out, {0}, {0}};
-    if (len >= CACHE_MIN_BYTES && di_bpe_cache_init(&sink.cache) != 0) return -1;
+    if (len >= CACHE_MIN_BYTES && di_bpe_cache_init(&sink.cache, len) != 0) return -1;
     int rc = di_pretok_split(text, len, on_piece, &sink);
     di_bpe_scratch_free(&sink.scratch);
     di_bpe_cache_free(&sink.cache);

@@ -174,7 +174,7 @@ int di_trie_add(DiTrie *trie, const char *spelling, size_t len, int32_t id) {
         }
         node = c;
     }
-    /* Two tokens with one spelling: HF keeps the one added last; so do we. */
+    /* Two tokens with one spelling: the later entry of the table wins. */
     trie->nodes[node].token = id;
     return 0;
 }

@@ -78,7 +78,7 @@ int di_decode_stream_push(DiDecodeStream *s, int32_t id, const char **text, size
     const char *tb = di_tokenizer_token_bytes(s->tok, id, &tlen);
     if (!tb) return di_error_wrap("decode stream");
     size_t n = s->n_pending + tlen;
-    if (reserve(s, n) != 0) return -1;
+    if (reserve(s, n + 1) != 0) return -1; /* +1: never a NULL buffer, even for an empty token */
     memcpy(s->work, s->pending, s->n_pending);
     memcpy(s->work + s->n_pending, tb, tlen);
     const uint8_t *w = s->work;

@@ -15,7 +15,7 @@ bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# 1. the whole golden set
+# 1. the whole golden set (default --kernels auto: `ref`-mode cases on the reference kernel)
 "$BIN" check-golden "$GOLDEN" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 cat "$tmp/out"
@@ -33,6 +33,7 @@ grep -q "^$n_cases passed, 0 failed$" "$tmp/out" && ok || bad "summary line"
 "$BIN" check-golden >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "no DIR must exit 2"
 "$BIN" check-golden "$GOLDEN" --bogus >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "unknown flag must exit 2"
 "$BIN" check-golden "$GOLDEN" --mode fast >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "bad mode must exit 2"
+"$BIN" check-golden "$GOLDEN" --kernels fast >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "bad --kernels must exit 2"
 "$BIN" check-golden --help | grep -q "usage: deepinfer check-golden" && ok || bad "--help"
 "$BIN" check-golden "$tmp/nowhere" >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "nowhere" "$tmp/err" && ok || bad "missing dir: exit $rc, $(cat "$tmp/err")"

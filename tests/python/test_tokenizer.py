@@ -101,6 +101,28 @@ class CTokenizer:
     def token_to_id(self, s):
         return self.lib().di_tokenizer_token_to_id(self.h, s.encode("utf-8"))
 
+    def stream_decode(self, ids):
+        """Incremental decoding: (list of released texts as bytes, ids still pending)."""
+        lib = self.lib()
+        lib.di_decode_stream_new.restype = ctypes.c_void_p
+        lib.di_decode_stream_new.argtypes = [ctypes.c_void_p]
+        lib.di_decode_stream_push.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p),
+                                              ctypes.POINTER(ctypes.c_size_t)]
+        lib.di_decode_stream_pending_ids.restype = ctypes.c_size_t
+        lib.di_decode_stream_pending_ids.argtypes = [ctypes.c_void_p]
+        lib.di_decode_stream_free.argtypes = [ctypes.c_void_p]
+        s = lib.di_decode_stream_new(self.h)
+        out = []
+        try:
+            for i in ids:
+                p, n = ctypes.c_void_p(), ctypes.c_size_t()
+                if lib.di_decode_stream_push(s, i, ctypes.byref(p), ctypes.byref(n)) != 0:
+                    raise ValueError(lib.di_last_error().decode())
+                out.append(ctypes.string_at(p, n.value))
+            return out, lib.di_decode_stream_pending_ids(s)
+        finally:
+            lib.di_decode_stream_free(s)
+
     def encode_segments(self, segments):
         """segments: list of ("text", str) / ("special", str) -> ids via di_tokenizer_encode_segments."""
         lib = self.lib()
@@ -373,3 +395,31 @@ def test_prompt_segments_match_official_prompt_encoding(version, tmp_path_factor
             [0, 128803, 30, 28217, 6756, 28217, 32, 128804, 128822]
     finally:
         ours.close()
+
+
+def test_stream_decoding_matches_lossy_utf8(v3):
+    """recipe.md §1.5: released text = Python's errors="replace" decoding (maximal invalid
+    subparts, as Rust from_utf8_lossy) of all bytes except a valid-but-incomplete tail, which
+    stays pending; every released chunk is whole UTF-8."""
+    rng = random.Random(3)
+    tokens = [(i, v3.decode([i])) for i in range(3, 128000)]
+    short = [t for t in tokens if len(t[1]) <= 3]
+    for _ in range(3000):
+        ids = [rng.choice(short if rng.random() < 0.7 else tokens)[0] for _ in range(rng.randint(1, 12))]
+        chunks, pending = v3.stream_decode(ids)
+        data = b"".join(v3.decode([i]) for i in ids)
+        released = b"".join(chunks)
+        for c in chunks:
+            c.decode("utf-8")  # raises on a partial character
+        # The held tail is the longest suffix that is a valid-but-incomplete sequence.
+        tail = 0
+        for k in (1, 2, 3):
+            if len(data) >= k:
+                try:
+                    data[-k:].decode("utf-8")
+                except UnicodeDecodeError as e:
+                    if e.reason == "unexpected end of data" and e.start == 0:
+                        tail = k
+        assert released.decode("utf-8") == data[:len(data) - tail].decode("utf-8", "replace"), ids
+        if tail == 0:
+            assert pending == 0

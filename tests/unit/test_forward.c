@@ -228,11 +228,13 @@ TEST(dspark_draft_matches_golden) {
     free(lg);
 }
 
-/* The optimised backend must agree with the scalar reference on a whole forward (ref mode: every
- * quantisation point active, so a kernel difference that crosses a rounding boundary shows). */
+/* The optimised backend must agree with the scalar reference on a whole forward.  Exact mode:
+ * no quantisation point can amplify an fp32 summation-order difference into a rounding flip
+ * (in ref mode one flip moves logits by ~0.5, see check-golden --kernels), so anything above
+ * float32 noise is a kernel bug. */
 TEST(optimised_matmul_matches_reference_kernel) {
-    model->mode = MODE_REF;
-    int64_t T = 20;
+    model->mode = MODE_EXACT;
+    int64_t T = 40;
     float *a = calloc((size_t)(T * V), sizeof(float)), *b = calloc((size_t)(T * V), sizeof(float));
     RunState *s1 = state_create(&model->d), *s2 = state_create(&model->d);
     model->ref_kernels = true;
@@ -241,7 +243,7 @@ TEST(optimised_matmul_matches_reference_kernel) {
     int rc2 = model_forward(model, s2, ids, T, 0, b, true, NULL);
     CHECK(rc1 == 0 && rc2 == 0);
     double m = max_diff(a, b, T * V);
-    CHECK_MSG(m <= 1e-3, "backend vs reference max_abs %g", m);
+    CHECK_MSG(m <= 1e-4, "backend vs reference max_abs %g", m);
     state_free(s1);
     state_free(s2);
     free(a);

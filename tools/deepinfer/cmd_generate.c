@@ -24,6 +24,7 @@
 #include "base/threadpool.h"
 #include "deepinfer.h"
 #include "model/forward.h"
+#include "model/engram_map_file.h"
 #include "model/model.h"
 #include "model/state.h"
 
@@ -148,30 +149,6 @@ static int parse_ids(const char *s, int32_t **out, int64_t *n) {
     *n = k;
     return 0;
 }
-
-static int load_map_file(Model *m, const char *path) {
-    json_t *root = di_json_load_file(path);
-    if (!root) return -1;
-    int rc = -1;
-    size_t n = json_array_size(root);
-    int32_t *map = json_is_array(root) && n ? di_malloc(n * sizeof *map, "engram map") : NULL;
-    if (!json_is_array(root) || !n) di_errorf("%s: expected a non-empty JSON array of compressed ids", path);
-    for (size_t i = 0; map && i < n; i++) {
-        json_t *v = json_array_get(root, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
-            di_errorf("%s[%zu]: not a compressed id", path, i);
-            goto done;
-        }
-        map[i] = (int32_t)json_integer_value(v);
-    }
-    if (map && n < (size_t)m->d.vocab) di_errorf("%s: %zu entries, vocabulary has %d", path, n, m->d.vocab);
-    else if (map) rc = model_set_engram_token_map(m, map, (int64_t)n);
-done:
-    free(map);
-    json_decref(root);
-    return rc;
-}
-
 
 /* ---- Engram compressed-token map from the tokenizer (§5.2 a; REF-ENG build_compressed_token_map).
  * For every id in order: decode it alone (special tokens kept); text with U+FFFD or invalid UTF-8
@@ -343,11 +320,11 @@ static int map_from_tokenizer(Model *m, const char *path) {
 
 static int setup_engram_map(Model *m, const char *dir, const char *opt, bool builtin) {
     if (m->d.n_engram == 0) return 0;
-    if (opt && strcmp(opt, "synthetic") != 0) return load_map_file(m, opt);
+    if (opt && strcmp(opt, "synthetic") != 0) return model_load_engram_token_map_file(m, opt);
     char *file = di_path_join(dir, "engram_token_map.json");
     if (!file) return -1;
     if (!opt && di_file_exists(file)) {
-        int rc = load_map_file(m, file);
+        int rc = model_load_engram_token_map_file(m, file);
         free(file);
         return rc;
     }
