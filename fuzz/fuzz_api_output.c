@@ -16,7 +16,7 @@ static const char *const k_bodies[] = {
     "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
     "{\"model\":\"m\",\"stream\":true,\"prompt\":\"x\",\"stop\":\"END\"}",
     "{\"model\":\"m\",\"stream\":true,\"input\":\"x\",\"reasoning\":{\"effort\":\"none\"},"
-    "\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]}",
+    "\"tools\":[{\"type\":\"function\",\"name\":\"f\"},{\"type\":\"custom\",\"name\":\"g\"}]}",
     "{\"model\":\"m\",\"stream\":true,\"max_tokens\":5,\"stop_sequences\":[\"END\"],\"tools\":[{\"name\":\"f\","
     "\"input_schema\":{}}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
 };
