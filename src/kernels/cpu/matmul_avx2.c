@@ -34,8 +34,11 @@
 
 #define GROUP 8        /* floats per ymm register: the lane count of the reduction order */
 #define BLOCK 32       /* scale block along the input (§3.4, §3.5) */
+
+/* Tuning knobs (none changes a result bit; -D overrides them for experiments).  Values measured
+ * on the build machine with bench_kernels and CPU-clock timings, see bench/ggml_comparison.md. */
 #ifndef PREFETCH
-#define PREFETCH 1
+#define PREFETCH 1     /* GEMV software prefetch one row tile ahead (prefetch_block) */
 #endif
 #ifndef PF_HINT
 #define PF_HINT _MM_HINT_T0
