@@ -383,8 +383,52 @@ static inline __attribute__((always_inline)) void gemv_fp4_tile(const DiMatrix *
     for (int i = 0; i < nr; i++) y[r0 + i] = lane_sum(acc[i]);
 }
 
+/* Two tokens at once for the few-token case (routed experts): each block is decoded once and
+ * meets both tokens; every (row, token) accumulator sees the same sequence as alone. */
+#define PAIR_ROWS 4
+static inline __attribute__((always_inline)) void gemv_fp4_pair_tile(const DiMatrix *w, const float *x0,
+                                                                     const float *x1, int64_t r0, int nr,
+                                                                     float *y0, float *y1) {
+    const uint8_t *row[PAIR_ROWS], *srow[PAIR_ROWS];
+    int64_t kblocks = w->cols / BLOCK;
+    __m256 a0[PAIR_ROWS], a1[PAIR_ROWS];
+    #pragma GCC unroll 16
+    for (int i = 0; i < PAIR_ROWS; i++) {
+        int64_t r = r0 + (i < nr ? i : 0);
+        a0[i] = a1[i] = _mm256_setzero_ps();
+        row[i] = (const uint8_t *)w->data + r * (w->cols / 2);
+        srow[i] = w->scale + r * kblocks;
+    }
+    for (int64_t kb = 0; kb < kblocks; kb++) {
+        const float *xb0 = x0 + kb * BLOCK, *xb1 = x1 + kb * BLOCK;
+        #pragma GCC unroll 16
+        for (int i = 0; i < nr; i++) {
+            __m256 wv[4];
+            decode_fp4_block(row[i] + kb * (BLOCK / 2), srow[i][kb], wv);
+            #pragma GCC unroll 16
+            for (int g = 0; g < 4; g++) {
+                a0[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xb0 + GROUP * g), a0[i]);
+                a1[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xb1 + GROUP * g), a1[i]);
+            }
+        }
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++) {
+        y0[r0 + i] = lane_sum(a0[i]);
+        y1[r0 + i] = lane_sum(a1[i]);
+    }
+}
+
 static void gemv_fp4_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1) {
-    for (int64_t t = 0; t < a->n_tokens; t++) {
+    int64_t t = 0;
+    for (; t + 2 <= a->n_tokens; t += 2) {
+        const float *x0 = a->x + t * a->k32, *x1 = x0 + a->k32;
+        float *y0 = y + t * w->rows, *y1 = y0 + w->rows;
+        int64_t r = r0;
+        for (; r + PAIR_ROWS <= r1; r += PAIR_ROWS) gemv_fp4_pair_tile(w, x0, x1, r, PAIR_ROWS, y0, y1);
+        for (; r < r1; r++) gemv_fp4_pair_tile(w, x0, x1, r, 1, y0, y1);
+    }
+    for (; t < a->n_tokens; t++) {
         const float *x = a->x + t * a->k32;
         float *yt = y + t * w->rows;
         int64_t r = r0;
