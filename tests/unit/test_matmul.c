@@ -149,7 +149,8 @@ TEST(simd_matches_reference_with_extreme_scales) {
     TestMatrix b = make_matrix(DI_MAT_FP8_BLOCK, 70, 90, 134, 150);
     TestMatrix c = make_matrix(DI_MAT_FP4_ROW32, 70, 96, 0, 20);
     TestMatrix d = make_matrix(DI_MAT_FP4_ROW32, 70, 96, 134, 150);
-    check_against_reference(&a, 9, NULL); /* panel GEMM (from 8 tokens; FP4 from 13) */
+    check_against_reference(&a, 16, NULL); /* panel GEMM (FP8/FP4 from 13 tokens) */
+    check_against_reference(&a, 5, NULL);  /* GEMV, tokens in pairs, plain path (tiny scales) */
     check_against_reference(&b, 1, NULL);
     check_against_reference(&c, 16, NULL);
     check_against_reference(&d, 1, NULL);

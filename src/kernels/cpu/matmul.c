@@ -19,10 +19,12 @@
 #include <string.h>
 
 /* From this many tokens on, decoding the weights once into a panel beats decoding them in
- * registers (4096x4096, one thread, CPU time).  FP8: GEMV ~28 GFLOP/s per token, panel GEMM ~20
- * at n = 4, ~26 at n = 8, ~37 at n = 16.  FP4: the GEMV takes tokens in pairs, ~40 GFLOP/s for
- * n = 2..6, GEMM ~31 at n = 8, ~37 at 12, ~50 at 16.  Either path gives the same bits. */
-static int64_t gemm_min_tokens(DiMatFormat format) { return format == DI_MAT_FP4_ROW32 ? 13 : 8; }
+ * registers (4096x4096, one thread, CPU time).  FP8 and FP4: the GEMV takes tokens in pairs,
+ * ~36-44 GFLOP/s for n = 2..6, while the panel GEMM gives ~22-31 at n = 8, ~37 at 12, ~37-50 at 16.
+ * F32/BF16 GEMV re-reads the weights per token, so the GEMM wins earlier.  Same bits either way. */
+static int64_t gemm_min_tokens(DiMatFormat format) {
+    return format == DI_MAT_FP8_BLOCK || format == DI_MAT_FP4_ROW32 ? 13 : 8;
+}
 
 typedef enum { BACKEND_REF, BACKEND_SIMD } Backend;
 
