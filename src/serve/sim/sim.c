@@ -658,6 +658,8 @@ static int check_config(const DiSimConfig *c) {
     for (int t = 0; t < DI_PREFILL_TIERS; t++)
         if (!(c->tier_budget_ms[t] > 0.0) || !(c->tier_slo_ms[t] > 0.0))
             return di_errorf("simulation: tier %d step budget and TTFT objective must be positive", t);
+    if (!(c->jump_slowdown >= 0.0) || !isfinite(c->jump_slowdown))
+        return di_errorf("simulation: the tier overtaking allowance must be finite and >= 0, got %g", c->jump_slowdown);
     if (!(c->fifo_budget_ms > 0.0) || c->rr_chunk_tokens <= 0 || c->token_cap <= 0 || c->chunk.block <= 0)
         return di_errorf("simulation: budgets, chunk sizes and the token cap must be positive");
     if (!(c->transfer_gb_per_s > 0.0) || !(c->kv_bytes_per_token >= 0.0) || !(c->quota_period_s > 0.0))
