@@ -8,11 +8,16 @@
  *    step as a fraction of the step (target <= 5 %), in sync mode (where they add to the step) and
  *    in async mode (where planning and output overlap the forward: the fraction is then what the
  *    main thread spends outside waiting, relative to the step).
- * Until the V4.1 model core lands the model is synthetic; see bench_engine_synth.h. */
+ * 3. The same two figures on the real V4.1 forward (golden tiny-a checkpoint of SHARED_DIR, its
+ *    Engram maps from the golden set): the model's forward runs one sequence at a time today, so
+ *    its batch ratios show what a batched model forward would add.
+ * Parts 1 and 2 use the synthetic model of bench_engine_synth.h. */
 #include "bench_engine_synth.h"
 
 #include "deepinfer.h"
 #include "engine/engine.h"
+#include "engine/runner_v41.h"
+#include "model/golden.h"
 
 #include <stdio.h>
 #include <time.h>
@@ -28,6 +33,8 @@ typedef struct {
     DiEngineMetrics m;
 } RunResult;
 
+static Model *v41_model; /* part 3: when set, run_batch uses the real model instead of cfg */
+
 static RunResult run_batch(const SynthConfig *cfg, int batch, int prompt_len, int gen, int async, float temperature) {
     DiEngineOptions o;
     di_engine_options_init(&o);
@@ -36,7 +43,9 @@ static RunResult run_batch(const SynthConfig *cfg, int batch, int prompt_len, in
     o.async_scheduling = async;
     o.state_memory_bytes = (size_t)64 << 20;
     RunResult r = {0};
-    DiEngine *e = di_engine_create_with_runner(synth_runner_create(cfg, o.max_batch_tokens), &o);
+    DiRunner *runner = v41_model ? di_v41_runner_create(v41_model, 0, 0) : synth_runner_create(cfg, o.max_batch_tokens);
+    int vocab = runner->vocab_size;
+    DiEngine *e = di_engine_create_with_runner(runner, &o);
     DiTextHooks text = {NULL, synth_token_bytes, NULL, NULL, NULL, -1};
     if (!e || di_engine_set_text_hooks(e, &text) != 0) {
         fprintf(stderr, "bench_engine: %s\n", di_last_error());
@@ -50,7 +59,7 @@ static RunResult run_batch(const SynthConfig *cfg, int batch, int prompt_len, in
     p.has_seed = 1;
     int32_t prompt[64];
     for (int i = 0; i < batch; i++) {
-        for (int k = 0; k < prompt_len; k++) prompt[k] = (i * 31 + k * 7) % cfg->vocab;
+        for (int k = 0; k < prompt_len; k++) prompt[k] = (i * 31 + k * 7) % vocab;
         p.seed = (uint64_t)i;
         DiRequestInput in = {.prompt_ids = prompt, .n_prompt_ids = prompt_len};
         if (di_engine_add_request(e, &in, &p, NULL, NULL, NULL) != 0) {
@@ -124,11 +133,53 @@ static void overhead(void) {
     }
 }
 
-/* No argument: both parts; "throughput" or "overhead": that part only. */
+static int load_golden_model(void) {
+    const char *shared = getenv("SHARED_DIR");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/golden-v41/tiny-a", shared && *shared ? shared : "../shared");
+    GoldenSet g;
+    if (golden_open(dir, &g) != 0) return -1;
+    snprintf(dir, sizeof dir, "%s/golden-v41/tiny-a/checkpoint", shared && *shared ? shared : "../shared");
+    v41_model = model_load(dir, MODE_REF);
+    int rc = v41_model ? golden_prepare_model(&g, v41_model) : -1;
+    golden_close(&g);
+    return rc;
+}
+
+/* Part 3: batch ratios and overhead on the real forward (small runs: it is slow per token). */
+static void real_model(void) {
+    if (load_golden_model() != 0) {
+        printf("real V4.1 forward: skipped (%s)\n", di_last_error());
+        return;
+    }
+    printf("real V4.1 forward, golden tiny-a (hidden %d, %d layers, vocab %d), 4 prompt + 4 generated, async:\n",
+           v41_model->d.dim, v41_model->d.n_layers, v41_model->d.vocab);
+    const int batches[2] = {1, 8};
+    double tps[2];
+    RunResult r8 = {0};
+    for (int b = 0; b < 2; b++) {
+        RunResult r = run_batch(NULL, batches[b], 4, 4, 1, 0.8f);
+        tps[b] = r.tokens / r.seconds;
+        if (b == 1) r8 = r;
+    }
+    for (int b = 0; b < 2; b++)
+        printf("  batch %2d: %8.1f tokens/s  ratio to batch 1: %5.2fx\n", batches[b], tps[b], tps[b] / tps[0]);
+    const DiEngineMetrics *m = &r8.m;
+    printf("  batch 8: schedule %.3f ms, sample %.3f ms, output %.3f ms, forward %.3f ms per step; overhead / step = "
+           "%.2f %%\n",
+           1e3 * m->time_schedule_s / m->steps, 1e3 * m->time_sample_s / m->steps, 1e3 * m->time_output_s / m->steps,
+           1e3 * m->time_forward_s / m->steps,
+           100 * (m->time_schedule_s + m->time_sample_s + m->time_output_s) / r8.seconds);
+    model_free(v41_model);
+    v41_model = NULL;
+}
+
+/* No argument: every part; "throughput", "overhead" or "real": that part only. */
 int main(int argc, char **argv) {
     openblas_set_num_threads(1); /* one core for the model: the machine's cores are shared */
     const char *only = argc > 1 ? argv[1] : "";
     if (!*only || strcmp(only, "throughput") == 0) throughput();
     if (!*only || strcmp(only, "overhead") == 0) overhead();
+    if (!*only || strcmp(only, "real") == 0) real_model();
     return 0;
 }

@@ -4,9 +4,10 @@
  * threads; bytes counted the STREAM way, 3 x 4 per element), and OpenBLAS cblas_sgemm at
  * 2048^3 on one thread.  Kernels: FP8 block-scaled and FP4 row32 GEMV (n = 1) at 4096x4096 and
  * on matrices larger than L3 (reported as % of the triad bandwidth of the same thread count),
- * and the n = 512 prefill GEMM (FP8 and FP4, reported against sgemm).  Every figure is the median
- * of several timed runs, and the whole sequence is repeated in interleaved rounds whose medians
- * are reported, because the machine is shared and noisy.
+ * and the n = 512 prefill GEMM (FP8 and FP4, reported against sgemm).  Because the machine is
+ * shared and noisy, every ratio comes from alternating runs: baseline, kernel, baseline, kernel,
+ * ..., one ratio per adjacent pair, and the median of those ratios is printed (with the median
+ * of each side).
  *
  * The issue's targets (Zen 3 class, AVX2+FMA): GEMV >= ggml's q8_0 / mxfp4 at 4096x4096 and
  * >= 70 % of triad when the matrix exceeds L3; GEMM n = 512 >= 50 % of sgemm and >= ggml q8_0.
@@ -27,7 +28,6 @@
 void openblas_set_num_threads(int n);
 char *openblas_get_corename(void);
 
-#define ROUNDS 3        /* interleaved repetitions of the whole sequence */
 #define MAX_RUNS 15     /* timed runs per figure per round (fewer for the slow ones) */
 
 static double now_s(void) {
@@ -143,15 +143,7 @@ static double matmul_seconds(DiThreadPool *pool, const BenchMatrix *b, const flo
     return median(times, runs);
 }
 
-/* ---- the figures --------------------------------------------------------------------------- */
-
-enum {
-    F_TRIAD1, F_TRIAD2, F_SGEMM,
-    F_FP8_GEMV1, F_FP8_GEMV2, F_FP4_GEMV1, F_FP4_GEMV2,
-    F_FP8_BIG1, F_FP8_BIG2, F_FP4_BIG1, F_FP4_BIG2,   /* GB/s */
-    F_FP8_GEMM1, F_FP8_GEMM2, F_FP4_GEMM1, F_FP4_GEMM2,
-    F_COUNT
-};
+/* ---- the figures: each kernel run alternates with its baseline; ratios are per pair --------- */
 
 typedef struct {
     BenchMatrix fp8, fp4, fp8_big, fp4_big;
@@ -160,24 +152,38 @@ typedef struct {
     DiThreadPool *pool2;
 } Setup;
 
+typedef struct {
+    double kernel, baseline, ratio; /* medians over the pairs */
+} Pair;
+
+#define PAIRS 7
+
 static double gflops(const BenchMatrix *b, int64_t n, double s) { return 2.0 * (double)b->m.rows * b->m.cols * n / s * 1e-9; }
 
-static void one_round(Setup *s, double fig[F_COUNT]) {
-    fig[F_TRIAD1] = triad_gbs(NULL, &s->triad, 5);
-    fig[F_TRIAD2] = triad_gbs(s->pool2, &s->triad, 5);
-    fig[F_SGEMM] = sgemm_gflops(2048, 3);
-    fig[F_FP8_GEMV1] = gflops(&s->fp8, 1, matmul_seconds(NULL, &s->fp8, s->x, 1, s->y, MAX_RUNS));
-    fig[F_FP8_GEMV2] = gflops(&s->fp8, 1, matmul_seconds(s->pool2, &s->fp8, s->x, 1, s->y, MAX_RUNS));
-    fig[F_FP4_GEMV1] = gflops(&s->fp4, 1, matmul_seconds(NULL, &s->fp4, s->x, 1, s->y, MAX_RUNS));
-    fig[F_FP4_GEMV2] = gflops(&s->fp4, 1, matmul_seconds(s->pool2, &s->fp4, s->x, 1, s->y, MAX_RUNS));
-    fig[F_FP8_BIG1] = s->fp8_big.bytes / matmul_seconds(NULL, &s->fp8_big, s->x, 1, s->y, 7) * 1e-9;
-    fig[F_FP8_BIG2] = s->fp8_big.bytes / matmul_seconds(s->pool2, &s->fp8_big, s->x, 1, s->y, 7) * 1e-9;
-    fig[F_FP4_BIG1] = s->fp4_big.bytes / matmul_seconds(NULL, &s->fp4_big, s->x, 1, s->y, 7) * 1e-9;
-    fig[F_FP4_BIG2] = s->fp4_big.bytes / matmul_seconds(s->pool2, &s->fp4_big, s->x, 1, s->y, 7) * 1e-9;
-    fig[F_FP8_GEMM1] = gflops(&s->fp8, 512, matmul_seconds(NULL, &s->fp8, s->x, 512, s->y, 3));
-    fig[F_FP8_GEMM2] = gflops(&s->fp8, 512, matmul_seconds(s->pool2, &s->fp8, s->x, 512, s->y, 3));
-    fig[F_FP4_GEMM1] = gflops(&s->fp4, 512, matmul_seconds(NULL, &s->fp4, s->x, 512, s->y, 3));
-    fig[F_FP4_GEMM2] = gflops(&s->fp4, 512, matmul_seconds(s->pool2, &s->fp4, s->x, 512, s->y, 3));
+/* kernel GB/s of weights (n = 1) against triad GB/s, alternating. */
+static Pair gemv_vs_triad(Setup *s, DiThreadPool *pool, const BenchMatrix *b) {
+    double k[PAIRS], t[PAIRS], r[PAIRS];
+    for (int i = 0; i < PAIRS; i++) {
+        t[i] = triad_gbs(pool, &s->triad, 1);
+        k[i] = (double)b->bytes / matmul_seconds(pool, b, s->x, 1, s->y, 1) * 1e-9;
+        r[i] = k[i] / t[i];
+    }
+    return (Pair){median(k, PAIRS), median(t, PAIRS), median(r, PAIRS)};
+}
+
+/* kernel GFLOP/s at n tokens against one-thread sgemm 2048, alternating. */
+static Pair gemm_vs_sgemm(Setup *s, DiThreadPool *pool, const BenchMatrix *b, int64_t n) {
+    double k[PAIRS], t[PAIRS], r[PAIRS];
+    for (int i = 0; i < PAIRS; i++) {
+        t[i] = sgemm_gflops(2048, 1);
+        k[i] = gflops(b, n, matmul_seconds(pool, b, s->x, n, s->y, 1));
+        r[i] = k[i] / t[i];
+    }
+    return (Pair){median(k, PAIRS), median(t, PAIRS), median(r, PAIRS)};
+}
+
+static double gemv_gflops(Setup *s, DiThreadPool *pool, const BenchMatrix *b) {
+    return gflops(b, 1, matmul_seconds(pool, b, s->x, 1, s->y, MAX_RUNS));
 }
 
 int main(void) {
@@ -201,35 +207,34 @@ int main(void) {
     for (int64_t i = 0; i < 512 * 8192; i++) s.x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
     for (int64_t i = 0; i < s.triad.n; i++) s.triad.b[i] = s.triad.c[i] = 1.0f;
 
-    printf("bench_kernels: backend %s, OpenBLAS core %s, %d rounds (medians)\n", di_matmul_backend(),
-           openblas_get_corename(), ROUNDS);
-    double rounds[F_COUNT][ROUNDS], fig[F_COUNT];
-    for (int r = 0; r < ROUNDS; r++) {
-        double f[F_COUNT];
-        one_round(&s, f);
-        for (int i = 0; i < F_COUNT; i++) rounds[i][r] = f[i];
+    printf("bench_kernels: backend %s, OpenBLAS core %s; medians of %d alternating kernel/baseline pairs\n",
+           di_matmul_backend(), openblas_get_corename(), PAIRS);
+    printf("%-34s %-9s %10s %10s %8s\n", "kernel", "threads", "kernel", "baseline", "ratio");
+    DiThreadPool *pools[2] = {NULL, s.pool2};
+    for (int th = 0; th < 2; th++) {
+        double g8 = gemv_gflops(&s, pools[th], &s.fp8), g4 = gemv_gflops(&s, pools[th], &s.fp4);
+        printf("%-34s %-9d %6.1f GFLOP/s  (ggml q8_0 / mxfp4: bench/ggml_comparison.md)\n", "FP8 GEMV 4096x4096", th + 1, g8);
+        printf("%-34s %-9d %6.1f GFLOP/s\n", "FP4 GEMV 4096x4096", th + 1, g4);
     }
-    for (int i = 0; i < F_COUNT; i++) fig[i] = median(rounds[i], ROUNDS);
-
-    printf("ceilings: triad %.1f GB/s (1 thread), %.1f GB/s (2 threads); sgemm 2048 %.1f GFLOP/s (1 thread)\n",
-           fig[F_TRIAD1], fig[F_TRIAD2], fig[F_SGEMM]);
-    printf("%-40s %10s %10s %s\n", "kernel", "1 thread", "2 threads", "ratio (1 thread; 2 threads)");
-    printf("%-40s %10.1f %10.1f GFLOP/s; %.1f GB/s of weights (1 thread)\n", "FP8 GEMV 4096x4096 n=1", fig[F_FP8_GEMV1],
-           fig[F_FP8_GEMV2], fig[F_FP8_GEMV1] / 2.0 * (s.fp8.bytes / (4096.0 * 4096.0)));
-    printf("%-40s %10.1f %10.1f GFLOP/s; %.1f GB/s of weights (1 thread)\n", "FP4 GEMV 4096x4096 n=1", fig[F_FP4_GEMV1],
-           fig[F_FP4_GEMV2], fig[F_FP4_GEMV1] / 2.0 * (s.fp4.bytes / (4096.0 * 4096.0)));
-    printf("%-40s %10.1f %10.1f GB/s = %.0f %% ; %.0f %% of triad\n", "FP8 GEMV 16384x4096 (68 MB > L3)", fig[F_FP8_BIG1],
-           fig[F_FP8_BIG2], 100 * fig[F_FP8_BIG1] / fig[F_TRIAD1], 100 * fig[F_FP8_BIG2] / fig[F_TRIAD2]);
-    printf("%-40s %10.1f %10.1f GB/s = %.0f %% ; %.0f %% of triad\n", "FP4 GEMV 16384x8192 (71 MB > L3)", fig[F_FP4_BIG1],
-           fig[F_FP4_BIG2], 100 * fig[F_FP4_BIG1] / fig[F_TRIAD1], 100 * fig[F_FP4_BIG2] / fig[F_TRIAD2]);
-    printf("%-40s %10.1f %10.1f GFLOP/s = %.0f %% ; %.0f %% of 1-thread sgemm\n", "FP8 GEMM 4096x4096 n=512",
-           fig[F_FP8_GEMM1], fig[F_FP8_GEMM2], 100 * fig[F_FP8_GEMM1] / fig[F_SGEMM], 100 * fig[F_FP8_GEMM2] / fig[F_SGEMM]);
-    printf("%-40s %10.1f %10.1f GFLOP/s = %.0f %% ; %.0f %% of 1-thread sgemm\n", "FP4 GEMM 4096x4096 n=512",
-           fig[F_FP4_GEMM1], fig[F_FP4_GEMM2], 100 * fig[F_FP4_GEMM1] / fig[F_SGEMM], 100 * fig[F_FP4_GEMM2] / fig[F_SGEMM]);
-    int ok_big = fig[F_FP8_BIG1] >= 0.7 * fig[F_TRIAD1] && fig[F_FP4_BIG1] >= 0.7 * fig[F_TRIAD1];
-    int ok_gemm = fig[F_FP8_GEMM1] >= 0.5 * fig[F_SGEMM];
-    printf("targets (1 thread): GEMV > L3 >= 70 %% of triad: %s; FP8 GEMM n=512 >= 50 %% of sgemm: %s\n",
-           ok_big ? "met" : "NOT met", ok_gemm ? "met" : "NOT met");
+    int met = 1;
+    for (int th = 0; th < 2; th++) {
+        Pair p8 = gemv_vs_triad(&s, pools[th], &s.fp8_big), p4 = gemv_vs_triad(&s, pools[th], &s.fp4_big);
+        printf("%-34s %-9d %5.1f GB/s %5.1f GB/s %7.0f%% of triad\n", "FP8 GEMV 16384x4096 (> L3)", th + 1, p8.kernel,
+               p8.baseline, 100 * p8.ratio);
+        printf("%-34s %-9d %5.1f GB/s %5.1f GB/s %7.0f%% of triad\n", "FP4 GEMV 16384x8192 (> L3)", th + 1, p4.kernel,
+               p4.baseline, 100 * p4.ratio);
+        if (th == 0) met &= p8.ratio >= 0.7 && p4.ratio >= 0.7;
+    }
+    for (int th = 0; th < 2; th++) {
+        Pair p8 = gemm_vs_sgemm(&s, pools[th], &s.fp8, 512), p4 = gemm_vs_sgemm(&s, pools[th], &s.fp4, 512);
+        printf("%-34s %-9d %5.1f GF/s %5.1f GF/s %7.0f%% of 1-thread sgemm 2048\n", "FP8 GEMM 4096x4096 n=512", th + 1,
+               p8.kernel, p8.baseline, 100 * p8.ratio);
+        printf("%-34s %-9d %5.1f GF/s %5.1f GF/s %7.0f%% of 1-thread sgemm 2048\n", "FP4 GEMM 4096x4096 n=512", th + 1,
+               p4.kernel, p4.baseline, 100 * p4.ratio);
+        if (th == 0) met &= p8.ratio >= 0.5;
+    }
+    printf("issue targets on one thread (GEMV > L3 >= 70%% of triad, FP8 GEMM >= 50%% of sgemm): %s\n",
+           met ? "met" : "NOT met");
 
     free_matrix(&s.fp8);
     free_matrix(&s.fp4);

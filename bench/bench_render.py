@@ -1,9 +1,14 @@
-"""bench_render.py — prompt render + encode time per request: deepinfer (di_render_json_ids through
+"""bench_render.py — prompt render + encode time per request, and output parsing throughput.
+
+Render: deepinfer (di_render_json_ids through
 ctypes: JSON parse, render to segments, BPE) against the official deepseek-recipe package
 (DeepseekV4Encoding / DeepseekV41Encoding .encode with its Rust tokenizer), measured in the same
 run, interleaved, median of rounds.  The oracle is timed on prebuilt Conversation objects (its
-JSON-to-object conversion is not counted), so the ratio favours it.  Prints ratios only as
-figures; absolute times are for orientation (the machine is shared)."""
+JSON-to-object conversion is not counted), so the ratio favours it.
+Parse: a long generated model output (reasoning, text, DSML tool calls) fed in 64-byte chunks to
+deepinfer's streaming parser (di_output_parser_feed) and to the official StreamProcessor with a
+Chat Completions generator (which also builds the protocol chunks, so that ratio favours us).
+Ratios are the figures; absolute times are for orientation (the machine is shared)."""
 import ctypes
 import json
 import os
@@ -32,6 +37,11 @@ LIB.di_tokenizer_load_table.argtypes = [ctypes.c_char_p, ctypes.c_int]
 LIB.di_tokenizer_free.argtypes = [ctypes.c_void_p]
 LIB.di_render_json_ids.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int,
                                    ctypes.POINTER(ctypes.c_void_p)]
+LIB.di_output_parser_new.restype = ctypes.c_void_p
+LIB.di_output_parser_new.argtypes = [ctypes.c_char_p]
+LIB.di_output_parser_feed.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+LIB.di_output_parser_finish.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+LIB.di_output_parser_free.argtypes = [ctypes.c_void_p]
 
 
 def oracle_tokenizer(tmpdir):
@@ -114,7 +124,68 @@ def main():
         print("  %-34s deepinfer %9.1f us  deepseek-recipe %9.1f us  ratio %.2fx (recipe time / deepinfer time)"
               % (name, m * 1e6, o * 1e6, o / m))
     LIB.di_tokenizer_free(tok)
+    bench_parse()
     return 0
+
+
+def long_output():
+    rng = random.Random(11)
+    d = "｜DSML｜"
+    parts = ["Let me think about this carefully.\n" * 200, "</think>\n\n"]
+    for i in range(300):
+        parts.append("Step %d: the answer involves 日本 and 😀 and {\"json\": true}.\n" % i)
+    parts.append("\n\n<%stool_calls>\n" % d)
+    for i in range(100):
+        parts.append('<%sinvoke name="get_weather">\n<%sparameter name="city" string="true">Paris "%d"\n</%sparameter>\n'
+                     '<%sparameter name="days" string="false">%d</%sparameter>\n</%sinvoke>\n' % (d, d, i, d, d, i, d, d))
+    parts.append("</%stool_calls>" % d)
+    text = "".join(parts)
+    data = text.encode()
+    chunks = []
+    i = 0
+    while i < len(data):  # 64-byte chunks cut at character boundaries (the oracle takes str)
+        j = min(len(data), i + 64)
+        while j < len(data) and (data[j] & 0xC0) == 0x80:
+            j += 1
+        chunks.append(data[i:j])
+        i = j
+    return chunks
+
+
+def bench_parse():
+    chunks = long_output()
+    text_chunks = [c.decode() for c in chunks]
+    options = json.dumps({"initial": "start"}).encode()
+    total = sum(len(c) for c in chunks)
+
+    def ours():
+        p = LIB.di_output_parser_new(options)
+        for c in chunks:
+            LIB.di_output_parser_feed(p, c, len(c))
+        out = ctypes.c_void_p()
+        LIB.di_output_parser_finish(p, ctypes.byref(out))
+        ro.LIBC.free(out)
+        LIB.di_output_parser_free(p)
+
+    def theirs():
+        body = {"model": "DeepSeek-V4.1-Flash", "messages": [{"role": "user", "content": "hi"}]}
+        request = dr.ChatCompletionRequest(body).convert(dr.ConversionOptions())
+        gen = dr.ChatCompletionRequest.chunk_generator(request, "id", "m")
+        sp = dr.StreamProcessor(gen, dr.ParsingOptions(thinking_initial_stage=dr.ThinkingInitialStage.ReasoningStart))
+        sp.push(dr.InferenceChunk.ready(prompt_usage=dr.PromptUsage(prompt_tokens=1)))
+        for c in text_chunks:
+            sp.push(dr.InferenceChunk.text(c, 1))
+        sp.push(dr.InferenceChunk.finish(dr.InferenceFinishReason.Stop))
+        sp.finish()
+
+    mine, ref = [], []
+    for _ in range(7):
+        mine.append(time_per_request(lambda _: ours(), [None]))
+        ref.append(time_per_request(lambda _: theirs(), [None]))
+    m, o = statistics.median(mine), statistics.median(ref)
+    print("output parsing, %d kB in 64-byte chunks (median of 7 interleaved rounds)" % (total // 1024))
+    print("  deepinfer %.1f MB/s  deepseek-recipe StreamProcessor %.1f MB/s  ratio %.2fx (recipe time / deepinfer time)"
+          % (total / m / 1e6, total / o / 1e6, o / m))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,35 @@ static const char *prompts[] = {
 };
 #define N_PROMPTS (sizeof prompts / sizeof prompts[0])
 
+/* The model's tokenizer as the engine's text hooks: the engine never calls the tokenizer itself
+ * (it sits below the recipe layer), the application hands it these. */
+static int hook_encode(const void *ctx, const char *text, size_t len, int32_t **ids, size_t *n) {
+    return di_tokenizer_encode((const DiTokenizer *)ctx, text, len, ids, n);
+}
+static const char *hook_token_bytes(const void *ctx, int32_t id, size_t *len) {
+    return di_tokenizer_token_bytes((const DiTokenizer *)ctx, id, len);
+}
+static int hook_is_special(const void *ctx, int32_t id) { return di_tokenizer_is_added((const DiTokenizer *)ctx, id) == 1; }
+
+static DiTokenizer *attach_tokenizer(DiEngine *engine) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", di_engine_model_dir(engine));
+    /* a file without the V4 control tokens (a V3 tokenizer.json) gets the V4.1 table on top */
+    DiTokenizer *tok = di_tokenizer_load_table(path, DI_ADDED_TABLE_FILE);
+    if (tok && di_tokenizer_special_id(tok, "</think>") < 0) {
+        di_tokenizer_free(tok);
+        tok = di_tokenizer_load_table(path, DI_ADDED_TABLE_V41);
+    }
+    if (!tok) return NULL;
+    int32_t bos = di_tokenizer_special_id(tok, "<｜begin▁of▁sentence｜>"); /* -1 when absent: no BOS */
+    DiTextHooks hooks = {hook_encode, hook_token_bytes, hook_is_special, NULL, tok, bos};
+    if (di_engine_set_text_hooks(engine, &hooks) != 0) {
+        di_tokenizer_free(tok);
+        return NULL;
+    }
+    return tok;
+}
+
 /* Streaming: print each request's new text as it arrives, tagged with its id. */
 static void on_delta(void *user, const DiStreamDelta *d) {
     (void)user;
@@ -46,6 +75,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "offline_inference: %s\n", di_last_error());
         return 1;
     }
+    DiTokenizer *tok = NULL; /* the mock has byte-level text built in */
+    if (!mock && !(tok = attach_tokenizer(engine))) {
+        fprintf(stderr, "offline_inference: tokenizer: %s\n", di_last_error());
+        di_engine_destroy(engine);
+        return 1;
+    }
     DiSamplingParams params;
     di_sampling_params_init(&params);
     params.temperature = 0.8f;
@@ -56,12 +91,14 @@ int main(int argc, char **argv) {
         if (di_engine_add_request(engine, &input, &params, on_delta, NULL, &ids[i]) != 0) {
             fprintf(stderr, "offline_inference: %s\n", di_last_error());
             di_engine_destroy(engine);
+            di_tokenizer_free(tok);
             return 1;
         }
     }
     if (di_engine_run(engine) != 0) {
         fprintf(stderr, "offline_inference: %s\n", di_last_error());
         di_engine_destroy(engine);
+        di_tokenizer_free(tok);
         return 1;
     }
     printf("\nGenerated Outputs:\n------------------------------------------------------------\n");
@@ -79,5 +116,6 @@ int main(int argc, char **argv) {
            (unsigned long long)m.steps, (unsigned long long)m.prefill_tokens, (unsigned long long)m.decode_tokens,
            m.pages_peak, m.pages_total, m.page_bytes);
     di_engine_destroy(engine);
+    di_tokenizer_free(tok); /* after the engine: its hooks use the tokenizer */
     return 0;
 }

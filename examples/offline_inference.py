@@ -5,7 +5,7 @@ examples/offline_inference/basic/basic.py).
 
 The model directory comes from DEEPINFER_HF_MODEL_DIR (unset: the built-in tiny model).
 `--mock` runs the engine over its deterministic test mock instead (not a language model: the
-text is noise), which works before the model core lands.
+text is noise), which works whatever models are available.
 """
 import os
 import sys

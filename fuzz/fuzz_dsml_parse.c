@@ -1,15 +1,32 @@
 /* fuzz_dsml_parse.c — libFuzzer target for the streaming output parser (src/recipe/parse.h): the
  * first byte picks options, the rest is model output fed in two pieces at a data-chosen split;
- * the result must equal feeding it whole (split invariance), and nothing may crash or leak. */
+ * the result must equal feeding it whole (split invariance), the streamed events must add up
+ * to the final content and reasoning, and nothing may crash or leak. */
 #include "recipe/parse.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct {
+    size_t content, reasoning;
+} Counted;
+
+static int count(void *ctx, DiParseEventKind kind, const char *text, size_t len) {
+    Counted *c = ctx;
+    (void)text;
+    if (kind == DI_PARSE_EV_CONTENT) c->content += len;
+    if (kind == DI_PARSE_EV_REASONING) c->reasoning += len;
+    return 0;
+}
+
+static Counted counted;
+
 static DiStreamParser *run(const DiParseOptions *o, const char *text, size_t len, size_t cut) {
     DiStreamParser *p = di_stream_parser_new(o);
     if (!p) return NULL;
+    memset(&counted, 0, sizeof counted);
+    di_stream_parser_set_sink(p, count, &counted);
     di_stream_parser_feed(p, text, cut);
     di_stream_parser_feed(p, text + cut, len - cut);
     di_stream_parser_finish(p);
@@ -35,6 +52,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *text = (const char *)data + 2;
     size_t len = size - 2, cut = len ? data[1] % (len + 1) : 0;
     DiStreamParser *a = run(&o, text, len, 0), *b = run(&o, text, len, cut);
+    if (b) {
+        const DiParsedMessage *mb = di_stream_parser_message(b);
+        if (counted.content != mb->content.len || counted.reasoning != mb->reasoning.len) abort();
+    }
     if (a && b) {
         const DiParsedMessage *ma = di_stream_parser_message(a), *mb = di_stream_parser_message(b);
         if (!same(&ma->content, &mb->content) || !same(&ma->reasoning, &mb->reasoning) || ma->n_calls != mb->n_calls)

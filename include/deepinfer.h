@@ -178,6 +178,12 @@ typedef struct {
     int async_scheduling;      /* -1 default (on), 0 off, 1 on */
     int batch_invariant;       /* -1 default ($DEEPINFER_BATCH_INVARIANT, else off), 0, 1 */
     uint64_t seed;             /* draws the seeds of requests that have none (0: from the clock) */
+    /* Engram compressed-token map (model-v41.md §5.2 a) for a model with Engram layers; it is
+     * derived from the tokenizer, so the layer above supplies it.  NULL: DIR/engram_token_map.json,
+     * else for the built-in tiny model the synthetic map t mod engram_compressed_vocab_size (§9.3),
+     * else an error. */
+    const int32_t *engram_token_map;
+    int64_t engram_token_map_len;
 } DiEngineOptions;
 
 /* Defaults as documented above. */
@@ -330,8 +336,8 @@ int32_t di_engine_vocab_size(const DiEngine *engine);
 
 /* Testing hook, not a model: an engine over a deterministic mock model whose logits are a hash of
  * (token history, position), with its state in the engine's pages.  Byte-level text: ids 0..255
- * are bytes, id 256 is EOS, ids above are the words " w<id>".  vocab_size >= 257.  Used by the
- * tests and the Python binding's tests until the model core lands. */
+ * are bytes, id 256 is EOS, ids above are the words " w<id>" (di_engine_set_text_hooks may replace
+ * them).  vocab_size >= 257.  For tests of the engine and its bindings, independent of a model. */
 DiEngine *di_engine_create_mock(int32_t vocab_size, uint64_t model_seed, const DiEngineOptions *opts);
 
 /* ---- serve: load balancers and EPLB (src/serve) ---------------------------------------- */

@@ -4,7 +4,8 @@
 #   build-asan/tests/test_*   the same unit tests under ASan+UBSan (when built)
 #   tests/cli/test_*.sh       end-to-end tests of the CLI (same summary line, or exit status)
 #   tests/python/test_*.py    pytest (Python binding, oracles, HTTP clients)
-# DI_TEST_ONLY=unit limits the run to the plain unit tests.
+#   build-fuzz/fuzz_*         libFuzzer targets, each for DI_FUZZ_SECONDS seconds (when set; CI sets it)
+# DI_TEST_ONLY=unit limits the run to the plain unit tests, DI_TEST_ONLY=fuzz to the fuzzers.
 set -u
 cd "$(dirname "$0")/.."
 export SHARED_DIR="${SHARED_DIR:-$(cd .. && pwd)/shared}"
@@ -32,6 +33,30 @@ tally() { # name, log file, exit status
 
 logdir=$(mktemp -d)
 trap 'rm -rf "$logdir"' EXIT
+
+run_fuzzers() {
+    local seconds=$1 f name corpus log
+    for f in build-fuzz/fuzz_*; do
+        [ -x "$f" ] || continue
+        name=$(basename "$f")
+        corpus="$logdir/corpus_$name"
+        mkdir -p "$corpus"
+        # seed inputs, when the target has some, live in tests/data/fuzz/<name>/
+        [ -d "tests/data/fuzz/$name" ] && cp -r "tests/data/fuzz/$name/." "$corpus/"
+        log="$logdir/$name.log"
+        timeout $((seconds + 120)) "$f" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 \
+            -print_final_stats=1 "$corpus" >"$log" 2>&1
+        local rc=$?
+        tally "$f (${seconds}s, $(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' || echo '?') runs)" "$log" $rc
+    done
+}
+
+if [ "${DI_TEST_ONLY:-}" = fuzz ]; then
+    run_fuzzers "${DI_FUZZ_SECONDS:-30}"
+    echo "$passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit
+fi
 
 for dir in build/tests build-asan/tests; do
     [ -d "$dir" ] || continue
@@ -64,6 +89,10 @@ if [ "${DI_TEST_ONLY:-}" != unit ]; then
         if [ "$f" -ne 0 ]; then failures+=("pytest"); tail -n 60 "$log"; fi
         printf '%-48s %s passed, %s failed\n' "tests/python (pytest)" "$p" "$f"
     fi
+fi
+
+if [ -n "${DI_FUZZ_SECONDS:-}" ] && [ "${DI_TEST_ONLY:-}" != unit ]; then
+    run_fuzzers "$DI_FUZZ_SECONDS"
 fi
 
 if [ ${#failures[@]} -gt 0 ]; then echo "failed: ${failures[*]}"; fi

@@ -3,7 +3,9 @@
     from deepinfer import LLM, SamplingParams
 
 No compilation at import: the package loads the library `make` built (DEEPINFER_LIB overrides its
-path).  deepinfer.testing.mock_llm() runs the engine over a deterministic mock model for tests.
+path).  The model's tokenizer.json is loaded from the model directory (deepinfer.text); chat
+prompts are rendered by the library's V4.1 renderer.  deepinfer.testing.mock_llm() runs the engine
+over a deterministic mock model for tests.
 """
 from ._lib import lib as _lib_handle
 from .llm import LLM, DeepInferError

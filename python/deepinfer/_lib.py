@@ -18,7 +18,8 @@ FINISH_NAMES = {FINISH_STOP: "stop", FINISH_LENGTH: "length", FINISH_ABORT: "abo
 class EngineOptions(Structure):
     _fields_ = [("max_num_seqs", c_int), ("max_batch_tokens", c_int), ("max_prefill_chunk", c_int),
                 ("state_memory_bytes", c_size_t), ("async_scheduling", c_int),
-                ("batch_invariant", c_int), ("seed", c_uint64)]
+                ("batch_invariant", c_int), ("seed", c_uint64),
+                ("engram_token_map", POINTER(c_int32)), ("engram_token_map_len", ctypes.c_int64)]
 
 
 class CSamplingParams(Structure):
@@ -67,6 +68,12 @@ class EngineMetrics(Structure):
                 ("time_schedule_s", c_double), ("time_output_s", c_double), ("time_wait_s", c_double)]
 
 
+class TextHooks(Structure):
+    """DiTextHooks: C function pointers (as addresses) and their context."""
+    _fields_ = [("encode", c_void_p), ("token_bytes", c_void_p), ("is_special", c_void_p),
+                ("render_chat", c_void_p), ("ctx", c_void_p), ("bos_id", c_int32)]
+
+
 StreamCallback = ctypes.CFUNCTYPE(None, c_void_p, POINTER(StreamDelta))
 
 
@@ -101,6 +108,18 @@ def _load():
         "di_engine_release": (c_int, [c_void_p, c_uint64]),
         "di_engine_get_metrics": (c_int, [c_void_p, POINTER(EngineMetrics)]),
         "di_engine_vocab_size": (c_int32, [c_void_p]),
+        "di_engine_model_dir": (c_char_p, [c_void_p]),
+        "di_engine_set_text_hooks": (c_int, [c_void_p, POINTER(TextHooks)]),
+        "di_tokenizer_load": (c_void_p, [c_char_p]),
+        "di_tokenizer_load_table": (c_void_p, [c_char_p, c_int]),
+        "di_tokenizer_free": (None, [c_void_p]),
+        "di_tokenizer_vocab_size": (c_size_t, [c_void_p]),
+        "di_tokenizer_encode": (c_int, [c_void_p, c_char_p, c_size_t, POINTER(POINTER(c_int32)),
+                                        POINTER(c_size_t)]),
+        "di_tokenizer_token_bytes": (c_void_p, [c_void_p, c_int32, POINTER(c_size_t)]),
+        "di_tokenizer_is_added": (c_int, [c_void_p, c_int32]),
+        "di_tokenizer_special_id": (c_int32, [c_void_p, c_char_p]),
+        "di_render_json": (c_int, [c_char_p, c_size_t, c_int, POINTER(c_void_p)]),
     }
     for name, (restype, argtypes) in sig.items():
         fn = getattr(lib, name)
@@ -110,6 +129,13 @@ def _load():
 
 
 lib = _load()
+libc = ctypes.CDLL(None)
+libc.free.argtypes = [c_void_p]
+libc.free.restype = None
+
+RENDER_WITH_SEGMENTS = 1
+ADDED_TABLE_FILE = 0
+ADDED_TABLE_V41 = 2  # DiAddedTable: the file's added tokens plus the V4.1 ones it lacks
 
 
 def last_error():

@@ -15,6 +15,7 @@ from . import _lib
 from ._lib import lib
 from .outputs import CompletionOutput, Logprob, RequestOutput
 from .sampling_params import SamplingParams
+from .text import Tokenizer
 
 PromptType = Union[str, Dict[str, Any]]
 
@@ -86,8 +87,10 @@ class LLM:
     def __init__(self, model: Optional[str] = None, *, max_num_seqs: Optional[int] = None,
                  max_batch_tokens: Optional[int] = None, max_prefill_chunk: Optional[int] = None,
                  state_memory_bytes: Optional[int] = None, async_scheduling: Optional[bool] = None,
-                 batch_invariant: Optional[bool] = None, seed: int = 0, _engine_handle=None):
+                 batch_invariant: Optional[bool] = None, seed: int = 0, tokenizer: Optional[str] = None,
+                 _engine_handle=None):
         self._engine = None
+        self.tokenizer: Optional[Tokenizer] = None
         if _engine_handle is None:
             opts = _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk,
                                    state_memory_bytes, async_scheduling, batch_invariant, seed)
@@ -97,6 +100,18 @@ class LLM:
             _engine_handle = handle
         self._engine = _engine_handle
         self._next_request = 0
+        model_dir = lib.di_engine_model_dir(self._engine)
+        try:
+            if tokenizer:
+                self.tokenizer = Tokenizer(tokenizer)
+            elif model_dir:
+                self.tokenizer = Tokenizer.from_model_dir(model_dir.decode())
+            if self.tokenizer:
+                hooks = self.tokenizer.hooks()
+                _check(lib.di_engine_set_text_hooks(self._engine, ctypes.byref(hooks)), "text hooks")
+        except Exception as e:
+            self.close()
+            raise DeepInferError(f"loading the tokenizer: {e}") from e
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -104,6 +119,9 @@ class LLM:
         if self._engine:
             lib.di_engine_destroy(self._engine)
             self._engine = None
+        if getattr(self, "tokenizer", None):
+            self.tokenizer.close()  # after the engine: its hooks point at the tokenizer
+            self.tokenizer = None
 
     def __del__(self):
         try:
@@ -158,7 +176,11 @@ class LLM:
                 request["tools"] = tools
             if reasoning_effort is not None:
                 request["reasoning_effort"] = reasoning_effort
-            inputs.append(("chat", json.dumps(request, ensure_ascii=False), None))
+            if self.tokenizer:
+                prompt, ids = self.tokenizer.render_chat(request)
+                inputs.append(("ids", ids, prompt))
+            else:  # the engine has no renderer: it says so
+                inputs.append(("chat", json.dumps(request, ensure_ascii=False), None))
         return self._run(inputs, self._params_list(sampling_params, len(inputs)))
 
     def metrics(self) -> Dict[str, float]:
@@ -182,6 +204,12 @@ class LLM:
         if len(sp) != n:
             raise ValueError(f"got {len(sp)} SamplingParams for {n} prompts")
         return sp
+
+    def _step(self) -> int:
+        """One engine step; returns the work left (requests not finished, plus in-flight work)."""
+        active = ctypes.c_int(0)
+        _check(lib.di_engine_step(self._handle(), ctypes.byref(active)), "engine step")
+        return active.value
 
     def _add(self, kind, value, params: _CParams) -> int:
         inp = _lib.RequestInput()
@@ -210,18 +238,23 @@ class LLM:
                 groups.append(ids)
                 for i in range(sp.n):
                     ids.append(self._add(kind, value, _CParams(sp, i)))
-            active = ctypes.c_int(1)
-            while active.value > 0:
-                _check(lib.di_engine_step(engine, ctypes.byref(active)), "engine step")
+            active = 1
+            while active > 0:
+                active = self._step()
             results = []
             for (kind, value, prompt_text), sp, ids in zip(inputs, params_list, groups):
                 results.append(self._collect(prompt_text, sp, ids))
             return results
         finally:
-            # aborts whatever is unfinished (Ctrl-C, errors) and frees every request of this call
+            # aborts whatever is unfinished (Ctrl-C, errors) and frees every request of this call;
+            # then drains a step still in flight (async) so its state pages come back too
             for ids in groups:
                 for rid in ids:
                     lib.di_engine_release(engine, rid)
+            left = ctypes.c_int(1)
+            for _ in range(4):
+                if lib.di_engine_step(engine, ctypes.byref(left)) != 0 or left.value == 0:
+                    break
 
     def _collect(self, prompt_text, sp: SamplingParams, ids) -> RequestOutput:
         outs = []

@@ -1,17 +1,27 @@
 /* engine_model.c — di_engine_create: an engine on a model directory (the V4.1 model of src/model
  * behind runner_v41), with the directory resolved as architecture.md says: the argument, else
- * $DEEPINFER_HF_MODEL_DIR, else the built-in tiny model (generated on first use). */
+ * $DEEPINFER_HF_MODEL_DIR, else the built-in tiny model (generated on first use).
+ *
+ * A model with Engram layers also needs its compressed-token map (model-v41.md §5.2 a), which is
+ * derived from the tokenizer and so cannot be built here (the tokenizer is in the layer above):
+ * it comes from the options, else DIR/engram_token_map.json, else — for the built-in synthetic
+ * tiny model only — the synthetic map cid[t] = t mod engram_compressed_vocab_size of §9.3. */
 #include "deepinfer.h"
 
 #include "base/error.h"
+#include "base/file.h"
+#include "base/json.h"
+#include "base/mem.h"
 #include "engine/engine.h"
 #include "engine/runner_v41.h"
 #include "model/model.h"
 #include "model/tiny.h"
 
 #include <stdlib.h>
+#include <string.h>
 
-static const char *resolve_model_dir(const char *model_dir, char *buf, size_t n) {
+static const char *resolve_model_dir(const char *model_dir, char *buf, size_t n, int *builtin) {
+    *builtin = 0;
     if (model_dir && *model_dir) return model_dir;
     const char *env = getenv("DEEPINFER_HF_MODEL_DIR");
     if (env && *env) return env;
@@ -19,26 +29,61 @@ static const char *resolve_model_dir(const char *model_dir, char *buf, size_t n)
         di_error_wrap("preparing the built-in tiny model");
         return NULL;
     }
+    *builtin = 1;
     return buf;
 }
 
+/* DIR/engram_token_map.json: a JSON array with one compressed id per token. */
+static int load_map_file(Model *m, const char *path) {
+    json_t *root = di_json_load_file(path);
+    if (!root) return -1;
+    size_t n = json_is_array(root) ? json_array_size(root) : 0;
+    int32_t *map = n ? di_malloc(n * sizeof *map, "engram token map") : NULL;
+    int rc = n ? 0 : di_errorf("%s: expected a non-empty JSON array of integers", path);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        json_t *v = json_array_get(root, i);
+        if (!json_is_integer(v) || json_integer_value(v) < INT32_MIN || json_integer_value(v) > INT32_MAX)
+            rc = di_errorf("%s: entry %zu is not a 32-bit integer", path, i);
+        else map[i] = (int32_t)json_integer_value(v);
+    }
+    if (rc == 0 && !map) rc = -1;
+    if (rc == 0) rc = model_set_engram_token_map(m, map, (int64_t)n);
+    free(map);
+    json_decref(root);
+    return rc;
+}
+
+static int setup_engram_map(Model *m, const char *dir, int builtin, const DiEngineOptions *opts) {
+    if (m->d.n_engram == 0) return 0;
+    if (opts && opts->engram_token_map)
+        return model_set_engram_token_map(m, opts->engram_token_map, opts->engram_token_map_len);
+    char *file = di_path_join(dir, "engram_token_map.json");
+    if (!file) return -1;
+    int exists = di_file_exists(file);
+    int rc = exists ? load_map_file(m, file) : 0;
+    free(file);
+    if (exists) return rc;
+    if (!builtin)
+        return di_errorf("%s: the model has %d Engram layer(s) but no compressed-token map (engram_token_map.json in "
+                         "the directory, or DiEngineOptions.engram_token_map built from its tokenizer)",
+                         dir, m->d.n_engram);
+    int32_t *map = di_malloc((size_t)m->d.vocab * sizeof *map, "engram token map");
+    if (!map) return -1;
+    for (int t = 0; t < m->d.vocab; t++) map[t] = t % m->d.engram_compressed_vocab; /* §9.3 */
+    rc = model_set_engram_token_map(m, map, m->d.vocab);
+    free(map);
+    return rc;
+}
+
 DiEngine *di_engine_create(const char *model_dir, const DiEngineOptions *opts) {
-    char builtin[4096];
-    const char *dir = resolve_model_dir(model_dir, builtin, sizeof builtin);
+    char builtin_dir[4096];
+    int builtin;
+    const char *dir = resolve_model_dir(model_dir, builtin_dir, sizeof builtin_dir, &builtin);
     if (!dir) return NULL;
     Model *model = model_load(dir, MODE_REF);
-    if (!model) {
-        di_error_wrap("creating the engine");
-        return NULL;
-    }
-    /* Engram layers hash token ids through a tokenizer-derived compressed vocabulary and fixed
-     * multipliers (model-v41.md §5.2); without them every forward fails, so fail here, once. */
-    if (model->d.n_engram > 0 && (!model->token_map || !model->engram_mult_set)) {
-        di_errorf("creating the engine on %s: the model has %d Engram layer(s) but no compressed-token map and hash "
-                  "multipliers (model_set_engram_token_map / model_set_engram_multipliers); the model core does not "
-                  "derive them from a checkpoint directory yet",
-                  dir, model->d.n_engram);
+    if (!model || setup_engram_map(model, dir, builtin, opts) != 0) {
         model_free(model);
+        di_error_wrap("creating the engine");
         return NULL;
     }
     DiRunner *runner = di_v41_runner_create(model, 1, 0);

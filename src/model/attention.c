@@ -35,8 +35,8 @@ void attn_shared_free(AttnShared *sh) {
 
 /* ---------------------------------------------------------------- query, window KV (§5.6.1-2) */
 
-int attn_query(const Model *m, const LayerWeights *lw, const RopeTable *rope, const float *a, int64_t n, int64_t s, float *q,
-               float *qr) {
+int attn_query(const Model *m, const LayerWeights *lw, const RopeTable *rope, const float *a, int64_t n, const int64_t *pos,
+               float *q, float *qr) {
     const ModelDims *d = &m->d;
     int64_t Rq = d->q_rank, H = d->n_heads, Dh = d->head_dim;
     bool aq = model_act_quant(m);
@@ -44,11 +44,11 @@ int attn_query(const Model *m, const LayerWeights *lw, const RopeTable *rope, co
     for (int64_t i = 0; i < n; i++) op_rmsnorm(qr + i * Rq, qr + i * Rq, lw->q_norm, Rq, d->eps);
     if (model_linear(m, &lw->wq_b, qr, n, q, aq) != 0) return di_error_wrap("wq_b");
     for (int64_t i = 0; i < n; i++)
-        for (int64_t h = 0; h < H; h++) rope_apply(rope, q + (i * H + h) * Dh, Dh, s + i, false);
+        for (int64_t h = 0; h < H; h++) rope_apply(rope, q + (i * H + h) * Dh, Dh, pos[i], false);
     return 0;
 }
 
-int attn_window_kv(const Model *m, const LayerWeights *lw, const RopeTable *rope, const float *a, int64_t n, int64_t s,
+int attn_window_kv(const Model *m, const LayerWeights *lw, const RopeTable *rope, const float *a, int64_t n, const int64_t *pos,
                    float *kv) {
     const ModelDims *d = &m->d;
     int64_t Dh = d->head_dim;
@@ -56,7 +56,7 @@ int attn_window_kv(const Model *m, const LayerWeights *lw, const RopeTable *rope
     for (int64_t i = 0; i < n; i++) {
         float *row = kv + i * Dh;
         op_rmsnorm(row, row, lw->kv_norm, Dh, d->eps);
-        rope_apply(rope, row, Dh, s + i, false);
+        rope_apply(rope, row, Dh, pos[i], false);
         /* §4.4: FP8 round trip over the whole row after RoPE, rotary dims included */
         if (model_kv_quant(m) && di_roundtrip_fp8_block32(row, (size_t)Dh) != 0) return -1;
     }
@@ -185,8 +185,10 @@ static int top_k_entries(const float *score, int64_t count, int k, Scored *tmp, 
     return take;
 }
 
+/* Rows r0 .. r0+n-1 of the batch belong to one request (positions s .. s+n-1); their
+ * selections and pools go to those rows of sh. */
 static int run_indexer(const Model *m, RunState *st, int L, const LayerWeights *lw, const float *a, const float *qr, int64_t n,
-                       int64_t s, AttnShared *sh) {
+                       int64_t s, AttnShared *sh, int64_t r0) {
     const ModelDims *d = &m->d;
     int ratio = d->ratio[L], slot = d->kv_slot[d->kv_src_of[L]];
     int64_t HI = d->idx_heads, DI = d->idx_head_dim, N = st->kv[slot].n_rows;
@@ -241,24 +243,22 @@ static int run_indexer(const Model *m, RunState *st, int L, const LayerWeights *
             }
             qsort(tmp, (size_t)nblocks, sizeof *tmp, by_score_desc);
             int keep = (int)(nblocks < CB ? nblocks : CB);
-            for (int j = 0; j < keep; j++) sh->pool[i * CB + j] = tmp[j].id;
-            sh->pool_count[i] = keep;
+            for (int j = 0; j < keep; j++) sh->pool[(r0 + i) * CB + j] = tmp[j].id;
+            sh->pool_count[r0 + i] = keep;
         } else if (is_cand) {
-            sh->pool_count[i] = 0;
+            sh->pool_count[r0 + i] = 0;
         }
         if (masked) {
             memset(inpool, 0, (size_t)nblocks + 1);
-            for (int j = 0; j < sh->pool_count[i]; j++) {
-                int32_t b = sh->pool[i * CB + j];
+            for (int j = 0; j < sh->pool_count[r0 + i]; j++) {
+                int32_t b = sh->pool[(r0 + i) * CB + j];
                 if (b >= 0 && b < nblocks) inpool[b] = 1;
             }
             for (int64_t t = 0; t < nvis; t++)
                 if (!inpool[t / CS]) score[t] = -INFINITY;
         }
-        sh->sel_count[i] = top_k_entries(score, nvis, K, tmp, sh->sel + i * K);
+        sh->sel_count[r0 + i] = top_k_entries(score, nvis, K, tmp, sh->sel + (r0 + i) * K);
     }
-    if (is_cand) sh->pool_layer = L;
-    sh->sel_layer = L;
     rc = 0;
 done:
     if (rc != 0) di_error_wrap("indexer of layer %d", L);
@@ -298,7 +298,7 @@ void attn_heads(const Model *m, const LayerWeights *lw, const float *q, const fl
     }
 }
 
-int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, float *o, int64_t n, int64_t s, float *out) {
+int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, float *o, int64_t n, const int64_t *pos, float *out) {
     const ModelDims *d = &m->d;
     int64_t H = d->n_heads, Dh = d->head_dim, G = d->o_groups, Ro = d->o_rank;
     int64_t gw = (H / G) * Dh; /* input width of one group */
@@ -309,7 +309,7 @@ int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, f
     ALLOC(yc, n * G * Ro, "output groups");
     if (!xg || !yg || !yc) goto done;
     for (int64_t i = 0; i < n; i++)
-        for (int64_t h = 0; h < H; h++) rope_apply(rope, o + (i * H + h) * Dh, Dh, s + i, true);
+        for (int64_t h = 0; h < H; h++) rope_apply(rope, o + (i * H + h) * Dh, Dh, pos[i], true);
     for (int64_t g = 0; g < G; g++) {
         for (int64_t i = 0; i < n; i++) memcpy(xg + i * gw, o + i * H * Dh + g * gw, (size_t)gw * sizeof *xg);
         /* rows g·Ro .. g·Ro+Ro-1 of the BF16 wo_a; plain GEMM, no activation quantisation */
@@ -330,12 +330,12 @@ done:
 
 /* ---------------------------------------------------------------- the sub-layer */
 
-int attention_forward(const Model *m, RunState *st, int L, const float *a, int64_t n, int64_t s, AttnShared *sh, float *out) {
+int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a, AttnShared *sh, float *out) {
     const ModelDims *d = &m->d;
     const LayerWeights *lw = &m->w.layers[L];
     int ratio = d->ratio[L];
     const RopeTable *rope = model_rope(m, ratio);
-    int64_t H = d->n_heads, Dh = d->head_dim, W = d->window, K = d->idx_topk;
+    int64_t H = d->n_heads, Dh = d->head_dim, W = d->window, K = d->idx_topk, D = d->dim, n = rb->row0[rb->n_seqs];
     float *q, *qr, *kv, *o, *z;
     const float **keys;
     int rc = -1;
@@ -346,34 +346,53 @@ int attention_forward(const Model *m, RunState *st, int L, const float *a, int64
     ALLOC(z, W + K + 1, "attention scores");
     ALLOC(keys, W + K + 1, "attention keys");
     if (!q || !qr || !kv || !o || !z || !keys) goto done;
-    if (attn_query(m, lw, rope, a, n, s, q, qr) != 0 || attn_window_kv(m, lw, rope, a, n, s, kv) != 0) goto done;
-    if (d->role[L] == ROLE_FULL && run_compressor(m, st, L, lw, a, n, s) != 0) goto done;
-    if ((d->role[L] == ROLE_FULL || d->role[L] == ROLE_REINDEX) && run_indexer(m, st, L, lw, a, qr, n, s, sh) != 0) goto done;
+    /* projections of every row of every request at once */
+    if (attn_query(m, lw, rope, a, n, rb->pos, q, qr) != 0 || attn_window_kv(m, lw, rope, a, n, rb->pos, kv) != 0) goto done;
+    /* compressor and indexer run per request: they read and extend that request's caches */
+    for (int b = 0; b < rb->n_seqs; b++) {
+        int64_t r0 = rb->row0[b], nb = rb->row0[b + 1] - r0;
+        if (d->role[L] == ROLE_FULL && run_compressor(m, rb->st[b], L, lw, a + r0 * D, nb, rb->start[b]) != 0) goto done;
+        if ((d->role[L] == ROLE_FULL || d->role[L] == ROLE_REINDEX) &&
+            run_indexer(m, rb->st[b], L, lw, a + r0 * D, qr + r0 * d->q_rank, nb, rb->start[b], sh, r0) != 0)
+            goto done;
+    }
+    if (d->role[L] == ROLE_FULL || d->role[L] == ROLE_REINDEX) {
+        sh->sel_layer = L;
+        if (L == d->cand_src) sh->pool_layer = L;
+    }
     if (ratio > 0 && sh->sel_layer != d->idx_src_of[L]) {
         di_errorf("layer %d: no selection published by its index source %d", L, d->idx_src_of[L]);
         goto done;
     }
     int slot = ratio > 0 ? d->kv_slot[d->kv_src_of[L]] : -1;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t p = s + i, nk = 0;
-        /* window rows of this layer, ascending positions max(0, p-W+1) .. p (§5.6.7) */
-        for (int64_t pos = p - W + 1 < 0 ? 0 : p - W + 1; pos <= p; pos++)
-            keys[nk++] = pos >= s ? kv + (pos - s) * Dh : state_window_row(st, L, pos);
-        /* then the selected compressed rows of the KV source, ascending entry index */
-        if (ratio > 0)
-            for (int j = 0; j < sh->sel_count[i]; j++) {
-                int32_t t = sh->sel[i * K + j];
-                if (t < 0 || t >= st->kv[slot].n_rows) {
-                    di_errorf("layer %d: selected entry %d outside the cache", L, t);
-                    goto done;
+    for (int b = 0; b < rb->n_seqs; b++) {
+        RunState *st = rb->st[b];
+        int64_t r0 = rb->row0[b], s = rb->start[b];
+        for (int64_t i = r0; i < rb->row0[b + 1]; i++) {
+            int64_t p = rb->pos[i], nk = 0;
+            /* window rows of this layer, ascending positions max(0, p-W+1) .. p (§5.6.7) */
+            for (int64_t pos = p - W + 1 < 0 ? 0 : p - W + 1; pos <= p; pos++)
+                keys[nk++] = pos >= s ? kv + (r0 + pos - s) * Dh : state_window_row(st, L, pos);
+            /* then the selected compressed rows of the KV source, ascending entry index */
+            if (ratio > 0)
+                for (int j = 0; j < sh->sel_count[i]; j++) {
+                    int32_t t = sh->sel[i * K + j];
+                    if (t < 0 || t >= st->kv[slot].n_rows) {
+                        di_errorf("layer %d: selected entry %d outside the cache", L, t);
+                        goto done;
+                    }
+                    keys[nk++] = state_comp_row(st, slot, t);
                 }
-                keys[nk++] = state_comp_row(st, slot, t);
-            }
-        attn_heads(m, lw, q + i * H * Dh, keys, nk, o + i * H * Dh, z);
+            attn_heads(m, lw, q + i * H * Dh, keys, nk, o + i * H * Dh, z);
+        }
     }
-    if (attn_output(m, lw, rope, o, n, s, out) != 0) goto done;
-    /* the ring keeps the last W rows; earlier chunk rows were only needed inside this chunk */
-    for (int64_t i = n > W ? n - W : 0; i < n; i++) memcpy(state_window_row(st, L, s + i), kv + i * Dh, (size_t)Dh * sizeof *kv);
+    if (attn_output(m, lw, rope, o, n, rb->pos, out) != 0) goto done;
+    /* each ring keeps its request's last W rows; earlier chunk rows were only needed inside the chunk */
+    for (int b = 0; b < rb->n_seqs; b++) {
+        int64_t r0 = rb->row0[b], nb = rb->row0[b + 1] - r0;
+        for (int64_t i = nb > W ? nb - W : 0; i < nb; i++)
+            memcpy(state_window_row(rb->st[b], L, rb->start[b] + i), kv + (r0 + i) * Dh, (size_t)Dh * sizeof *kv);
+    }
     rc = 0;
 done:
     if (rc != 0) di_error_wrap("attention of layer %d", L);

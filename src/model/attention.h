@@ -24,25 +24,36 @@ typedef struct {
     int pool_layer;       /* -1 none */
 } AttnShared;
 
+/* The rows of one forward: n_seqs requests, each a chunk of consecutive positions, their rows
+ * concatenated in request order.  Projections run on all rows at once (weights are read once
+ * per batch); everything that touches a request's caches runs per request. */
+typedef struct {
+    int n_seqs;
+    RunState *const *st;  /* [n_seqs] */
+    const int64_t *row0;  /* [n_seqs + 1]: first row of each request; row0[n_seqs] = rows */
+    const int64_t *start; /* [n_seqs]: position of each request's first row */
+    const int64_t *pos;   /* [rows]: absolute position of every row */
+} RowBatch;
+
 int attn_shared_init(AttnShared *sh, const ModelDims *d, int64_t n);
 void attn_shared_free(AttnShared *sh);
 
-/* Full attention sub-layer of backbone layer L for rows at positions s..s+n-1: a[n][D] -> out[n][D].
- * Updates st (window ring of L, compressed rows / index keys / pending rows when L is a KV source). */
-int attention_forward(const Model *m, RunState *st, int layer, const float *a, int64_t n, int64_t s, AttnShared *sh,
-                      float *out);
+/* Full attention sub-layer of backbone layer L for every row of the batch: a[rows][D] ->
+ * out[rows][D].  Updates each request's state (window ring of L; compressed rows, index keys and
+ * pending rows when L is a KV source). */
+int attention_forward(const Model *m, const RowBatch *rb, int layer, const float *a, AttnShared *sh, float *out);
 
 /* ---- pieces shared with the DSpark drafter ---- */
-/* q[n][H·Dh] with RoPE at s+i; qr[n][Rq] (the normalised low-rank query, kept for the indexer). */
-int attn_query(const Model *m, const LayerWeights *lw, const RopeTable *rope, const float *a, int64_t n, int64_t s, float *q,
-               float *qr);
-/* kv[n][Dh] = RMSNorm(wkv·a), RoPE at s+i, FP8 round trip in kvq/ref modes (§5.6.2). */
-int attn_window_kv(const Model *m, const LayerWeights *lw, const RopeTable *rope, const float *a, int64_t n, int64_t s,
+/* q[n][H·Dh] with RoPE at pos[i]; qr[n][Rq] (the normalised low-rank query, kept for the indexer). */
+int attn_query(const Model *m, const LayerWeights *lw, const RopeTable *rope, const float *a, int64_t n, const int64_t *pos,
+               float *q, float *qr);
+/* kv[n][Dh] = RMSNorm(wkv·a), RoPE at pos[i], FP8 round trip in kvq/ref modes (§5.6.2). */
+int attn_window_kv(const Model *m, const LayerWeights *lw, const RopeTable *rope, const float *a, int64_t n, const int64_t *pos,
                    float *kv);
 /* One query row over nk key rows (key = value), every head, with the sink (§4.8): o[H·Dh]. */
 void attn_heads(const Model *m, const LayerWeights *lw, const float *q, const float *const *keys, int64_t nk, float *o,
                 float *zbuf);
-/* Inverse RoPE of o[n][H·Dh] at s+i, grouped wo_a, wo_b: out[n][D] (§5.6.8). */
-int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, float *o, int64_t n, int64_t s, float *out);
+/* Inverse RoPE of o[n][H·Dh] at pos[i], grouped wo_a, wo_b: out[n][D] (§5.6.8). */
+int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, float *o, int64_t n, const int64_t *pos, float *out);
 
 #endif

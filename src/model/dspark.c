@@ -30,7 +30,10 @@ static int draft_attn(void *ctx, const float *a, int64_t n, float *out) {
     int64_t H = d->n_heads, Dh = d->head_dim, W = d->window;
     float *q, *qr, *kv, *o, *z;
     const float **keys;
+    int64_t pos[DSPARK_MAX_BLOCK];
     int rc = -1;
+    if (n > DSPARK_MAX_BLOCK) return di_errorf("dspark: block of %lld rows exceeds %d", (long long)n, DSPARK_MAX_BLOCK);
+    for (int64_t r = 0; r < n; r++) pos[r] = da->p0 + r;
     ALLOC(q, n * H * Dh, "draft queries");
     ALLOC(qr, n * d->q_rank, "draft low-rank queries");
     ALLOC(kv, n * Dh, "draft block KV");
@@ -38,13 +41,13 @@ static int draft_attn(void *ctx, const float *a, int64_t n, float *out) {
     ALLOC(z, W + n + 1, "draft scores");
     ALLOC(keys, W + n + 1, "draft keys");
     if (!q || !qr || !kv || !o || !z || !keys) goto done;
-    if (attn_query(m, lw, &m->rope_main, a, n, da->p0, q, qr) != 0 || attn_window_kv(m, lw, &m->rope_main, a, n, da->p0, kv) != 0)
+    if (attn_query(m, lw, &m->rope_main, a, n, pos, q, qr) != 0 || attn_window_kv(m, lw, &m->rope_main, a, n, pos, kv) != 0)
         goto done;
     int64_t nk = 0;
     for (int64_t pos = da->p0 - W < 0 ? 0 : da->p0 - W; pos < da->p0; pos++) keys[nk++] = state_dspark_row(da->st, da->stage, pos);
     for (int64_t r = 0; r < n; r++) keys[nk++] = kv + r * Dh;
     for (int64_t r = 0; r < n; r++) attn_heads(m, lw, q + r * H * Dh, keys, nk, o + r * H * Dh, z);
-    if (attn_output(m, lw, &m->rope_main, o, n, da->p0, out) != 0) goto done;
+    if (attn_output(m, lw, &m->rope_main, o, n, pos, out) != 0) goto done;
     rc = 0;
 done:
     free(q);
@@ -56,13 +59,15 @@ done:
     return rc;
 }
 
-int dspark_draft(const Model *m, RunState *st, int32_t anchor, const int32_t *given, DraftOutput *out) {
+/* given: imposed drafts; else sampler; else greedy */
+static int draft(const Model *m, RunState *st, int32_t anchor, const int32_t *given, const DraftSampler *sampler, DraftOutput *out) {
     if (!m || !st || !out || !out->base_logits || !out->logits || !out->confidence || !out->tokens)
         return di_errorf("dspark: invalid arguments");
     const ModelDims *d = &m->d;
     if (!m->w.has_dspark || d->n_mtp <= 0) return di_errorf("dspark: the model has no DSpark stages");
     if (anchor < 0 || anchor >= d->vocab) return di_errorf("dspark: anchor token %d outside the vocabulary", anchor);
     int B = d->dspark_block, hc = d->hc_mult;
+    if (B <= 0 || B > DSPARK_MAX_BLOCK) return di_errorf("dspark: block size %d outside [1, %d]", B, DSPARK_MAX_BLOCK);
     int64_t D = d->dim, V = d->vocab, R = d->markov_rank, p0 = st->n_pos;
     float *X, *pi, *x, *zn, *e, *bias, *cin;
     int rc = -1;
@@ -108,7 +113,11 @@ int dspark_draft(const Model *m, RunState *st, int32_t anchor, const int32_t *gi
         memcpy(cin, x + r * D, (size_t)D * sizeof *cin);
         memcpy(cin + D, e, (size_t)R * sizeof *cin);
         if (model_matmul(m, &m->w.conf_proj, cin, 1, &out->confidence[r]) != 0) goto done;
-        int32_t next = given ? given[r] : best;
+        int32_t next = given ? given[r] : sampler ? sampler->pick(sampler->ctx, lg, V, r) : best;
+        if (next < 0 && sampler && !given) {
+            di_error_wrap("dspark sampler, row %d", r);
+            goto done;
+        }
         if (next < 0 || next >= d->vocab) {
             di_errorf("dspark: draft token %d outside the vocabulary", next);
             goto done;
@@ -126,4 +135,13 @@ done:
     free(bias);
     free(cin);
     return rc;
+}
+
+int dspark_draft(const Model *m, RunState *st, int32_t anchor, const int32_t *given, DraftOutput *out) {
+    return draft(m, st, anchor, given, NULL, out);
+}
+
+int dspark_draft_sampled(const Model *m, RunState *st, int32_t anchor, const DraftSampler *sampler, DraftOutput *out) {
+    if (!sampler || !sampler->pick) return di_errorf("dspark: no sampler");
+    return draft(m, st, anchor, NULL, sampler, out);
 }

@@ -12,6 +12,8 @@
 #include "model/model.h"
 #include "model/state.h"
 
+#define DSPARK_MAX_BLOCK 64
+
 typedef struct {
     float *base_logits; /* [B][V]: head · RMSNorm(x_r) */
     float *logits;      /* [B][V]: base + markov_head · markov_embed[d_{r-1}] */
@@ -24,5 +26,14 @@ typedef struct {
  * (teacher-forced chain) and echoed in tokens.  Every output array must be allocated by the
  * caller (B = dspark_block_size, V = vocab). */
 int dspark_draft(const Model *m, RunState *st, int32_t anchor, const int32_t *given, DraftOutput *out);
+
+/* The Markov chain with the caller's sampler (§5.11 step 6, d_{r+1} = sample(z_r, T)): pick
+ * returns the draft of row r from that row's logits (the engine's temperature / top-k / top-p
+ * sampler, so verification uses the same distribution); -1 aborts the draft with its error. */
+typedef struct {
+    int32_t (*pick)(void *ctx, const float *logits, int64_t vocab, int row);
+    void *ctx;
+} DraftSampler;
+int dspark_draft_sampled(const Model *m, RunState *st, int32_t anchor, const DraftSampler *sampler, DraftOutput *out);
 
 #endif

@@ -71,22 +71,22 @@ done:
 
 typedef struct {
     const Model *m;
-    RunState *st;
+    const RowBatch *rb;
     int layer;
-    int64_t s;
     AttnShared *sh;
 } TrunkAttn;
 
 static int trunk_attn(void *ctx, const float *a, int64_t n, float *out) {
     TrunkAttn *t = ctx;
-    return attention_forward(t->m, t->st, t->layer, a, n, t->s, t->sh, out);
+    (void)n;
+    return attention_forward(t->m, t->rb, t->layer, a, t->sh, out);
 }
 
 /* DSpark context: main_x = RMSNorm(main_proj · taps) per row, then every stage's ring row
  * RMSNorm(wkv_s · main_x), RoPE (main table) at the row's position, FP8 round trip (§5.11 step 1-2). */
-static int update_dspark_rings(const Model *m, RunState *st, const float *taps, int64_t n, int64_t s) {
+static int update_dspark_rings(const Model *m, const RowBatch *rb, const float *taps) {
     const ModelDims *d = &m->d;
-    int64_t D = d->dim, Dh = d->head_dim, W = d->window;
+    int64_t D = d->dim, Dh = d->head_dim, W = d->window, n = rb->row0[rb->n_seqs];
     float *mx, *kv;
     int rc = -1;
     ALLOC(mx, n * D, "DSpark context");
@@ -96,9 +96,12 @@ static int update_dspark_rings(const Model *m, RunState *st, const float *taps, 
     for (int64_t i = 0; i < n; i++) op_rmsnorm(mx + i * D, mx + i * D, m->w.main_norm, D, d->eps);
     for (int st_i = 0; st_i < d->n_mtp; st_i++) {
         const LayerWeights *lw = &m->w.layers[d->n_layers + st_i];
-        if (attn_window_kv(m, lw, &m->rope_main, mx, n, s, kv) != 0) goto done;
-        for (int64_t i = n > W ? n - W : 0; i < n; i++)
-            memcpy(state_dspark_row(st, st_i, s + i), kv + i * Dh, (size_t)Dh * sizeof *kv);
+        if (attn_window_kv(m, lw, &m->rope_main, mx, n, rb->pos, kv) != 0) goto done;
+        for (int b = 0; b < rb->n_seqs; b++) {
+            int64_t r0 = rb->row0[b], nb = rb->row0[b + 1] - r0;
+            for (int64_t i = nb > W ? nb - W : 0; i < nb; i++)
+                memcpy(state_dspark_row(rb->st[b], st_i, rb->start[b] + i), kv + (r0 + i) * Dh, (size_t)Dh * sizeof *kv);
+        }
     }
     rc = 0;
 done:
@@ -108,27 +111,69 @@ done:
     return rc;
 }
 
-int model_forward(const Model *m, RunState *st, const int32_t *tokens, int64_t n, int64_t s, float *logits, bool all_rows,
-                  ForwardTrace *trace) {
-    if (!m || !st || !tokens || n <= 0) return di_errorf("forward: invalid arguments (n = %lld)", (long long)n);
-    if (s != st->n_pos) return di_errorf("forward: chunk starts at %lld but the request state holds %lld positions", (long long)s, (long long)st->n_pos);
+/* Every argument error is found before any state changes. */
+static int check_seq(const Model *m, const ForwardSeq *q, int b) {
     const ModelDims *d = &m->d;
-    for (int64_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= d->vocab) return di_errorf("forward: token %d at position %lld outside the vocabulary [0, %d)", tokens[i], (long long)(s + i), d->vocab);
+    if (!q->st || !q->tokens || q->n <= 0) return di_errorf("forward: request %d: invalid arguments (n = %lld)", b, (long long)q->n);
+    /* bounds that keep every per-chunk buffer size far from overflow, and the context limit */
+    if (q->n > FORWARD_MAX_CHUNK) return di_errorf("forward: chunk of %lld tokens exceeds the limit of %d", (long long)q->n, FORWARD_MAX_CHUNK);
+    if (q->start_pos != q->st->n_pos)
+        return di_errorf("forward: chunk starts at %lld but the request state holds %lld positions", (long long)q->start_pos,
+                         (long long)q->st->n_pos);
+    if (m->cfg.max_position_embeddings > 0 && q->start_pos + q->n > m->cfg.max_position_embeddings)
+        return di_errorf("forward: positions up to %lld exceed max_position_embeddings %lld", (long long)(q->start_pos + q->n),
+                         (long long)m->cfg.max_position_embeddings);
+    for (int64_t i = 0; i < q->n; i++)
+        if (q->tokens[i] < 0 || q->tokens[i] >= d->vocab)
+            return di_errorf("forward: token %d at position %lld outside the vocabulary [0, %d)", q->tokens[i], (long long)(q->start_pos + i),
+                             d->vocab);
+    return 0;
+}
+
+int model_forward_batch(const Model *m, const ForwardSeq *seqs, int n_seqs, ForwardTrace *trace) {
+    if (!m || !seqs || n_seqs <= 0) return di_errorf("forward: no requests");
+    if (trace && n_seqs != 1) return di_errorf("forward: a trace needs a single request");
+    const ModelDims *d = &m->d;
+    int64_t total = 0;
+    for (int b = 0; b < n_seqs; b++) {
+        if (check_seq(m, &seqs[b], b) != 0) return -1;
+        for (int c = 0; c < b; c++)
+            if (seqs[c].st == seqs[b].st) return di_errorf("forward: requests %d and %d share one state", c, b);
+        total += seqs[b].n;
+        if (total > FORWARD_MAX_CHUNK) return di_errorf("forward: batch of more than %d rows", FORWARD_MAX_CHUNK);
+    }
     int hc = d->hc_mult, cols = d->n_engram ? (d->engram_max_ngram - 1) * d->engram_heads : 0;
-    int64_t D = d->dim, V = d->vocab;
-    float *X, *pi, *row, *taps = NULL;
-    int64_t *eids = NULL;
+    int64_t D = d->dim, V = d->vocab, n = total;
+    float *X = NULL, *pi = NULL, *row = NULL, *taps = NULL;
+    int64_t *eids = NULL, *row0 = NULL, *start = NULL, *pos = NULL;
+    RunState **sts = NULL;
+    int32_t *tokens = NULL;
     AttnShared sh;
     int rc = -1;
     if (attn_shared_init(&sh, d, n) != 0) return -1;
     ALLOC(X, n * hc * D, "residual streams");
     ALLOC(pi, n * hc, "pre-mix");
     ALLOC(row, D, "row");
+    ALLOC(row0, n_seqs + 1, "batch rows");
+    ALLOC(start, n_seqs, "batch rows");
+    ALLOC(sts, n_seqs, "batch states");
+    ALLOC(pos, n, "positions");
+    ALLOC(tokens, n, "tokens");
     if (d->n_engram) ALLOC(eids, n * d->n_engram * cols, "engram ids");
     bool drafter = m->w.has_dspark && d->n_taps > 0;
     if (drafter) ALLOC(taps, n * d->n_taps * D, "DSpark taps");
-    if (!X || !pi || !row || (d->n_engram && !eids) || (drafter && !taps)) goto done;
+    if (!X || !pi || !row || !row0 || !start || !sts || !pos || !tokens || (d->n_engram && !eids) || (drafter && !taps)) goto done;
+    row0[0] = 0;
+    for (int b = 0; b < n_seqs; b++) {
+        row0[b + 1] = row0[b] + seqs[b].n;
+        start[b] = seqs[b].start_pos;
+        sts[b] = seqs[b].st;
+        for (int64_t i = 0; i < seqs[b].n; i++) {
+            pos[row0[b] + i] = seqs[b].start_pos + i;
+            tokens[row0[b] + i] = seqs[b].tokens[i];
+        }
+    }
+    RowBatch rb = {n_seqs, sts, row0, start, pos};
     /* §5.1 embedding copied to every stream; carried pre-mix (1, 0, ..., 0) */
     for (int64_t i = 0; i < n; i++) {
         if (di_matrix_row(&m->w.embed, tokens[i], row) != 0) goto done;
@@ -137,8 +182,9 @@ int model_forward(const Model *m, RunState *st, const int32_t *tokens, int64_t n
             pi[i * hc + k] = k == 0 ? 1.0f : 0.0f;
         }
     }
-    /* §5.2 Engram row ids, once per forward */
-    if (d->n_engram && engram_hash(m, st, tokens, n, s, eids) != 0) goto done;
+    /* §5.2 Engram row ids, once per forward, from each request's own history */
+    for (int b = 0; b < n_seqs && d->n_engram; b++)
+        if (engram_hash(m, sts[b], seqs[b].tokens, seqs[b].n, start[b], eids + row0[b] * d->n_engram * cols) != 0) goto done;
     if (trace && trace->engram_ids && eids) memcpy(trace->engram_ids, eids, (size_t)(n * d->n_engram * cols) * sizeof *eids);
     for (int L = 0; L < d->n_layers; L++) {
         const LayerWeights *lw = &m->w.layers[L];
@@ -155,7 +201,7 @@ int model_forward(const Model *m, RunState *st, const int32_t *tokens, int64_t n
                     for (int k = 0; k < hc; k++) acc += X[(i * hc + k) * D + c];
                     taps[(i * d->n_taps + tap) * D + c] = acc / (float)hc;
                 }
-        TrunkAttn ta = {m, st, L, s, &sh};
+        TrunkAttn ta = {m, &rb, L, &sh};
         int32_t *ex = trace && trace->experts ? trace->experts + (int64_t)L * n * d->top_k : NULL;
         if (model_block(m, L, X, pi, n, trunk_attn, &ta, ex) != 0) {
             di_error_wrap("layer %d", L);
@@ -167,18 +213,22 @@ int model_forward(const Model *m, RunState *st, const int32_t *tokens, int64_t n
                 for (int j = 0; j < d->idx_topk; j++)
                     trace->selected[((int64_t)L * n + i) * d->idx_topk + j] = j < sh.sel_count[i] ? sh.sel[i * d->idx_topk + j] : -1;
     }
-    if (drafter && update_dspark_rings(m, st, taps, n, s) != 0) goto done;
+    if (drafter && update_dspark_rings(m, &rb, taps) != 0) goto done;
     /* §5.8 final collapse with the last FFN site's pre, norm, head */
-    if (logits) {
-        int64_t first = all_rows ? 0 : n - 1;
-        for (int64_t i = first; i < n; i++) {
-            mhc_collapse(X + i * hc * D, pi + i * hc, hc, (int)D, row);
+    for (int b = 0; b < n_seqs; b++) {
+        if (!seqs[b].logits) continue;
+        int64_t first = seqs[b].all_rows ? 0 : seqs[b].n - 1;
+        for (int64_t i = first; i < seqs[b].n; i++) {
+            int64_t r = row0[b] + i;
+            mhc_collapse(X + r * hc * D, pi + r * hc, hc, (int)D, row);
             op_rmsnorm(row, row, m->w.norm, D, d->eps);
-            if (model_matmul(m, &m->w.head, row, 1, logits + (i - first) * V) != 0) goto done;
+            if (model_matmul(m, &m->w.head, row, 1, seqs[b].logits + (i - first) * V) != 0) goto done;
         }
     }
-    engram_push_history(m, st, tokens, n);
-    st->n_pos = s + n;
+    for (int b = 0; b < n_seqs; b++) {
+        engram_push_history(m, sts[b], seqs[b].tokens, seqs[b].n);
+        sts[b]->n_pos = start[b] + seqs[b].n;
+    }
     rc = 0;
 done:
     attn_shared_free(&sh);
@@ -187,5 +237,16 @@ done:
     free(row);
     free(taps);
     free(eids);
+    free(row0);
+    free(start);
+    free(sts);
+    free(pos);
+    free(tokens);
     return rc;
+}
+
+int model_forward(const Model *m, RunState *st, const int32_t *tokens, int64_t n, int64_t s, float *logits, bool all_rows,
+                  ForwardTrace *trace) {
+    ForwardSeq q = {st, tokens, n, s, logits, all_rows};
+    return model_forward_batch(m, &q, 1, trace);
 }

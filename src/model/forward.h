@@ -25,9 +25,27 @@ typedef struct {
     int64_t *engram_ids;
 } ForwardTrace;
 
+/* Longest chunk one call accepts (the engine splits longer prefills). */
+#define FORWARD_MAX_CHUNK (1 << 20)
+
 /* logits: [n][V] when all_rows, else [V] for the last row only; may be NULL (state update only). */
 int model_forward(const Model *m, RunState *st, const int32_t *tokens, int64_t n, int64_t start_pos, float *logits,
                   bool all_rows, ForwardTrace *trace);
+
+/* One request's part of a batched forward. */
+typedef struct {
+    RunState *st;
+    const int32_t *tokens;
+    int64_t n, start_pos;
+    float *logits; /* as model_forward's; may be NULL */
+    bool all_rows;
+} ForwardSeq;
+
+/* Several requests in one forward: their rows go through every projection together (weights
+ * are read once per batch), attention and the caches per request.  Each request's result is
+ * bit-identical to its own model_forward (every reduction is per row, in a fixed order).
+ * States must be distinct; trace needs n_seqs == 1. */
+int model_forward_batch(const Model *m, const ForwardSeq *seqs, int n_seqs, ForwardTrace *trace);
 
 /* One mHC block (§5.5) on rows X[n][hc][D] with carried pre-mix pi[n][hc], for any layer or
  * DSpark stage; the attention sub-layer is the callback.  experts may be NULL. */

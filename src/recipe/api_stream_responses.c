@@ -21,7 +21,7 @@ static void item_id(const DiApiStream *s, const char *prefix, int index, char *o
 }
 
 /* The output item of the block being streamed, in its final (completed) form. */
-static json_t *finished_item(const DiApiStream *s, BlockKind kind, int index) {
+static json_t *finished_item(const DiApiStream *s, BlockKind kind, int index, const char *status) {
     const DiApiOutput *o = &s->out;
     char id[160];
     switch (kind) {
@@ -30,19 +30,19 @@ static json_t *finished_item(const DiApiStream *s, BlockKind kind, int index) {
         char enc[160];
         snprintf(enc, sizeof enc, "%s-%d", s->id, index);
         return json_pack("{s:s, s:s, s:s, s:[{s:s, s:o}], s:[], s:s}", "type", "reasoning", "id", id, "status",
-                         "completed", "content", "type", "reasoning_text", "text",
+                         status, "content", "type", "reasoning_text", "text",
                          di_api_text(o->reasoning.data, o->reasoning.len), "summary", "encrypted_content", enc);
     }
     case BLOCK_TEXT:
         item_id(s, "msg", index, id, sizeof id);
         return json_pack("{s:s, s:s, s:s, s:s, s:s, s:[{s:s, s:[], s:[], s:o}]}", "type", "message", "id", id,
-                         "status", "completed", "role", "assistant", "phase",
+                         "status", status, "role", "assistant", "phase",
                          o->n_calls ? "commentary" : "final_answer", "content", "type", "output_text",
                          "annotations", "logprobs", "text", di_api_text(o->content.data, o->content.len));
     case BLOCK_TOOL: {
         item_id(s, "fc", index, id, sizeof id);
         const DiApiToolCall *c = &o->calls[o->n_calls - 1];
-        return json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "type", "function_call", "id", id, "status", "completed",
+        return json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "type", "function_call", "id", id, "status", status,
                          "call_id", c->id, "name", c->name, "arguments", di_api_text(c->args.data, c->args.len));
     }
     case BLOCK_NONE: break;
@@ -50,11 +50,13 @@ static json_t *finished_item(const DiApiStream *s, BlockKind kind, int index) {
     return NULL;
 }
 
-/* Close the open item: the .done events, then remember the finished item for the response. */
+/* Close the open item: the .done events, then remember the finished item for the response.
+ * An item cut short by the output limit is "incomplete" (as the official generator reports). */
 static int close_item(DiApiStream *s, DiApiBuf *sse) {
     if (s->open == BLOCK_NONE) return 0;
     int idx = s->block_index;
-    json_t *item = finished_item(s, s->open, idx);
+    const char *status = s->out.finished && s->out.finish == DI_API_FINISH_LENGTH ? "incomplete" : "completed";
+    json_t *item = finished_item(s, s->open, idx, status);
     if (!item) return di_errorf("responses: out of memory");
     const char *iid = json_string_value(json_object_get(item, "id"));
     int rc = 0;

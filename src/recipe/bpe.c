@@ -52,8 +52,14 @@ static inline uint64_t pair_key(int32_t left, int32_t right) {
 }
 
 static inline size_t pair_slot(uint64_t key, size_t mask) {
-    uint64_t h = key * 0x9E3779B97F4A7C15ull; /* Fibonacci hashing: spreads consecutive ids */
-    return (size_t)(h ^ (h >> 29)) & mask;
+    /* The murmur3 64-bit finalizer: every key bit reaches the low bits the mask keeps. */
+    uint64_t h = key;
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDull;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 33;
+    return (size_t)h & mask;
 }
 
 int di_bpe_init(DiBpe *bpe, size_t n_merges) {
@@ -61,27 +67,18 @@ int di_bpe_init(DiBpe *bpe, size_t n_merges) {
     for (int b = 0; b < 256; b++) bpe->byte_id[b] = -1;
     size_t cap = 1024;
     while (cap < 2 * n_merges + 2) {
-        if (cap > ((size_t)-1) / 4) return di_errorf("too many merges (%zu)", n_merges);
+        if (cap > ((size_t)-1) / 64) return di_errorf("too many merges (%zu)", n_merges);
         cap *= 2;
     }
-    bpe->keys = di_calloc(cap, sizeof *bpe->keys, "merge table");
-    bpe->ranks = di_calloc(cap, sizeof *bpe->ranks, "merge table");
-    bpe->results = di_calloc(cap, sizeof *bpe->results, "merge table");
-    if (!bpe->keys || !bpe->ranks || !bpe->results) {
-        di_bpe_free(bpe);
-        return -1;
-    }
+    bpe->slots = di_calloc(cap, sizeof *bpe->slots, "merge table");
+    if (!bpe->slots) return -1;
     bpe->mask = cap - 1;
     return 0;
 }
 
 void di_bpe_free(DiBpe *bpe) {
-    free(bpe->keys);
-    free(bpe->ranks);
-    free(bpe->results);
-    bpe->keys = NULL;
-    bpe->ranks = NULL;
-    bpe->results = NULL;
+    free(bpe->slots);
+    bpe->slots = NULL;
     bpe->n_merges = 0;
 }
 
@@ -89,29 +86,25 @@ int di_bpe_add_merge(DiBpe *bpe, int32_t left, int32_t right, int32_t result, ui
     if (left < 0 || right < 0 || result < 0) return di_errorf("merge with a negative id");
     uint64_t key = pair_key(left, right);
     size_t i = pair_slot(key, bpe->mask);
-    while (bpe->keys[i] != 0 && bpe->keys[i] != key) i = (i + 1) & bpe->mask;
-    if (bpe->keys[i] == 0) {
+    while (bpe->slots[i].key != 0 && bpe->slots[i].key != key) i = (i + 1) & bpe->mask;
+    if (bpe->slots[i].key == 0) {
         if (2 * (bpe->n_merges + 1) > bpe->mask + 1) return di_errorf("merge table full");
         bpe->n_merges++;
     }
-    bpe->keys[i] = key;
-    bpe->ranks[i] = rank;
-    bpe->results[i] = result;
+    bpe->slots[i] = (DiMergeSlot){key, rank, result};
     return 0;
 }
 
 bool di_bpe_lookup(const DiBpe *bpe, int32_t left, int32_t right, uint32_t *rank, int32_t *result) {
     uint64_t key = pair_key(left, right);
-    size_t i = pair_slot(key, bpe->mask);
-    for (;;) {
-        uint64_t k = bpe->keys[i];
-        if (k == key) {
-            *rank = bpe->ranks[i];
-            *result = bpe->results[i];
+    for (size_t i = pair_slot(key, bpe->mask);; i = (i + 1) & bpe->mask) {
+        const DiMergeSlot *s = &bpe->slots[i];
+        if (s->key == key) {
+            *rank = s->rank;
+            *result = s->result;
             return true;
         }
-        if (k == 0) return false;
-        i = (i + 1) & bpe->mask;
+        if (s->key == 0) return false;
     }
 }
 

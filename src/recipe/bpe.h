@@ -26,11 +26,16 @@ int di_idvec_push(DiIdVec *vec, int32_t id);
 int di_idvec_append(DiIdVec *vec, const int32_t *ids, size_t n);
 void di_idvec_free(DiIdVec *vec);
 
+/* One slot of the merge table: 16 bytes, so a probe touches one cache line. */
+typedef struct {
+    uint64_t key; /* (left << 32 | right) + 1; 0 = empty */
+    uint32_t rank;
+    int32_t result;
+} DiMergeSlot;
+
 typedef struct {
     int32_t byte_id[256]; /* the single-byte token of each byte value */
-    uint64_t *keys;       /* open addressing; key = left << 32 | right, 0 = empty slot */
-    uint32_t *ranks;
-    int32_t *results;
+    DiMergeSlot *slots;   /* open addressing, linear probing */
     size_t mask;          /* capacity - 1 */
     size_t n_merges;
 } DiBpe;

@@ -23,6 +23,7 @@ __attribute__((format(printf, 3, 4))) static void ctxf(char *buf, size_t size, c
 }
 
 void di_conversation_init(DiConversation *conv) {
+    if (!conv) return;
     memset(conv, 0, sizeof *conv);
     conv->encoding = DI_ENCODING_V41;
     conv->thinking = true; /* recipe Conversation default: thinking on */

@@ -95,7 +95,7 @@ struct DiStreamParser {
     Branch *branches;
     size_t n_branches, cap_branches;
     Action on_unmatched;
-    DiStr stash; /* bytes fed in this stage and not yet applied */
+    DiStr stash; /* bytes fed in this stage and not yet applied (not NUL-terminated) */
     DiParsedMessage msg;
     bool finished;
     int failed; /* an allocation failed: the message is incomplete */
@@ -124,7 +124,8 @@ static void pattern_free(Pattern *p) {
     free(p->kmp);
 }
 
-static size_t kmp_next(const Pattern *p, size_t len, unsigned char byte) {
+static inline size_t kmp_next(const Pattern *p, size_t len, unsigned char byte) {
+    if (len == 0) return (unsigned char)p->s[0] == byte; /* the common case: no partial match */
     while (len > 0 && (len >= p->len || (unsigned char)p->s[len] != byte)) len = p->kmp[len - 1];
     if (len < p->len && (unsigned char)p->s[len] == byte) len++;
     return len;
@@ -371,8 +372,9 @@ static int release(DiStreamParser *p, size_t n) {
     return 0;
 }
 
+/* One input byte; the stash has room for it (reserved per chunk). */
 static int feed_byte(DiStreamParser *p, unsigned char byte) {
-    if (di_str_append(&p->stash, (const char *)&byte, 1) != 0) return -1;
+    p->stash.data[p->stash.len++] = (char)byte;
     for (size_t i = 0; i < p->n_branches; i++) {
         Branch *b = &p->branches[i];
         if (!branch_feed(b, byte)) continue;
@@ -392,6 +394,7 @@ int di_stream_parser_feed(DiStreamParser *p, const char *text, size_t len) {
     if (!p || (!text && len)) return di_errorf("output parser: invalid argument");
     if (p->finished) return di_errorf("output parser: feed after finish");
     if (p->failed) return di_errorf("output parser: an earlier feed failed");
+    if (di_str_reserve(&p->stash, len) != 0) goto fail;
     for (size_t i = 0; i < len; i++)
         if (feed_byte(p, (unsigned char)text[i]) != 0) goto fail;
     size_t held = 0;
@@ -425,6 +428,7 @@ int di_stream_parser_set_sink(DiStreamParser *p, DiParseEventFn fn, void *ctx) {
 }
 
 void di_parse_options_default(DiParseOptions *opts) {
+    if (!opts) return;
     memset(opts, 0, sizeof *opts);
     opts->parse_tool_calls = true;
 }

@@ -254,55 +254,72 @@ static int sort_tool_slots(const DiMessage **msgs, size_t n, const long *key) {
     return 0;
 }
 
-static bool in_result_run(const Renderer *r, const DiMessage *m) {
-    if (r->conv->encoding == DI_ENCODING_V41) return m->role == DI_ROLE_USER || m->role == DI_ROLE_TOOL;
-    return m->role == DI_ROLE_TOOL;
-}
-
-/* Sort keys of the tool messages of msgs[0..n) (a result run answering `owner`): the position
- * of their call; unknown ids get 0.  Returns whether the run answers every call exactly once. */
-static bool result_keys(const Renderer *r, const DiMessage *owner, const DiMessage **msgs, size_t n, long *key) {
-    size_t n_tools = 0;
-    bool exact = true;
+/* Sort keys of the tool messages of msgs[0..n) answering `owner`: the position of their call
+ * in written order; unknown ids get 0. */
+static void call_keys(const Renderer *r, const DiMessage *owner, const DiMessage **msgs, size_t n, long *key) {
     for (size_t k = 0; k < n; k++) {
-        if (msgs[k]->role != DI_ROLE_TOOL) continue;
-        n_tools++;
-        long pos = call_position(r, owner, tool_id(msgs[k]));
+        long pos = msgs[k]->role == DI_ROLE_TOOL ? call_position(r, owner, tool_id(msgs[k])) : -1;
         key[k] = pos < 0 ? 0 : pos;
-        if (pos < 0) exact = false;
-        for (size_t q = 0; q < k; q++) /* a call answered twice */
-            if (msgs[q]->role == DI_ROLE_TOOL && strcmp(tool_id(msgs[q]), tool_id(msgs[k])) == 0) exact = false;
     }
-    return exact && n_tools == owner->n_tool_calls;
 }
 
-/* Put tool results in the order of the calls they answer (deepseek-recipe 0.2.0, measured):
- * V4.1 sorts the tool messages of every user/tool run by the position of their call in the
- * latest assistant turn with calls (unknown ids count as position 0, as recipe.md §2.1 says),
- * user messages keeping their places.  V4 sorts a run of tool messages right after an
- * assistant turn only when it answers every call exactly once (V4's order for incomplete
- * groups and unknown ids is an open point, see the report). */
-static int order_tool_results(const Renderer *r, const DiMessage **msgs, size_t n) {
-    bool v41 = r->conv->encoding == DI_ENCODING_V41;
-    long *key = di_calloc(n ? n : 1, sizeof *key, "tool result order");
-    if (!key) return -1;
+/* V4.1 (deepseek-recipe 0.2.0, measured; recipe.md §2.1): the tool messages of every run of
+ * user/tool messages are sorted by the position of their call in the latest assistant turn
+ * with calls (unknown ids count as position 0), user messages keeping their places. */
+static int order_results_v41(const Renderer *r, const DiMessage **msgs, size_t n, long *key) {
     const DiMessage *latest_calls = NULL;
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0;) {
-        if (msgs[i]->role == DI_ROLE_ASSISTANT && msgs[i]->n_tool_calls > 0) latest_calls = msgs[i];
-        if (!in_result_run(r, msgs[i])) {
+    for (size_t i = 0; i < n;) {
+        const DiMessage *m = msgs[i];
+        if (m->role == DI_ROLE_ASSISTANT && m->n_tool_calls > 0) latest_calls = m;
+        if (m->role != DI_ROLE_USER && m->role != DI_ROLE_TOOL) {
             i++;
             continue;
         }
-        size_t end = i, n_tools = 0;
-        while (end < n && in_result_run(r, msgs[end])) n_tools += msgs[end++]->role == DI_ROLE_TOOL;
-        const DiMessage *owner = v41 ? latest_calls : (i > 0 ? msgs[i - 1] : NULL);
-        if (owner && owner->role == DI_ROLE_ASSISTANT && owner->n_tool_calls > 0 && n_tools > 1) {
-            bool exact = result_keys(r, owner, msgs + i, end - i, key + i);
-            if (v41 || exact) rc = sort_tool_slots(msgs + i, end - i, key + i);
+        size_t end = i;
+        while (end < n && (msgs[end]->role == DI_ROLE_USER || msgs[end]->role == DI_ROLE_TOOL)) end++;
+        if (latest_calls) {
+            call_keys(r, latest_calls, msgs + i, end - i, key + i);
+            if (sort_tool_slots(msgs + i, end - i, key + i) != 0) return -1;
         }
         i = end;
     }
+    return 0;
+}
+
+/* V4 (deepseek-recipe 0.2.0, measured): for each assistant turn with N calls, at its index i
+ * in the original order, the N messages at i+1.. of the list as sorted so far (when there are
+ * N) are sorted stably: tool results first, by tool_call_id, any other message after them.
+ * With ids that answer the calls this is the call order (V4 writes calls sorted by id); the
+ * rest reproduces what the package does with incomplete groups, unknown ids and overlaps. */
+static int order_results_v4(const DiMessage **msgs, size_t n) {
+    const DiMessage **original = di_calloc(n ? n : 1, sizeof *original, "message order");
+    if (!original) return -1;
+    memcpy(original, msgs, n * sizeof *msgs);
+    for (size_t i = 0; i < n; i++) {
+        size_t calls = original[i]->role == DI_ROLE_ASSISTANT ? original[i]->n_tool_calls : 0;
+        if (calls == 0 || n - i - 1 < calls) continue;
+        const DiMessage **w = msgs + i + 1;
+        for (size_t k = 1; k < calls; k++) { /* insertion sort: stable, windows are small */
+            const DiMessage *m = w[k];
+            size_t j = k;
+            while (j > 0 && m->role == DI_ROLE_TOOL &&
+                   (w[j - 1]->role != DI_ROLE_TOOL || strcmp(tool_id(w[j - 1]), tool_id(m)) > 0)) {
+                w[j] = w[j - 1];
+                j--;
+            }
+            w[j] = m;
+        }
+    }
+    free(original);
+    return 0;
+}
+
+/* Put tool results in the order the official renderers write them (see the two above). */
+static int order_tool_results(const Renderer *r, const DiMessage **msgs, size_t n) {
+    if (r->conv->encoding != DI_ENCODING_V41) return order_results_v4(msgs, n);
+    long *key = di_calloc(n ? n : 1, sizeof *key, "tool result order");
+    if (!key) return -1;
+    int rc = order_results_v41(r, msgs, n, key);
     free(key);
     return rc;
 }
@@ -396,11 +413,19 @@ static int emit_messages(Renderer *r, const DiMessage **msgs, size_t n) {
 
 /* The messages that render in the body: V4 drops system messages (hoisted into the head),
  * V4.1 drops only a system message at index 0. */
-static size_t body_messages(const DiConversation *c, const DiMessage **msgs) {
+static size_t body_messages(const Renderer *r, const DiMessage **msgs) {
+    const DiConversation *c = r->conv;
+    /* Official encoder rule (recipe.md §2.3; the package has no developer role): when thinking
+     * drops earlier reasoning, developer messages before the last user/developer turn go too. */
+    size_t last_user = 0;
+    bool drop_developers = c->thinking && !r->keep_reasoning;
+    for (size_t i = 0; i < c->n_messages; i++)
+        if (c->messages[i].role == DI_ROLE_USER || c->messages[i].role == DI_ROLE_DEVELOPER) last_user = i;
     size_t n = 0;
     for (size_t i = 0; i < c->n_messages; i++) {
         const DiMessage *m = &c->messages[i];
         if (m->role == DI_ROLE_SYSTEM && (c->encoding != DI_ENCODING_V41 || i == 0)) continue;
+        if (m->role == DI_ROLE_DEVELOPER && drop_developers && i < last_user) continue;
         msgs[n++] = m;
     }
     return n;
@@ -420,7 +445,7 @@ int di_render_conversation(const DiConversation *conv, DiSegmentList *out) {
     r.keep_reasoning = r.tools_active || !conv->drop_thinking;
     const DiMessage **msgs = NULL;
     if (conv->n_messages > 0 && !(msgs = di_calloc(conv->n_messages, sizeof *msgs, "message order"))) return -1;
-    size_t n = body_messages(conv, msgs);
+    size_t n = body_messages(&r, msgs);
     int rc = order_tool_results(&r, msgs, n);
     if (rc == 0) rc = special(&r, DI_SPELL_BOS);
     if (rc == 0) rc = conv->encoding == DI_ENCODING_V41 ? emit_head_v41(&r) : emit_head_v4(&r);

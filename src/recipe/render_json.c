@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-void di_str_init(DiStr *s) { memset(s, 0, sizeof *s); }
+void di_str_init(DiStr *s) {
+    if (s) memset(s, 0, sizeof *s);
+}
 
 void di_str_free(DiStr *s) {
     if (!s) return;
@@ -19,6 +21,16 @@ void di_str_free(DiStr *s) {
 
 int di_str_append(DiStr *s, const char *data, size_t len) {
     if (!s || (!data && len)) return di_errorf("string buffer: invalid argument");
+    if (di_str_reserve(s, len) != 0) return -1;
+    if (len) memcpy(s->data + s->len, data, len);
+    s->len += len;
+    s->data[s->len] = '\0';
+    return 0;
+}
+
+int di_str_reserve(DiStr *s, size_t len) {
+    if (!s) return di_errorf("string buffer: invalid argument");
+    if (len > ((size_t)-1) / 2 - s->len) return di_errorf("string buffer: too large");
     if (s->len + len + 1 > s->cap) {
         size_t cap = s->cap ? s->cap : 64;
         while (cap < s->len + len + 1) {
@@ -30,15 +42,13 @@ int di_str_append(DiStr *s, const char *data, size_t len) {
         s->data = p;
         s->cap = cap;
     }
-    if (len) memcpy(s->data + s->len, data, len);
-    s->len += len;
-    s->data[s->len] = '\0';
     return 0;
 }
 
 int di_str_appends(DiStr *s, const char *text) { return di_str_append(s, text, text ? strlen(text) : 0); }
 
 int di_json_escape_append(DiStr *out, const char *s, size_t len) {
+    if (!out || (!s && len)) return di_errorf("JSON escape: invalid argument");
     size_t start = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -66,6 +76,7 @@ int di_json_escape_append(DiStr *out, const char *s, size_t len) {
 }
 
 int di_pyjson_append_string(DiStr *out, const char *s, size_t len) {
+    if (!out || (!s && len)) return di_errorf("JSON string: invalid argument");
     if (di_str_append(out, "\"", 1) != 0 || di_json_escape_append(out, s, len) != 0) return -1;
     return di_str_append(out, "\"", 1);
 }
@@ -89,6 +100,7 @@ static void shortest_digits(double v, char *digits, int *exp10) {
 }
 
 int di_pyjson_append_double(DiStr *out, double v, DiFloatStyle style) {
+    if (!out) return di_errorf("JSON number: invalid argument");
     if (!isfinite(v)) return di_errorf("JSON: NaN and infinity cannot be rendered");
     if (signbit(v) && di_str_append(out, "-", 1) != 0) return -1;
     v = fabs(v);
@@ -130,6 +142,7 @@ int di_pyjson_append_double(DiStr *out, double v, DiFloatStyle style) {
 }
 
 int di_pyjson_append(DiStr *out, const json_t *value, DiFloatStyle style) {
+    if (!out || !value) return di_errorf("JSON value: invalid argument");
     char num[32];
     switch (json_typeof(value)) {
     case JSON_NULL: return di_str_appends(out, "null");

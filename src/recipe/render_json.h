@@ -21,6 +21,8 @@ typedef struct {
 void di_str_init(DiStr *s);
 void di_str_free(DiStr *s);
 int di_str_append(DiStr *s, const char *data, size_t len);
+/* Make room for `extra` more bytes (plus the NUL) without changing the contents. */
+int di_str_reserve(DiStr *s, size_t extra);
 int di_str_appends(DiStr *s, const char *text);
 
 typedef enum { DI_FLOAT_STYLE_PYTHON = 0, DI_FLOAT_STYLE_V4 } DiFloatStyle;

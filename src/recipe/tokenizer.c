@@ -8,6 +8,7 @@
 #include "recipe/tokenizer.h"
 
 #include "base/error.h"
+#include "base/file.h"
 #include "base/json.h"
 #include "base/mem.h"
 #include "base/threadpool.h"
@@ -313,8 +314,12 @@ static int build_map(DiTokenizer *tok) {
     return 0;
 }
 
-/* A vocab id by byte-level spelling (merges and byte tokens are vocab entries). */
-static int32_t vocab_id(const json_t *vocab, const char *s) {
+/* A vocab id by byte-level spelling (merges and byte tokens are vocab entries).  The
+ * tokenizer's own map is faster than jansson's; it answers with the added token where one
+ * shares the spelling, and then the vocab object decides. */
+static int32_t vocab_id(const DiTokenizer *tok, const json_t *vocab, const char *s) {
+    int32_t id = lookup_spelling(tok, s, strlen(s));
+    if (id >= 0 && tok->kind[id] == DI_TOK_VOCAB) return id;
     const json_t *v = json_object_get(vocab, s);
     return v ? (int32_t)json_integer_value(v) : -1;
 }
@@ -347,7 +352,7 @@ static int build_bpe(DiTokenizer *tok, const json_t *vocab, const json_t *merges
     for (int b = 0; b < 256; b++) {
         char s[3] = {0};
         put_utf8(byte_to_cp[b], s);
-        int32_t id = vocab_id(vocab, s);
+        int32_t id = vocab_id(tok, vocab, s);
         if (id < 0) return di_errorf("model.vocab: byte 0x%02X (\"%s\") has no token; not a byte-level vocab", b, s);
         tok->bpe.byte_id[b] = id;
     }
@@ -355,10 +360,10 @@ static int build_bpe(DiTokenizer *tok, const json_t *vocab, const json_t *merges
     for (size_t i = 0; i < n; i++) {
         const char *left = NULL, *right = NULL;
         if (merge_parts(json_array_get(merges, i), i, &left, &right, buf, sizeof buf) != 0) return -1;
-        int32_t a = vocab_id(vocab, left), b = vocab_id(vocab, right);
+        int32_t a = vocab_id(tok, vocab, left), b = vocab_id(tok, vocab, right);
         if (a < 0 || b < 0) return di_errorf("model.merges[%zu]: \"%s\" is not in the vocab", i, a < 0 ? left : right);
         int w = snprintf(joined, sizeof joined, "%s%s", left, right);
-        int32_t r = (w > 0 && (size_t)w < sizeof joined) ? vocab_id(vocab, joined) : -1;
+        int32_t r = (w > 0 && (size_t)w < sizeof joined) ? vocab_id(tok, vocab, joined) : -1;
         if (r < 0) return di_errorf("model.merges[%zu]: the merge result \"%s%s\" is not in the vocab", i, left, right);
         if (di_bpe_add_merge(&tok->bpe, a, b, r, (uint32_t)i) != 0) return -1;
     }
@@ -411,7 +416,11 @@ DiTokenizer *di_tokenizer_load_table(const char *path, DiAddedTable table) {
         return NULL;
     }
     if (check_table(table) != 0) return NULL;
-    json_t *root = di_json_load_file(path);
+    /* One read and an in-memory parse: jansson's file reader goes a character at a time. */
+    char *data = NULL;
+    size_t size = 0;
+    json_t *root = di_read_file(path, &data, &size) == 0 ? di_json_load_buffer(data, size, path) : NULL;
+    free(data);
     if (!root) {
         di_error_wrap("loading tokenizer");
         return NULL;

@@ -9,7 +9,9 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mem.h"
-#include "recipe/parse.h"
+#include "serve/backend_parse.h"
+
+#include <stdio.h>
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -19,15 +21,10 @@ typedef struct Job {
     uint64_t id;                 /* the id the server knows */
     uint64_t engine_id;
     DiEngine *engine;            /* to read the finished output (engine thread only) */
-    bool added, done;
-    DiBackendEmit emit;
-    void *user;
+    bool added;
     DiApiRequest req;            /* a private copy of what the engine needs */
     char *chat_json;             /* the conversation, or NULL for a raw prompt */
-    DiStreamParser *parser;      /* NULL for a raw prompt (no chat template, nothing to parse) */
-    size_t sent_reasoning, sent_content, sent_calls, sent_args; /* what was emitted already */
-    bool sent_name;
-    int64_t pending_tokens;      /* tokens generated but not yet attached to an event */
+    DiOutputEvents *out;         /* text -> parsed output events (backend_parse.h) */
     struct Job *next;
 } Job;
 
@@ -47,95 +44,30 @@ struct DiEngineBackend {
     int n_incoming;
 };
 
-/* ---- output events ------------------------------------------------------------------- */
+/* ---- output ------------------------------------------------------------------------------ */
 
-static void emit_text(Job *j, DiApiEventKind kind, const char *text, size_t len) {
-    if (!len && kind != DI_API_EV_TOOL_BEGIN) return;
-    DiApiEvent ev = {.kind = kind, .text = text, .len = len, .tokens = j->pending_tokens};
-    j->pending_tokens = 0;
-    j->emit(j->user, &ev);
-}
-
-static void emit_finish(Job *j, DiApiFinish finish, const char *stop, const char *error, int status) {
-    if (j->done) return;
-    DiApiEvent ev = {.kind = DI_API_EV_FINISH, .finish = finish, .stop_sequence = stop, .tokens = j->pending_tokens,
-                     .text = error, .len = error ? strlen(error) : 0, .http_status = status};
-    j->pending_tokens = 0;
-    j->done = true;
-    j->emit(j->user, &ev);
-}
-
-/* Emit what the parser has added since the last call: reasoning, answer, tool calls. */
-static void emit_parsed(Job *j) {
-    const DiParsedMessage *m = di_stream_parser_message(j->parser);
-    emit_text(j, DI_API_EV_REASONING, m->reasoning.data + j->sent_reasoning, m->reasoning.len - j->sent_reasoning);
-    j->sent_reasoning = m->reasoning.len;
-    emit_text(j, DI_API_EV_CONTENT, m->content.data + j->sent_content, m->content.len - j->sent_content);
-    j->sent_content = m->content.len;
-    while (j->sent_calls < m->n_calls) {
-        const DiParsedToolCall *c = &m->calls[j->sent_calls];
-        if (!j->sent_name) {
-            if (!c->name_done) return; /* a call is emitted once its name is complete (recipe.md §3) */
-            emit_text(j, DI_API_EV_TOOL_BEGIN, c->name.data, c->name.len);
-            j->sent_name = true;
-        }
-        emit_text(j, DI_API_EV_TOOL_ARGS, c->arguments.data + j->sent_args, c->arguments.len - j->sent_args);
-        j->sent_args = c->arguments.len;
-        if (!c->complete) return;
-        j->sent_calls++;
-        j->sent_name = false;
-        j->sent_args = 0;
-    }
-}
-
-/* Which stop sequence the parser matched: the first whose text follows the answer so far. */
-static const char *matched_stop(const Job *j, const char *text, size_t len) {
-    for (size_t i = 0; i < j->req.n_stop; i++)
-        if (memmem(text, len, j->req.stop[i], strlen(j->req.stop[i]))) return j->req.stop[i];
-    return j->req.n_stop ? j->req.stop[0] : NULL;
-}
+static bool job_done(const Job *j) { return di_output_events_done(j->out); }
 
 static void on_delta(void *user, const DiStreamDelta *d) {
     Job *j = user;
-    if (j->done) return; /* e.g. the abort we issued after a stop sequence */
-    j->pending_tokens += d->n_new_tokens;
-    if (!j->parser) {
-        emit_text(j, DI_API_EV_CONTENT, d->new_text, d->new_text_len);
-    } else if (d->new_text_len) {
-        if (di_stream_parser_feed(j->parser, d->new_text, d->new_text_len) != 0) {
-            emit_finish(j, DI_API_FINISH_ERROR, NULL, di_error_message(), 500);
-            return;
-        }
-        emit_parsed(j);
-        if (di_stream_parser_message(j->parser)->stopped) {
-            const char *stop = matched_stop(j, d->new_text, d->new_text_len);
-            emit_finish(j, DI_API_FINISH_STOP, stop, NULL, 0);
-            return; /* the engine request is aborted after the step */
-        }
-    }
+    if (job_done(j)) return; /* e.g. the abort we issue after a stop sequence */
+    if (di_output_events_text(j->out, d->new_text, d->new_text_len, d->n_new_tokens) != 0) return;
     if (d->finish_reason == DI_FINISH_NONE) return;
-    if (j->parser) {
-        if (di_stream_parser_finish(j->parser) == 0) emit_parsed(j);
-        if (di_stream_parser_message(j->parser)->stopped) {
-            emit_finish(j, DI_API_FINISH_STOP, matched_stop(j, "", 0), NULL, 0);
-            return;
-        }
-    }
     DiApiFinish f = d->finish_reason == DI_FINISH_LENGTH  ? DI_API_FINISH_LENGTH
                     : d->finish_reason == DI_FINISH_ABORT ? DI_API_FINISH_ABORT
                                                           : DI_API_FINISH_STOP;
     const char *stop = NULL;
     DiRequestOutput out;
-    if (!j->parser && f == DI_API_FINISH_STOP && j->engine && di_engine_get_output(j->engine, j->engine_id, &out) == 0 &&
+    if (!j->chat_json && f == DI_API_FINISH_STOP && di_engine_get_output(j->engine, j->engine_id, &out) == 0 &&
         out.stop_string >= 0 && (size_t)out.stop_string < j->req.n_stop)
-        stop = j->req.stop[out.stop_string];
-    emit_finish(j, f, stop, NULL, 0);
+        stop = j->req.stop[out.stop_string]; /* a raw prompt's stop string, matched by the engine */
+    di_output_events_finish(j->out, f, stop, NULL, 0);
 }
 
 /* ---- the engine thread ----------------------------------------------------------------- */
 
 static void free_job(Job *j) {
-    di_stream_parser_free(j->parser);
+    di_output_events_free(j->out);
     free(j->chat_json);
     di_api_request_free(&j->req);
     free(j);
@@ -150,7 +82,7 @@ static void sampling_of(const Job *j, int64_t max_tokens, DiSamplingParams *p) {
     p->has_seed = j->req.has_seed;
     p->seed = j->req.seed;
     p->max_tokens = (int)max_tokens;
-    if (!j->parser && j->req.n_stop) { /* a raw prompt: the engine matches the stop strings itself */
+    if (!j->chat_json && j->req.n_stop) { /* a raw prompt: the engine matches the stop strings itself */
         p->stop = (const char *const *)j->req.stop;
         p->n_stop = (int)j->req.n_stop;
     }
@@ -168,7 +100,7 @@ static void add_job(DiEngineBackend *b, Job *j) {
     for (int attempt = 0; attempt < 2; attempt++) {
         sampling_of(j, limit, &sp);
         if (di_engine_add_request(b->engine, &in, &sp, on_delta, j, &j->engine_id) != 0) {
-            emit_finish(j, DI_API_FINISH_ERROR, NULL, di_error_message(), 400);
+            di_output_events_finish(j->out, DI_API_FINISH_ERROR, NULL, di_error_message(), 400);
             return;
         }
         DiRequestOutput out;
@@ -176,20 +108,22 @@ static void add_job(DiEngineBackend *b, Job *j) {
         int64_t resolved = di_api_resolve_max_tokens(&j->req, out.n_prompt_ids, b->cfg.context_limit);
         if (resolved == limit) {
             j->added = true;
-            DiApiEvent ready = {.kind = DI_API_EV_READY, .prompt_tokens = out.n_prompt_ids};
-            j->emit(j->user, &ready);
+            di_output_events_ready(j->out, out.n_prompt_ids, 0);
             return;
         }
-        j->done = true; /* silence the abort's delivery */
+        char why[DI_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", resolved < 0 ? di_error_message() : "");
+        DiOutputEvents *keep = j->out;
+        j->out = NULL; /* the release delivers FINISH(ABORT): not this request's end */
         di_engine_release(b->engine, j->engine_id);
-        j->done = false;
+        j->out = keep;
         if (resolved < 0) {
-            emit_finish(j, DI_API_FINISH_ERROR, NULL, di_error_message(), 400);
+            di_output_events_finish(j->out, DI_API_FINISH_ERROR, NULL, why, 400);
             return;
         }
         limit = resolved;
     }
-    emit_finish(j, DI_API_FINISH_ERROR, NULL, "internal error: the output limit did not settle", 500);
+    di_output_events_finish(j->out, DI_API_FINISH_ERROR, NULL, "internal error: the output limit did not settle", 500);
 }
 
 static void refresh_stats(DiEngineBackend *b) {
@@ -206,9 +140,9 @@ static void refresh_stats(DiEngineBackend *b) {
 /* Abort the live job with server id `id`, if any. */
 static void abort_job(DiEngineBackend *b, uint64_t id) {
     for (Job *j = b->live; j; j = j->next)
-        if (j->id == id && !j->done) {
+        if (j->id == id && !job_done(j)) {
             if (j->added) di_engine_abort(b->engine, j->engine_id); /* delivers FINISH(ABORT) */
-            emit_finish(j, DI_API_FINISH_ABORT, NULL, NULL, 0);
+            di_output_events_finish(j->out, DI_API_FINISH_ABORT, NULL, NULL, 0);
         }
 }
 
@@ -216,7 +150,7 @@ static void abort_job(DiEngineBackend *b, uint64_t id) {
 static void reap(DiEngineBackend *b) {
     for (Job **p = &b->live; *p;) {
         Job *j = *p;
-        if (!j->done) {
+        if (!job_done(j)) {
             p = &j->next;
             continue;
         }
@@ -255,14 +189,14 @@ static void *engine_main(void *arg) {
         reap(b);
         if (quit) break;
         active = 0;
-        for (Job *j = b->live; j; j = j->next) active += !j->done;
+        for (Job *j = b->live; j; j = j->next) active += !job_done(j);
         if (active && di_engine_step(b->engine, &active) != 0) {
             char msg[DI_ERROR_MAX];
             snprintf(msg, sizeof msg, "engine step failed: %s", di_error_message());
             DI_ERROR("%s", msg);
             for (Job *j = b->live; j; j = j->next) {
-                if (j->added && !j->done) di_engine_abort(b->engine, j->engine_id);
-                emit_finish(j, DI_API_FINISH_ERROR, NULL, msg, 500);
+                if (j->added && !job_done(j)) di_engine_abort(b->engine, j->engine_id);
+                di_output_events_finish(j->out, DI_API_FINISH_ERROR, NULL, msg, 500);
             }
             active = 0;
         }
@@ -281,8 +215,6 @@ static int be_submit(void *self, const DiApiRequest *req, DiBackendEmit emit, vo
     if (!req || !emit || !out_id) return di_errorf("engine backend: bad submit arguments");
     Job *j = di_calloc(1, sizeof *j, "engine job");
     if (!j) return -1;
-    j->emit = emit;
-    j->user = user;
     /* A private copy of the fields the engine thread reads (the request belongs to the server). */
     j->req.protocol = req->protocol;
     j->req.thinking = req->thinking;
@@ -297,18 +229,8 @@ static int be_submit(void *self, const DiApiRequest *req, DiBackendEmit emit, vo
     bool ok = true;
     for (size_t i = 0; i < req->n_stop && ok; i++) ok = (j->req.stop[j->req.n_stop++] = di_strdup(req->stop[i])) != NULL;
     if (req->prompt) ok = ok && (j->req.prompt = di_strdup(req->prompt)) != NULL;
-    if (req->conversation) {
-        ok = ok && (j->chat_json = json_dumps(req->conversation, JSON_COMPACT)) != NULL;
-        DiParseOptions po;
-        di_parse_options_default(&po);
-        po.parse_tool_calls = req->n_tools > 0 && req->tool_choice != DI_TOOL_CHOICE_NONE;
-        po.starts_in_tool_calls = req->tool_choice == DI_TOOL_CHOICE_REQUIRED;
-        po.parse_json_output = req->json_mode;
-        po.start = req->thinking ? DI_PARSE_START_REASONING : DI_PARSE_START_CONTENT;
-        po.stop_sequences = (const char *const *)j->req.stop;
-        po.n_stop_sequences = j->req.n_stop;
-        ok = ok && (j->parser = di_stream_parser_new(&po)) != NULL;
-    }
+    if (req->conversation) ok = ok && (j->chat_json = json_dumps(req->conversation, JSON_COMPACT)) != NULL;
+    ok = ok && (j->out = di_output_events_new(req, emit, user)) != NULL;
     if (!ok) {
         free_job(j);
         return di_error_wrap("engine backend: preparing the request");
@@ -389,7 +311,7 @@ void di_engine_backend_destroy(DiEngineBackend *b) {
     while (b->incoming) { /* submitted after the thread's last look: they still get a FINISH */
         Job *j = b->incoming;
         b->incoming = j->next;
-        emit_finish(j, DI_API_FINISH_ABORT, NULL, NULL, 0);
+        di_output_events_finish(j->out, DI_API_FINISH_ABORT, NULL, NULL, 0);
         free_job(j);
     }
     di_engine_destroy(b->engine);

@@ -249,11 +249,16 @@ def oracle_run(protocol, body, chunks, finish="stop"):
     r = req_cls(json.dumps(body)).convert(dr.ConversionOptions())
     sp = dr.StreamProcessor(req_cls.chunk_generator(r, "rid", MODEL), r.parsing_options)
     events = sp.push(dr.InferenceChunk.ready(prompt_usage=dr.PromptUsage(prompt_tokens=10, prompt_cache_hit_tokens=4)))
+    stopped = False
     for c in chunks:
         events += sp.push(dr.InferenceChunk.text(c, 1))
-    events += sp.push(dr.InferenceChunk.finish(dr.InferenceFinishReason.Stop if finish == "stop"
-                                               else dr.InferenceFinishReason.Length))
-    events += sp.finish()
+        if sp.finished:  # a stop sequence finished the stream: the backend stops here
+            stopped = True
+            break
+    if not stopped:
+        events += sp.push(dr.InferenceChunk.finish(dr.InferenceFinishReason.Stop if finish == "stop"
+                                                   else dr.InferenceFinishReason.Length))
+        events += sp.finish()
     full = resp_cls("rid", MODEL, 123, 10, 4)
     payloads = [json.loads(e.to_json()) for e in events]
     for e in events:
@@ -329,3 +334,105 @@ def test_stream_and_response_match_official_generators(protocol, name, thinking)
     my_events = [e for e in my_events if e.get("type") != "ping"]
     assert normalize(my_events) == normalize(ref_events)
     assert normalize(mine["response"]) == normalize(ref_full)
+
+
+# ---- raw model text end to end: the output parser + event projection + encoders ------------
+
+def split_every_char(chunks):
+    return [ch for c in chunks for ch in c]
+
+
+TEXT_CASES = {
+    "think_tool_stop": (["I should", " call.", "</think>", "Sure.", DSML_CALL], {}),
+    "stop_in_answer": (["thinking STOP here", "</think>", "The answer ", "is 4", "2. STOP and more"],
+                       {"chat": {"stop": ["STOP"]}, "messages": {"stop_sequences": ["STOP"]}}),
+    "leading_newlines": (["\n\nplan", "\n</think>", "\n\nresult\n"], {}),
+    "length": (["a", "b", "c"], {"finish": "length"}),
+}
+
+
+TEXT_PARAMS = [(c, p, s) for c in sorted(TEXT_CASES) for p in ("chat", "responses", "messages")
+               for s in ("chunks", "chars") if not (p == "responses" and c == "stop_in_answer")]  # no stop there
+
+
+@pytest.mark.parametrize("case,protocol,split", TEXT_PARAMS)
+def test_raw_text_through_parser_matches_official_processor(case, protocol, split):
+    chunks, extra = TEXT_CASES[case]
+    if split == "chars":
+        chunks = split_every_char(chunks)
+    finish = extra.get("finish", "stop")
+    if protocol == "chat":
+        body = {"model": MODEL, "messages": U, "tools": [TOOL], "stream": True, **extra.get("chat", {})}
+    elif protocol == "responses":
+        body = {"model": MODEL, "input": "hi", "tools": [RTOOL], "stream": True}
+    else:
+        body = {"model": MODEL, "max_tokens": 100, "messages": U, "tools": [MTOOL], "stream": True,
+                **extra.get("messages", {})}
+    ref_events, ref_full = oracle_run(protocol, body, chunks, finish)
+    mine = json.loads(run_tool("text", json.dumps({"protocol": protocol, "body": body, "id": "rid", "created": 123,
+                                                    "prompt_tokens": 10, "cache_hit_tokens": 4, "chunks": chunks,
+                                                    "finish": finish})))
+    drop = VOLATILE - {"usage", "output_tokens", "completion_tokens", "total_tokens"}
+
+    def norm(x):
+        if isinstance(x, dict):
+            return {k: norm(v) for k, v in x.items() if k not in drop and k != "reasoning_tokens"
+                    and k != "completion_tokens_details"}
+        if isinstance(x, list):
+            return [norm(v) for v in x]
+        return x
+    my_events = merge_deltas([e for e in parse_sse(mine["sse"]) if e.get("type") != "ping"])
+    ref_events = merge_deltas([e for e in ref_events if e.get("type") != "ping"])
+    assert norm(my_events) == norm(ref_events)
+    assert norm(mine["response"]) == norm(ref_full)
+
+
+def delta_key(e):
+    """(kind, field) of a pure text delta event whose consecutive runs may be merged, else None.
+    How finely text is cut into deltas is not part of any protocol: clients concatenate them."""
+    if "choices" in e:
+        ch = e["choices"][0]
+        d = ch["delta"]
+        if ch["finish_reason"] is not None or "role" in d:
+            return None
+        if set(d) <= {"content", "reasoning_content"}:
+            if d.get("reasoning_content"):
+                return ("chat", "reasoning_content")
+            if d.get("content"):
+                return ("chat", "content")
+            return None
+        calls = d.get("tool_calls")
+        if calls and set(d) == {"tool_calls"} and set(calls[0]) == {"index", "function"}:
+            return ("chat_args", calls[0]["index"])
+        return None
+    t = e.get("type", "")
+    if t in ("response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"):
+        return (t, e.get("output_index"))
+    if t == "content_block_delta" and e["delta"]["type"] in ("text_delta", "thinking_delta", "input_json_delta"):
+        return (t, e["index"], e["delta"]["type"])
+    return None
+
+
+def merge_deltas(events):
+    out = []
+    for e in events:
+        k = delta_key(e)
+        if k is not None and out and delta_key(out[-1]) == k:
+            prev = json.loads(json.dumps(out[-1]))
+            if k[0] == "chat":
+                prev["choices"][0]["delta"][k[1]] += e["choices"][0]["delta"][k[1]]
+            elif k[0] == "chat_args":
+                prev["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"] += \
+                    e["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
+            elif k[0] == "content_block_delta":
+                field = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}[k[2]]
+                prev["delta"][field] += e["delta"][field]
+            else:
+                prev["delta"] += e["delta"]
+            out[-1] = prev
+        else:
+            out.append(e)
+    for i, e in enumerate(out):  # sequence numbers are renumbered after merging
+        if "sequence_number" in e:
+            e["sequence_number"] = i
+    return out

@@ -23,9 +23,25 @@ def llm():
     engine.close()
 
 
-def test_llm_without_the_model_core_says_so():
-    with pytest.raises(DeepInferError, match="model core"):
-        LLM()
+def test_llm_runs_the_builtin_tiny_model(tmp_path, monkeypatch):
+    # LLM() generates the built-in tiny model (into a scratch cache here) and loads its tokenizer
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("DEEPINFER_HF_MODEL_DIR", raising=False)
+    llm = LLM()
+    assert llm.tokenizer is not None
+    greedy = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    a = llm.generate(["Hello", "The capital of France is"], greedy)
+    assert a[0].prompt_token_ids == [llm.tokenizer.bos_id] + llm.tokenizer.encode("Hello")
+    assert all(len(o.outputs[0].token_ids) == 6 for o in a)
+    # the same request alone and with a different neighbour: the same tokens (batch invariance)
+    b = llm.generate(["Hello", "something else entirely"], greedy)
+    assert b[0].outputs[0].token_ids == a[0].outputs[0].token_ids
+    out = llm.chat([{"role": "user", "content": "Hi"}], SamplingParams(max_tokens=3, seed=1))[0]
+    assert out.prompt.endswith("</think>") and len(out.outputs[0].token_ids) == 3
+    assert llm.metrics()["pages_used"] == 0
+    llm.close()
+    with pytest.raises(DeepInferError, match="nonexistent"):
+        LLM(model=str(tmp_path / "nonexistent"))
 
 
 def test_generate_single_and_list(llm):
@@ -147,3 +163,27 @@ def test_errors_carry_their_cause(llm):
         mock_llm(vocab_size=10)
     assert llm.metrics()["pages_used"] == 0
     assert llm.metrics()["requests_waiting"] == 0 and llm.metrics()["requests_running"] == 0
+
+
+def test_ctrl_c_aborts_the_call_and_frees_its_state():
+    engine = mock_llm(vocab_size=300, state_memory_bytes=64 * 256)
+    steps = {"n": 0}
+    real_step = engine._step
+
+    def interrupted_step():
+        steps["n"] += 1
+        if steps["n"] == 3:
+            raise KeyboardInterrupt
+        return real_step()
+
+    engine._step = interrupted_step
+    with pytest.raises(KeyboardInterrupt):
+        engine.generate([f"p{i}" for i in range(4)], SamplingParams(max_tokens=50, ignore_eos=True))
+    m = engine.metrics()
+    assert m["requests_aborted"] == 4 and m["requests_running"] == 0 and m["requests_waiting"] == 0
+    assert m["pages_used"] == 0
+    engine._step = real_step
+    # the engine stays usable
+    out = engine.generate("again", SamplingParams(max_tokens=3, seed=1))[0]
+    assert len(out.outputs[0].token_ids) == 3
+    engine.close()

@@ -86,17 +86,12 @@ def test_injection_ids(c_tokenizer):
         [0, 128803, 128804, 128822]
 
 
-def oracle_ids(tok, request):
-    msgs = ro.oracle_messages(request)
-    conv = ro.oracle_conversation(request, msgs)
-    enc = dr.DeepseekV41Encoding() if request["encoding"] == "v41" else dr.DeepseekV4Encoding()
-    return enc.with_tokenizer(tok).encode(conv)
-
-
 def test_generated_ids_match_oracle(c_tokenizer, oracle_tokenizer):
-    # 60 conversations: the oracle's encode takes ~0.1 s each (deepinfer's ~1 ms)
+    # with_tokenizer copies the tokenizer (~0.1 s): one encoding per version
+    encodings = {"v41": dr.DeepseekV41Encoding().with_tokenizer(oracle_tokenizer),
+                 "v4_0731": dr.DeepseekV4Encoding().with_tokenizer(oracle_tokenizer)}
     rng = random.Random(1000)
-    for _ in range(60):
+    for _ in range(300):
         request = ro.rand_conversation(rng)
-        assert render_ids(c_tokenizer, request)["ids"] == oracle_ids(oracle_tokenizer, request), \
-            json.dumps(request, ensure_ascii=False)
+        want = encodings[request["encoding"]].encode(ro.oracle_conversation(request, ro.oracle_messages(request)))
+        assert render_ids(c_tokenizer, request)["ids"] == want, json.dumps(request, ensure_ascii=False)

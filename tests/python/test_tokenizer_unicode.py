@@ -7,10 +7,12 @@ fails if HF (or utf8proc) moves to another Unicode version without the table bei
 import ctypes
 import os
 import re
+import sys
 
 import pytest
 
-from test_tokenizer import ROOT, V3_JSON, CTokenizer, hf_tokenizer
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_tokenizer import ROOT, V3_JSON, CTokenizer, hf_tokenizer  # noqa: E402
 
 TABLE = os.path.join(ROOT, "src", "recipe", "pretok_unicode16.c")
 # Contexts that make each class visible: letters/marks join words, N splits by 3, P/S runs,

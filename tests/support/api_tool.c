@@ -3,10 +3,14 @@
  *   api_tool convert  stdin: one {"protocol","body"} per line -> one line each:
  *                     {"ok":true,"conversation":{...},"options":{...}} or {"ok":false,"status","message"}
  *   api_tool stream   stdin: {"protocol","body","id","created","events":[{"kind",...}]}
- *                     -> {"sse":"<the SSE bytes>","response":{...non-streaming body...}} */
+ *                     -> {"sse":"<the SSE bytes>","response":{...non-streaming body...}}
+ *   api_tool text     stdin: {"protocol","body","id","created","prompt_tokens","cache_hit_tokens",
+ *                     "chunks":["raw model text", ...],"finish":"stop"|"length"}: the raw text through
+ *                     the output parser (serve/backend_parse.h), one token per chunk -> as `stream` */
 #include "base/error.h"
 #include "recipe/api_request.h"
 #include "recipe/api_stream.h"
+#include "serve/backend_parse.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,9 +138,71 @@ static int stream(void) {
     return rc;
 }
 
+typedef struct {
+    DiApiStream *stream;
+    DiApiBuf *sse;
+    int failed;
+} TextSink;
+
+static void sink_event(void *user, const DiApiEvent *ev) {
+    TextSink *t = user;
+    if (di_api_stream_event(t->stream, ev, t->sse) != 0) {
+        fprintf(stderr, "api_tool text: %s\n", di_error_message());
+        t->failed = 1;
+    }
+}
+
+static int text(void) {
+    json_error_t err;
+    json_t *in = json_loadf(stdin, 0, &err);
+    DiApiProtocol p;
+    DiApiRequest r;
+    int status;
+    char *body = in ? body_text(in) : NULL;
+    if (!body || protocol_of(in, &p) != 0 || di_api_request_parse(p, body, strlen(body), &r, &status) != 0) {
+        fprintf(stderr, "api_tool text: %s\n", in ? di_error_message() : err.text);
+        return 1;
+    }
+    const char *id = json_string_value(json_object_get(in, "id"));
+    DiApiBuf sse = {0};
+    TextSink sink = {di_api_stream_create(&r, id ? id : "id", json_integer_value(json_object_get(in, "created"))), &sse, 0};
+    DiOutputEvents *o = di_output_events_new(&r, sink_event, &sink);
+    if (!sink.stream || !o) {
+        fprintf(stderr, "api_tool text: %s\n", di_error_message());
+        return 1;
+    }
+    di_output_events_ready(o, json_integer_value(json_object_get(in, "prompt_tokens")),
+                           json_integer_value(json_object_get(in, "cache_hit_tokens")));
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(in, "chunks"), i, c) {
+        if (di_output_events_text(o, json_string_value(c), json_string_length(c), 1) != 0) break;
+    }
+    const char *fin = json_string_value(json_object_get(in, "finish"));
+    di_output_events_finish(o, fin && strcmp(fin, "length") == 0 ? DI_API_FINISH_LENGTH : DI_API_FINISH_STOP, NULL,
+                            NULL, 0);
+    int rc = sink.failed;
+    if (rc == 0) {
+        json_t *out = json_pack("{s:s, s:o}", "sse", sse.data ? sse.data : "", "response",
+                                di_api_stream_response(sink.stream));
+        char *t = json_dumps(out, JSON_COMPACT);
+        puts(t);
+        free(t);
+        json_decref(out);
+    }
+    di_output_events_free(o);
+    di_api_buf_free(&sse);
+    di_api_stream_free(sink.stream);
+    di_api_request_free(&r);
+    free(body);
+    json_decref(in);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "convert") == 0) return convert();
     if (argc == 2 && strcmp(argv[1], "stream") == 0) return stream();
-    fprintf(stderr, "usage: api_tool convert|stream  (JSON on stdin)\n");
+    if (argc == 2 && strcmp(argv[1], "text") == 0) return text();
+    fprintf(stderr, "usage: api_tool convert|stream|text  (JSON on stdin)\n");
     return 2;
 }

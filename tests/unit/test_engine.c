@@ -479,7 +479,76 @@ TEST(text_hooks_are_checked_and_used) {
     di_engine_destroy(e);
 }
 
+/* A runner that wraps the mock and fails its forward when the batch holds a token 13. */
+typedef struct {
+    DiRunner base;
+    DiRunner *inner;
+    int failures;
+} FailingRunner;
+
+static size_t failing_pages(const DiRunner *r, int64_t n) {
+    const FailingRunner *f = (const FailingRunner *)r;
+    return f->inner->ops->pages_for_tokens(f->inner, n);
+}
+
+static int failing_forward(DiRunner *r, const DiRunnerBatch *b) {
+    FailingRunner *f = (FailingRunner *)r;
+    for (int i = 0; i < b->n_seqs; i++)
+        for (int t = 0; t < b->seqs[i].n_tokens; t++)
+            if (b->seqs[i].tokens[t] == 13) {
+                f->failures++;
+                return di_errorf("injected failure at position %lld", (long long)(b->seqs[i].start_pos + t));
+            }
+    return f->inner->ops->forward(f->inner, b);
+}
+
+static void failing_destroy(DiRunner *r) {
+    FailingRunner *f = (FailingRunner *)r;
+    f->inner->ops->destroy(f->inner);
+    free(f);
+}
+
+static const DiRunnerOps failing_ops = {failing_pages, failing_forward, failing_destroy, NULL};
+
+TEST(a_failing_forward_aborts_its_requests_and_reports_the_cause) {
+    for (int async = 0; async < 2; async++) {
+        FailingRunner *f = calloc(1, sizeof *f);
+        f->inner = di_mock_runner_create(MOCK_VOCAB, MOCK_SEED);
+        f->base = *f->inner;
+        f->base.ops = &failing_ops;
+        DiEngineOptions o;
+        di_engine_options_init(&o);
+        o.async_scheduling = async;
+        o.state_memory_bytes = 1 << 20;
+        DiEngine *e = di_engine_create_with_runner(&f->base, &o);
+        int32_t bad[3] = {1, 13, 2}, good[2] = {4, 5};
+        DiSamplingParams p;
+        di_sampling_params_init(&p);
+        p.max_tokens = 4;
+        p.ignore_eos = 1;
+        uint64_t id_bad, id_good;
+        DiRequestInput in_bad = {.prompt_ids = bad, .n_prompt_ids = 3}, in_good = {.prompt_ids = good, .n_prompt_ids = 2};
+        CHECK_EQ_INT(di_engine_add_request(e, &in_bad, &p, NULL, NULL, &id_bad), 0);
+        CHECK_EQ_INT(di_engine_run(e), -1);
+        CHECK_MSG(strstr(di_last_error(), "injected failure at position 1") != NULL, "%s", di_last_error());
+        DiRequestOutput out;
+        CHECK_EQ_INT(di_engine_get_output(e, id_bad, &out), 0);
+        CHECK_EQ_INT(out.finish_reason, DI_FINISH_ABORT);
+        /* the engine goes on: a good request afterwards completes, nothing leaks */
+        CHECK_EQ_INT(di_engine_add_request(e, &in_good, &p, NULL, NULL, &id_good), 0);
+        CHECK_EQ_INT(di_engine_run(e), 0);
+        CHECK_EQ_INT(di_engine_get_output(e, id_good, &out), 0);
+        CHECK_EQ_INT(out.n_tokens, 4);
+        DiEngineMetrics m;
+        di_engine_get_metrics(e, &m);
+        CHECK_EQ_INT(m.pages_used, 0);
+        CHECK_EQ_INT(f->failures, 1);
+        di_engine_destroy(e);
+    }
+}
+
 int main(void) {
+    RUN_TEST(a_failing_forward_aborts_its_requests_and_reports_the_cause);
     RUN_TEST(text_hooks_are_checked_and_used);
     RUN_TEST(logits_are_bit_identical_alone_and_in_random_batches);
     RUN_TEST(logits_equal_the_direct_reference);

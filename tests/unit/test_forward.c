@@ -170,6 +170,16 @@ TEST(kvq_prefill_matches_golden) {
     free(ex);
 }
 
+static int32_t pick_argmax(void *ctx, const float *logits, int64_t vocab, int row) {
+    (void)ctx, (void)row;
+    return (int32_t)argmax(logits, vocab);
+}
+
+static int32_t pick_fail(void *ctx, const float *logits, int64_t vocab, int row) {
+    (void)ctx, (void)logits, (void)vocab, (void)row;
+    return di_errorf("sampler gave up");
+}
+
 TEST(dspark_draft_matches_golden) {
     model->mode = MODE_EXACT;
     const ModelDims *d = &model->d;
@@ -202,6 +212,17 @@ TEST(dspark_draft_matches_golden) {
         for (int64_t r = 0; r < B; r++) CHECK_EQ_INT(tok[r], wt[r]);
     }
     CHECK_EQ_INT(st->n_pos, p); /* drafting does not commit anything */
+    /* a sampler that always picks the row's argmax reproduces the greedy chain */
+    float *b2 = calloc((size_t)(2 * B * V), sizeof(float)), conf2[64];
+    int32_t tok2[64];
+    DraftOutput out2 = {b2, b2 + B * V, conf2, tok2};
+    DraftSampler greedy = {pick_argmax, NULL}, failing = {pick_fail, NULL};
+    CHECK(dspark_draft_sampled(model, st, anchor, &greedy, &out2) == 0);
+    CHECK(memcmp(tok, tok2, (size_t)B * sizeof *tok) == 0);
+    CHECK(memcmp(lg, b2 + B * V, (size_t)(B * V) * sizeof *lg) == 0);
+    CHECK(dspark_draft_sampled(model, st, anchor, &failing, &out2) == -1);
+    CHECK(strstr(di_error_message(), "sampler gave up") != NULL);
+    free(b2);
     state_free(st);
     free(base);
     free(lg);
@@ -237,6 +258,10 @@ TEST(bad_calls_are_errors_with_causes) {
     CHECK(model_forward(model, st, ids, 1, 5, lg, false, NULL) == -1);
     CHECK(strstr(di_error_message(), "holds 0 positions") != NULL);
     CHECK(model_forward(model, st, ids, 0, 0, lg, false, NULL) == -1);
+    CHECK(model_forward(model, st, ids, (int64_t)FORWARD_MAX_CHUNK + 1, 0, lg, false, NULL) == -1);
+    CHECK(strstr(di_error_message(), "exceeds the limit") != NULL);
+    CHECK(model_forward(model, st, ids, model->cfg.max_position_embeddings + 1, 0, lg, false, NULL) == -1);
+    CHECK(strstr(di_error_message(), "max_position_embeddings") != NULL);
     CHECK(model_forward(NULL, st, ids, 1, 0, lg, false, NULL) == -1);
     CHECK_EQ_INT(st->n_pos, 0); /* a rejected call leaves the state untouched */
     DraftOutput out = {lg, lg, lg, NULL};
@@ -261,6 +286,45 @@ TEST(bad_calls_are_errors_with_causes) {
     free(dir);
     CHECK(model_load("/nonexistent-model-dir", MODE_REF) == NULL);
     CHECK(strstr(di_error_message(), "/nonexistent-model-dir") != NULL);
+}
+
+/* Three requests at different stages in one batched forward give exactly (memcmp) what each
+ * gives alone: rows never influence each other. */
+TEST(batched_requests_equal_separate_forwards) {
+    model->mode = MODE_REF;
+    const ModelDims *d = &model->d;
+    RunState *a1 = state_create(d), *b1 = state_create(d), *c1 = state_create(d);
+    RunState *a2 = state_create(d), *b2 = state_create(d), *c2 = state_create(d);
+    /* history: A has 10 positions, C has 5, B is new */
+    CHECK(model_forward(model, a1, ids, 10, 0, NULL, false, NULL) == 0);
+    CHECK(model_forward(model, a2, ids, 10, 0, NULL, false, NULL) == 0);
+    CHECK(model_forward(model, c1, ids + 40, 5, 0, NULL, false, NULL) == 0);
+    CHECK(model_forward(model, c2, ids + 40, 5, 0, NULL, false, NULL) == 0);
+    float *sep = calloc((size_t)(12 * V), sizeof(float)), *bat = calloc((size_t)(12 * V), sizeof(float));
+    /* separately: A decodes 1, B prefills 7 (all rows), C continues with 4 (last row) */
+    CHECK(model_forward(model, a1, ids + 10, 1, 10, sep, false, NULL) == 0);
+    CHECK(model_forward(model, b1, ids + 20, 7, 0, sep + V, true, NULL) == 0);
+    CHECK(model_forward(model, c1, ids + 45, 4, 5, sep + 8 * V, false, NULL) == 0);
+    ForwardSeq q[3] = {{a2, ids + 10, 1, 10, bat, false}, {b2, ids + 20, 7, 0, bat + V, true}, {c2, ids + 45, 4, 5, bat + 8 * V, false}};
+    int rc = model_forward_batch(model, q, 3, NULL);
+    CHECK_MSG(rc == 0, "%s", di_error_message());
+    CHECK(memcmp(sep, bat, (size_t)(9 * V) * sizeof *sep) == 0);
+    /* and the states continue identically */
+    float *x = calloc((size_t)V, sizeof(float)), *y = calloc((size_t)V, sizeof(float));
+    CHECK(model_forward(model, b1, ids + 27, 1, 7, x, false, NULL) == 0);
+    CHECK(model_forward(model, b2, ids + 27, 1, 7, y, false, NULL) == 0);
+    CHECK(memcmp(x, y, (size_t)V * sizeof *x) == 0);
+    /* a state twice in one batch, or a bad request, is rejected before anything changes */
+    ForwardSeq dup[2] = {{a2, ids, 1, 11, NULL, false}, {a2, ids, 1, 11, NULL, false}};
+    CHECK(model_forward_batch(model, dup, 2, NULL) == -1);
+    ForwardSeq badq[2] = {{a2, ids, 1, 11, NULL, false}, {b2, ids, 1, 3, NULL, false}};
+    CHECK(model_forward_batch(model, badq, 2, NULL) == -1);
+    CHECK_EQ_INT(a2->n_pos, 11);
+    free(x);
+    free(y);
+    free(sep);
+    free(bat);
+    state_free(a1), state_free(b1), state_free(c1), state_free(a2), state_free(b2), state_free(c2);
 }
 
 /* A second geometry with no golden values (§9.2 verbatim: 8 layers, hidden 96, output groups of
@@ -319,6 +383,7 @@ int main(void) {
     RUN_TEST(dspark_draft_matches_golden);
     RUN_TEST(optimised_matmul_matches_reference_kernel);
     RUN_TEST(bad_calls_are_errors_with_causes);
+    RUN_TEST(batched_requests_equal_separate_forwards);
     RUN_TEST(spec9_geometry_prefill_equals_decode);
     model_free(model);
     golden_close(&golden);

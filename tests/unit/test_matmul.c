@@ -149,9 +149,9 @@ TEST(simd_matches_reference_with_extreme_scales) {
     TestMatrix b = make_matrix(DI_MAT_FP8_BLOCK, 70, 90, 134, 150);
     TestMatrix c = make_matrix(DI_MAT_FP4_ROW32, 70, 96, 0, 20);
     TestMatrix d = make_matrix(DI_MAT_FP4_ROW32, 70, 96, 134, 150);
-    check_against_reference(&a, 4, NULL);
+    check_against_reference(&a, 9, NULL); /* panel GEMM */
     check_against_reference(&b, 1, NULL);
-    check_against_reference(&c, 4, NULL);
+    check_against_reference(&c, 9, NULL);
     check_against_reference(&d, 1, NULL);
     free_matrix(&a);
     free_matrix(&b);
@@ -159,21 +159,23 @@ TEST(simd_matches_reference_with_extreme_scales) {
     free_matrix(&d);
 }
 
-/* With x = e_c (one-hot), y[r] = W[r][c] exactly: one exact product, the rest adds zeros. */
+/* With x = e_c (one-hot), y[r] = W[r][c] exactly: one exact product, the rest adds zeros.
+ * 1 token takes the register-decoding GEMV, GEMM_TOKENS tokens the panel GEMM (matmul.c). */
+#define GEMM_TOKENS 9
 static void check_one_hot_decode(const TestMatrix *t, int64_t n_check_cols) {
     const DiMatrix *w = &t->m;
     float *x = calloc(w->cols, sizeof(float));
     float *y = malloc(sizeof(float) * w->rows);
-    float *y4 = malloc(sizeof(float) * w->rows * 4);
-    float *x4 = calloc(w->cols * 4, sizeof(float));
+    float *y4 = malloc(sizeof(float) * w->rows * GEMM_TOKENS);
+    float *x4 = calloc(w->cols * GEMM_TOKENS, sizeof(float));
     float *row = malloc(sizeof(float) * w->cols);
     int bad = 0;
     for (int64_t k = 0; k < n_check_cols && bad < 3; k++) {
         int64_t c = (k * 7919) % w->cols;
         x[c] = 1.0f;
-        for (int j = 0; j < 4; j++) x4[j * w->cols + c] = 1.0f;
+        for (int j = 0; j < GEMM_TOKENS; j++) x4[j * w->cols + c] = 1.0f;
         CHECK(di_matmul_simd(NULL, w, x, 1, y) == 0);   /* GEMV path */
-        CHECK(di_matmul_simd(NULL, w, x4, 4, y4) == 0); /* GEMM path */
+        CHECK(di_matmul_simd(NULL, w, x4, GEMM_TOKENS, y4) == 0); /* GEMM path */
         for (int64_t r = 0; r < w->rows; r++) {
             di_matrix_row(w, r, row);
             if (y[r] != row[c] || y4[3 * w->rows + r] != row[c]) bad++;
@@ -181,7 +183,7 @@ static void check_one_hot_decode(const TestMatrix *t, int64_t n_check_cols) {
                       format_name(w->format), (long long)r, (long long)c, y[r], y4[3 * w->rows + r], row[c]);
         }
         x[c] = 0.0f;
-        for (int j = 0; j < 4; j++) x4[j * w->cols + c] = 0.0f;
+        for (int j = 0; j < GEMM_TOKENS; j++) x4[j * w->cols + c] = 0.0f;
     }
     free(x);
     free(y);
@@ -259,6 +261,39 @@ static void check_batch_invariance(DiMatFormat f, int64_t rows, int64_t cols) {
     free_matrix(&t);
 }
 
+/* The FP8 GEMV moves the block scale onto the activations only when that is exact; a token
+ * with activations near the float32 limits takes the plain path.  Either way the token's
+ * outputs alone (GEMV) equal its outputs inside a batch (panel GEMM), bit for bit. */
+TEST(fp8_gemv_with_extreme_activations_stays_batch_invariant) {
+    TestMatrix t = make_matrix(DI_MAT_FP8_BLOCK, 64, 96, 110, 135);
+    for (int kb = 0; kb < 3; kb++) {
+        t.scale[kb] = 110;     /* rows 0..31: 1e-38 * 2^-9 is subnormal -> plain path */
+        t.scale[3 + kb] = 127; /* rows 32..63: every product exact -> scaled activations */
+    }
+    float *x = rnd_acts(5 * 96), alone[64], batch[5 * 64], ref[64];
+    float *probe = x + 2 * 96;
+    probe[3] = 1e-38f;    /* x * 2^(b-119) would be subnormal for the small scales */
+    probe[50] = 2e33f;    /* and beyond 2^126 for the largest ones */
+    probe[51] = -INFINITY; /* non-finite values scale exactly */
+    probe[60] = 0.0f;
+    CHECK(di_matmul_simd(NULL, &t.m, probe, 1, alone) == 0);
+    CHECK(di_matmul_simd(NULL, &t.m, x, 5, batch) == 0);
+    CHECK(memcmp(alone, batch + 2 * 64, sizeof alone) == 0);
+    probe[51] = 1.0f; /* finite again: compare with the reference within the summation bound */
+    CHECK(di_matmul_simd(NULL, &t.m, probe, 1, alone) == 0);
+    CHECK(di_matmul_ref(&t.m, probe, 1, ref) == 0);
+    float row[96];
+    for (int r = 0; r < 64; r++) {
+        double mag = 0;
+        di_matrix_row(&t.m, r, row);
+        for (int c = 0; c < 96; c++) mag += fabs((double)row[c] * probe[c]);
+        if (isinf(ref[r])) CHECK(alone[r] == ref[r]); /* both overflow the same way */
+        else CHECK_MSG(fabs((double)alone[r] - ref[r]) <= 2.0 * 96 * 0x1p-24 * mag, "row %d: %.9g vs %.9g", r, alone[r], ref[r]);
+    }
+    free(x);
+    free_matrix(&t);
+}
+
 TEST(rows_are_bit_identical_across_batches_and_threads) {
     check_batch_invariance(DI_MAT_FP8_BLOCK, 200, 300);
     check_batch_invariance(DI_MAT_FP4_ROW32, 130, 320);
@@ -313,6 +348,7 @@ int main(void) {
     RUN_TEST(every_fp8_code_and_scale_decodes_exactly);
     RUN_TEST(every_fp4_code_and_scale_decodes_exactly);
     RUN_TEST(bf16_and_f32_decode_exactly);
+    RUN_TEST(fp8_gemv_with_extreme_activations_stays_batch_invariant);
     RUN_TEST(rows_are_bit_identical_across_batches_and_threads);
     RUN_TEST(bad_input_is_an_error);
     RUN_TEST(backend_choice_follows_env);

@@ -209,6 +209,22 @@ TEST(test_result_order_and_merging) {
     CHECK(p && strstr(p, "invoke name=\"fb\">\n\n</｜DSML｜ invoke>\n<｜DSML｜ invoke name=\"fa\">") != NULL);
     CHECK(p && strstr(p, "<｜User｜><tool_result>Z</tool_result>\n\n<tool_result>B</tool_result>\n\n"
                          "<tool_result>A</tool_result><｜Assistant｜>") != NULL);
+    /* V4: the N messages after a turn with N calls are sorted, results first by id; extra
+     * results stay where they are */
+    p = render_text("{\"encoding\":\"v4\",\"thinking_mode\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"u\"},"
+                    "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"a\",\"function\":{\"name\":\"fa\"}},"
+                    "{\"id\":\"b\",\"function\":{\"name\":\"fb\"}},{\"id\":\"c\",\"function\":{\"name\":\"fc\"}}]},"
+                    "{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"C\"},{\"role\":\"tool\",\"tool_call_id\":\"x\",\"content\":\"X\"},"
+                    "{\"role\":\"tool\",\"tool_call_id\":\"b\",\"content\":\"B\"},{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"A\"}]}");
+    CHECK(p && strstr(p, "<｜User｜><tool_result>B</tool_result>\n\n<tool_result>C</tool_result>\n\n"
+                         "<tool_result>X</tool_result>\n\n<tool_result>A</tool_result><｜Assistant｜>") != NULL);
+    /* ... and a user message inside those N goes after the results */
+    p = render_text("{\"encoding\":\"v4\",\"thinking_mode\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"u\"},"
+                    "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"a\",\"function\":{\"name\":\"fa\"}},"
+                    "{\"id\":\"b\",\"function\":{\"name\":\"fb\"}},{\"id\":\"c\",\"function\":{\"name\":\"fc\"}}]},"
+                    "{\"role\":\"tool\",\"tool_call_id\":\"b\",\"content\":\"B\"},{\"role\":\"user\",\"content\":\"x\"},"
+                    "{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"A\"}]}");
+    CHECK(p && strstr(p, "<｜User｜><tool_result>A</tool_result>\n\n<tool_result>B</tool_result>\n\nx<｜Assistant｜>") != NULL);
     /* V4.1: a tool result continues an open user turn; V4 starts a new one */
     p = render_text("{\"encoding\":\"v41\",\"thinking_mode\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"u\"},"
                     "{\"role\":\"tool\",\"tool_call_id\":\"x\",\"content\":\"r\"}]}");
@@ -251,6 +267,26 @@ TEST(test_v41_system_and_prefix) {
     CHECK_STR(p, "<｜begin▁of▁sentence｜><｜User｜>hi<｜latest_reminder｜>r<｜Assistant｜><think>");
 }
 
+/* No official renderer has these: recipe.md §2.3 rules, hand-derived. */
+TEST(test_drop_thinking_and_developer) {
+    static const char history[] = "\"messages\":[{\"role\":\"developer\",\"content\":\"D\"},{\"role\":\"user\",\"content\":\"u\"},"
+                                  "{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":\"r\"},"
+                                  "{\"role\":\"user\",\"content\":\"v\"}]}";
+    char json[512];
+    /* thinking with dropping: earlier reasoning and the earlier developer message are gone */
+    snprintf(json, sizeof json, "{\"encoding\":\"v4\",\"thinking_mode\":\"thinking\",%s", history);
+    CHECK_STR(render_text(json), "<｜begin▁of▁sentence｜><｜User｜>u<｜Assistant｜></think>a<｜end▁of▁sentence｜>"
+                                 "<｜User｜>v<｜Assistant｜><think>");
+    /* drop_thinking=false keeps both */
+    snprintf(json, sizeof json, "{\"encoding\":\"v4\",\"thinking_mode\":\"thinking\",\"drop_thinking\":false,%s", history);
+    CHECK_STR(render_text(json), "<｜begin▁of▁sentence｜><｜User｜>D<｜User｜>u<｜Assistant｜><think>r</think>a"
+                                 "<｜end▁of▁sentence｜><｜User｜>v<｜Assistant｜><think>");
+    /* chat mode drops no developer message */
+    snprintf(json, sizeof json, "{\"encoding\":\"v4\",\"thinking_mode\":\"chat\",%s", history);
+    CHECK_STR(render_text(json), "<｜begin▁of▁sentence｜><｜User｜>D<｜User｜>u<｜Assistant｜></think>a<｜end▁of▁sentence｜>"
+                                 "<｜User｜>v<｜Assistant｜></think>");
+}
+
 TEST(test_python_style_floats) {
     static const struct { double v; const char *python, *v4; } cases[] = {
         {1.0, "1.0", "1.0"},       {1e-5, "1e-05", "0.00001"},   {2.5e-7, "2.5e-07", "2.5e-7"},
@@ -272,6 +308,10 @@ TEST(test_python_style_floats) {
     DiStr s;
     di_str_init(&s);
     CHECK(di_pyjson_append_double(&s, 1.0 / 0.0, DI_FLOAT_STYLE_PYTHON) == -1);
+    CHECK(di_pyjson_append(&s, NULL, DI_FLOAT_STYLE_PYTHON) == -1);
+    CHECK(di_pyjson_append(NULL, json_null(), DI_FLOAT_STYLE_PYTHON) == -1);
+    CHECK(di_json_escape_append(&s, NULL, 3) == -1);
+    CHECK(di_pyjson_append_string(NULL, "x", 1) == -1);
     CHECK(di_pyjson_append_string(&s, "a\"\\\n\x01é/", 8) == 0);
     CHECK_STR(s.data, "\"a\\\"\\\\\\n\\u0001é/\"");
     di_str_free(&s);
@@ -314,6 +354,7 @@ int main(void) {
     RUN_TEST(test_tool_history_rules);
     RUN_TEST(test_result_order_and_merging);
     RUN_TEST(test_v41_system_and_prefix);
+    RUN_TEST(test_drop_thinking_and_developer);
     RUN_TEST(test_python_style_floats);
     RUN_TEST(test_errors_name_the_field);
     di_segments_free(&last_segments);

@@ -12,6 +12,7 @@
 #include "recipe/pretok.h"
 #include "recipe/tokenizer.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
 static DiTokenizer *v3, *v4; /* the V3 file as is; the V3 file + the V4 table */
@@ -409,6 +410,48 @@ TEST(parallel_encoding_equals_sequential) {
 }
 
 typedef struct {
+    const DiTokenizer *tok;
+    const char *text;
+    int32_t *ids;
+    size_t n;
+    int rc;
+} EncodeJob;
+
+static void *encode_thread(void *arg) {
+    EncodeJob *job = arg;
+    job->rc = di_tokenizer_encode(job->tok, job->text, strlen(job->text), &job->ids, &job->n);
+    return NULL;
+}
+
+TEST(concurrent_callers_share_one_tokenizer) {
+    /* Two threads encode at once with one tokenizer and its pool: one gets the pool, the other
+     * encodes on its own thread; both get the sequential ids. */
+    char *path = shared_path("deepseek_v3_tokenizer.json");
+    DiTokenizer *tok = di_tokenizer_load(path);
+    free(path);
+    CHECK_EQ_INT(di_tokenizer_set_threads(tok, 2), 0);
+    char *text = mixed_text(150000, 5);
+    int32_t *want = NULL;
+    size_t n_want = 0;
+    CHECK_EQ_INT(di_tokenizer_encode(v3, text, strlen(text), &want, &n_want), 0);
+    EncodeJob jobs[3];
+    pthread_t threads[3];
+    for (int i = 0; i < 3; i++) {
+        jobs[i] = (EncodeJob){tok, text, NULL, 0, -1};
+        pthread_create(&threads[i], NULL, encode_thread, &jobs[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(threads[i], NULL);
+        CHECK_EQ_INT(jobs[i].rc, 0);
+        CHECK(jobs[i].n == n_want && memcmp(jobs[i].ids, want, n_want * sizeof *want) == 0);
+        free(jobs[i].ids);
+    }
+    free(want);
+    free(text);
+    di_tokenizer_free(tok);
+}
+
+typedef struct {
     uint8_t *buf; /* pieces joined by 0xFF, which never occurs in UTF-8 */
     size_t n, cap;
 } Joined;
@@ -645,6 +688,7 @@ int main(void) {
     RUN_TEST(user_text_cannot_forge_control_tokens);
     RUN_TEST(segments_merge_text_and_reject_unknown_specials);
     RUN_TEST(parallel_encoding_equals_sequential);
+    RUN_TEST(concurrent_callers_share_one_tokenizer);
     RUN_TEST(safe_cuts_never_change_pieces);
     RUN_TEST(heap_and_flat_merging_agree);
     RUN_TEST(huge_single_piece_is_linear_and_round_trips);

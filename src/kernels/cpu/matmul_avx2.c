@@ -24,10 +24,13 @@
  * Instruction set: AVX2 + FMA + F16C only (the deployment target, Zen 3, has no AVX-512); the target
  * pragma below also keeps gcc from using AVX-512 registers when built with -march=native on a
  * newer machine, so what is measured is what the target runs.  matmul.c checks cpuid first. */
+#if !defined(__clang__) /* clang (the fuzz build) compiles this file for -march=native as is */
 #pragma GCC target("avx2,fma,f16c,no-avx512f")
+#endif
 
 #include "kernels/cpu/matmul_simd.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -41,7 +44,7 @@
 #define PF_HINT _MM_HINT_T0
 #endif
 #ifndef GEMV_ROWS
-#define GEMV_ROWS 4    /* rows whose accumulators the GEMV keeps in registers at once */
+#define GEMV_ROWS 8    /* rows whose accumulators the GEMV keeps in registers: 8 independent FMA chains */
 #endif
 #define TILE_ROWS 3    /* GEMM register tile: 3 rows x 4 tokens = 12 accumulators, + 3 weight */
 #define TILE_TOKENS 4  /*   registers + 1 activation register = the 16 ymm registers of AVX2 */
@@ -57,15 +60,20 @@
 
 bool di_simd_available(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#if defined(__clang__) /* clang 14 does not know "f16c" here: read CPUID.1:ECX bit 29 */
+    unsigned eax, ebx, ecx, edx;
+    bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && ((ecx >> 29) & 1);
+#else
+    bool f16c = __builtin_cpu_supports("f16c");
+#endif
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
-int64_t di_simd_scratch_floats(int64_t cols) {
+int64_t di_simd_scratch_floats(int64_t cols, bool gemm) {
     /* GEMM: the panel chunk, then the accumulators of one token block (8 lanes each);
      * GEMV: one row of scaled activations (k32 floats) */
-    int64_t gemm = (int64_t)PANEL_ROWS * PANEL_K + (int64_t)PANEL_ROWS * TOKEN_BLOCK * GROUP;
-    int64_t gemv = (cols + BLOCK - 1) / BLOCK * BLOCK;
-    return gemm > gemv ? gemm : gemv;
+    if (gemm) return (int64_t)PANEL_ROWS * PANEL_K + (int64_t)PANEL_ROWS * TOKEN_BLOCK * GROUP;
+    return (cols + BLOCK - 1) / BLOCK * BLOCK;
 }
 
 /* ---- scale factors (as float32 bit patterns, so no libm call in the inner loops) ---------- */
@@ -274,8 +282,25 @@ typedef struct {
 } ActRange;
 
 static ActRange act_range(const float *x, int64_t n) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    const __m256 inf = _mm256_set1_ps(INFINITY), zero = _mm256_setzero_ps();
+    __m256 lo = inf, hi = zero;
+    int64_t i = 0;
+    for (; i + GROUP <= n; i += GROUP) {
+        __m256 v = _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask);
+        __m256 counted = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_GT_OQ), _mm256_cmp_ps(v, inf, _CMP_LT_OQ));
+        lo = _mm256_min_ps(lo, _mm256_blendv_ps(inf, v, counted));   /* zeros, inf, NaN ignored */
+        hi = _mm256_max_ps(hi, _mm256_blendv_ps(zero, v, counted));
+    }
+    float l[GROUP], h[GROUP];
+    _mm256_storeu_ps(l, lo);
+    _mm256_storeu_ps(h, hi);
     ActRange r = {INFINITY, 0.0f};
-    for (int64_t i = 0; i < n; i++) {
+    for (int j = 0; j < GROUP; j++) {
+        r.min_nonzero = l[j] < r.min_nonzero ? l[j] : r.min_nonzero;
+        r.max = h[j] > r.max ? h[j] : r.max;
+    }
+    for (; i < n; i++) {
         float v = fabsf(x[i]);
         if (v == 0.0f || !isfinite(v)) continue; /* zeros, inf and NaN scale exactly */
         if (v < r.min_nonzero) r.min_nonzero = v;
@@ -299,17 +324,21 @@ static bool fp8_prescale_exact(const uint8_t *scales, int64_t kblocks, ActRange 
 static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const DiMatrix *w, const float *x,
                                                                           const float *xs, int64_t k32, int64_t r0,
                                                                           int nr, float *y) {
-    const uint8_t *data = w->data;
-    int64_t full = w->cols / BLOCK;
+    const uint8_t *row[GEMV_ROWS];
+    int64_t full = w->cols / BLOCK, ahead = GEMV_ROWS * w->cols; /* prefetch distance: one tile */
+    bool prefetch = PREFETCH && r0 + nr - 1 + GEMV_ROWS < w->rows;
     __m256 acc[GEMV_ROWS];
     #pragma GCC unroll 16
-    for (int i = 0; i < GEMV_ROWS; i++) acc[i] = _mm256_setzero_ps();
+    for (int i = 0; i < GEMV_ROWS; i++) {
+        acc[i] = _mm256_setzero_ps();
+        row[i] = (const uint8_t *)w->data + (r0 + (i < nr ? i : 0)) * w->cols;
+    }
     for (int64_t kb = 0; kb < full; kb++) {
         const float *xb = xs + kb * BLOCK;
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
-            if (PREFETCH && r0 + i + GEMV_ROWS < w->rows) prefetch_block(DI_MAT_FP8_BLOCK, w, r0 + i + GEMV_ROWS, kb);
-            const uint8_t *p = data + (r0 + i) * w->cols + kb * BLOCK;
+            const uint8_t *p = row[i] + kb * BLOCK;
+            if (prefetch) _mm_prefetch((const char *)p + ahead, PF_HINT);
             __m256i h0 = e4m3_to_fp16_bits(p), h1 = e4m3_to_fp16_bits(p + 16);
             acc[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h0)), _mm256_loadu_ps(xb), acc[i]);
             acc[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h0, 1)), _mm256_loadu_ps(xb + 8), acc[i]);
@@ -328,6 +357,46 @@ static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const 
     }
     #pragma GCC unroll 16
     for (int i = 0; i < nr; i++) y[r0 + i] = lane_sum(acc[i]);
+}
+
+/* FP4 rows r0 .. r0+nr-1: each row has its own scales (§3.5), so they stay on the weights. */
+static inline __attribute__((always_inline)) void gemv_fp4_tile(const DiMatrix *w, const float *x, int64_t r0, int nr,
+                                                                float *y) {
+    const uint8_t *row[GEMV_ROWS], *srow[GEMV_ROWS];
+    int64_t kblocks = w->cols / BLOCK, ahead = GEMV_ROWS * (w->cols / 2);
+    bool prefetch = PREFETCH && r0 + nr - 1 + GEMV_ROWS < w->rows;
+    __m256 acc[GEMV_ROWS];
+    #pragma GCC unroll 16
+    for (int i = 0; i < GEMV_ROWS; i++) {
+        int64_t r = r0 + (i < nr ? i : 0);
+        acc[i] = _mm256_setzero_ps();
+        row[i] = (const uint8_t *)w->data + r * (w->cols / 2);
+        srow[i] = w->scale + r * kblocks;
+    }
+    for (int64_t kb = 0; kb < kblocks; kb++) {
+        const float *xb = x + kb * BLOCK;
+        #pragma GCC unroll 16
+        for (int i = 0; i < nr; i++) {
+            const uint8_t *p = row[i] + kb * (BLOCK / 2);
+            if (prefetch) _mm_prefetch((const char *)p + ahead, PF_HINT);
+            __m256 wv[4];
+            decode_fp4_block(p, srow[i][kb], wv);
+            #pragma GCC unroll 16
+            for (int g = 0; g < 4; g++) acc[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xb + GROUP * g), acc[i]);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++) y[r0 + i] = lane_sum(acc[i]);
+}
+
+static void gemv_fp4_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1) {
+    for (int64_t t = 0; t < a->n_tokens; t++) {
+        const float *x = a->x + t * a->k32;
+        float *yt = y + t * w->rows;
+        int64_t r = r0;
+        for (; r + GEMV_ROWS <= r1; r += GEMV_ROWS) gemv_fp4_tile(w, x, r, GEMV_ROWS, yt);
+        for (; r < r1; r++) gemv_fp4_tile(w, x, r, 1, yt);
+    }
 }
 
 static void gemv_fp8_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
@@ -363,7 +432,7 @@ void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t
     case DI_MAT_F32: gemv_rows(DI_MAT_F32, w, a, y, r0, r1); break;
     case DI_MAT_BF16: gemv_rows(DI_MAT_BF16, w, a, y, r0, r1); break;
     case DI_MAT_FP8_BLOCK: gemv_fp8_rows(w, a, y, r0, r1, scratch); break;
-    case DI_MAT_FP4_ROW32: gemv_rows(DI_MAT_FP4_ROW32, w, a, y, r0, r1); break;
+    case DI_MAT_FP4_ROW32: gemv_fp4_rows(w, a, y, r0, r1); break;
     }
 }
 
@@ -412,20 +481,33 @@ static void gemm_tile_any(const float *panel, const float *x, int64_t xstride, i
 #undef TILE_CASE
 }
 
-static void decode_panel(const DiMatrix *w, int64_t r0, int nr, int64_t k0, int64_t kc, float *panel) {
+/* Rows r0 .. r0+nr-1, columns k0 .. k0+kc-1 decoded into the panel (row stride PANEL_K);
+ * specialised per format by the constant `format`, like the GEMV. */
+static inline __attribute__((always_inline)) void decode_panel_fmt(DiMatFormat format, const DiMatrix *w, int64_t r0,
+                                                                   int nr, int64_t k0, int64_t kc, float *panel) {
     for (int i = 0; i < nr; i++)
         for (int64_t k = 0; k < kc; k += BLOCK) {
             __m256 wv[4];
-            decode_block(w->format, w, r0 + i, (k0 + k) / BLOCK, wv);
+            decode_block(format, w, r0 + i, (k0 + k) / BLOCK, wv);
             #pragma GCC unroll 16
             for (int g = 0; g < 4; g++) _mm256_store_ps(panel + i * PANEL_K + k + GROUP * g, wv[g]);
         }
 }
 
+static void decode_panel(const DiMatrix *w, int64_t r0, int nr, int64_t k0, int64_t kc, float *panel) {
+    switch (w->format) {
+    case DI_MAT_F32: decode_panel_fmt(DI_MAT_F32, w, r0, nr, k0, kc, panel); break;
+    case DI_MAT_BF16: decode_panel_fmt(DI_MAT_BF16, w, r0, nr, k0, kc, panel); break;
+    case DI_MAT_FP8_BLOCK: decode_panel_fmt(DI_MAT_FP8_BLOCK, w, r0, nr, k0, kc, panel); break;
+    case DI_MAT_FP4_ROW32: decode_panel_fmt(DI_MAT_FP4_ROW32, w, r0, nr, k0, kc, panel); break;
+    }
+}
+
 /* One panel of up to PANEL_ROWS rows against tokens [t0, t0 + nt_block). */
 static void gemm_panel(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int nr_panel, int64_t t0,
                        int nt_block, float *panel, float *accs) {
-    memset(accs, 0, sizeof(float) * (size_t)PANEL_ROWS * TOKEN_BLOCK * GROUP);
+    for (int i = 0; i < nr_panel; i++) /* only the accumulators this block uses */
+        memset(accs + i * TOKEN_BLOCK * GROUP, 0, sizeof(float) * (size_t)nt_block * GROUP);
     for (int64_t k0 = 0; k0 < a->k32; k0 += PANEL_K) {
         int64_t kc = a->k32 - k0 < PANEL_K ? a->k32 - k0 : PANEL_K;
         decode_panel(w, r0, nr_panel, k0, kc, panel);

@@ -29,8 +29,9 @@ typedef struct {
 /* True when this CPU runs the AVX2+FMA kernels (checked at run time with cpuid). */
 bool di_simd_available(void);
 
-/* Floats of per-thread scratch (32-byte aligned) either kernel needs for this many columns. */
-int64_t di_simd_scratch_floats(int64_t cols);
+/* Floats of per-thread scratch (32-byte aligned, any contents) the GEMM (gemm) or the GEMV needs
+ * for a matrix with this many columns. */
+int64_t di_simd_scratch_floats(int64_t cols, bool gemm);
 
 /* y[t][r] for r in [r0, r1) and every token: token at a time, weights decoded in registers
  * (the decode-bound n = 1 case).  r0 is a multiple of DI_SIMD_ROW_CHUNK. */
