@@ -20,10 +20,10 @@ static void run(DiEplbPhase phase, int gpus, int tokens, double tau, double step
     for (int b = 1; b < DI_SIM_MOE_BUCKETS; b++) after += r.eplb_bucket[b] / (DI_SIM_MOE_BUCKETS - 1);
     double pairs_per_gpu = (double)tokens * 6 / gpus;
     printf("%-7s EP%-3d %6d tok/step tau %-7s moe_lb EPLB %.4f (after cold start %.4f, noise-free %.4f) | "
-           "no EPLB %.4f | ratio %.3f | noise floor ~%.3f\n",
+           "no EPLB %.4f | ratio %.3f | noise floor ~%.3f (measured %.4f)\n",
            phase == DI_EPLB_DECODE ? "decode" : "prefill", gpus, tokens,
            isinf(tau) ? "inf" : (tau >= 21600 ? "6h" : "1h"), r.eplb, after, r.eplb_expected, r.fixed,
-           r.eplb / r.fixed, 1.0 + 2.4 / sqrt(pairs_per_gpu));
+           r.eplb / r.fixed, 1.0 + 2.4 / sqrt(pairs_per_gpu), r.noise_floor);
     di_sim_moe_destroy(m);
 }
 

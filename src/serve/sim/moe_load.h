@@ -36,6 +36,8 @@ typedef struct {
     double eplb, rearrange, fixed;             /* aggregate moe_lb, sum(max)/sum(mean) */
     double eplb_expected;                      /* eplb placement scored on the expected loads, without
                                                   the per-step sampling noise: the balancer's own share */
+    double noise_floor;                        /* a perfectly balanced placement under the same per-step
+                                                  sampling noise: the part no placement removes */
     double eplb_bucket[DI_SIM_MOE_BUCKETS];    /* eplb moe_lb in each tenth of [first, last] scored
                                                   step time (0 when a tenth had no step) */
     double fixed_bucket[DI_SIM_MOE_BUCKETS];

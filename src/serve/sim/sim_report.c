@@ -13,8 +13,9 @@ static json_t *buckets(const double *v) {
 }
 
 static json_t *moe_json(const DiSimMoeReport *m) {
-    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:o, s:o, s:[f, f]}", "eplb", m->eplb, "eplb_noise_free",
-                     m->eplb_expected, "rearrange_only", m->rearrange,
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:o, s:o, s:[f, f]}", "eplb", m->eplb,
+                     "eplb_noise_free", m->eplb_expected, "routing_noise_floor", m->noise_floor, "rearrange_only",
+                     m->rearrange,
                      "no_eplb", m->fixed, "eplb_vs_no_eplb", m->fixed > 0 ? m->eplb / m->fixed : 0.0, "steps",
                      (json_int_t)m->steps, "replans", (json_int_t)m->replans, "moved_slots",
                      (json_int_t)m->moved_slots, "eplb_over_time", buckets(m->eplb_bucket), "no_eplb_over_time",
