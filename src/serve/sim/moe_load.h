@@ -8,7 +8,7 @@
  * count).  Each step is scored by three placements side by side:
  *   eplb      — the dynamic policy (eplb_policy.h) with the phase's redundancy/window/period;
  *   rearrange — the same window/period with no redundant slots (placement only);
- *   static    — no redundancy and a placement fixed at start (the no-EPLB baseline).
+ *   static    — no redundancy, the uniform-load placement, never replanned (the no-EPLB baseline).
  * To keep long replays fast, only every sample_every-th step is drawn and scored; the policies'
  * window and period are divided by the same factor, so a replan still sees the same span of
  * steps, and moe_lb is an unbiased sample of the per-step values. */
