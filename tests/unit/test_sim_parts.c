@@ -152,8 +152,9 @@ TEST(synthetic_workload_is_seeded_and_covers_all_tiers) {
 /* The routing-noise floor of the MoE load model against the order statistic it estimates: a
  * perfectly balanced EP64 layer with mean m pairs per GPU has max/mean = 1 + E[max of 64 N(0,1)]
  * / sqrt(m), E[max] = 2.3437 (numerical integral of 64 x phi x Phi^63, computed with numpy).
- * With uniform popularity (skew 0) every placement is balanced in expectation, so EPLB and the
- * fixed placement must both sit at that floor; with skew, the fixed placement sits above it. */
+ * With uniform popularity (skew 0) every placement is balanced in expectation, so the fixed
+ * placement must sit at that floor (EPLB at or a little below it); with skew, the fixed placement
+ * sits above it. */
 static DiSimMoeReport moe_run(double skew, int tokens) {
     DiSimMoeConfig c = {4, 384, 6, 64, 1, 1, skew, 1e9, DI_EPLB_DECODE, 10, 11};
     DiSimMoe *m = di_sim_moe_create(&c);
@@ -175,8 +176,10 @@ TEST(moe_noise_floor_matches_the_order_statistic) {
                   u.noise_floor, want);
         CHECK_MSG(fabs(u.fixed - u.noise_floor) < 0.015 * want, "uniform, fixed placement %.4f vs floor %.4f", u.fixed,
                   u.noise_floor);
-        CHECK_MSG(fabs(u.eplb - u.noise_floor) < 0.015 * want, "uniform, EPLB %.4f vs floor %.4f", u.eplb,
-                  u.noise_floor);
+        /* EPLB's redundant slots split a replicated expert's noise over two GPUs, so it may sit a
+         * little below the floor of a placement without redundancy, never far above it */
+        CHECK_MSG(u.eplb < u.noise_floor + 0.015 * want && u.eplb - 1.0 > 0.85 * (u.noise_floor - 1.0),
+                  "uniform, EPLB %.4f vs floor %.4f", u.eplb, u.noise_floor);
         DiSimMoeReport sk = moe_run(0.6, tokens[k]);
         CHECK_MSG(sk.fixed > sk.noise_floor + 0.05, "skewed, fixed placement %.4f vs floor %.4f", sk.fixed,
                   sk.noise_floor);

@@ -55,12 +55,14 @@ static DiEplbPolicy *make_policy(const DiSimMoeConfig *c, int redundant, int fix
     pc.redundant_per_gpu = redundant;
     pc.window_steps /= c->sample_every;
     pc.period_steps /= c->sample_every;
+    pc.warmup_steps /= c->sample_every;
     if (fixed) { /* never replans: the plan for uniform load stays.  (A 1-step window would make
                   * the first plan after one step, from that step's loads: a placement informed by
                   * the popularity, not the no-EPLB baseline; it scored 1.29 where the uniform
                   * placement scores 1.89 on the same decode loads.) */
         pc.window_steps = INT_MAX;
         pc.period_steps = INT_MAX;
+        pc.warmup_steps = 0;
     }
     return di_eplb_policy_create(&pc);
 }
