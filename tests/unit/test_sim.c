@@ -1,8 +1,9 @@
 /* test_sim.c — the cluster simulator end to end (serving.md §6.4, §7.3, §8.4, §11): a single
  * request whose TTFT and TPOT follow by hand from the cost models, token conservation, seeded
  * determinism, the balancers against their baselines on a loaded synthetic workload (tiered
- * short-tier TTFT p99 below the single FIFO's; decode imbalance <= 1.10 and below request-count
- * and round-robin routing; EPLB moe_lb below no EPLB), and configuration errors. */
+ * short-tier TTFT p99 below the single FIFO's, the longer tiers within 2 % of it; decode
+ * imbalance <= 1.10 and below request-count and round-robin routing; EPLB moe_lb below no
+ * EPLB), the bounded overtaking of long prefills, and configuration errors. */
 #include "test.h"
 
 #include "deepinfer.h"
