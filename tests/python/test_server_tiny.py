@@ -256,3 +256,17 @@ def test_load_100_concurrent_streams_without_errors(server):
         t.join(120)
     assert len(results) == 100 and all(results)
     assert wait_until(lambda: server.metrics()["deepinfer_requests_in_flight"] == 0, 20)
+
+
+def test_non_streaming_client_that_leaves_is_aborted_promptly(server):
+    """A parked non-streaming request is aborted once its client closes the socket, long before
+    its max_tokens would have run out (512 tokens take several seconds on the tiny model)."""
+    aborted = server.metrics()["deepinfer_requests_aborted_total"]
+    s = post_stream(server.port, "/v1/chat/completions", {"model": MODEL, "messages": USER, "max_tokens": CONTEXT // 2})
+    assert wait_until(lambda: server.metrics()["deepinfer_running_requests"] >= 1, 10)
+    t0 = time.time()
+    s.close()
+    assert wait_until(lambda: server.metrics()["deepinfer_running_requests"] == 0, 20)
+    assert time.time() - t0 < 2.0
+    m = server.metrics()
+    assert m["deepinfer_requests_aborted_total"] == aborted + 1 and m["deepinfer_requests_in_flight"] == 0
