@@ -24,8 +24,8 @@
 #include <unistd.h>
 
 #define STREAMS 64
-#define GEN_TOKENS 96
-#define ROUNDS 3
+#define GEN_TOKENS 48
+#define ROUNDS 5
 
 static double now_s(void) {
     struct timespec ts;
@@ -182,8 +182,10 @@ int main(void) {
     int errors = 0;
     long off_tokens = 0, on_tokens = 0;
     for (int r = 0; r < ROUNDS; r++) {
-        off[r] = offline_tokens_per_s(&off_tokens);
+        /* Alternate which path goes first, so drift and warm-up do not favour one. */
+        if (r % 2 == 0) off[r] = offline_tokens_per_s(&off_tokens);
         on[r] = server_tokens_per_s(&on_tokens, &errors);
+        if (r % 2 == 1) off[r] = offline_tokens_per_s(&off_tokens);
         /* Greedy on the same prompt ids: both paths must generate exactly the same tokens. */
         if (off_tokens != on_tokens) {
             fprintf(stderr, "bench_server: offline generated %ld tokens, the server %ld\n", off_tokens, on_tokens);
@@ -194,13 +196,21 @@ int main(void) {
             return 1;
         }
     }
+    /* The ratio of each round's adjacent pair, then their median: the shared machine's load
+     * drifts between rounds more than the server's overhead. */
+    double ratios[ROUNDS];
+    for (int r = 0; r < ROUNDS; r++) {
+        ratios[r] = on[r] / off[r];
+        fprintf(stderr, "round %d: offline %.0f, SSE %.0f tokens/s, ratio %.3f\n", r, off[r], on[r], ratios[r]);
+    }
     qsort(off, ROUNDS, sizeof off[0], cmp);
     qsort(on, ROUNDS, sizeof on[0], cmp);
-    double ratio = on[ROUNDS / 2] / off[ROUNDS / 2];
+    qsort(ratios, ROUNDS, sizeof ratios[0], cmp);
+    double ratio = ratios[ROUNDS / 2];
     printf("server overhead: %d SSE streams x <= %d tokens (%ld generated), built-in tiny V4.1 model, greedy, "
            "median of %d interleaved rounds\n", STREAMS, GEN_TOKENS, on_tokens, ROUNDS);
     printf("  engine offline %.0f tokens/s, over HTTP/SSE %.0f tokens/s, stream errors %d\n", off[ROUNDS / 2],
            on[ROUNDS / 2], errors);
-    printf("  SSE / offline = %.3f (target >= 0.95): %s\n", ratio, ratio >= 0.95 && !errors ? "ok" : "BELOW TARGET");
+    printf("  SSE / offline = %.3f, median of the per-round ratios (target >= 0.95): %s\n", ratio, ratio >= 0.95 && !errors ? "ok" : "BELOW TARGET");
     return 0;
 }
