@@ -8,9 +8,9 @@
  * sequences — stop sequences apply to the answer only, recipe.md §3).
  *
  * Prompts: with the model's text (backend_text.h) the adapter renders a chat conversation, or
- * tokenizes a raw /v1/completions prompt, on the submitting thread (so HTTP threads render in
- * parallel and an over-long prompt is refused with 400 before the request is accepted) and hands
- * the engine prompt ids.  Without it (the engine's test mock, which has its own byte-level text)
+ * tokenizes a raw /v1/completions prompt, on the submitting (HTTP) thread, so the engine thread
+ * only steps the model and an over-long prompt is refused with 400 before the request is
+ * accepted, and hands the engine prompt ids.  Without it (the engine's test mock, which has its own byte-level text)
  * the engine gets the conversation as chat_json or the raw prompt text. */
 #ifndef DI_SERVE_BACKEND_ENGINE_H
 #define DI_SERVE_BACKEND_ENGINE_H
