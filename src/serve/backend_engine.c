@@ -23,7 +23,10 @@ typedef struct Job {
     DiEngine *engine;            /* to read the finished output (engine thread only) */
     bool added;
     DiApiRequest req;            /* a private copy of what the engine needs */
-    char *chat_json;             /* the conversation, or NULL for a raw prompt */
+    char *chat_json;             /* the conversation, or NULL for a raw prompt (no model text) */
+    int32_t *ids;                /* the prompt ids (with the model's text), else NULL */
+    size_t n_ids;
+    int64_t max_tokens;          /* resolved against the context when ids are known, else 0 */
     DiOutputEvents *out;         /* text -> parsed output events (backend_parse.h) */
     struct Job *next;
 } Job;
@@ -58,7 +61,7 @@ static void on_delta(void *user, const DiStreamDelta *d) {
                                                           : DI_API_FINISH_STOP;
     const char *stop = NULL;
     DiRequestOutput out;
-    if (!j->chat_json && f == DI_API_FINISH_STOP && di_engine_get_output(j->engine, j->engine_id, &out) == 0 &&
+    if (j->req.protocol == DI_API_COMPLETIONS && f == DI_API_FINISH_STOP && di_engine_get_output(j->engine, j->engine_id, &out) == 0 &&
         out.stop_string >= 0 && (size_t)out.stop_string < j->req.n_stop)
         stop = j->req.stop[out.stop_string]; /* a raw prompt's stop string, matched by the engine */
     di_output_events_finish(j->out, f, stop, NULL, 0);
@@ -69,6 +72,7 @@ static void on_delta(void *user, const DiStreamDelta *d) {
 static void free_job(Job *j) {
     di_output_events_free(j->out);
     free(j->chat_json);
+    free(j->ids);
     di_api_request_free(&j->req);
     free(j);
 }
@@ -82,7 +86,7 @@ static void sampling_of(const Job *j, int64_t max_tokens, DiSamplingParams *p) {
     p->has_seed = j->req.has_seed;
     p->seed = j->req.seed;
     p->max_tokens = (int)max_tokens;
-    if (!j->chat_json && j->req.n_stop) { /* a raw prompt: the engine matches the stop strings itself */
+    if (j->req.protocol == DI_API_COMPLETIONS && j->req.n_stop) { /* a raw prompt: the engine matches the stop strings itself */
         p->stop = (const char *const *)j->req.stop;
         p->n_stop = (int)j->req.n_stop;
     }
@@ -91,6 +95,18 @@ static void sampling_of(const Job *j, int64_t max_tokens, DiSamplingParams *p) {
 /* Add a job to the engine; on refusal its FINISH carries the cause (400: the client's input). */
 static void add_job(DiEngineBackend *b, Job *j) {
     j->engine = b->engine;
+    if (j->ids) { /* rendered at submit, its limit already resolved */
+        DiRequestInput in = {.prompt_ids = j->ids, .n_prompt_ids = (int)j->n_ids};
+        DiSamplingParams sp;
+        sampling_of(j, j->max_tokens, &sp);
+        if (di_engine_add_request(b->engine, &in, &sp, on_delta, j, &j->engine_id) != 0) {
+            di_output_events_finish(j->out, DI_API_FINISH_ERROR, NULL, di_error_message(), 400);
+            return;
+        }
+        j->added = true;
+        di_output_events_ready(j->out, (int64_t)j->n_ids, 0);
+        return;
+    }
     DiRequestInput in = {.prompt_text = j->chat_json ? NULL : j->req.prompt, .chat_json = j->chat_json};
     DiSamplingParams sp;
     /* The prompt length is known only once the engine has rendered and tokenized it: add with
@@ -208,6 +224,35 @@ static void *engine_main(void *arg) {
 
 /* ---- backend.h interface ----------------------------------------------------------------- */
 
+/* The job's prompt: ids and their resolved output limit with the model's text, else the text
+ * the engine renders itself.  -1 with *http_status 400 for the client's input. */
+static int prepare_prompt(DiEngineBackend *b, const DiApiRequest *req, Job *j, int *http_status) {
+    if (!b->cfg.text) {
+        if (req->prompt && !(j->req.prompt = di_strdup(req->prompt))) return -1;
+        if (req->conversation && !(j->chat_json = json_dumps(req->conversation, JSON_COMPACT)))
+            return di_errorf("engine backend: out of memory serializing the conversation");
+        return 0;
+    }
+    int rc = req->conversation ? di_serve_text_render(b->cfg.text, req->conversation, &j->ids, &j->n_ids)
+             : req->prompt     ? di_serve_text_encode_prompt(b->cfg.text, req->prompt, &j->ids, &j->n_ids)
+                               : di_errorf("engine backend: the request has neither a conversation nor a prompt");
+    if (rc != 0) {
+        *http_status = 400;
+        return -1;
+    }
+    if (j->n_ids == 0 || j->n_ids > (size_t)INT32_MAX / 2) {
+        *http_status = 400;
+        return di_errorf("the prompt has %zu tokens", j->n_ids);
+    }
+    j->max_tokens = di_api_resolve_max_tokens(&j->req, (int64_t)j->n_ids, b->cfg.context_limit);
+    if (j->max_tokens < 0) {
+        *http_status = 400;
+        return -1;
+    }
+    if (j->max_tokens > INT32_MAX) j->max_tokens = INT32_MAX;
+    return 0;
+}
+
 static int be_submit(void *self, const DiApiRequest *req, DiBackendEmit emit, void *user, uint64_t *out_id,
                      int *http_status) {
     DiEngineBackend *b = self;
@@ -228,12 +273,13 @@ static int be_submit(void *self, const DiApiRequest *req, DiBackendEmit emit, vo
     j->req.seed = req->seed;
     bool ok = true;
     for (size_t i = 0; i < req->n_stop && ok; i++) ok = (j->req.stop[j->req.n_stop++] = di_strdup(req->stop[i])) != NULL;
-    if (req->prompt) ok = ok && (j->req.prompt = di_strdup(req->prompt)) != NULL;
-    if (req->conversation) ok = ok && (j->chat_json = json_dumps(req->conversation, JSON_COMPACT)) != NULL;
-    ok = ok && (j->out = di_output_events_new(req, emit, user)) != NULL;
-    if (!ok) {
+    if (!ok || !(j->out = di_output_events_new(req, emit, user))) {
         free_job(j);
         return di_error_wrap("engine backend: preparing the request");
+    }
+    if (prepare_prompt(b, req, j, http_status) != 0) {
+        free_job(j);
+        return -1;
     }
     pthread_mutex_lock(&b->lock);
     if (b->quit) {

@@ -9,6 +9,8 @@
  *      - non-streaming: the connection is suspended until FINISH, then the JSON is queued.
  *   4. The backend thread calls on_event: encode, append, resume the connection.
  *   5. MHD's completion callback (normal end or client gone) aborts an unfinished request.
+ *      A parked non-streaming connection is not watched by MHD, so the watchdog peeks at its
+ *      socket and aborts the request as soon as the client has closed it.
  * An Exchange is reference-counted by its holders: MHD's connection, the backend (until
  * FINISH) and, when streaming, the response object. */
 #include "serve/server.h"
@@ -20,12 +22,14 @@
 #include "serve/openapi.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -67,6 +71,8 @@ struct Exchange {
     double t_submit, t_last;
     bool got_first;
     double deadline;
+    int fd;                        /* the client's socket (peeked while parked), -1 unknown */
+    bool client_gone;              /* the watchdog saw the client close while parked */
     Exchange *prev, *next;         /* in srv->live */
 };
 
@@ -266,6 +272,8 @@ static enum MHD_Result start_generation(Exchange *x) {
     if (!(x->stream = di_api_stream_create(&x->req, id, (int64_t)time(NULL))))
         return send_error(srv, x->conn, x->endpoint, x->protocol, 500, di_error_message());
 
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(x->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    x->fd = ci ? ci->connect_fd : -1;
     x->t_submit = now_s();
     x->deadline = srv->cfg.request_timeout_s > 0 ? x->t_submit + srv->cfg.request_timeout_s : 0;
     x->refs++; /* the backend's reference, released at FINISH */
@@ -464,7 +472,25 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 /* ---- timeouts and life cycle ---------------------------------------------------------- */
 
-/* Abort every live request whose deadline passed (or all, when `all`). */
+/* 1 when the peer of a connected socket has closed it (EOF or an error), 0 while it is open. */
+static bool peer_closed(int fd) {
+    char c;
+    ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* A parked non-streaming request whose client has gone.  Under x->lock the connection stays
+ * suspended (on_event resumes it under the same lock), so MHD cannot have closed the socket. */
+static bool client_left(Exchange *x) {
+    pthread_mutex_lock(&x->lock);
+    bool gone = !x->req.stream && x->suspended && !x->finished && !x->client_gone && x->fd >= 0 && peer_closed(x->fd);
+    if (gone) x->client_gone = true;
+    pthread_mutex_unlock(&x->lock);
+    return gone;
+}
+
+/* Abort every live request whose deadline passed or whose parked client left (or all, when
+ * `all`). */
 static int abort_live(DiServer *srv, bool all) {
     uint64_t ids[256];
     int n = 0, live = 0;
@@ -472,8 +498,11 @@ static int abort_live(DiServer *srv, bool all) {
     pthread_mutex_lock(&srv->lock);
     for (Exchange *x = srv->live; x; x = x->next) {
         live++;
-        if ((all || (x->deadline > 0 && t > x->deadline)) && n < 256) {
+        if (n >= 256) continue;
+        if (all || (x->deadline > 0 && t > x->deadline)) {
             x->timed_out = !all;
+            ids[n++] = x->backend_id;
+        } else if (client_left(x)) {
             ids[n++] = x->backend_id;
         }
     }
@@ -485,7 +514,7 @@ static int abort_live(DiServer *srv, bool all) {
 static void *watchdog_main(void *arg) {
     DiServer *srv = arg;
     while (!atomic_load(&srv->stopping)) {
-        if (srv->cfg.request_timeout_s > 0) abort_live(srv, false);
+        abort_live(srv, false); /* deadlines and clients gone */
         usleep(50 * 1000);
     }
     return NULL;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `deepinfer serve` option handling: --help, usage errors (exit 2, cause on stderr), and the
-# honest refusal (exit 1) while no engine is built in.  Prints "N passed, N failed".
+# refusal (exit 1, the cause) of a model that cannot load, and a graceful stop on SIGTERM.  Prints "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
 bin=build/deepinfer
@@ -19,11 +19,21 @@ expect "port not a number" 2 "got 'abc'" --port abc
 expect "missing value" 2 "missing value for '--host'" --host
 expect "bad timeout" 2 "--request-timeout: expected seconds" --request-timeout -1
 expect "bad context limit" 2 "--context-limit: expected an integer" --context-limit 3
-# Without a loadable model the engine's own explanation and exit 1; once the model core lands,
-# the server comes up (listening line) and SIGTERM stops it with exit 0.
-out=$(timeout -s TERM 20 "$bin" serve --port 0 2>&1); rc=$?
-if { [ $rc = 1 ] && [[ "$out" == *"model core"* ]]; } || { [ $rc = 0 ] && [[ "$out" == *"listening on"* ]]; } ||
-   { [ $rc = 124 ] && [[ "$out" == *"listening on"* ]]; }; then passed=$((passed + 1))
-else failed=$((failed + 1)); echo "FAIL: serve without a model: exit $rc, output: $out"; fi
+expect "missing model directory" 1 "/nonexistent-model-dir" --model /nonexistent-model-dir --port 0
+# The built-in tiny model (fresh, in a temporary cache) comes up, answers /health, and SIGTERM
+# stops it gracefully with exit 0.
+cache=$(mktemp -d); log=$cache/serve.log
+XDG_CACHE_HOME=$cache DEEPINFER_HF_MODEL_DIR= "$bin" serve --port 0 >"$log" 2>&1 & pid=$!
+port=
+for _ in $(seq 600); do
+    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log")
+    [ -n "$port" ] || ! kill -0 $pid 2>/dev/null && break
+    sleep 0.1
+done
+health=$( [ -n "$port" ] && curl -s --max-time 10 "http://127.0.0.1:$port/health" )
+kill -TERM $pid 2>/dev/null; wait $pid; rc=$?
+if [ -n "$port" ] && [ -n "$health" ] && [ $rc = 0 ] && grep -q "SIGTERM, shutting down" "$log"; then passed=$((passed + 1))
+else failed=$((failed + 1)); echo "FAIL: serve on the built-in model: exit $rc, health '$health', log: $(cat "$log")"; fi
+rm -rf "$cache"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -3,8 +3,9 @@
  * Parses and validates the options, creates the engine on the model and its backend
  * (serve/backend_engine.h), starts the server, serves until SIGTERM / SIGINT, then stops
  * gracefully (stop accepting, let in-flight requests finish within --shutdown-grace, abort the
- * rest).  While the engine cannot load a model (model core not built in yet) the command exits 1
- * with the engine's explanation, after checking its options, rather than pretending to serve. */
+ * rest).  The model's text (its tokenizer.json and the chat template, serve/backend_text.h) is
+ * opened on the directory the engine resolved, so the built-in tiny model serves text too.  A
+ * model that cannot load exits 1 with the cause, after the options were checked. */
 #include "commands.h"
 
 #include "base/error.h"
@@ -56,14 +57,29 @@ static int parse_seconds(const char *flag, const char *v, double *out) {
     return 0;
 }
 
-/* The engine behind the server: di_engine_create on the model directory, wrapped in the engine
- * backend.  Until the model core lands di_engine_create refuses with its own explanation. */
-static DiEngineBackend *open_backend(const char *model_dir, const char *served_name, long context_limit) {
+/* The engine behind the server: di_engine_create on the model directory (NULL: the default
+ * model), the model's text on the directory it resolved, both wrapped in the engine backend.
+ * *text must outlive the backend. */
+static DiEngineBackend *open_backend(const char *model_dir, const char *served_name, long context_limit,
+                                     DiServeText **text) {
+    *text = NULL;
     DiEngine *engine = di_engine_create(model_dir, NULL);
     if (!engine) return NULL;
-    DiEngineBackendConfig cfg = {.model_name = served_name, .context_limit = context_limit};
+    const char *dir = di_engine_model_dir(engine);
+    if (!(*text = di_serve_text_open(dir)) || di_serve_text_install(*text, engine) != 0) {
+        di_error_wrap("model %s", dir ? dir : "(none)");
+        di_engine_destroy(engine);
+        di_serve_text_close(*text);
+        *text = NULL;
+        return NULL;
+    }
+    DiEngineBackendConfig cfg = {.model_name = served_name, .context_limit = context_limit, .text = *text};
     DiEngineBackend *b = di_engine_backend_create(engine, &cfg);
-    if (!b) di_engine_destroy(engine);
+    if (!b) {
+        di_engine_destroy(engine);
+        di_serve_text_close(*text);
+        *text = NULL;
+    }
     return b;
 }
 
@@ -115,7 +131,8 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "deepinfer serve: --served-model-name must not be empty\n");
         return 2;
     }
-    DiEngineBackend *eb = open_backend(model && *model ? model : NULL, served_name, context_limit);
+    DiServeText *text = NULL;
+    DiEngineBackend *eb = open_backend(model && *model ? model : NULL, served_name, context_limit, &text);
     if (!eb) {
         fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
         return 1;
@@ -131,6 +148,7 @@ int cmd_serve(int argc, char **argv) {
     if (!srv) {
         fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
         di_engine_backend_destroy(eb);
+        di_serve_text_close(text);
         return 1;
     }
     fprintf(stderr, "deepinfer serve: listening on http://%s:%d (model %s)\n", cfg.host, di_server_port(srv),
@@ -141,5 +159,6 @@ int cmd_serve(int argc, char **argv) {
             cfg.shutdown_grace_s);
     di_server_stop(srv);
     di_engine_backend_destroy(eb);
+    di_serve_text_close(text);
     return 0;
 }

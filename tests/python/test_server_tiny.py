@@ -1,0 +1,272 @@
+"""`deepinfer serve` end to end on the built-in tiny V4.1 model (fresh, in a temporary
+XDG_CACHE_HOME), through the official OpenAI and Anthropic SDKs on loopback.
+
+The tiny model's weights are random, so its text is noise: these tests assert the protocol
+shapes, the token accounting and seeded determinism, never the content.  The prompt-token
+oracle is independent of the server: the prompt string that `deepinfer render` prints, encoded
+by Hugging Face `tokenizers` with the model's own tokenizer.json (added tokens recognized), and
+for raw prompts BOS + the plain encoding (Hugging Face add_special_tokens)."""
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from server_fixture import MODEL, ROOT, wait_until  # noqa: E402
+
+openai = pytest.importorskip("openai")
+anthropic = pytest.importorskip("anthropic")
+tokenizers = pytest.importorskip("tokenizers")
+
+DEEPINFER = os.path.join(ROOT, "build", "deepinfer")
+CONTEXT = 1024
+USER = [{"role": "user", "content": "hello tiny"}]
+
+
+class Serve:
+    """`deepinfer serve --port 0` with its log in a file (a pipe could fill and block it)."""
+
+    def __init__(self, cache, *args):
+        self.log_path = os.path.join(cache, "serve.log")
+        self.log = open(self.log_path, "w")
+        env = dict(os.environ, XDG_CACHE_HOME=cache)
+        env.pop("DEEPINFER_HF_MODEL_DIR", None)
+        env.pop("DEEPINFER_API_KEY", None)
+        self.proc = subprocess.Popen([DEEPINFER, "serve", "--port", "0", *map(str, args)], env=env,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        port = None
+        end = time.time() + 120  # first use generates the tiny model
+        while port is None and time.time() < end and self.proc.poll() is None:
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(self.log_path).read())
+            port = int(m.group(1)) if m else time.sleep(0.05)
+        if port is None:
+            self.proc.kill()
+            raise RuntimeError("deepinfer serve did not start:\n" + open(self.log_path).read())
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.model_dir = os.path.join(cache, "deepinfer", "tiny-v41")
+
+    def metrics(self):
+        text = urllib.request.urlopen(self.url + "/metrics", timeout=10).read().decode()
+        return {k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in text.splitlines() if ln and ln[0] != "#")}
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            self.log.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with tempfile.TemporaryDirectory(prefix="deepinfer-serve-") as cache:
+        s = Serve(cache, "--context-limit", CONTEXT)
+        yield s
+        assert s.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def oai(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def claude(server):
+    return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def hf_tok(server):
+    return tokenizers.Tokenizer.from_file(os.path.join(server.model_dir, "tokenizer.json"))
+
+
+def rendered_token_count(hf_tok, conversation):
+    """The oracle: `deepinfer render`'s prompt string, tokenized by Hugging Face."""
+    out = subprocess.run([DEEPINFER, "render"], input=json.dumps(conversation), capture_output=True, text=True,
+                         timeout=30, check=True)
+    return len(hf_tok.encode(json.loads(out.stdout)["prompt"], add_special_tokens=False).ids)
+
+
+def chat_render_input(messages, thinking):
+    return {"encoding": "v41", "messages": messages, "tools": [], "thinking_mode": "thinking" if thinking else "chat"}
+
+
+# ---- OpenAI Chat Completions -------------------------------------------------------------------
+
+def test_chat_usage_counts_the_rendered_prompt_and_seed_repeats(oai, hf_tok):
+    kw = dict(model=MODEL, messages=USER, max_tokens=12, seed=11, extra_body={"thinking": {"type": "disabled"}})
+    a = oai.chat.completions.create(**kw)
+    b = oai.chat.completions.create(**kw)
+    assert a.object == "chat.completion" and a.choices[0].message.role == "assistant"
+    assert a.choices[0].finish_reason in ("stop", "length")
+    assert a.usage.prompt_tokens == rendered_token_count(hf_tok, chat_render_input(USER, False))
+    assert 1 <= a.usage.completion_tokens <= 12
+    assert a.usage.total_tokens == a.usage.prompt_tokens + a.usage.completion_tokens
+    if a.choices[0].finish_reason == "length":
+        assert a.usage.completion_tokens == 12
+    assert (a.choices[0].message.content, a.usage.completion_tokens) == (b.choices[0].message.content,
+                                                                         b.usage.completion_tokens)
+
+
+def test_thinking_chat_counts_its_longer_prompt(oai, hf_tok):
+    r = oai.chat.completions.create(model=MODEL, messages=USER, max_tokens=4, seed=1,
+                                    extra_body={"thinking": {"type": "enabled"}})
+    assert r.usage.prompt_tokens == rendered_token_count(hf_tok, chat_render_input(USER, True))
+
+
+def test_streamed_chat_equals_the_plain_one_with_the_same_seed(oai):
+    kw = dict(model=MODEL, messages=USER, max_tokens=10, seed=5)
+    plain = oai.chat.completions.create(**kw)
+    chunks = list(oai.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    reasoning = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices)
+    msg = plain.choices[0].message
+    assert text == (msg.content or "")
+    assert reasoning == (getattr(msg, "reasoning_content", None) or "")
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == \
+        [plain.choices[0].finish_reason]
+    assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == plain.usage.prompt_tokens
+
+
+def test_tool_definitions_the_tiny_tokenizer_cannot_render_are_a_clear_400(oai):
+    """The tiny model's tokenizer.json has no DSML control tokens (model-v41.md §9: 291 ids), so
+    a request with tools cannot be rendered for it: an SDK exception naming the token, not noise."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model=MODEL, messages=USER, tools=tools, max_tokens=4)
+    assert "DSML" in str(e.value) and "not an added token" in str(e.value)
+
+
+# ---- OpenAI Completions --------------------------------------------------------------------------
+
+def test_completion_prompt_is_bos_plus_plain_bpe(oai, hf_tok):
+    prompt = "The quick brown fox"
+    r = oai.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=0)
+    assert r.usage.prompt_tokens == 1 + len(hf_tok.encode(prompt, add_special_tokens=False).ids)
+    again = oai.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=0)
+    assert r.choices[0].text == again.choices[0].text  # greedy
+    streamed = list(oai.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == r.choices[0].text
+
+
+# ---- OpenAI Responses ----------------------------------------------------------------------------
+
+def test_responses_plain_and_streamed(oai, hf_tok):
+    r = oai.responses.create(model=MODEL, input="hello tiny", max_output_tokens=8, reasoning={"effort": "low"})
+    assert r.object == "response" and r.status in ("completed", "incomplete")
+    assert r.usage.input_tokens > 0 and 1 <= r.usage.output_tokens <= 8
+    assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
+    events = list(oai.responses.create(model=MODEL, input="hello tiny", max_output_tokens=8, stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-1] in ("response.completed", "response.incomplete")
+    assert events[-1].response.usage.output_tokens <= 8
+
+
+# ---- Anthropic Messages --------------------------------------------------------------------------
+
+def test_messages_plain_and_streamed(claude):
+    kw = dict(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hello tiny"}])
+    m = claude.messages.create(**kw)
+    assert m.type == "message" and m.role == "assistant"
+    assert m.stop_reason in ("end_turn", "max_tokens")
+    assert m.usage.input_tokens > 0 and 1 <= m.usage.output_tokens <= 8
+    with claude.messages.stream(**kw) as s:
+        final = s.get_final_message()
+    assert final.usage.input_tokens == m.usage.input_tokens
+    assert 1 <= final.usage.output_tokens <= 8
+
+
+def test_anthropic_errors_are_sdk_exceptions(claude):
+    with pytest.raises(anthropic.NotFoundError):
+        claude.messages.create(model="no-such-model", max_tokens=8, messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(anthropic.BadRequestError):
+        claude.messages.create(model=MODEL, max_tokens=CONTEXT * 2, messages=[{"role": "user", "content": "x"}])
+
+
+# ---- limits, aborts, load ------------------------------------------------------------------------
+
+def test_over_long_prompt_is_400(oai):
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.completions.create(model=MODEL, prompt="word " * (CONTEXT + 10), max_tokens=4)
+    assert f"maximum context length is {CONTEXT}" in str(e.value)
+    with pytest.raises(openai.BadRequestError):  # refused before the stream starts
+        list(oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "word " * CONTEXT}],
+                                         max_tokens=4, stream=True))
+
+
+def post_stream(port, path, body):
+    data = json.dumps(body).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: "
+              f"{len(data)}\r\n\r\n".encode() + data)
+    return s
+
+
+def test_disconnect_mid_stream_aborts_the_request(server):
+    aborted = server.metrics()["deepinfer_requests_aborted_total"]
+    s = post_stream(server.port, "/v1/chat/completions",
+                    {"model": MODEL, "messages": USER, "max_tokens": CONTEXT // 2, "stream": True})
+    got = b""
+    while b"data:" not in got:
+        got += s.recv(4096)
+    assert got.startswith(b"HTTP/1.1 200")
+    assert server.metrics()["deepinfer_running_requests"] >= 1
+    s.close()
+    assert wait_until(lambda: server.metrics()["deepinfer_running_requests"] == 0, 20)
+    m = server.metrics()
+    assert m["deepinfer_requests_in_flight"] == 0 and m["deepinfer_queue_length"] == 0
+    assert m["deepinfer_requests_aborted_total"] == aborted + 1
+
+
+def test_load_100_concurrent_streams_without_errors(server):
+    """100 streaming chats at once for a fixed amount of work: every one completes with [DONE]."""
+    results = []
+
+    def one(i):
+        try:
+            s = post_stream(server.port, "/v1/chat/completions",
+                            {"model": MODEL, "messages": [{"role": "user", "content": f"load {i}"}], "max_tokens": 6,
+                             "seed": i, "stream": True})
+            data = b""
+            while True:  # Connection: close, so the stream ends at EOF
+                piece = s.recv(65536)
+                if not piece:
+                    break
+                data += piece
+            s.close()
+            results.append(data.startswith(b"HTTP/1.1 200") and b"data: [DONE]" in data)
+        except OSError:
+            results.append(False)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == 100 and all(results)
+    assert wait_until(lambda: server.metrics()["deepinfer_requests_in_flight"] == 0, 20)
+
+
+def test_non_streaming_client_that_leaves_is_aborted_promptly(server):
+    """A parked non-streaming request is aborted once its client closes the socket, long before
+    its max_tokens would have run out (512 tokens take several seconds on the tiny model)."""
+    aborted = server.metrics()["deepinfer_requests_aborted_total"]
+    s = post_stream(server.port, "/v1/chat/completions", {"model": MODEL, "messages": USER, "max_tokens": CONTEXT // 2})
+    assert wait_until(lambda: server.metrics()["deepinfer_running_requests"] >= 1, 10)
+    t0 = time.time()
+    s.close()
+    assert wait_until(lambda: server.metrics()["deepinfer_running_requests"] == 0, 20)
+    assert time.time() - t0 < 2.0
+    m = server.metrics()
+    assert m["deepinfer_requests_aborted_total"] == aborted + 1 and m["deepinfer_requests_in_flight"] == 0
