@@ -1,18 +1,13 @@
 /* runner_v41.h — the DeepSeek-V4.1 model (src/model) behind the engine's runner interface.
  *
- * The model keeps a request's decode state in its own RunState (model/state.h, heap arrays
- * reached through accessors).  Until state.c places those rows in pages, this adapter keeps one
- * RunState per request and stores its handle in the request's first page; the pages are the
- * request's state *budget*: pages_for_tokens counts exactly the rows the RunState holds for a
- * context (window rings, DSpark rings, pending compressor rows and Engram history, fixed; one
- * compressed-KV row and one index-key row per `ratio` positions at every KV source, growing;
- * float32 as the RunState stores them, allocator slack not counted), so admission, preemption and
- * the reported accounting follow the real state size.  The release hook frees the RunState when
- * the engine returns the pages (finish, abort, preemption).
- *
- * One forward runs the whole batch through model_forward_batch (weights read once for all rows,
- * attention per request), whose per-request results are bit-identical to separate forwards:
- * batch invariant by construction on CPU, which test_engine_v41 checks with memcmp. */
+ * A request's whole decode state lives in the engine's fixed-size pages, in the model's paged
+ * layout (model/state.h: window rings, DSpark rings, pending compressor rows and the Engram
+ * history first, then compressed-KV / index-key entries in the order a growing context needs
+ * them), so the page pool's accounting is the state's real size and a long context never needs
+ * one contiguous buffer.  The state is fully described by its pages and the position count; the
+ * runner keeps only per-batch-slot views that it re-attaches before every forward.  Each step is
+ * one model_forward_batch: weights are read once for all rows, and every request's result is
+ * bit-identical to running it alone. */
 #ifndef DI_ENGINE_RUNNER_V41_H
 #define DI_ENGINE_RUNNER_V41_H
 

@@ -42,6 +42,32 @@ fail:
     return NULL;
 }
 
+/* A state for paged use only: the counters and per-source bookkeeping, no owned rows (every
+ * row of a paged state lives in the engine's pages, see state_attach_pages). */
+RunState *state_create_paged(const ModelDims *d) {
+    if (!d || d->window <= 0 || d->head_dim <= 0 || d->n_layers <= 0) {
+        di_errorf("state: invalid model dims");
+        return NULL;
+    }
+    RunState *st = di_calloc(1, sizeof *st, "request state");
+    if (!st) return NULL;
+    st->n_layers = d->n_layers;
+    st->n_mtp = d->n_mtp;
+    st->window = d->window;
+    st->head_dim = d->head_dim;
+    st->idx_head_dim = d->idx_head_dim;
+    st->n_kv = d->n_kv_sources;
+    st->ngram_hist = d->engram_max_ngram > 1 ? d->engram_max_ngram - 1 : 0;
+    st->kv = st->n_kv ? di_calloc((size_t)st->n_kv, sizeof *st->kv, "KV source states") : NULL;
+    if (st->n_kv && !st->kv) {
+        free(st);
+        return NULL;
+    }
+    for (int L = 0; L < d->n_layers; L++)
+        if (d->kv_slot[L] >= 0) st->kv_ratio[d->kv_slot[L]] = d->ratio[L];
+    return st;
+}
+
 void state_free(RunState *st) {
     if (!st) return;
     for (int k = 0; k < st->n_kv && st->kv; k++) {

@@ -67,6 +67,8 @@ typedef struct {
 } RunState;
 
 RunState *state_create(const ModelDims *d);
+/* A state that only ever runs attached to pages (no owned rows: cheap to keep one per batch slot). */
+RunState *state_create_paged(const ModelDims *d);
 void state_free(RunState *st);
 /* Forget everything (a new request on the same state). */
 void state_reset(RunState *st);

@@ -134,16 +134,16 @@ TEST(engine_matches_direct_forward_in_any_batch_and_chunking) {
         {0, 512, 0, 8, 64u << 20},   /* all together, whole prompts */
         {1, 7, 3, 8, 64u << 20},     /* chunked prefill mixed with decodes, async */
         {1, 9, 0, 3, 64u << 20},
-        {0, 16, 5, 8, 0},            /* 2 requests, 1 page to grow: preemption */
+        {0, 16, 5, 8, 0},            /* too few pages for all: preemption */
     };
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
         Observed o = {0};
         DiEngineMetrics m;
         int32_t out[N_REQ][GEN];
         size_t memory = configs[c].memory;
-        if (memory == 0) { /* two requests admitted with one block page each, one page to grow into */
+        if (memory == 0) { /* two requests admitted with their first chunk, one page to grow into */
             DiRunner *probe = di_v41_runner_create(model, 0, PAGE);
-            memory = probe->page_bytes * (2 * probe->ops->pages_for_tokens(probe, 1) + 1);
+            memory = probe->page_bytes * (2 * probe->ops->pages_for_tokens(probe, configs[c].chunk) + 1);
             probe->ops->destroy(probe);
         }
         run_engine(configs[c].async, configs[c].budget, configs[c].chunk, configs[c].seqs, memory, &o, &m, out);
