@@ -1,4 +1,6 @@
-/* cli_engine.c — see cli_engine.h. */
+/* cli_engine.c — see cli_engine.h.  The CLI is the top of the stack: it may use the recipe
+ * layer (tokenizer, renderer, output parser, Engram map) and hand their results down to the
+ * engine through its public options and text hooks; nothing below learns about the CLI. */
 #include "cli_engine.h"
 
 #include "base/error.h"
