@@ -63,6 +63,26 @@ pid=""
 [ $rc -eq 0 ] && grep -q "finish abort" "$tmp/err" && grep -q "\[stopped\]" "$tmp/err" && grep -q "conversation reset" "$tmp/err" &&
     ok || bad "SIGINT: rc $rc: $(cat "$tmp/err")"
 
+# Ctrl-C at the prompt exits (status 0)
+"$BIN" chat <"$tmp/in" >/dev/null 2>"$tmp/err" &
+pid=$!
+exec 3<>"$tmp/in"
+sleep 1
+kill -INT "$pid"
+for _ in $(seq 25); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+if kill -0 "$pid" 2>/dev/null; then
+    bad "chat still waiting 5 s after SIGINT at the prompt"
+    kill -9 "$pid"
+fi
+wait "$pid"
+rc=$?
+pid=""
+exec 3>&-
+[ $rc -eq 0 ] && ok || bad "SIGINT at the prompt: rc $rc: $(cat "$tmp/err")"
+# a bad line is reported, the chat goes on, the status says a turn failed
+printf '\xff\nHi\n' | "$BIN" chat --max-tokens 3 >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "not valid UTF-8" "$tmp/err" && [ "$(prompts "$tmp/err" | wc -w)" -eq 1 ] && ok || bad "bad line: $(cat "$tmp/err")"
+
 # usage and model errors
 "$BIN" chat --bogus 1 </dev/null >/dev/null 2>"$tmp/err"; [ $? -eq 2 ] && [ -s "$tmp/err" ] && ok || bad "unknown flag must exit 2"
 "$BIN" chat --temperature -1 </dev/null >/dev/null 2>"$tmp/err"; [ $? -eq 2 ] && ok || bad "bad temperature must exit 2"

@@ -99,5 +99,14 @@ for f in "$MODEL"/*; do [ "$(basename "$f")" = tokenizer.json ] || ln -s "$f" "$
 "$BIN" generate --model "$tmp/notok" --prompt hi >/dev/null 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "tokenizer.json" "$tmp/err" && ok || bad "no tokenizer: $(cat "$tmp/err")"
 
+mkdir -p "$tmp/empty"
+"$BIN" generate --model "$tmp/empty" --prompt hi >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "config.json" "$tmp/err" && ok || bad "empty model dir: $(cat "$tmp/err")"
+echo '[0, 1, "x"]' >"$tmp/badmap.json"
+"$BIN" generate --prompt-ids 0,1 --engram-map "$tmp/badmap.json" >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "badmap.json: entry 2" "$tmp/err" && ok || bad "bad --engram-map: $(cat "$tmp/err")"
+"$BIN" generate --chat --prompt $'\xff' >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "not valid UTF-8" "$tmp/err" && ok || bad "invalid UTF-8 prompt: $(cat "$tmp/err")"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

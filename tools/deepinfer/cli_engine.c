@@ -28,6 +28,7 @@ static int resolve_dir(CliModel *m, const char *opt) {
     const char *dir = opt && *opt ? opt : getenv("DEEPINFER_HF_MODEL_DIR");
     if (dir && *dir) {
         if (strlen(dir) >= sizeof m->dir) return di_errorf("model directory path too long: %s", dir);
+        if (!di_file_exists(dir)) return di_errorf("%s: no such model directory", dir);
         strcpy(m->dir, dir);
         return 0;
     }
@@ -91,29 +92,41 @@ static int map_from_tokenizer(CliModel *m, int64_t compressed_vocab) {
     return 0;
 }
 
+/* §9.3 synthetic map cid[t] = t mod C, for synthetic checkpoints */
+static int synthetic_map(CliModel *m, int64_t C, int64_t V) {
+    if (C <= 0 || V <= 0) return di_errorf("%s: config has no engram_compressed_vocab_size", m->dir);
+    if (!(m->engram_map = di_malloc((size_t)V * sizeof *m->engram_map, "engram map"))) return -1;
+    for (int64_t t = 0; t < V; t++) m->engram_map[t] = (int32_t)(t % C);
+    m->engram_map_len = V;
+    return 0;
+}
+
 /* --engram-map FILE or synthetic, else DIR/engram_token_map.json (the engine reads it), else
  * built from DIR/tokenizer.json for a real checkpoint, else the engine's rule (synthetic for the
- * built-in model, an error naming the missing map otherwise). */
-static int setup_engram_map(CliModel *m, const char *opt) {
+ * built-in model, an error naming the missing map otherwise).  Without the engine (the model
+ * API, for_engine false) the file and the synthetic map are materialised here. */
+static int setup_engram_map(CliModel *m, const char *opt, bool for_engine) {
     if (opt && strcmp(opt, "synthetic") != 0) return read_map_file(m, opt);
     DiModelConfig cfg;
-    if (di_config_load(m->dir, &cfg) != 0) return di_error_wrap("%s", m->dir);
+    if (di_config_load(m->dir, &cfg) != 0) return -1; /* its message names the file */
     int64_t C = cfg.engram_compressed_vocab_size, V = cfg.vocab_size;
     bool engram = cfg.n_engram_layers > 0;
     di_config_free(&cfg);
     if (!engram) return 0;
-    if (opt) { /* §9.3 synthetic map cid[t] = t mod C, for synthetic checkpoints */
-        if (C <= 0 || V <= 0) return di_errorf("%s: config has no engram_compressed_vocab_size", m->dir);
-        if (!(m->engram_map = di_malloc((size_t)V * sizeof *m->engram_map, "engram map"))) return -1;
-        for (int64_t t = 0; t < V; t++) m->engram_map[t] = (int32_t)(t % C);
-        m->engram_map_len = V;
-        return 0;
-    }
+    if (opt) return synthetic_map(m, C, V);
     char *file = di_path_join(m->dir, "engram_token_map.json");
     if (!file) return -1;
     bool has_file = di_file_exists(file);
     free(file);
-    if (has_file || m->builtin || !m->tok) return 0;
+    if (has_file && !for_engine) { /* the model API reads no file: read it here */
+        char *path = di_path_join(m->dir, "engram_token_map.json");
+        int rc = path ? read_map_file(m, path) : -1;
+        free(path);
+        return rc;
+    }
+    if (has_file) return 0; /* the engine reads it */
+    if (m->builtin && !for_engine) return synthetic_map(m, C, V);
+    if (m->builtin || !m->tok) return 0;
     return map_from_tokenizer(m, C);
 }
 
@@ -149,7 +162,7 @@ static int open_engine(CliModel *m) {
 
 int cli_model_open(CliModel *m, const char *model_opt, const char *engram_opt, bool want_engine) {
     memset(m, 0, sizeof *m);
-    if (resolve_dir(m, model_opt) != 0 || load_tokenizer(m) != 0 || setup_engram_map(m, engram_opt) != 0 ||
+    if (resolve_dir(m, model_opt) != 0 || load_tokenizer(m) != 0 || setup_engram_map(m, engram_opt, want_engine) != 0 ||
         (want_engine && open_engine(m) != 0)) {
         cli_model_close(m);
         return -1;
@@ -224,6 +237,14 @@ int cli_sampling_flag(const char *o, const char *v, DiSamplingParams *p, int *ba
 }
 
 /* ---- rendering -------------------------------------------------------------------------- */
+
+json_t *cli_message(const char *role, const char *content) {
+    json_t *text = json_string(content);
+    json_t *msg = text ? json_pack("{s:s,s:o}", "role", role, "content", text) : NULL;
+    if (!text) di_errorf("%s text is not valid UTF-8", role);
+    else if (!msg) di_errorf("out of memory");
+    return msg;
+}
 
 int cli_render_ids(const DiTokenizer *tok, json_t *messages, bool thinking, int32_t **ids, size_t *n_ids) {
     if (!tok) return di_errorf("the model directory has no tokenizer.json: text and chat need it (use --prompt-ids)");

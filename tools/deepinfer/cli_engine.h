@@ -36,6 +36,9 @@ int cli_sampling_flag(const char *opt, const char *val, DiSamplingParams *p, int
 /* The help lines of those flags. */
 extern const char cli_sampling_help[];
 
+/* {"role": role, "content": content}; NULL with an error when content is not valid UTF-8. */
+json_t *cli_message(const char *role, const char *content);
+
 /* messages (a JSON array of {"role", "content"[, "reasoning_content"]}) -> prompt ids with the
  * V4.1 encoding, thinking or chat mode, the assistant turn opened.  *ids: free(). */
 int cli_render_ids(const DiTokenizer *tok, json_t *messages, bool thinking, int32_t **ids, size_t *n_ids);

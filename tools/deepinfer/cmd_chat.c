@@ -95,9 +95,10 @@ static int parse_args(int argc, char **argv, ChatArgs *a) {
 /* The conversation: --system (if any) then the turns. */
 static int reset_conversation(json_t *msgs, const char *system) {
     json_array_clear(msgs);
-    if (system && json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", system)) != 0)
-        return di_errorf("out of memory");
-    return 0;
+    if (!system) return 0;
+    json_t *msg = cli_message("system", system);
+    if (!msg) return -1;
+    return json_array_append_new(msgs, msg) == 0 ? 0 : di_errorf("out of memory");
 }
 
 /* Steps the engine until the request finishes; SIGINT aborts it.  Returns the finish reason
@@ -121,8 +122,9 @@ static DiFinishReason run_reply(DiEngine *e, uint64_t id, DiRequestOutput *summa
 
 /* One user turn: render, generate, stream, keep the reply.  -1 on an engine error. */
 static int chat_turn(CliModel *m, ChatArgs *a, json_t *msgs, const char *line, int turn) {
-    if (json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", line)) != 0)
-        return di_errorf("out of memory");
+    json_t *user = cli_message("user", line);
+    if (!user) return -1;
+    if (json_array_append_new(msgs, user) != 0) return di_errorf("out of memory");
     int32_t *ids = NULL;
     size_t n = 0;
     CliPrinter pr;
@@ -164,15 +166,19 @@ static void strip_newline(char *s, ssize_t *len) {
 
 static int chat_loop(CliModel *m, ChatArgs *a) {
     json_t *msgs = json_array();
-    if (!msgs || reset_conversation(msgs, a->system) != 0) return -1;
+    if (!msgs) return di_errorf("out of memory");
+    if (reset_conversation(msgs, a->system) != 0) {
+        json_decref(msgs);
+        return -1;
+    }
     bool tty = isatty(STDIN_FILENO);
     char *line = NULL;
     size_t cap = 0;
     int rc = 0;
     bool failed = false;
     for (int turn = 0;; turn++) {
+        if (interrupted) break; /* Ctrl-C while loading or between turns: as at the prompt */
         if (tty) fputs("> ", stderr);
-        interrupted = 0;
         errno = 0;
         ssize_t len = getline(&line, &cap, stdin);
         if (len < 0) { /* EOF, or Ctrl-C at the prompt (EINTR) */

@@ -189,9 +189,13 @@ static int make_input(const GenerateArgs *a, CliModel *m, DiRequestInput *in, in
         in->prompt_text = a->prompt;
         return 0;
     }
-    json_t *msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", a->prompt);
+    json_t *user = cli_message("user", a->prompt), *msgs = user ? json_array() : NULL;
+    if (!msgs || json_array_append_new(msgs, user) != 0) {
+        json_decref(msgs);
+        return user ? di_errorf("out of memory") : -1;
+    }
     size_t n = 0;
-    int rc = msgs ? cli_render_ids(m->tok, msgs, a->thinking, owned, &n) : di_errorf("out of memory");
+    int rc = cli_render_ids(m->tok, msgs, a->thinking, owned, &n);
     json_decref(msgs);
     in->prompt_ids = *owned;
     in->n_prompt_ids = (int)n;
