@@ -30,12 +30,16 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 BENCH_PY  := $(sort $(wildcard bench/bench_*.py))
 FUZZ_SRC  := $(sort $(wildcard fuzz/fuzz_*.c))
 
-.PHONY: all lib cli unit-tests bench-bins test test-unit test-asan bench fuzz fuzz-run clean
-all: lib cli
+.PHONY: all lib cli examples unit-tests bench-bins test test-unit test-asan bench fuzz fuzz-run clean
+all: lib cli examples
 
 lib: $(BUILD)/libdeepinfer.a $(BUILD)/libdeepinfer.so
 cli: $(BUILD)/deepinfer
 unit-tests: $(TEST_BIN)
+examples: $(BUILD)/offline_inference
+
+$(BUILD)/offline_inference: examples/offline_inference.c $(BUILD)/libdeepinfer.a
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libdeepinfer.a $(LDLIBS_ALL)
 bench-bins: $(BENCH_BIN)
 
 $(BUILD)/obj/%.o: %.c
@@ -52,7 +56,7 @@ $(BUILD)/libdeepinfer.so: $(LIB_OBJ)
 $(BUILD)/deepinfer: $(CLI_OBJ) $(BUILD)/libdeepinfer.a
 	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libdeepinfer.a $(LDLIBS_ALL)
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libdeepinfer.a tests/unit/test.h
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libdeepinfer.a $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests/unit -o $@ $< $(BUILD)/libdeepinfer.a $(LDLIBS_ALL)
 

@@ -160,6 +160,16 @@ int di_render_json_ids(const DiTokenizer *tok, const char *json, size_t len, int
 typedef struct DiOutputParser DiOutputParser;
 DiOutputParser *di_output_parser_new(const char *options_json);
 int di_output_parser_feed(DiOutputParser *parser, const char *text, size_t len);
+/* Streaming deltas, in order, as a protocol sends them: kind DI_OUTPUT_REASONING / _CONTENT
+ * (text), _TOOL_BEGIN (the call's whole name, when the name ends), _TOOL_ARGS (a piece of the
+ * current call's argument JSON).  Their concatenation equals the final result.  A non-zero
+ * return from fn fails the feed.  fn NULL removes the callback. */
+#define DI_OUTPUT_REASONING 0
+#define DI_OUTPUT_CONTENT 1
+#define DI_OUTPUT_TOOL_BEGIN 2
+#define DI_OUTPUT_TOOL_ARGS 3
+typedef int (*DiOutputEventFn)(void *ctx, int kind, const char *text, size_t len);
+int di_output_parser_set_callback(DiOutputParser *parser, DiOutputEventFn fn, void *ctx);
 /* End of stream; then the result: {"reasoning_content", "content", "tool_calls": [{"name",
  * "arguments"}], "invalid": [...], "stopped": bool, "finish_reason"}.  Free with free(). */
 int di_output_parser_finish(DiOutputParser *parser, char **result_json);

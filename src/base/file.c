@@ -54,42 +54,45 @@ void di_unmap_file(DiMappedFile *file) {
     memset(file, 0, sizeof *file);
 }
 
-int di_read_file(const char *path, char **out_data, size_t *out_size) {
+int di_read_stream(FILE *stream, const char *what, char **out_data, size_t *out_size) {
     *out_data = NULL;
     if (out_size) *out_size = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return di_errorf("cannot open %s: %s", path, strerror(errno));
+    if (!stream) return di_errorf("cannot read %s: no stream", what);
     size_t cap = 1 << 16, len = 0;
-    char *buf = di_malloc(cap, "file buffer");
-    if (!buf) {
-        fclose(f);
-        return -1;
-    }
+    char *buf = di_malloc(cap, what);
+    if (!buf) return -1;
     for (;;) {
         if (len + 1 >= cap) {
-            char *bigger = di_realloc_array(buf, cap, 2, "file buffer");
+            char *bigger = di_realloc_array(buf, cap, 2, what);
             if (!bigger) {
                 free(buf);
-                fclose(f);
                 return -1;
             }
             buf = bigger;
             cap *= 2;
         }
-        size_t got = fread(buf + len, 1, cap - len - 1, f);
+        size_t got = fread(buf + len, 1, cap - len - 1, stream);
         len += got;
         if (got == 0) break;
     }
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
+    if (ferror(stream)) {
         free(buf);
-        return di_errorf("error reading %s", path);
+        return di_errorf("error reading %s: %s", what, strerror(errno));
     }
     buf[len] = '\0';
     *out_data = buf;
     if (out_size) *out_size = len;
     return 0;
+}
+
+int di_read_file(const char *path, char **out_data, size_t *out_size) {
+    *out_data = NULL;
+    if (out_size) *out_size = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return di_errorf("cannot open %s: %s", path, strerror(errno));
+    int rc = di_read_stream(f, path, out_data, out_size);
+    fclose(f);
+    return rc;
 }
 
 int di_write_file_atomic(const char *path, const void *data, size_t size) {

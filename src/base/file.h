@@ -5,6 +5,7 @@
 #define DI_BASE_FILE_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 typedef struct {
@@ -18,6 +19,8 @@ void di_unmap_file(DiMappedFile *file);
 
 /* Read a whole file into a NUL-terminated heap buffer (free with free()). */
 int di_read_file(const char *path, char **out_data, size_t *out_size);
+/* Read an open stream (stdin for the CLI commands) to its end the same way; `what` names it in errors. */
+int di_read_stream(FILE *stream, const char *what, char **out_data, size_t *out_size);
 /* Write via "<path>.tmp.<pid>" then rename; fsyncs the file. */
 int di_write_file_atomic(const char *path, const void *data, size_t size);
 /* mkdir -p */

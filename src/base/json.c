@@ -27,6 +27,7 @@ json_t *di_json_load_buffer(const char *data, size_t size, const char *what) {
 }
 
 const char *di_json_type_name(const json_t *v) {
+    if (!v) return "nothing (the field is missing)";
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
     case JSON_ARRAY: return "an array";

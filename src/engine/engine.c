@@ -97,6 +97,27 @@ static int make_pool(DiEngine *e, bool poison) {
     return 0;
 }
 
+/* A runner's built-in codec as text hooks (ctx is the runner). */
+static int codec_encode(const void *ctx, const char *text, size_t len, int32_t **ids, size_t *n_ids) {
+    const DiRunner *r = ctx;
+    return r->codec.encode(r->codec.ctx, text, len, ids, n_ids);
+}
+
+static const char *codec_token_bytes(const void *ctx, int32_t id, size_t *len) {
+    const DiRunner *r = ctx;
+    const char *bytes = NULL;
+    *len = 0;
+    r->codec.piece(r->codec.ctx, id, &bytes, len);
+    return bytes;
+}
+
+static void text_from_codec(DiEngine *e) {
+    const DiRunner *r = e->runner;
+    if (!r->codec.encode && !r->codec.piece) return;
+    e->text = (DiTextHooks){r->codec.encode ? codec_encode : NULL, r->codec.piece ? codec_token_bytes : NULL, NULL,
+                            NULL, r, -1};
+}
+
 DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *opts) {
     if (!runner || !runner->ops || !runner->ops->forward || !runner->ops->pages_for_tokens || runner->vocab_size <= 0 ||
         runner->page_bytes == 0) {
@@ -111,6 +132,7 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     }
     e->runner = runner;
     e->text.bos_id = -1;
+    text_from_codec(e);
     if (opts) e->opts = *opts;
     else di_engine_options_init(&e->opts);
     if (e->opts.state_memory_bytes == 0) e->opts.state_memory_bytes = DEFAULT_STATE_MEMORY;

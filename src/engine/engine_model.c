@@ -8,6 +8,7 @@
  * tiny model only — the synthetic map cid[t] = t mod engram_compressed_vocab_size of §9.3. */
 #include "deepinfer.h"
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/file.h"
 #include "base/json.h"
@@ -59,6 +60,7 @@ static int setup_engram_map(Model *m, const char *dir, int builtin, const DiEngi
 DiEngine *di_engine_create(const char *model_dir, const DiEngineOptions *opts) {
     char builtin_dir[4096];
     int builtin;
+    if (di_env_check() != 0) return NULL; /* embedders (Python, C API) get the CLI's checks too */
     const char *dir = resolve_model_dir(model_dir, builtin_dir, sizeof builtin_dir, &builtin);
     if (!dir) return NULL;
     Model *model = model_load(dir, MODE_REF);

@@ -56,10 +56,16 @@ typedef struct {
     /* Run the batch; on failure record the cause (di_errorf) and return -1. */
     int (*forward)(DiRunner *runner, const DiRunnerBatch *batch);
     void (*destroy)(DiRunner *runner);
-    /* Optional: called just before a request's pages go back to the pool (finish, abort,
-     * preemption, engine destroy), for a runner that keeps something outside the pages. */
-    void (*release)(DiRunner *runner, uint8_t *const *pages, size_t n_pages);
 } DiRunnerOps;
+
+/* A runner's built-in byte-level text, used when the engine was given no text hooks
+ * (di_engine_set_text_hooks, the way for a real tokenizer).  encode may be NULL (text prompts
+ * are then rejected); piece returns a token's exact bytes (NULL: outputs carry no text). */
+typedef struct {
+    int (*encode)(void *ctx, const char *text, size_t len, int32_t **out_ids, size_t *out_n);
+    void (*piece)(void *ctx, int32_t token, const char **out_bytes, size_t *out_len);
+    void *ctx;
+} DiTextCodec;
 
 struct DiRunner {
     const DiRunnerOps *ops;
@@ -68,6 +74,10 @@ struct DiRunner {
     const int32_t *eos_ids;  /* tokens that end a generation */
     int n_eos_ids;
     const char *name;        /* for messages */
+    DiTextCodec codec;       /* optional built-in text */
+    /* Optional: called just before a request's pages go back to the pool (finish, abort,
+     * preemption, engine destroy), for a runner that keeps something outside the pages. */
+    void (*release_state)(DiRunner *runner, uint8_t *const *pages, size_t n_pages);
 };
 
 static inline uint8_t *di_runner_page(const DiRunnerSeq *seq, size_t index) { return seq->pages[index]; }

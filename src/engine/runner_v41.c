@@ -25,6 +25,8 @@ typedef struct {
     int own_model;
     int32_t eos[1];
     DiStateLayout layout;
+    ForwardSeq *fseqs; /* scratch: the batch as model_forward_batch takes it */
+    int cap_fseqs;
 } V41Runner;
 
 static size_t v41_pages_for_tokens(const DiRunner *r, int64_t n_tokens) {
@@ -65,18 +67,26 @@ static RunState *state_for(V41Runner *r, const DiRunnerSeq *seq) {
     return h->state;
 }
 
+/* The whole batch in one model_forward_batch: every projection reads its weights once for all
+ * rows, attention runs per request; each request's result is bit-identical to its own forward. */
 static int v41_forward(DiRunner *base, const DiRunnerBatch *batch) {
     V41Runner *r = (V41Runner *)base;
+    if (batch->n_seqs > r->cap_fseqs) {
+        ForwardSeq *grown = di_realloc_array(r->fseqs, (size_t)batch->n_seqs, sizeof *grown, "forward batch");
+        if (!grown) return -1;
+        r->fseqs = grown;
+        r->cap_fseqs = batch->n_seqs;
+    }
     int row = 0;
     for (int i = 0; i < batch->n_seqs; i++) {
         const DiRunnerSeq *seq = &batch->seqs[i];
         RunState *st = state_for(r, seq);
         if (!st) return di_error_wrap("sequence %d", i);
         float *logits = seq->want_logits ? batch->logits + (size_t)row++ * (size_t)base->vocab_size : NULL;
-        if (model_forward(r->model, st, seq->tokens, seq->n_tokens, seq->start_pos, logits, false, NULL) != 0)
-            return di_error_wrap("sequence %d (positions %lld..%lld)", i, (long long)seq->start_pos,
-                                 (long long)(seq->start_pos + seq->n_tokens - 1));
+        r->fseqs[i] = (ForwardSeq){st, seq->tokens, seq->n_tokens, seq->start_pos, logits, false};
     }
+    if (model_forward_batch(r->model, r->fseqs, batch->n_seqs, NULL) != 0)
+        return di_error_wrap("model forward of %d sequences", batch->n_seqs);
     return 0;
 }
 
@@ -92,10 +102,11 @@ static void v41_release(DiRunner *base, uint8_t *const *pages, size_t n_pages) {
 static void v41_destroy(DiRunner *base) {
     V41Runner *r = (V41Runner *)base;
     if (r->own_model) model_free(r->model);
+    free(r->fseqs);
     free(r);
 }
 
-static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_release};
+static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy};
 
 /* The RunState's rows as state components (model/state.c allocates exactly these, in float32). */
 static int describe_state(const ModelDims *d, DiStateComponent *c, int cap) {
@@ -141,5 +152,6 @@ DiRunner *di_v41_runner_create(Model *model, int own_model, size_t page_bytes) {
     r->base.eos_ids = r->eos;
     r->base.n_eos_ids = 1;
     r->base.name = "DeepSeek-V4.1 model";
+    r->base.release_state = v41_release;
     return &r->base;
 }

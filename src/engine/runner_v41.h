@@ -10,8 +10,9 @@
  * the reported accounting follow the real state size.  The release hook frees the RunState when
  * the engine returns the pages (finish, abort, preemption).
  *
- * One forward runs every sequence of the batch through model_forward on its own state, so a
- * row's logits never depend on the other rows (batch invariant by construction on CPU). */
+ * One forward runs the whole batch through model_forward_batch (weights read once for all rows,
+ * attention per request), whose per-request results are bit-identical to separate forwards:
+ * batch invariant by construction on CPU, which test_engine_v41 checks with memcmp. */
 #ifndef DI_ENGINE_RUNNER_V41_H
 #define DI_ENGINE_RUNNER_V41_H
 

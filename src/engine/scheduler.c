@@ -64,8 +64,8 @@ static void remove_from(DiRequest **list, int *n, const DiRequest *req) {
 }
 
 void di_scheduler_return_pages(DiScheduler *s, DiRequest *req) {
-    if (req->pages.n > 0 && s->runner->ops->release)
-        s->runner->ops->release((DiRunner *)s->runner, req->pages.pages, req->pages.n);
+    if (req->pages.n > 0 && s->runner->release_state)
+        s->runner->release_state((DiRunner *)s->runner, req->pages.pages, req->pages.n);
     di_page_table_release(s->pool, &req->pages);
 }
 

@@ -295,6 +295,7 @@ void di_api_request_free(DiApiRequest *req) {
     free(req->prompt);
     json_decref(req->conversation);
     json_decref(req->echo);
+    json_decref(req->custom_tools);
     for (size_t i = 0; i < req->n_stop; i++) free(req->stop[i]);
     DiApiProtocol p = req->protocol;
     memset(req, 0, sizeof *req);

@@ -57,6 +57,7 @@ typedef struct {
     int64_t thinking_budget_tokens; /* Messages thinking.budget_tokens, 0 = none */
     bool disable_parallel_tool_use;
     json_t *echo;                 /* Responses: request settings echoed in the response object */
+    json_t *custom_tools;         /* Responses: names of custom (free-text input) tools, or NULL */
 } DiApiRequest;
 
 /* Parse and validate a request body of `protocol`.  On failure returns -1 with the message

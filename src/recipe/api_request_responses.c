@@ -202,7 +202,7 @@ static int input_messages(const json_t *body, json_t *out) {
     return rc;
 }
 
-static int responses_tools(const json_t *body, json_t *tools) {
+static int responses_tools(const json_t *body, json_t *tools, DiApiRequest *req) {
     json_t *list = json_object_get(body, "tools");
     if (!list || json_is_null(list)) return 0;
     if (!json_is_array(list)) return di_errorf("Invalid tools: expected an array");
@@ -220,6 +220,10 @@ static int responses_tools(const json_t *body, json_t *tools) {
             if (di_api_add_tool(tools, name, json_object_get(t, "description"),
                                 strcmp(type, "function") == 0 ? json_object_get(t, "parameters") : NULL, field) != 0)
                 return -1;
+            if (strcmp(type, "custom") == 0) { /* its call carries free text: {"input": text} in the model's markup */
+                if (!req->custom_tools && !(req->custom_tools = json_array())) return di_errorf("tools: out of memory");
+                json_array_append_new(req->custom_tools, json_string(name));
+            }
         } else {
             return di_errorf("Invalid tools[%zu].type: '%s' is not supported", i, type);
         }
@@ -312,7 +316,7 @@ int di_api_parse_responses(json_t *body, DiApiRequest *req) {
     di_api_resolve_sampling(req, has_t, temperature, has_p, top_p);
 
     json_t *messages = json_array(), *tools = json_array();
-    if (input_messages(body, messages) != 0 || responses_tools(body, tools) != 0 ||
+    if (input_messages(body, messages) != 0 || responses_tools(body, tools, req) != 0 ||
         responses_tool_choice(body, req, tools) != 0) {
         json_decref(messages);
         json_decref(tools);

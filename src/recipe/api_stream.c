@@ -7,6 +7,7 @@
 #include "base/mem.h"
 
 #include <stdatomic.h>
+#include <utf8proc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +15,24 @@
 
 /* ---- helpers -------------------------------------------------------------------------- */
 
+/* Model text is UTF-8 by contract, but a JSON string must be: invalid bytes (a backend bug or
+ * a split character) become U+FFFD here instead of making the whole event unencodable. */
 json_t *di_api_text(const char *text, size_t len) {
-    return json_stringn_nocheck(text ? text : "", text ? len : 0);
+    if (!text) return json_string("");
+    json_t *s = json_stringn(text, len); /* NULL when not valid UTF-8 (or on a NUL byte) */
+    if (s) return s;
+    DiApiBuf clean = {0};
+    size_t i = 0;
+    while (i < len) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t n = utf8proc_iterate((const utf8proc_uint8_t *)text + i, (utf8proc_ssize_t)(len - i), &cp);
+        bool ok = n > 0 && cp != 0;
+        if (di_api_buf_append(&clean, ok ? text + i : "\xEF\xBF\xBD", ok ? (size_t)n : 3) != 0) break;
+        i += ok ? (size_t)n : 1;
+    }
+    s = json_stringn(clean.data ? clean.data : "", clean.len);
+    di_api_buf_free(&clean);
+    return s;
 }
 
 char *di_api_new_call_id(size_t index) {
@@ -75,13 +92,16 @@ static int accumulate(DiApiOutput *out, const DiApiEvent *ev) {
         out->completion_tokens += ev->tokens;
         return di_api_buf_append(&out->content, ev->text, ev->len);
     case DI_API_EV_TOOL_BEGIN: {
-        if (!ev->text || !ev->len) return di_errorf("tool call event without a tool name");
+        /* The name is the model's: an empty one (invoke name="") is passed on, not invented. */
+        if (!ev->text && ev->len) return di_errorf("tool call event: NULL name of length %zu", ev->len);
         DiApiToolCall *calls = di_realloc_array(out->calls, out->n_calls + 1, sizeof *calls, "tool calls");
         if (!calls) return -1;
         out->calls = calls;
         DiApiToolCall *call = &calls[out->n_calls];
         memset(call, 0, sizeof *call);
-        call->name = strndup(ev->text, ev->len);
+        json_t *name = di_api_text(ev->text, ev->len); /* model bytes: made valid UTF-8 once, here */
+        call->name = name ? di_strdup(json_string_value(name)) : NULL;
+        json_decref(name);
         call->id = di_api_new_call_id(out->n_calls);
         out->n_calls++;
         if (!call->name || !call->id) return di_errorf("tool call: out of memory");

@@ -5,7 +5,7 @@
 
 #include "recipe/api_stream.h"
 
-typedef enum { BLOCK_NONE = 0, BLOCK_REASONING, BLOCK_TEXT, BLOCK_TOOL } BlockKind;
+typedef enum { BLOCK_NONE = 0, BLOCK_REASONING, BLOCK_TEXT, BLOCK_TOOL, BLOCK_CUSTOM_TOOL } BlockKind;
 
 struct DiApiStream {
     const DiApiRequest *req;
@@ -18,6 +18,7 @@ struct DiApiStream {
     int n_blocks;        /* blocks / items opened so far */
     int64_t seq;         /* Responses sequence_number */
     json_t *items;       /* Responses: finished output items, in order */
+    size_t custom_sent;  /* Responses custom tool call: bytes of its input already sent */
 };
 
 /* Append "data: <json>\n\n" (and "event: <name>\n" first when name is non-NULL); steals `payload`. */

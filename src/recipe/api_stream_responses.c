@@ -7,6 +7,7 @@
 #include "base/error.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int send_event(DiApiStream *s, DiApiBuf *sse, const char *type, json_t *payload) {
@@ -18,6 +19,68 @@ static int send_event(DiApiStream *s, DiApiBuf *sse, const char *type, json_t *p
 
 static void item_id(const DiApiStream *s, const char *prefix, int index, char *out, size_t size) {
     snprintf(out, size, "%s_%s_%d", prefix, s->id, index);
+}
+
+/* A custom tool's input, decoded from the argument JSON text so far: the model's markup gives
+ * {"input": "<JSON-escaped text>"}; as much of the text as is complete is appended to `out`
+ * (an escape cut by the chunk boundary waits for the next chunk). */
+static void custom_input(const char *args, size_t len, DiApiBuf *out) {
+    static const char head[] = "{\"input\": \"";
+    if (len < sizeof head - 1 || memcmp(args, head, sizeof head - 1) != 0) return;
+    for (size_t i = sizeof head - 1; i < len;) {
+        unsigned char c = (unsigned char)args[i];
+        if (c == '"') return; /* the end of the string */
+        if (c != '\\') {
+            di_api_buf_append(out, args + i, 1);
+            i++;
+            continue;
+        }
+        if (i + 1 >= len) return;
+        char e = args[i + 1], one = 0;
+        switch (e) {
+        case 'n': one = '\n'; break;
+        case 't': one = '\t'; break;
+        case 'r': one = '\r'; break;
+        case 'b': one = '\b'; break;
+        case 'f': one = '\f'; break;
+        case '"': case '\\': case '/': one = e; break;
+        case 'u': {
+            if (i + 6 > len) return;
+            char hex[5] = {args[i + 2], args[i + 3], args[i + 4], args[i + 5], 0};
+            unsigned cp = (unsigned)strtoul(hex, NULL, 16), used = 6;
+            if (cp >= 0xD800 && cp < 0xDC00) { /* a surrogate pair: wait for its second half */
+                if (i + 12 > len) return;
+                char lo[5] = {args[i + 8], args[i + 9], args[i + 10], args[i + 11], 0};
+                cp = 0x10000 + ((cp - 0xD800) << 10) + ((unsigned)strtoul(lo, NULL, 16) - 0xDC00);
+                used = 12;
+            }
+            char utf8[4];
+            size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+            if (n == 1) utf8[0] = (char)cp;
+            else if (n == 2) utf8[0] = (char)(0xC0 | cp >> 6), utf8[1] = (char)(0x80 | (cp & 0x3F));
+            else if (n == 3)
+                utf8[0] = (char)(0xE0 | cp >> 12), utf8[1] = (char)(0x80 | ((cp >> 6) & 0x3F)), utf8[2] = (char)(0x80 | (cp & 0x3F));
+            else
+                utf8[0] = (char)(0xF0 | cp >> 18), utf8[1] = (char)(0x80 | ((cp >> 12) & 0x3F)),
+                utf8[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), utf8[3] = (char)(0x80 | (cp & 0x3F));
+            di_api_buf_append(out, utf8, n);
+            i += used;
+            continue;
+        }
+        default: one = e; break;
+        }
+        di_api_buf_append(out, &one, 1);
+        i += 2;
+    }
+}
+
+static bool is_custom_tool(const DiApiStream *s, const char *name) {
+    size_t i;
+    json_t *n;
+    json_array_foreach(s->req->custom_tools, i, n) {
+        if (strcmp(json_string_value(n), name) == 0) return true;
+    }
+    return false;
 }
 
 /* The output item of the block being streamed, in its final (completed) form. */
@@ -44,6 +107,16 @@ static json_t *finished_item(const DiApiStream *s, BlockKind kind, int index, co
         const DiApiToolCall *c = &o->calls[o->n_calls - 1];
         return json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "type", "function_call", "id", id, "status", status,
                          "call_id", c->id, "name", c->name, "arguments", di_api_text(c->args.data, c->args.len));
+    }
+    case BLOCK_CUSTOM_TOOL: {
+        item_id(s, "ctc", index, id, sizeof id);
+        const DiApiToolCall *c = &o->calls[o->n_calls - 1];
+        DiApiBuf input = {0};
+        custom_input(c->args.data, c->args.len, &input);
+        json_t *item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "type", "custom_tool_call", "id", id, "status", status,
+                                 "call_id", c->id, "name", c->name, "input", di_api_text(input.data, input.len));
+        di_api_buf_free(&input);
+        return item;
     }
     case BLOCK_NONE: break;
     }
@@ -78,6 +151,10 @@ static int close_item(DiApiStream *s, DiApiBuf *sse) {
             rc = send_event(s, sse, "response.content_part.done",
                             json_pack("{s:i, s:s, s:i, s:O}", "content_index", 0, "item_id", iid, "output_index",
                                       idx, "part", part));
+    } else if (sse && s->open == BLOCK_CUSTOM_TOOL) {
+        rc = send_event(s, sse, "response.custom_tool_call_input.done",
+                        json_pack("{s:O, s:s, s:i}", "input", json_object_get(item, "input"), "item_id", iid,
+                                  "output_index", idx));
     } else if (sse && s->open == BLOCK_TOOL) {
         rc = send_event(s, sse, "response.function_call_arguments.done",
                         json_pack("{s:O, s:s, s:i}", "arguments", json_object_get(item, "arguments"), "item_id",
@@ -94,6 +171,7 @@ static int open_item(DiApiStream *s, BlockKind kind, DiApiBuf *sse) {
     if (close_item(s, sse) != 0) return -1;
     s->open = kind;
     s->block_index = s->n_blocks++;
+    s->custom_sent = 0;
     if (!sse) return 0;
     int idx = s->block_index;
     char id[160];
@@ -110,6 +188,11 @@ static int open_item(DiApiStream *s, BlockKind kind, DiApiBuf *sse) {
         item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:[]}", "type", "message", "id", id, "status", "in_progress",
                          "role", "assistant", "phase", "final_answer", "content");
         part = json_pack("{s:s, s:[], s:[], s:s}", "type", "output_text", "annotations", "logprobs", "text", "");
+    } else if (kind == BLOCK_CUSTOM_TOOL) {
+        item_id(s, "ctc", idx, id, sizeof id);
+        const DiApiToolCall *c = &s->out.calls[s->out.n_calls - 1];
+        item = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "type", "custom_tool_call", "id", id, "status", "in_progress",
+                         "call_id", c->id, "name", c->name, "input", "");
     } else {
         item_id(s, "fc", idx, id, sizeof id);
         const DiApiToolCall *c = &s->out.calls[s->out.n_calls - 1];
@@ -177,9 +260,26 @@ int di_api_responses_event(DiApiStream *s, const DiApiEvent *ev, DiApiBuf *sse) 
                           json_pack("{s:i, s:o, s:s, s:[], s:i}", "content_index", 0, "delta",
                                     di_api_text(ev->text, ev->len), "item_id", id, "logprobs", "output_index",
                                     s->block_index));
-    case DI_API_EV_TOOL_BEGIN: return open_item(s, BLOCK_TOOL, sse);
+    case DI_API_EV_TOOL_BEGIN:
+        return open_item(s, is_custom_tool(s, s->out.calls[s->out.n_calls - 1].name) ? BLOCK_CUSTOM_TOOL : BLOCK_TOOL, sse);
     case DI_API_EV_TOOL_ARGS:
         if (!ev->len || !sse) return 0;
+        if (s->open == BLOCK_CUSTOM_TOOL) { /* stream the decoded input text, not the JSON around it */
+            const DiApiToolCall *c = &s->out.calls[s->out.n_calls - 1];
+            DiApiBuf input = {0};
+            custom_input(c->args.data, c->args.len, &input);
+            int rc = 0;
+            if (input.len > s->custom_sent) {
+                item_id(s, "ctc", s->block_index, id, sizeof id);
+                rc = send_event(s, sse, "response.custom_tool_call_input.delta",
+                                json_pack("{s:o, s:s, s:i}", "delta",
+                                          di_api_text(input.data + s->custom_sent, input.len - s->custom_sent),
+                                          "item_id", id, "output_index", s->block_index));
+                s->custom_sent = input.len;
+            }
+            di_api_buf_free(&input);
+            return rc;
+        }
         item_id(s, "fc", s->block_index, id, sizeof id);
         return send_event(s, sse, "response.function_call_arguments.delta",
                           json_pack("{s:o, s:s, s:i}", "delta", di_api_text(ev->text, ev->len), "item_id", id,

@@ -305,7 +305,8 @@ static int read_settings(const json_t *root, DiConversation *conv) {
     }
     if (read_effort(root, conv) != 0) return -1;
     if (di_json_bool(root, "", "drop_thinking", false, &conv->drop_thinking) < 0) return -1;
-    rc = di_json_string(root, "", "tool_choice", false, &s);
+    json_t *choice = json_object_get(root, "tool_choice");
+    rc = json_is_object(choice) ? 1 : di_json_string(root, "", "tool_choice", false, &s); /* objects: below */
     if (rc < 0) return -1;
     if (rc == 0) {
         if (strcmp(s, "auto") == 0) conv->tool_choice = DI_TOOLS_AUTO;
@@ -318,6 +319,30 @@ static int read_settings(const json_t *root, DiConversation *conv) {
         return -1;
     json_t *tools = json_object_get(root, "tools");
     if (tools && !json_is_null(tools) && read_tools(tools, "tools", conv) != 0) return -1;
+    return 0;
+}
+
+/* tool_choice {"type": "function", "function": {"name": N}} (Chat Completions): keep only the
+ * tool N and require a call (recipe.md §4.1); an unknown name is an error. */
+static int apply_named_tool_choice(const json_t *root, DiConversation *conv) {
+    json_t *choice = json_object_get(root, "tool_choice"), *fn = NULL;
+    if (!json_is_object(choice)) return 0;
+    const char *name = NULL;
+    if (di_json_object(choice, "tool_choice", "function", true, &fn) != 0) return -1;
+    if (di_json_string(fn, "tool_choice.function", "name", true, &name) != 0) return -1;
+    size_t keep = conv->n_tools;
+    for (size_t i = 0; i < conv->n_tools; i++)
+        if (strcmp(conv->tools[i].name, name) == 0) keep = i;
+    if (keep == conv->n_tools) return di_errorf("tool_choice.function.name: no tool named \"%s\"", name);
+    for (size_t i = 0; i < conv->n_tools; i++) {
+        if (i == keep) continue;
+        free(conv->tools[i].name);
+        free(conv->tools[i].description);
+        if (conv->tools[i].parameters) json_decref(conv->tools[i].parameters);
+    }
+    conv->tools[0] = conv->tools[keep];
+    conv->n_tools = 1;
+    conv->tool_choice = DI_TOOLS_REQUIRED;
     return 0;
 }
 
@@ -351,7 +376,7 @@ int di_conversation_from_json(const json_t *root, DiConversation *out) {
         out->n_messages++;
         if (read_message(json_array_get(msgs, i), i, out, &out->messages[i]) != 0) goto fail;
     }
-    if (check_conversation(out) != 0) goto fail;
+    if (check_conversation(out) != 0 || apply_named_tool_choice(root, out) != 0) goto fail;
     return 0;
 fail:
     di_conversation_free(out);

@@ -93,7 +93,7 @@ void di_conversation_free(DiConversation *conv);
 /* Build a conversation from the `render` JSON of architecture.md:
  *   {"encoding": "v4"|"v4_0731"|"v4-0731"|"v41", "messages": [...], "tools": [...],
  *    "thinking_mode": "chat"|"thinking", "reasoning_effort": null|"low"|"high"|...|1..100,
- *    "drop_thinking": bool, "tool_choice": "auto"|"none"|"required",
+ *    "drop_thinking": bool, "tool_choice": "auto"|"none"|"required"|{"type":"function","function":{"name":N}},
  *    "response_format": "text"|"json_object"|{"type": ...}}
  * Messages follow the OpenAI shape (role, content, reasoning_content, tool_calls[].function,
  * tool_call_id) plus "task", "prefix"; "tools"/"response_format" on a system message are

@@ -13,7 +13,26 @@
 struct DiOutputParser {
     DiStreamParser *sm;
     bool finish_length; /* the backend stopped at max_tokens */
+    DiOutputEventFn callback;
+    void *callback_ctx;
 };
+
+/* The public event numbers are the parser's (parse.h). */
+_Static_assert(DI_OUTPUT_REASONING == (int)DI_PARSE_EV_REASONING && DI_OUTPUT_CONTENT == (int)DI_PARSE_EV_CONTENT &&
+                   DI_OUTPUT_TOOL_BEGIN == (int)DI_PARSE_EV_TOOL_BEGIN && DI_OUTPUT_TOOL_ARGS == (int)DI_PARSE_EV_TOOL_ARGS,
+               "event numbering");
+
+static int forward_event(void *ctx, DiParseEventKind kind, const char *text, size_t len) {
+    DiOutputParser *p = ctx;
+    return p->callback(p->callback_ctx, (int)kind, text, len);
+}
+
+int di_output_parser_set_callback(DiOutputParser *parser, DiOutputEventFn fn, void *ctx) {
+    if (!parser) return di_errorf("output parser: NULL parser");
+    parser->callback = fn;
+    parser->callback_ctx = ctx;
+    return di_stream_parser_set_sink(parser->sm, fn ? forward_event : NULL, parser);
+}
 
 static int read_start(const json_t *opts, DiParseOptions *o) {
     const char *s = NULL;

@@ -35,21 +35,24 @@ static void emit_finish(DiOutputEvents *o, DiApiFinish finish, const char *stop,
     o->emit(o->user, &ev);
 }
 
+/* The part of `s` after the first `from` bytes (NULL when there is none). */
+static const char *tail(const DiStr *s, size_t from) { return s->len > from ? s->data + from : NULL; }
+
 /* Emit what the parser added since the last call. */
 static void emit_parsed(DiOutputEvents *o) {
     const DiParsedMessage *m = di_stream_parser_message(o->parser);
-    emit_text(o, DI_API_EV_REASONING, m->reasoning.data + o->sent_reasoning, m->reasoning.len - o->sent_reasoning);
+    emit_text(o, DI_API_EV_REASONING, tail(&m->reasoning, o->sent_reasoning), m->reasoning.len - o->sent_reasoning);
     o->sent_reasoning = m->reasoning.len;
-    emit_text(o, DI_API_EV_CONTENT, m->content.data + o->sent_content, m->content.len - o->sent_content);
+    emit_text(o, DI_API_EV_CONTENT, tail(&m->content, o->sent_content), m->content.len - o->sent_content);
     o->sent_content = m->content.len;
     while (o->sent_calls < m->n_calls) {
         const DiParsedToolCall *c = &m->calls[o->sent_calls];
         if (!o->sent_name) {
             if (!c->name_done) return; /* a call is announced once its name is complete (recipe.md §3) */
-            emit_text(o, DI_API_EV_TOOL_BEGIN, c->name.data, c->name.len);
+            emit_text(o, DI_API_EV_TOOL_BEGIN, c->name.len ? c->name.data : "", c->name.len);
             o->sent_name = true;
         }
-        emit_text(o, DI_API_EV_TOOL_ARGS, c->arguments.data + o->sent_args, c->arguments.len - o->sent_args);
+        emit_text(o, DI_API_EV_TOOL_ARGS, tail(&c->arguments, o->sent_args), c->arguments.len - o->sent_args);
         o->sent_args = c->arguments.len;
         if (!c->complete) return;
         o->sent_calls++;

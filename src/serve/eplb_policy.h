@@ -2,8 +2,8 @@
  *
  * Expert loads are recorded every step; every `period_steps` steps a new plan is computed from
  * the loads of the last `window_steps` steps, and all ranks switch to it at that step (§8.2
- * "Applying a new plan").  The very first plan comes after the first window, since the start
- * plan assumes uniform load.  The deployments of §2.1 are presets: prefill 4 redundant experts per
+ * "Applying a new plan").  The very first plan comes after a warm-up (the first window unless
+ * warmup_steps is set), since the start plan assumes uniform load.  The deployments of §2.1 are presets: prefill 4 redundant experts per
  * GPU, 100-step window, every 1,000 steps; decode 1 redundant per GPU, 1,000-step window, every
  * 10,000 steps.  Each recorded step is scored with moe_lb = max/mean per-GPU load under the plan
  * in force (§8.3), aggregated as sum(max)/sum(mean). */
@@ -20,6 +20,9 @@ typedef struct {
     int redundant_per_gpu; /* R = E + redundant_per_gpu * num_gpus */
     int window_steps;      /* loads summed over this many steps before each replan */
     int period_steps;      /* replan every this many steps; must be >= window_steps */
+    int warmup_steps;      /* the first plan (replacing the uniform start plan) comes after this
+                              many steps, from their loads, and a second one after window_steps
+                              (from the steps since); 0 = only the plan after window_steps */
 } DiEplbPolicyConfig;
 
 typedef enum { DI_EPLB_PREFILL = 0, DI_EPLB_DECODE = 1 } DiEplbPhase;

@@ -19,6 +19,10 @@ $BIN sim --synthetic --speedup -1 >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "ba
 $BIN sim --synthetic --tier-mix 1,2 >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "bad tier mix must exit 2"
 $BIN sim --bogus >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "unknown option must exit 2"
 $BIN sim --synthetic --decode-lb fastest >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "unknown decode balancer must exit 2"
+$BIN sim --synthetic --tier-slo-ms 1000,0,1,1 >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "non-positive TTFT objective must exit 2"
+$BIN sim --synthetic --tier-overtake -0.5 >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "negative overtaking allowance must exit 2"
+out=$($BIN sim --synthetic --requests 200 --tier-slo-ms 500,1000,1500,2000 --tier-overtake 0.5 --no-baselines 2>/dev/null)
+case "$out" in *'"tier_slo_ms":[500.0,1000.0,1500.0,2000.0]'*'"tier_overtake":0.5'*) ok ;; *) bad "tier flags not in the config echo" ;; esac
 $BIN sim --synthetic --requests 300 --rate 20 --decode-lb step-time --no-baselines 2>/dev/null | grep -q '"decode_lb":"step-time"' && ok || bad "--decode-lb step-time"
 
 printf '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n{"timestamp": 1}\n' > "$tmp/bad.jsonl"

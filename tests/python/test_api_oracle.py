@@ -348,6 +348,9 @@ TEXT_CASES = {
                        {"chat": {"stop": ["STOP"]}, "messages": {"stop_sequences": ["STOP"]}}),
     "leading_newlines": (["\n\nplan", "\n</think>", "\n\nresult\n"], {}),
     "length": (["a", "b", "c"], {"finish": "length"}),
+    "custom_tool": (["Patching.", "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"apply_patch\">\n<｜DSML｜parameter "
+                     "name=\"input\" string=\"true\">*** Begin Patch\n\"q\" \\ caf\u00e9 \U0001F600\n*** End"
+                     "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"], {}),
 }
 
 
@@ -364,7 +367,8 @@ def test_raw_text_through_parser_matches_official_processor(case, protocol, spli
     if protocol == "chat":
         body = {"model": MODEL, "messages": U, "tools": [TOOL], "stream": True, **extra.get("chat", {})}
     elif protocol == "responses":
-        body = {"model": MODEL, "input": "hi", "tools": [RTOOL], "stream": True}
+        body = {"model": MODEL, "input": "hi", "tools": [RTOOL, {"type": "custom", "name": "apply_patch"}],
+                "stream": True}
     else:
         body = {"model": MODEL, "max_tokens": 100, "messages": U, "tools": [MTOOL], "stream": True,
                 **extra.get("messages", {})}

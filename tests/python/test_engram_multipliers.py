@@ -1,5 +1,5 @@
 """test_engram_multipliers.py - the C re-statement of numpy's default_rng(...).integers (SeedSequence +
-PCG64 + Lemire, src/model/config_engram.c) against numpy itself, the reference's own tool for the
+PCG64 + Lemire, src/model/engram_rng.c) against numpy itself, the reference's own tool for the
 Engram hash multipliers (model-v41.md §5.2 d), over many layer ids and compressed vocab sizes."""
 import ctypes
 import os
@@ -26,7 +26,8 @@ def numpy_multipliers(layer, vocab, n):
     return (np.random.default_rng(10007 * layer).integers(0, bound, size=n, dtype=np.int64) * 2 + 1).tolist()
 
 
-@pytest.mark.parametrize("vocab", [1, 2, 128, 800, 99092, 129280, 1 << 20, (1 << 30) - 1])
+# 1 << 30 and above take numpy's 32-bit buffered path (bound - 1 < 2^32)
+@pytest.mark.parametrize("vocab", [1, 2, 128, 800, 99092, 129280, 1 << 20, (1 << 30) - 1, 1 << 30, (1 << 33) + 7])
 def test_matches_numpy(lib, vocab):
     for layer in [0, 1, 2, 4, 14, 39, 100, 1023]:
         n = 8
@@ -35,7 +36,8 @@ def test_matches_numpy(lib, vocab):
         assert list(out) == numpy_multipliers(layer, vocab, n), (layer, vocab)
 
 
-def test_unsupported_range_is_an_error(lib):
+def test_invalid_arguments_are_an_error(lib):
     out = (ctypes.c_int64 * 4)()
-    assert lib.di_engram_hash_multipliers(1, 1 << 30, 4, out) == -1  # numpy would draw 32-bit words
     assert lib.di_engram_hash_multipliers(-1, 128, 4, out) == -1
+    assert lib.di_engram_hash_multipliers(1, 0, 4, out) == -1
+    assert lib.di_engram_hash_multipliers(1, 128, 0, out) == -1

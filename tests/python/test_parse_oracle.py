@@ -177,3 +177,43 @@ def test_param_key_with_space_upstream():
     got = c_parse({}, [text])
     assert json.loads(got["tool_calls"][0]["arguments"]) == {"shipping address": "Paris"}
     assert oracle_parse({}, [text])["tool_calls"][0]["arguments"] == '{"shipping: "Paris"}'
+
+
+EVENT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char), ctypes.c_size_t)
+LIB.di_output_parser_set_callback.argtypes = [ctypes.c_void_p, EVENT_FN, ctypes.c_void_p]
+
+
+def test_streamed_events_rebuild_the_result():
+    # The deltas a server would send, rebuilt, equal the final parse, for random outputs and splits.
+    rng = random.Random(77)
+    for _ in range(200):
+        options, text = rand_options(rng), rand_output(rng)
+        rebuilt = {"reasoning_content": b"", "content": b"", "calls": []}
+
+        def on_event(ctx, kind, data, length):
+            chunk = ctypes.string_at(data, length)
+            if kind == 0:
+                rebuilt["reasoning_content"] += chunk
+            elif kind == 1:
+                rebuilt["content"] += chunk
+            elif kind == 2:
+                rebuilt["calls"].append([chunk, b""])
+            else:
+                rebuilt["calls"][-1][1] += chunk
+            return 0
+
+        callback = EVENT_FN(on_event)
+        p = LIB.di_output_parser_new(json.dumps(options).encode())
+        assert LIB.di_output_parser_set_callback(p, callback, None) == 0
+        for c in rand_chunks(rng, text):
+            b = c.encode()
+            assert LIB.di_output_parser_feed(p, b, len(b)) == 0
+        out = ctypes.c_void_p()
+        assert LIB.di_output_parser_finish(p, ctypes.byref(out)) == 0
+        result = json.loads(ctypes.string_at(out.value).decode())
+        ro.LIBC.free(out)
+        LIB.di_output_parser_free(p)
+        assert rebuilt["reasoning_content"].decode() == result["reasoning_content"]
+        assert rebuilt["content"].decode() == result["content"]
+        assert [[n.decode(), a.decode()] for n, a in rebuilt["calls"]] == \
+            [[t["name"], t["arguments"]] for t in result["tool_calls"]]

@@ -14,7 +14,7 @@ from server_fixture import Harness  # noqa: E402
 pytest.importorskip("schemathesis")
 
 
-def test_openapi_conformance_and_no_server_errors():
+def test_openapi_conformance_and_no_server_errors(tmp_path):
     exe = shutil.which("schemathesis") or shutil.which("st")
     if not exe:
         pytest.skip("schemathesis CLI not on PATH")
@@ -23,7 +23,8 @@ def test_openapi_conformance_and_no_server_errors():
         out = subprocess.run([exe, "run", h.url + "/openapi.json", "--checks",
                               "not_a_server_error,response_schema_conformance,status_code_conformance,"
                               "content_type_conformance", "--max-examples", "15", "--request-timeout", "10",
-                              "--seed", "1"], capture_output=True, text=True, timeout=240)
+                              "--seed", "1"], capture_output=True, text=True, timeout=240,
+                             cwd=tmp_path)  # schemathesis writes its .schemathesis/ cache there
         assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
         assert " passed" in out.stdout and "failed" not in out.stdout.split("SUMMARY")[-1]
     finally:

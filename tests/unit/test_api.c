@@ -198,6 +198,26 @@ TEST(messages_stream_shape_and_errors) {
     json_decref(e);
 }
 
+TEST(invalid_utf8_output_is_replaced_not_dropped) {
+    DiApiRequest r;
+    CHECK_EQ_INT(parse(DI_API_MESSAGES, "{\"model\":\"m\",\"stream\":true,\"max_tokens\":9,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r, NULL), 0);
+    DiApiStream *s = di_api_stream_create(&r, "m1", 5);
+    DiApiBuf sse = {0};
+    DiApiEvent ready = {.kind = DI_API_EV_READY, .prompt_tokens = 3};
+    CHECK_EQ_INT(di_api_stream_event(s, &ready, &sse), 0);
+    DiApiEvent bad = {.kind = DI_API_EV_CONTENT, .text = "a\x92" "b\0c", .len = 5, .tokens = 1}; /* found by fuzz_api_output */
+    CHECK_EQ_INT(di_api_stream_event(s, &bad, &sse), 0);
+    CHECK(strstr(sse.data, "\"text\":\"a\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c\"") != NULL);
+    DiApiEvent name = {.kind = DI_API_EV_TOOL_BEGIN, .text = "f\xad", .len = 2}; /* a model-made name, bad UTF-8 */
+    CHECK_EQ_INT(di_api_stream_event(s, &name, &sse), 0);
+    CHECK(strstr(sse.data, "\"name\":\"f\xEF\xBF\xBD\"") != NULL);
+    DiApiEvent empty = {.kind = DI_API_EV_TOOL_BEGIN, .text = "", .len = 0}; /* invoke name="" */
+    CHECK_EQ_INT(di_api_stream_event(s, &empty, &sse), 0);
+    di_api_buf_free(&sse);
+    di_api_stream_free(s);
+    di_api_request_free(&r);
+}
+
 int main(void) {
     RUN_TEST(chat_defaults_thinking_high);
     RUN_TEST(chat_effort_and_switch);
@@ -206,5 +226,6 @@ int main(void) {
     RUN_TEST(messages_tool_use_and_reminder);
     RUN_TEST(chat_stream_shape);
     RUN_TEST(messages_stream_shape_and_errors);
+    RUN_TEST(invalid_utf8_output_is_replaced_not_dropped);
     return TEST_SUMMARY();
 }

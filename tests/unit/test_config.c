@@ -140,7 +140,10 @@ TEST(release_and_tiny_multipliers) {
     check_list(m, 4, l14, 4, "layer 14");
     CHECK(di_engram_hash_multipliers(1, 128, 4, m) == 0);
     check_list(m, 4, tiny, 4, "tiny layer 1");
-    CHECK(di_engram_hash_multipliers(1, (int64_t)1 << 40, 4, m) == -1); /* 32-bit draw path unsupported */
+    /* a vocabulary of 2^40 takes numpy's 32-bit draw path; values from numpy 1.26/2.x */
+    static const int64_t wide[] = {1258255, 6906363, 5200569, 436187};
+    CHECK(di_engram_hash_multipliers(1, (int64_t)1 << 40, 4, m) == 0);
+    check_list(m, 4, wide, 4, "32-bit path");
     CHECK(di_engram_hash_multipliers(1, 128, 0, m) == -1);
     DiModelConfig c;
     CHECK(di_config_load(RELEASE_JSON, &c) == 0);

@@ -508,7 +508,7 @@ static void failing_destroy(DiRunner *r) {
     free(f);
 }
 
-static const DiRunnerOps failing_ops = {failing_pages, failing_forward, failing_destroy, NULL};
+static const DiRunnerOps failing_ops = {failing_pages, failing_forward, failing_destroy};
 
 TEST(a_failing_forward_aborts_its_requests_and_reports_the_cause) {
     for (int async = 0; async < 2; async++) {
@@ -547,7 +547,46 @@ TEST(a_failing_forward_aborts_its_requests_and_reports_the_cause) {
     }
 }
 
+static int codec_bytes_encode(void *ctx, const char *text, size_t len, int32_t **ids, size_t *n) {
+    (void)ctx;
+    *ids = malloc((len ? len : 1) * sizeof **ids);
+    for (size_t i = 0; i < len; i++) (*ids)[i] = (uint8_t)text[i] + 1; /* shifted: proves the codec is used */
+    *n = len;
+    return 0;
+}
+
+static void codec_x_piece(void *ctx, int32_t id, const char **bytes, size_t *len) {
+    (void)ctx;
+    (void)id;
+    *bytes = "x";
+    *len = 1;
+}
+
+TEST(a_runner_codec_serves_as_text_when_no_hooks_are_set) {
+    DiRunner *r = di_mock_runner_create(MOCK_VOCAB, MOCK_SEED);
+    r->codec = (DiTextCodec){codec_bytes_encode, codec_x_piece, NULL};
+    DiEngineOptions o;
+    di_engine_options_init(&o);
+    o.state_memory_bytes = 1 << 20;
+    DiEngine *e = di_engine_create_with_runner(r, &o);
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.max_tokens = 3;
+    p.ignore_eos = 1;
+    DiRequestInput in = {.prompt_text = "ab"};
+    uint64_t id;
+    CHECK_EQ_INT(di_engine_add_request(e, &in, &p, NULL, NULL, &id), 0);
+    CHECK_EQ_INT(di_engine_run(e), 0);
+    DiRequestOutput out;
+    di_engine_get_output(e, id, &out);
+    CHECK_EQ_INT(out.n_prompt_ids, 2);
+    CHECK_EQ_INT(out.prompt_ids[0], 'a' + 1);
+    CHECK_STR(out.text, "xxx");
+    di_engine_destroy(e);
+}
+
 int main(void) {
+    RUN_TEST(a_runner_codec_serves_as_text_when_no_hooks_are_set);
     RUN_TEST(a_failing_forward_aborts_its_requests_and_reports_the_cause);
     RUN_TEST(text_hooks_are_checked_and_used);
     RUN_TEST(logits_are_bit_identical_alone_and_in_random_batches);

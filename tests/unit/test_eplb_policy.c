@@ -13,6 +13,7 @@ TEST(presets_match_section_2_1) {
     CHECK(p.redundant_per_gpu == 4 && p.window_steps == 100 && p.period_steps == 1000);
     DiEplbPolicyConfig d = di_eplb_policy_preset(DI_EPLB_DECODE, 40, 384, 8, 8, 64);
     CHECK(d.redundant_per_gpu == 1 && d.window_steps == 1000 && d.period_steps == 10000);
+    CHECK(p.warmup_steps == 0 && d.warmup_steps == 100);
     DiEplbPolicy *pol = di_eplb_policy_create(&d);
     CHECK(pol != NULL);
     if (pol) CHECK_EQ_INT(di_eplb_policy_plan(pol)->num_replicas, 384 + 64);
@@ -26,7 +27,7 @@ static void hot_load(float *w, int L, int E, int hot) {
 
 TEST(plan_at_period_end_uses_only_the_window) {
     enum { L = 2, E = 16, P = 4 };
-    DiEplbPolicyConfig c = {L, E, 4, 2, P, 1, 3, 10}; /* window 3, period 10 */
+    DiEplbPolicyConfig c = {L, E, 4, 2, P, 1, 3, 10, 0}; /* window 3, period 10 */
     DiEplbPolicy *pol = di_eplb_policy_create(&c);
     CHECK(pol != NULL);
     if (!pol) return;
@@ -61,9 +62,41 @@ TEST(plan_at_period_end_uses_only_the_window) {
     di_eplb_policy_destroy(pol);
 }
 
+/* warmup_steps = 2: the first plan comes after 2 steps, from exactly those 2 steps' loads (hot
+ * expert 5), before the 3-step window would have closed; the second when the window closes
+ * (step 3); then only at period ends. */
+TEST(warmup_brings_the_first_plan_forward) {
+    enum { L = 2, E = 16, P = 4 };
+    DiEplbPolicyConfig c = {L, E, 4, 2, P, 1, 3, 10, 2};
+    DiEplbPolicy *pol = di_eplb_policy_create(&c);
+    CHECK(pol != NULL);
+    if (!pol) return;
+    float w[L * E];
+    int replanned = 0;
+    hot_load(w, L, E, 5);
+    for (int step = 1; step <= 10; step++) {
+        CHECK(di_eplb_policy_record(pol, w, &replanned) == 0);
+        CHECK_EQ_INT(replanned, step == 2 || step == 3 || step == 10);
+        if (step == 2) {
+            const DiEplbPlan *plan = di_eplb_policy_plan(pol);
+            CHECK(plan->logcnt[5] >= 2);
+            float two[L * E];
+            for (int i = 0; i < L * E; i++) two[i] = 2 * w[i];
+            DiEplbPlan direct;
+            CHECK(di_eplb_rebalance(two, L, E, E + P, 4, 2, P, &direct) == 0);
+            for (int i = 0; i < L * (E + P); i++) CHECK_EQ_INT(plan->phy2log[i], direct.phy2log[i]);
+            di_eplb_plan_free(&direct);
+        }
+    }
+    di_eplb_policy_destroy(pol);
+    DiEplbPolicyConfig bad = {L, E, 4, 2, P, 1, 3, 10, 11}; /* warm-up past the period */
+    CHECK(di_eplb_policy_create(&bad) == NULL);
+    CHECK(strstr(di_last_error(), "warmup_steps") != NULL);
+}
+
 TEST(step_scoring_equals_moe_lb_of_plan_in_force) {
     enum { L = 3, E = 24, P = 8 };
-    DiEplbPolicyConfig c = {L, E, 1, 1, P, 1, 2, 4};
+    DiEplbPolicyConfig c = {L, E, 1, 1, P, 1, 2, 4, 0};
     DiEplbPolicy *pol = di_eplb_policy_create(&c);
     CHECK(pol != NULL);
     if (!pol) return;
@@ -92,7 +125,7 @@ TEST(step_scoring_equals_moe_lb_of_plan_in_force) {
 }
 
 TEST(bad_configs_and_loads_are_rejected) {
-    DiEplbPolicyConfig c = {2, 16, 4, 2, 4, 1, 20, 10}; /* window > period */
+    DiEplbPolicyConfig c = {2, 16, 4, 2, 4, 1, 20, 10, 0}; /* window > period */
     CHECK(di_eplb_policy_create(&c) == NULL);
     CHECK(strstr(di_last_error(), "window") != NULL);
     c.window_steps = 5;
@@ -114,6 +147,7 @@ TEST(bad_configs_and_loads_are_rejected) {
 int main(void) {
     RUN_TEST(presets_match_section_2_1);
     RUN_TEST(plan_at_period_end_uses_only_the_window);
+    RUN_TEST(warmup_brings_the_first_plan_forward);
     RUN_TEST(step_scoring_equals_moe_lb_of_plan_in_force);
     RUN_TEST(bad_configs_and_loads_are_rejected);
     return TEST_SUMMARY();

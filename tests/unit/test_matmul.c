@@ -149,10 +149,12 @@ TEST(simd_matches_reference_with_extreme_scales) {
     TestMatrix b = make_matrix(DI_MAT_FP8_BLOCK, 70, 90, 134, 150);
     TestMatrix c = make_matrix(DI_MAT_FP4_ROW32, 70, 96, 0, 20);
     TestMatrix d = make_matrix(DI_MAT_FP4_ROW32, 70, 96, 134, 150);
-    check_against_reference(&a, 9, NULL); /* panel GEMM */
+    check_against_reference(&a, 16, NULL); /* panel GEMM (FP8/FP4 from 13 tokens) */
+    check_against_reference(&a, 5, NULL);  /* GEMV, tokens in pairs, plain path (tiny scales) */
     check_against_reference(&b, 1, NULL);
-    check_against_reference(&c, 9, NULL);
+    check_against_reference(&c, 16, NULL);
     check_against_reference(&d, 1, NULL);
+    check_against_reference(&d, 5, NULL); /* FP4 GEMV, tokens in pairs */
     free_matrix(&a);
     free_matrix(&b);
     free_matrix(&c);
@@ -161,7 +163,7 @@ TEST(simd_matches_reference_with_extreme_scales) {
 
 /* With x = e_c (one-hot), y[r] = W[r][c] exactly: one exact product, the rest adds zeros.
  * 1 token takes the register-decoding GEMV, GEMM_TOKENS tokens the panel GEMM (matmul.c). */
-#define GEMM_TOKENS 9
+#define GEMM_TOKENS 16
 static void check_one_hot_decode(const TestMatrix *t, int64_t n_check_cols) {
     const DiMatrix *w = &t->m;
     float *x = calloc(w->cols, sizeof(float));

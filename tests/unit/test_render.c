@@ -190,6 +190,14 @@ TEST(test_tool_history_rules) {
     CHECK(p && strstr(p, "{\"name\": \"f\", \"description\": \"\", \"parameters\": null}") != NULL);
     CHECK(p && strlen(p) > 30 && strcmp(p + strlen(p) - strlen("<｜Assistant｜></think>\n\n<｜DSML｜tool_calls>\n"),
                                         "<｜Assistant｜></think>\n\n<｜DSML｜tool_calls>\n") == 0);
+    /* a named tool_choice keeps only that tool and requires a call */
+    p = render_text("{\"encoding\":\"v4\",\"thinking_mode\":\"chat\",\"tool_choice\":{\"type\":\"function\",\"function\":"
+                    "{\"name\":\"g\"}},\"tools\":[{\"name\":\"f\"},{\"name\":\"g\"}],\"messages\":[{\"role\":\"user\",\"content\":\"u\"}]}");
+    CHECK(p && strstr(p, "{\"name\": \"g\"") != NULL && strstr(p, "{\"name\": \"f\"") == NULL);
+    CHECK(p && strstr(p, "<｜Assistant｜></think>\n\n<｜DSML｜tool_calls>\n") != NULL);
+    CHECK(render_text("{\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"h\"}},\"tools\":[{\"name\":\"f\"}],"
+                      "\"messages\":[]}") == NULL);
+    CHECK(strstr(di_error_message(), "tool_choice.function.name: no tool named \"h\"") != NULL);
     /* tool_choice none: no tools block */
     p = render_text("{\"encoding\":\"v4\",\"thinking_mode\":\"chat\",\"tool_choice\":\"none\","
                     "\"tools\":[{\"name\":\"f\"}],\"messages\":[{\"role\":\"user\",\"content\":\"u\"}]}");

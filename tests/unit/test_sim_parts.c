@@ -1,10 +1,12 @@
 /* test_sim_parts.c — the simulator's building blocks: the LRU prefix-block cache against a
  * brute-force reference on random operations, the Mooncake trace parser (the first lines of
- * the shared trace, malformed lines), and the synthetic workload's tier mix and determinism. */
+ * the shared trace, malformed lines), the synthetic workload's tier mix and determinism, and the
+ * MoE load model's routing-noise floor against the order statistic it estimates. */
 #include "test.h"
 
 #include "deepinfer.h"
 #include "serve/prefill_lb.h"
+#include "serve/sim/moe_load.h"
 #include "serve/rng.h"
 #include "serve/sim/prefix_cache.h"
 #include "serve/sim/trace.h"
@@ -147,10 +149,48 @@ TEST(synthetic_workload_is_seeded_and_covers_all_tiers) {
     CHECK(di_sim_trace_synthetic(&c, &a) != 0);
 }
 
+/* The routing-noise floor of the MoE load model against the order statistic it estimates: a
+ * perfectly balanced EP64 layer with mean m pairs per GPU has max/mean = 1 + E[max of 64 N(0,1)]
+ * / sqrt(m), E[max] = 2.3437 (numerical integral of 64 x phi x Phi^63, computed with numpy).
+ * With uniform popularity (skew 0) every placement is balanced in expectation, so the fixed
+ * placement must sit at that floor (EPLB at or a little below it); with skew, the fixed placement
+ * sits above it. */
+static DiSimMoeReport moe_run(double skew, int tokens) {
+    DiSimMoeConfig c = {4, 384, 6, 64, 1, 1, skew, 1e9, DI_EPLB_DECODE, 10, 11};
+    DiSimMoe *m = di_sim_moe_create(&c);
+    DiSimMoeReport r;
+    memset(&r, 0, sizeof r);
+    if (!m) return r;
+    for (int s = 0; s < 3000; s++) di_sim_moe_step(m, 0.02 * s, tokens);
+    r = di_sim_moe_report(m);
+    di_sim_moe_destroy(m);
+    return r;
+}
+
+TEST(moe_noise_floor_matches_the_order_statistic) {
+    const int tokens[2] = {8192, 512};
+    for (int k = 0; k < 2; k++) {
+        double mean = tokens[k] * 6.0 / 64, want = 1.0 + 2.3437 / sqrt(mean);
+        DiSimMoeReport u = moe_run(0.0, tokens[k]);
+        CHECK_MSG(fabs(u.noise_floor - want) < 0.01 * want, "%d tok/step: floor %.4f, order statistic %.4f", tokens[k],
+                  u.noise_floor, want);
+        CHECK_MSG(fabs(u.fixed - u.noise_floor) < 0.015 * want, "uniform, fixed placement %.4f vs floor %.4f", u.fixed,
+                  u.noise_floor);
+        /* EPLB's redundant slots split a replicated expert's noise over two GPUs, so it may sit a
+         * little below the floor of a placement without redundancy, never far above it */
+        CHECK_MSG(u.eplb < u.noise_floor + 0.015 * want && u.eplb - 1.0 > 0.85 * (u.noise_floor - 1.0),
+                  "uniform, EPLB %.4f vs floor %.4f", u.eplb, u.noise_floor);
+        DiSimMoeReport sk = moe_run(0.6, tokens[k]);
+        CHECK_MSG(sk.fixed > sk.noise_floor + 0.05, "skewed, fixed placement %.4f vs floor %.4f", sk.fixed,
+                  sk.noise_floor);
+    }
+}
+
 int main(void) {
     RUN_TEST(prefix_cache_matches_brute_force_lru);
     RUN_TEST(parses_the_first_mooncake_lines);
     RUN_TEST(malformed_trace_lines_are_named);
     RUN_TEST(synthetic_workload_is_seeded_and_covers_all_tiers);
+    RUN_TEST(moe_noise_floor_matches_the_order_statistic);
     return TEST_SUMMARY();
 }

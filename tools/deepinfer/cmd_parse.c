@@ -2,6 +2,9 @@
  * (architecture.md).  The streaming state machine of src/recipe/parse.h does the work. */
 #include "commands.h"
 
+#include "base/error.h"
+#include "base/file.h"
+
 #include "deepinfer.h"
 
 #include <stdio.h>
@@ -22,27 +25,6 @@ static void parse_usage(FILE *out) {
             "  --help   this text\n");
 }
 
-static int read_stdin(char **out, size_t *out_len) {
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    if (!buf) return -1;
-    size_t n;
-    while ((n = fread(buf + len, 1, cap - len - 1, stdin)) > 0) {
-        len += n;
-        if (len + 1 == cap) {
-            char *grown = realloc(buf, cap * 2);
-            if (!grown) { free(buf); return -1; }
-            buf = grown;
-            cap *= 2;
-        }
-    }
-    if (ferror(stdin)) { free(buf); return -1; }
-    buf[len] = '\0';
-    *out = buf;
-    *out_len = len;
-    return 0;
-}
-
 int cmd_parse(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -55,8 +37,8 @@ int cmd_parse(int argc, char **argv) {
     }
     char *input = NULL;
     size_t input_len = 0;
-    if (read_stdin(&input, &input_len) != 0) {
-        fprintf(stderr, "deepinfer parse: cannot read stdin\n");
+    if (di_read_stream(stdin, "stdin", &input, &input_len) != 0) {
+        fprintf(stderr, "deepinfer parse: %s\n", di_error_message());
         return 1;
     }
     char *result = NULL;

@@ -4,6 +4,9 @@
  * that client text stays text. */
 #include "commands.h"
 
+#include "base/error.h"
+#include "base/file.h"
+
 #include "deepinfer.h"
 
 #include <stdio.h>
@@ -24,28 +27,6 @@ static void render_usage(FILE *out) {
             "                     supplied from the built-in table, so the V3 file works too)\n"
             "  --segments         also print the control-token / text segments\n"
             "  --help             this text\n");
-}
-
-/* All of stdin into a NUL-terminated heap buffer. */
-static int read_stdin(char **out, size_t *out_len) {
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    if (!buf) return -1;
-    size_t n;
-    while ((n = fread(buf + len, 1, cap - len - 1, stdin)) > 0) {
-        len += n;
-        if (len + 1 == cap) {
-            char *grown = realloc(buf, cap * 2);
-            if (!grown) { free(buf); return -1; }
-            buf = grown;
-            cap *= 2;
-        }
-    }
-    if (ferror(stdin)) { free(buf); return -1; }
-    buf[len] = '\0';
-    *out = buf;
-    *out_len = len;
-    return 0;
 }
 
 int cmd_render(int argc, char **argv) {
@@ -77,8 +58,8 @@ int cmd_render(int argc, char **argv) {
     }
     char *input = NULL;
     size_t input_len = 0;
-    if (read_stdin(&input, &input_len) != 0) {
-        fprintf(stderr, "deepinfer render: cannot read stdin\n");
+    if (di_read_stream(stdin, "stdin", &input, &input_len) != 0) {
+        fprintf(stderr, "deepinfer render: %s\n", di_error_message());
         di_tokenizer_free(tok);
         return 1;
     }

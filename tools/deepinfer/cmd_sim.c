@@ -39,6 +39,10 @@ static void sim_usage(FILE *out) {
             "  --moe-layers N         simulated MoE layers for moe_lb, 0 = off (default 4)\n"
             "  --moe-skew S           sigma of log expert popularity (default 0.6)\n"
             "  --moe-drift-s T        correlation time of the popularity drift, seconds (default 21600)\n"
+            "  --tier-slo-ms A,B,C,D  prefill TTFT objectives per tier, weighing queue heads against each\n"
+            "                         other (default 1000,2000,4000,8000)\n"
+            "  --tier-overtake F      shorter work may overtake a longer prefill on its rank up to F x the\n"
+            "                         longer one's predicted cost (default 0: never)\n"
             "  --decode-lb P          decode balancer of the control plane: balanced (default, serving.md\n"
             "                         7.2), step-time, kv, count, round-robin\n"
             "  --seed N               random seed (default 1)\n"
@@ -116,6 +120,16 @@ static int parse_args(int argc, char **argv, SimArgs *a) {
                 fprintf(stderr, "deepinfer sim: --tier-mix expects four shares >= 0 like 0.7,0.2,0.08,0.02\n");
                 rc = -1;
             }
+        } else if (!strcmp(f, "--tier-slo-ms")) {
+            double *m = a->cfg.tier_slo_ms;
+            char tail;
+            if (!v || sscanf(v, "%lf,%lf,%lf,%lf%c", &m[0], &m[1], &m[2], &m[3], &tail) != 4 || !(m[0] > 0) ||
+                !(m[1] > 0) || !(m[2] > 0) || !(m[3] > 0) || !isfinite(m[0] + m[1] + m[2] + m[3])) {
+                fprintf(stderr, "deepinfer sim: --tier-slo-ms expects four positive times like 1000,2000,4000,8000\n");
+                rc = -1;
+            }
+        } else if (!strcmp(f, "--tier-overtake")) {
+            rc = parse_double(f, v, 0, 1e6, &a->cfg.jump_slowdown);
         } else if (!strcmp(f, "--prefixes")) {
             if ((rc = parse_int(f, v, 1, 1 << 20, &x)) == 0) a->synth.prefixes = (int)x;
         } else if (!strcmp(f, "--speedup")) {

@@ -7,6 +7,8 @@
  * (user text "<｜User｜>" is 5 ordinary tokens). */
 #include "commands.h"
 
+#include "base/file.h"
+
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/threadpool.h"
@@ -35,35 +37,6 @@ static void usage(FILE *out) {
             "\n"
             "No BOS is added.  Input that is not valid UTF-8 is an error (exit 1) naming the byte\n"
             "offset; nothing is replaced silently.\n");
-}
-
-/* Read all of stdin into a NUL-terminated heap buffer. */
-static char *read_stdin(size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = di_malloc(cap + 1, "stdin");
-    if (!buf) return NULL;
-    for (;;) {
-        size_t got = fread(buf + n, 1, cap - n, stdin);
-        n += got;
-        if (got == 0) break;
-        if (n == cap) {
-            char *b = di_realloc_array(buf, 2 * cap + 1, 1, "stdin");
-            if (!b) {
-                free(buf);
-                return NULL;
-            }
-            buf = b;
-            cap *= 2;
-        }
-    }
-    if (ferror(stdin)) {
-        free(buf);
-        di_errorf("reading stdin failed");
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
 }
 
 static int print_ids(const int32_t *ids, size_t n) {
@@ -124,7 +97,7 @@ int cmd_tokenize(int argc, char **argv) {
     int32_t *ids = NULL;
     size_t n_ids = 0;
     int rc = -1;
-    if (tok && di_tokenizer_set_threads(tok, threads) == 0 && (text = read_stdin(&len)) != NULL) {
+    if (tok && di_tokenizer_set_threads(tok, threads) == 0 && di_read_stream(stdin, "stdin", &text, &len) == 0) {
         rc = plain ? di_tokenizer_encode(tok, text, len, &ids, &n_ids)
                    : di_tokenizer_encode_with_added(tok, text, len, &ids, &n_ids);
         if (rc != 0) di_error_wrap("stdin");

@@ -3,6 +3,9 @@
 
 #include "deepinfer.h"
 
+#include "base/env.h"
+#include "base/error.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -53,7 +56,13 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+        if (strcmp(argv[1], commands[i].name) == 0) {
+            if (di_env_check() != 0) {
+                fprintf(stderr, "deepinfer: %s\n", di_error_message());
+                return 2;
+            }
+            return commands[i].run(argc - 1, argv + 1);
+        }
     fprintf(stderr, "deepinfer: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -19,9 +19,12 @@
 #include <string.h>
 
 /* From this many tokens on, decoding the weights once into a panel beats decoding them in
- * registers for every token (4096x4096, one thread, CPU time: FP8 GEMV ~28 GFLOP/s per token;
- * panel GEMM ~20 at n = 4, ~26 at n = 8, ~37 at n = 16).  Either path gives the same bits. */
-#define GEMM_MIN_TOKENS 8
+ * registers (4096x4096, one thread, CPU time).  FP8 and FP4: the GEMV takes tokens in pairs,
+ * ~36-44 GFLOP/s for n = 2..6, while the panel GEMM gives ~22-31 at n = 8, ~37 at 12, ~37-50 at 16.
+ * F32/BF16 GEMV re-reads the weights per token, so the GEMM wins earlier.  Same bits either way. */
+static int64_t gemm_min_tokens(DiMatFormat format) {
+    return format == DI_MAT_FP8_BLOCK || format == DI_MAT_FP4_ROW32 ? 13 : 8;
+}
 
 typedef enum { BACKEND_REF, BACKEND_SIMD } Backend;
 
@@ -101,7 +104,7 @@ int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_
     if (padded_acts(x, n_tokens, w->cols, &job.acts, &owned) != 0) return di_error_wrap("matmul");
     int n_tasks = (int)((w->rows + DI_SIMD_ROW_CHUNK - 1) / DI_SIMD_ROW_CHUNK);
     int threads = pool ? di_pool_threads(pool) : 1;
-    bool gemm = n_tokens >= GEMM_MIN_TOKENS;
+    bool gemm = n_tokens >= gemm_min_tokens(w->format);
     job.scratch_floats = di_simd_scratch_floats(w->cols, gemm);
     job.scratch = di_aligned_calloc((size_t)threads, (size_t)job.scratch_floats * sizeof(float), "matmul scratch");
     if (!job.scratch) {

@@ -37,8 +37,11 @@
 
 #define GROUP 8        /* floats per ymm register: the lane count of the reduction order */
 #define BLOCK 32       /* scale block along the input (§3.4, §3.5) */
+
+/* Tuning knobs (none changes a result bit; -D overrides them for experiments).  Values measured
+ * on the build machine with bench_kernels and CPU-clock timings, see bench/ggml_comparison.md. */
 #ifndef PREFETCH
-#define PREFETCH 1
+#define PREFETCH 1     /* GEMV software prefetch one row tile ahead (prefetch_block) */
 #endif
 #ifndef PF_HINT
 #define PF_HINT _MM_HINT_T0
@@ -46,6 +49,7 @@
 #ifndef GEMV_ROWS
 #define GEMV_ROWS 8    /* rows whose accumulators the GEMV keeps in registers: 8 independent FMA chains */
 #endif
+#define PAIR_ROWS 4    /* rows of the two-token GEMV tiles: 4 x 2 accumulators */
 #define TILE_ROWS 3    /* GEMM register tile: 3 rows x 4 tokens = 12 accumulators, + 3 weight */
 #define TILE_TOKENS 4  /*   registers + 1 activation register = the 16 ymm registers of AVX2 */
 #ifndef PANEL_ROWS
@@ -71,9 +75,9 @@ bool di_simd_available(void) {
 
 int64_t di_simd_scratch_floats(int64_t cols, bool gemm) {
     /* GEMM: the panel chunk, then the accumulators of one token block (8 lanes each);
-     * GEMV: one row of scaled activations (k32 floats) */
+     * GEMV: two rows of scaled activations (k32 floats each) */
     if (gemm) return (int64_t)PANEL_ROWS * PANEL_K + (int64_t)PANEL_ROWS * TOKEN_BLOCK * GROUP;
-    return (cols + BLOCK - 1) / BLOCK * BLOCK;
+    return 2 * ((cols + BLOCK - 1) / BLOCK * BLOCK); /* GEMV: scaled activations of two tokens */
 }
 
 /* ---- scale factors (as float32 bit patterns, so no libm call in the inner loops) ---------- */
@@ -389,8 +393,51 @@ static inline __attribute__((always_inline)) void gemv_fp4_tile(const DiMatrix *
     for (int i = 0; i < nr; i++) y[r0 + i] = lane_sum(acc[i]);
 }
 
+/* Two tokens at once for the few-token case (routed experts): each block is decoded once and
+ * meets both tokens; every (row, token) accumulator sees the same sequence as alone. */
+static inline __attribute__((always_inline)) void gemv_fp4_pair_tile(const DiMatrix *w, const float *x0,
+                                                                     const float *x1, int64_t r0, int nr,
+                                                                     float *y0, float *y1) {
+    const uint8_t *row[PAIR_ROWS], *srow[PAIR_ROWS];
+    int64_t kblocks = w->cols / BLOCK;
+    __m256 a0[PAIR_ROWS], a1[PAIR_ROWS];
+    #pragma GCC unroll 16
+    for (int i = 0; i < PAIR_ROWS; i++) {
+        int64_t r = r0 + (i < nr ? i : 0);
+        a0[i] = a1[i] = _mm256_setzero_ps();
+        row[i] = (const uint8_t *)w->data + r * (w->cols / 2);
+        srow[i] = w->scale + r * kblocks;
+    }
+    for (int64_t kb = 0; kb < kblocks; kb++) {
+        const float *xb0 = x0 + kb * BLOCK, *xb1 = x1 + kb * BLOCK;
+        #pragma GCC unroll 16
+        for (int i = 0; i < nr; i++) {
+            __m256 wv[4];
+            decode_fp4_block(row[i] + kb * (BLOCK / 2), srow[i][kb], wv);
+            #pragma GCC unroll 16
+            for (int g = 0; g < 4; g++) {
+                a0[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xb0 + GROUP * g), a0[i]);
+                a1[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xb1 + GROUP * g), a1[i]);
+            }
+        }
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++) {
+        y0[r0 + i] = lane_sum(a0[i]);
+        y1[r0 + i] = lane_sum(a1[i]);
+    }
+}
+
 static void gemv_fp4_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1) {
-    for (int64_t t = 0; t < a->n_tokens; t++) {
+    int64_t t = 0;
+    for (; t + 2 <= a->n_tokens; t += 2) {
+        const float *x0 = a->x + t * a->k32, *x1 = x0 + a->k32;
+        float *y0 = y + t * w->rows, *y1 = y0 + w->rows;
+        int64_t r = r0;
+        for (; r + PAIR_ROWS <= r1; r += PAIR_ROWS) gemv_fp4_pair_tile(w, x0, x1, r, PAIR_ROWS, y0, y1);
+        for (; r < r1; r++) gemv_fp4_pair_tile(w, x0, x1, r, 1, y0, y1);
+    }
+    for (; t < a->n_tokens; t++) {
         const float *x = a->x + t * a->k32;
         float *yt = y + t * w->rows;
         int64_t r = r0;
@@ -399,31 +446,107 @@ static void gemv_fp4_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int6
     }
 }
 
+/* xs = x * 2^(b-119) per full column block of one 32-row scale block (see above). */
+static void fp8_scale_acts(const float *x, const uint8_t *scales, int64_t full, float *xs) {
+    for (int64_t kb = 0; kb < full; kb++) {
+        float f = 1.0f;
+        fp8_single_factor(scales[kb], &f); /* always true: fp8_prescale_exact checked b <= 240 */
+        __m256 fv = _mm256_set1_ps(f);
+        #pragma GCC unroll 16
+        for (int g = 0; g < 4; g++)
+            _mm256_store_ps(xs + kb * BLOCK + GROUP * g, _mm256_mul_ps(_mm256_loadu_ps(x + kb * BLOCK + GROUP * g), fv));
+    }
+}
+
+/* One token against rows [rb, rb_end) of one scale row block: scaled activations when exact. */
+static void fp8_rowblock_one(const DiMatrix *w, const float *x, int64_t k32, ActRange range, int64_t rb,
+                             int64_t rb_end, float *xs, float *yt) {
+    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, r = rb;
+    const uint8_t *scales = w->scale + (rb / BLOCK) * kblocks;
+    if (!fp8_prescale_exact(scales, kblocks, range)) {
+        for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_tile(DI_MAT_FP8_BLOCK, w, x, k32, r, GEMV_ROWS, yt);
+        for (; r < rb_end; r++) gemv_tile(DI_MAT_FP8_BLOCK, w, x, k32, r, 1, yt);
+        return;
+    }
+    fp8_scale_acts(x, scales, w->cols / BLOCK, xs);
+    for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_fp8_prescaled_tile(w, x, xs, k32, r, GEMV_ROWS, yt);
+    for (; r < rb_end; r++) gemv_fp8_prescaled_tile(w, x, xs, k32, r, 1, yt);
+}
+
+/* Two tokens, both with exact scaled activations: each block decoded once for both. */
+static inline __attribute__((always_inline)) void gemv_fp8_pair_tile(const DiMatrix *w, const float *x0,
+                                                                     const float *x1, const float *xs0,
+                                                                     const float *xs1, int64_t k32, int64_t r0,
+                                                                     int nr, float *y0, float *y1) {
+    const uint8_t *row[PAIR_ROWS];
+    int64_t full = w->cols / BLOCK;
+    __m256 a0[PAIR_ROWS], a1[PAIR_ROWS];
+    #pragma GCC unroll 16
+    for (int i = 0; i < PAIR_ROWS; i++) {
+        a0[i] = a1[i] = _mm256_setzero_ps();
+        row[i] = (const uint8_t *)w->data + (r0 + (i < nr ? i : 0)) * w->cols;
+    }
+    for (int64_t kb = 0; kb < full; kb++) {
+        const float *b0 = xs0 + kb * BLOCK, *b1 = xs1 + kb * BLOCK;
+        #pragma GCC unroll 16
+        for (int i = 0; i < nr; i++) {
+            const uint8_t *p = row[i] + kb * BLOCK;
+            __m256i h0 = e4m3_to_fp16_bits(p), h1 = e4m3_to_fp16_bits(p + 16);
+            __m256 wv[4] = {_mm256_cvtph_ps(_mm256_castsi256_si128(h0)), _mm256_cvtph_ps(_mm256_extracti128_si256(h0, 1)),
+                            _mm256_cvtph_ps(_mm256_castsi256_si128(h1)), _mm256_cvtph_ps(_mm256_extracti128_si256(h1, 1))};
+            #pragma GCC unroll 16
+            for (int g = 0; g < 4; g++) {
+                a0[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(b0 + GROUP * g), a0[i]);
+                a1[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(b1 + GROUP * g), a1[i]);
+            }
+        }
+    }
+    if (full < k32 / BLOCK) { /* the partial last block: the plain decode, unscaled x */
+        #pragma GCC unroll 16
+        for (int i = 0; i < nr; i++) {
+            __m256 wv[4];
+            decode_block(DI_MAT_FP8_BLOCK, w, r0 + i, full, wv);
+            #pragma GCC unroll 16
+            for (int g = 0; g < 4; g++) {
+                a0[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(x0 + full * BLOCK + GROUP * g), a0[i]);
+                a1[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(x1 + full * BLOCK + GROUP * g), a1[i]);
+            }
+        }
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++) {
+        y0[r0 + i] = lane_sum(a0[i]);
+        y1[r0 + i] = lane_sum(a1[i]);
+    }
+}
+
+/* xs: 2 * k32 floats of scratch. */
 static void gemv_fp8_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
-    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, full = w->cols / BLOCK;
-    for (int64_t t = 0; t < a->n_tokens; t++) {
-        const float *x = a->x + t * a->k32;
-        float *yt = y + t * w->rows;
-        ActRange range = act_range(x, w->cols);
+    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, k32 = a->k32, t = 0;
+    for (; t + 2 <= a->n_tokens; t += 2) {
+        const float *x0 = a->x + t * k32, *x1 = x0 + k32;
+        float *y0 = y + t * w->rows, *y1 = y0 + w->rows;
+        ActRange g0 = act_range(x0, w->cols), g1 = act_range(x1, w->cols);
         for (int64_t rb = r0; rb < r1; rb += BLOCK) { /* r0 is a multiple of 32 */
             int64_t rb_end = rb + BLOCK < r1 ? rb + BLOCK : r1, r = rb;
             const uint8_t *scales = w->scale + (rb / BLOCK) * kblocks;
-            if (!fp8_prescale_exact(scales, kblocks, range)) {
-                for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_tile(DI_MAT_FP8_BLOCK, w, x, a->k32, r, GEMV_ROWS, yt);
-                for (; r < rb_end; r++) gemv_tile(DI_MAT_FP8_BLOCK, w, x, a->k32, r, 1, yt);
+            if (!fp8_prescale_exact(scales, kblocks, g0) || !fp8_prescale_exact(scales, kblocks, g1)) {
+                fp8_rowblock_one(w, x0, k32, g0, rb, rb_end, xs, y0);
+                fp8_rowblock_one(w, x1, k32, g1, rb, rb_end, xs, y1);
                 continue;
             }
-            for (int64_t kb = 0; kb < full; kb++) {
-                float f = 1.0f;
-                fp8_single_factor(scales[kb], &f); /* always true: the scales are <= 240 here */
-                __m256 fv = _mm256_set1_ps(f);
-                #pragma GCC unroll 16
-                for (int g = 0; g < 4; g++)
-                    _mm256_store_ps(xs + kb * BLOCK + GROUP * g, _mm256_mul_ps(_mm256_loadu_ps(x + kb * BLOCK + GROUP * g), fv));
-            }
-            for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_fp8_prescaled_tile(w, x, xs, a->k32, r, GEMV_ROWS, yt);
-            for (; r < rb_end; r++) gemv_fp8_prescaled_tile(w, x, xs, a->k32, r, 1, yt);
+            fp8_scale_acts(x0, scales, w->cols / BLOCK, xs);
+            fp8_scale_acts(x1, scales, w->cols / BLOCK, xs + k32);
+            for (; r + PAIR_ROWS <= rb_end; r += PAIR_ROWS)
+                gemv_fp8_pair_tile(w, x0, x1, xs, xs + k32, k32, r, PAIR_ROWS, y0, y1);
+            for (; r < rb_end; r++) gemv_fp8_pair_tile(w, x0, x1, xs, xs + k32, k32, r, 1, y0, y1);
         }
+    }
+    for (; t < a->n_tokens; t++) {
+        const float *x = a->x + t * k32;
+        ActRange range = act_range(x, w->cols);
+        for (int64_t rb = r0; rb < r1; rb += BLOCK)
+            fp8_rowblock_one(w, x, k32, range, rb, rb + BLOCK < r1 ? rb + BLOCK : r1, xs, y + t * w->rows);
     }
 }
 

@@ -33,8 +33,9 @@ bool di_simd_available(void);
  * for a matrix with this many columns. */
 int64_t di_simd_scratch_floats(int64_t cols, bool gemm);
 
-/* y[t][r] for r in [r0, r1) and every token: token at a time, weights decoded in registers
- * (the decode-bound n = 1 case).  r0 is a multiple of DI_SIMD_ROW_CHUNK. */
+/* y[t][r] for r in [r0, r1) and every token: weights decoded in registers, a token at a time
+ * (FP8, FP4: two at a time) -- the decode-bound few-token case.  r0 is a multiple of
+ * DI_SIMD_ROW_CHUNK. */
 void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1,
                        float *scratch);
 

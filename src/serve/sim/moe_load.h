@@ -8,7 +8,7 @@
  * count).  Each step is scored by three placements side by side:
  *   eplb      — the dynamic policy (eplb_policy.h) with the phase's redundancy/window/period;
  *   rearrange — the same window/period with no redundant slots (placement only);
- *   static    — no redundancy and a placement fixed at start (the no-EPLB baseline).
+ *   static    — no redundancy, the uniform-load placement, never replanned (the no-EPLB baseline).
  * To keep long replays fast, only every sample_every-th step is drawn and scored; the policies'
  * window and period are divided by the same factor, so a replan still sees the same span of
  * steps, and moe_lb is an unbiased sample of the per-step values. */
@@ -36,6 +36,8 @@ typedef struct {
     double eplb, rearrange, fixed;             /* aggregate moe_lb, sum(max)/sum(mean) */
     double eplb_expected;                      /* eplb placement scored on the expected loads, without
                                                   the per-step sampling noise: the balancer's own share */
+    double noise_floor;                        /* a perfectly balanced placement under the same per-step
+                                                  sampling noise: the part no placement removes */
     double eplb_bucket[DI_SIM_MOE_BUCKETS];    /* eplb moe_lb in each tenth of [first, last] scored
                                                   step time (0 when a tenth had no step) */
     double fixed_bucket[DI_SIM_MOE_BUCKETS];

@@ -39,8 +39,10 @@ typedef struct {
     DiDecodeCost decode_cost;             /* per rank, ns */
     double tier_budget_ms[DI_PREFILL_TIERS]; /* step budget T of an instance serving tier t */
     double fifo_budget_ms;                /* T of the single-FIFO baseline */
-    double tier_slo_ms[DI_PREFILL_TIERS]; /* TTFT objective per tier: a queued request past half of
-                                             it may be served by any instance (deadline lending) */
+    double tier_slo_ms[DI_PREFILL_TIERS]; /* TTFT objective per tier: instances pull from the queue
+                                             whose head is latest relative to it (sim.c pick_tier) */
+    double jump_slowdown;                 /* tiered: shorter work overtakes a longer request on its rank
+                                             only up to this fraction of the longer one's cost */
     int64_t rr_chunk_tokens;              /* fixed chunk of the round-robin baseline */
     int64_t token_cap;                    /* per rank per step */
     DiChunkRules chunk;

@@ -13,8 +13,9 @@ static json_t *buckets(const double *v) {
 }
 
 static json_t *moe_json(const DiSimMoeReport *m) {
-    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:o, s:o, s:[f, f]}", "eplb", m->eplb, "eplb_noise_free",
-                     m->eplb_expected, "rearrange_only", m->rearrange,
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:o, s:o, s:[f, f]}", "eplb", m->eplb,
+                     "eplb_noise_free", m->eplb_expected, "routing_noise_floor", m->noise_floor, "rearrange_only",
+                     m->rearrange,
                      "no_eplb", m->fixed, "eplb_vs_no_eplb", m->fixed > 0 ? m->eplb / m->fixed : 0.0, "steps",
                      (json_int_t)m->steps, "replans", (json_int_t)m->replans, "moved_slots",
                      (json_int_t)m->moved_slots, "eplb_over_time", buckets(m->eplb_bucket), "no_eplb_over_time",
@@ -65,6 +66,9 @@ json_t *di_sim_config_json(const DiSimConfig *c) {
         c->moe_top_k);
     if (!o) return NULL;
     json_object_set_new(o, "decode_lb", json_string(di_decode_lb_policy_name(c->decode_policy)));
+    json_object_set_new(o, "tier_slo_ms", json_pack("[f, f, f, f]", c->tier_slo_ms[0], c->tier_slo_ms[1],
+                                                    c->tier_slo_ms[2], c->tier_slo_ms[3]));
+    json_object_set_new(o, "tier_overtake", json_real(c->jump_slowdown));
     json_object_set_new(o, "prefill_cost_ns",
                         json_pack("{s:f, s:f, s:f, s:f, s:f}", "a_qq", c->prefill_cost.a, "b_qc", c->prefill_cost.b,
                                   "d_q", c->prefill_cost.d, "e_c", c->prefill_cost.e, "f", c->prefill_cost.f));
