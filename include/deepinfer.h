@@ -131,6 +131,13 @@ int di_decode_stream_push(DiDecodeStream *stream, int32_t id, const char **text,
 size_t di_decode_stream_pending_ids(const DiDecodeStream *stream);
 void di_decode_stream_free(DiDecodeStream *stream);
 
+/* The Engram compressed-token map of a tokenizer (model-v41.md §5.2 a): *cid gets cid[t] for
+ * every id t < *n_ids (= di_tokenizer_vocab_size; fresh heap array, free()), *n_keys the number
+ * of distinct compressed ids, which must equal the model's engram_compressed_vocab_size.  Give
+ * it to DiEngineOptions.engram_token_map or di_model_set_engram_token_map for a checkpoint
+ * without engram_token_map.json (a real one ships none). */
+int di_tokenizer_engram_map(const DiTokenizer *tok, int32_t **cid, int64_t *n_ids, int64_t *n_keys);
+
 /* ---- recipe: prompt rendering, output parsing, protocols (src/recipe) ------------------- */
 
 /* Render a conversation to its prompt.  `json` holds the `deepinfer render` input
