@@ -137,6 +137,11 @@ void di_decode_stream_free(DiDecodeStream *stream);
  * it to DiEngineOptions.engram_token_map or di_model_set_engram_token_map for a checkpoint
  * without engram_token_map.json (a real one ships none). */
 int di_tokenizer_engram_map(const DiTokenizer *tok, int32_t **cid, int64_t *n_ids, int64_t *n_keys);
+/* The Engram map a model directory needs from its tokenizer: when DIR has no
+ * engram_token_map.json and does have tokenizer.json, builds the map from it (*cid, *n_ids set;
+ * free() it); otherwise returns 0 with *cid = NULL (the engine reads the file itself, or the
+ * directory needs no map).  model_dir NULL: $DEEPINFER_HF_MODEL_DIR, else nothing to do. */
+int di_model_dir_engram_map(const char *model_dir, int32_t **cid, int64_t *n_ids);
 
 /* ---- recipe: prompt rendering, output parsing, protocols (src/recipe) ------------------- */
 

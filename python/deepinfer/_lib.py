@@ -97,6 +97,7 @@ def _load():
         "di_engine_options_init": (None, [POINTER(EngineOptions)]),
         "di_sampling_params_init": (None, [POINTER(CSamplingParams)]),
         "di_engine_create": (c_void_p, [c_char_p, POINTER(EngineOptions)]),
+        "di_model_dir_engram_map": (c_int, [c_char_p, POINTER(POINTER(c_int32)), POINTER(ctypes.c_int64)]),
         "di_engine_create_mock": (c_void_p, [c_int32, c_uint64, POINTER(EngineOptions)]),
         "di_engine_destroy": (None, [c_void_p]),
         "di_engine_add_request": (c_int, [c_void_p, POINTER(RequestInput), POINTER(CSamplingParams),

@@ -94,7 +94,20 @@ class LLM:
         if _engine_handle is None:
             opts = _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk,
                                    state_memory_bytes, async_scheduling, batch_invariant, seed)
-            handle = lib.di_engine_create(model.encode("utf-8") if model else None, ctypes.byref(opts))
+            model_arg = model.encode("utf-8") if model else None
+            # a real checkpoint ships no engram_token_map.json: its map comes from its tokenizer
+            engram = ctypes.POINTER(ctypes.c_int32)()
+            engram_len = ctypes.c_int64(0)
+            if lib.di_model_dir_engram_map(model_arg, ctypes.byref(engram), ctypes.byref(engram_len)) != 0:
+                raise DeepInferError(_lib.last_error())
+            if engram:
+                opts.engram_token_map = engram
+                opts.engram_token_map_len = engram_len.value
+            try:
+                handle = lib.di_engine_create(model_arg, ctypes.byref(opts))
+            finally:
+                if engram:
+                    _lib.libc.free(ctypes.cast(engram, ctypes.c_void_p))
             if not handle:
                 raise DeepInferError(_lib.last_error())
             _engine_handle = handle

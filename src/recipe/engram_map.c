@@ -8,6 +8,8 @@
  * engram_compressed_vocab_size (the caller checks, it knows the config). */
 #include "recipe/engram_map.h"
 
+#include "base/file.h"
+
 #include "base/error.h"
 #include "base/mem.h"
 
@@ -161,5 +163,26 @@ done:
     free(kv);
     free(first);
     free(cid);
+    return rc;
+}
+
+int di_model_dir_engram_map(const char *model_dir, int32_t **cid, int64_t *n_ids) {
+    if (!cid || !n_ids) return di_errorf("engram map: no output");
+    *cid = NULL;
+    *n_ids = 0;
+    if (!model_dir || !*model_dir) model_dir = getenv("DEEPINFER_HF_MODEL_DIR");
+    if (!model_dir || !*model_dir) return 0; /* the built-in model ships its map file */
+    char *map_file = di_path_join(model_dir, "engram_token_map.json");
+    char *tok_file = di_path_join(model_dir, "tokenizer.json");
+    int rc = (map_file && tok_file) ? 0 : -1;
+    if (rc == 0 && !di_file_exists(map_file) && di_file_exists(tok_file)) {
+        DiTokenizer *tok = di_tokenizer_load(tok_file);
+        int64_t n_keys = 0;
+        rc = tok ? di_tokenizer_engram_map(tok, cid, n_ids, &n_keys) : -1;
+        if (rc != 0) di_error_wrap("building the Engram token map from %s", tok_file);
+        di_tokenizer_free(tok);
+    }
+    free(map_file);
+    free(tok_file);
     return rc;
 }

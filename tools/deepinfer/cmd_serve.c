@@ -63,7 +63,16 @@ static int parse_seconds(const char *flag, const char *v, double *out) {
 static DiEngineBackend *open_backend(const char *model_dir, const char *served_name, long context_limit,
                                      DiServeText **text) {
     *text = NULL;
-    DiEngine *engine = di_engine_create(model_dir, NULL);
+    /* a real checkpoint ships no engram_token_map.json: its map comes from its tokenizer */
+    int32_t *engram_map = NULL;
+    int64_t engram_len = 0;
+    if (di_model_dir_engram_map(model_dir, &engram_map, &engram_len) != 0) return NULL;
+    DiEngineOptions opts;
+    di_engine_options_init(&opts);
+    opts.engram_token_map = engram_map;
+    opts.engram_token_map_len = engram_len;
+    DiEngine *engine = di_engine_create(model_dir, &opts);
+    free(engram_map);
     if (!engine) return NULL;
     const char *dir = di_engine_model_dir(engine);
     if (!(*text = di_serve_text_open(dir)) || di_serve_text_install(*text, engine) != 0) {
