@@ -447,10 +447,15 @@ int di_tiny_default_dir(char *buf, size_t n) {
     return 0;
 }
 
+/* Every file make-tiny writes for the tiny preset. */
+static const char *const tiny_files[] = {"config.json", "tokenizer.json", "engram_token_map.json",
+                                         "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                                         "model-00002-of-00002.safetensors"};
+#define N_TINY_FILES (sizeof tiny_files / sizeof tiny_files[0])
+
 static void remove_tree_files(const char *dir) {
-    static const char *names[] = {"config.json", "tokenizer.json", "engram_token_map.json", "model.safetensors.index.json",
-                                  "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *const *names = tiny_files;
+    for (size_t i = 0; i < N_TINY_FILES; i++) {
         char *p = di_path_join(dir, names[i]);
         if (p) unlink(p);
         free(p);
@@ -460,11 +465,19 @@ static void remove_tree_files(const char *dir) {
 
 int di_tiny_ensure(const char *dir) {
     if (!dir || !*dir) return di_errorf("di_tiny_ensure: no directory given");
-    char *cfg_path = di_path_join(dir, "config.json");
-    if (!cfg_path) return -1;
-    int exists = di_file_exists(cfg_path);
-    free(cfg_path);
-    if (exists) return 0;
+    /* complete: every file there (a directory left by an older version may lack newer files) */
+    size_t present = 0;
+    for (size_t i = 0; i < N_TINY_FILES; i++) {
+        char *p = di_path_join(dir, tiny_files[i]);
+        if (!p) return -1;
+        present += di_file_exists(p) ? 1 : 0;
+        free(p);
+    }
+    if (present == N_TINY_FILES) return 0;
+    if (present > 0) {
+        DI_INFO("built-in model: %s is incomplete (%zu of %zu files); regenerating it", dir, present, N_TINY_FILES);
+        remove_tree_files(dir);
+    }
     char *tmp = NULL;
     if (asprintf(&tmp, "%s.tmp.%d", dir, (int)getpid()) < 0) return di_errorf("out of memory");
     DI_INFO("built-in model: generating %s (first use)", dir);

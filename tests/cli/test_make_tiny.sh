@@ -42,5 +42,12 @@ touch "$tmp/file"
 check "unwritable output fails with exit 1" test "$(exit_code $CLI make-tiny --out "$tmp/file/sub")" = 1
 check "failure names the path" grep -q "$tmp/file" "$tmp/err"
 
+# The built-in model's cache: an incomplete directory (e.g. left by an older version without the
+# Engram map file) is regenerated, not used half-made.
+mkdir -p "$tmp/xdg"
+check "built-in model generated on first use" bash -c "XDG_CACHE_HOME='$tmp/xdg' $CLI generate --prompt-ids 0,1 --max-tokens 2 >/dev/null 2>&1"
+rm -f "$tmp/xdg/deepinfer/tiny-v41/engram_token_map.json"
+check "incomplete built-in model is regenerated" bash -c "XDG_CACHE_HOME='$tmp/xdg' $CLI generate --prompt-ids 0,1 --max-tokens 2 >/dev/null 2>&1 && test -s '$tmp/xdg/deepinfer/tiny-v41/engram_token_map.json'"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
