@@ -14,7 +14,8 @@
  * The checkpoint is generated once into $DEEPINFER_BENCH_DIR (default
  * $XDG_CACHE_HOME/deepinfer/bench-medium, else ~/.cache/deepinfer/bench-medium) and reused.
  * Runs are interleaved and medians quoted; CPU time is printed next to wall time because the
- * machine is shared.  Numerics mode: exact (float32 activations; the weights are what counts). */
+ * machine is shared.  Numerics mode: exact (float32 activations; the weights are what counts).
+ * DEEPINFER_BENCH_ONLY=batch1 or =batched runs one half (to profile it with perf). */
 #include "base/error.h"
 #include "base/threadpool.h"
 #include "model/forward.h"
@@ -22,6 +23,7 @@
 #include "model/state.h"
 #include "model/tiny.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +211,37 @@ static void decode_batched(Model *m, int B, double *wall, double *cpu) {
     free(logits);
 }
 
+static void print_batch1(const char *dir, double active, double *bw1, double *bw2, double *w1, double *c1, double *w2, double *c2) {
+    double B1 = median(bw1, REPS), B2 = median(bw2, REPS), W1 = median(w1, REPS), W2 = median(w2, REPS);
+    double C1 = median(c1, REPS), C2 = median(c2, REPS), bw = B1 > B2 ? B1 : B2;
+    printf("decode, medium synthetic checkpoint %s (exact numerics, %d-token prompt, median of %d x %d steps):\n", dir, PROMPT,
+           REPS, DECODE_STEPS);
+    printf("  active weight bytes per token   %.2f MB\n", active / 1e6);
+    printf("  STREAM triad bandwidth          %.2f GB/s (1 thread)  %.2f GB/s (2 threads)\n", B1 / 1e9, B2 / 1e9);
+    printf("  bandwidth bound                 %.1f tokens/s (best bandwidth %.2f GB/s)\n", bw / active, bw / 1e9);
+    printf("  batch 1, 1 thread               %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n", 1 / W1,
+           W1 * 1e3, C1 * 1e3, 100 * (1 / W1) / (bw / active));
+    printf("  batch 1, 2 threads              %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n", 1 / W2,
+           W2 * 1e3, C2 * 1e3, 100 * (1 / W2) / (bw / active));
+
+}
+
+static void run_batched(Model *m, DiThreadPool *pool2) {
+    m->pool = pool2;
+    double bw_[N_BATCH][REPS], bc_[N_BATCH][REPS];
+    for (int r = 0; r < REPS; r++)
+        for (int i = 0; i < N_BATCH; i++) decode_batched(m, batch_sizes[i], &bw_[i][r], &bc_[i][r]);
+    printf("batched decode through model_forward_batch, 2 threads, %d-token prompts, median of %d x %d steps:\n", BATCH_PROMPT, REPS,
+           BATCH_STEPS);
+    double tps[N_BATCH];
+    for (int i = 0; i < N_BATCH; i++) {
+        double W = median(bw_[i], REPS), C = median(bc_[i], REPS);
+        tps[i] = batch_sizes[i] / W;
+        printf("  batch %2d  %8.1f tokens/s  (%.1f ms wall, %.1f ms CPU per step)\n", batch_sizes[i], tps[i], W * 1e3, C * 1e3);
+    }
+    printf("  ratio batch16 / batch1: %.2fx   batch64 / batch1: %.2fx\n", tps[2] / tps[0], tps[3] / tps[0]);
+}
+
 int main(void) {
     char dir[1000];
     bench_dir(dir, sizeof dir);
@@ -227,9 +260,15 @@ int main(void) {
     for (int64_t i = 0; i < n; i++) a[i] = 0, bb[i] = (float)(i & 1023), c[i] = 1.0f;
     double bw1[REPS], bw2[REPS];
 
+    const char *only = getenv("DEEPINFER_BENCH_ONLY");
+    bool run1 = !only || !*only || strcmp(only, "batch1") == 0, runb = !only || !*only || strcmp(only, "batched") == 0;
+    if (!run1 && !runb) {
+        fprintf(stderr, "bench_decode: DEEPINFER_BENCH_ONLY=%s: expected batch1 or batched\n", only);
+        return 2;
+    }
     double active = active_bytes(m);
     double w1[REPS], c1[REPS], w2[REPS], c2[REPS];
-    for (int r = 0; r < REPS; r++) { /* interleaved: bandwidth, 1 thread, 2 threads */
+    for (int r = 0; r < REPS && run1; r++) { /* interleaved: bandwidth, 1 thread, 2 threads */
         bw1[r] = triad_bandwidth(pool1, a, bb, c, n, 3);
         bw2[r] = triad_bandwidth(pool2, a, bb, c, n, 3);
         decode_batch1(m, pool1, &w1[r], &c1[r]);
@@ -238,31 +277,8 @@ int main(void) {
     free(a);
     free(bb);
     free(c);
-    double B1 = median(bw1, REPS), B2 = median(bw2, REPS), W1 = median(w1, REPS), W2 = median(w2, REPS);
-    double C1 = median(c1, REPS), C2 = median(c2, REPS), bw = B1 > B2 ? B1 : B2;
-    printf("decode, medium synthetic checkpoint %s (exact numerics, %d-token prompt, median of %d x %d steps):\n", dir, PROMPT,
-           REPS, DECODE_STEPS);
-    printf("  active weight bytes per token   %.2f MB\n", active / 1e6);
-    printf("  STREAM triad bandwidth          %.2f GB/s (1 thread)  %.2f GB/s (2 threads)\n", B1 / 1e9, B2 / 1e9);
-    printf("  bandwidth bound                 %.1f tokens/s (best bandwidth %.2f GB/s)\n", bw / active, bw / 1e9);
-    printf("  batch 1, 1 thread               %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n", 1 / W1,
-           W1 * 1e3, C1 * 1e3, 100 * (1 / W1) / (bw / active));
-    printf("  batch 1, 2 threads              %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n", 1 / W2,
-           W2 * 1e3, C2 * 1e3, 100 * (1 / W2) / (bw / active));
-
-    m->pool = pool2;
-    double bw_[N_BATCH][REPS], bc_[N_BATCH][REPS];
-    for (int r = 0; r < REPS; r++)
-        for (int i = 0; i < N_BATCH; i++) decode_batched(m, batch_sizes[i], &bw_[i][r], &bc_[i][r]);
-    printf("batched decode through model_forward_batch, 2 threads, %d-token prompts, median of %d x %d steps:\n", BATCH_PROMPT, REPS,
-           BATCH_STEPS);
-    double tps[N_BATCH];
-    for (int i = 0; i < N_BATCH; i++) {
-        double W = median(bw_[i], REPS), C = median(bc_[i], REPS);
-        tps[i] = batch_sizes[i] / W;
-        printf("  batch %2d  %8.1f tokens/s  (%.1f ms wall, %.1f ms CPU per step)\n", batch_sizes[i], tps[i], W * 1e3, C * 1e3);
-    }
-    printf("  ratio batch16 / batch1: %.2fx   batch64 / batch1: %.2fx\n", tps[2] / tps[0], tps[3] / tps[0]);
+    if (run1) print_batch1(dir, active, bw1, bw2, w1, c1, w2, c2);
+    if (runb) run_batched(m, pool2);
     m->pool = NULL;
     di_pool_destroy(pool1);
     di_pool_destroy(pool2);
