@@ -33,15 +33,16 @@ static void select_experts(const float *score, const float *bias, int E, int k, 
  * All experts a forward touches (the routed ones with at least one row, ascending id, then the
  * shared expert) run as two thread-pool jobs instead of three matmuls per expert: job A computes
  * the SwiGLU hidden rows (w1 and w3) of every expert, job B the down projection (w2).  A task
- * is one expert x one slice of EXPERT_SLICE output rows, computed by the single-thread kernel
+ * is one expert x one slice of its output rows (slice_rows), computed by the single-thread kernel
  * over all of that expert's rows, so each expert's weights are read once per forward and
  * the pool synchronises twice per layer (decode at batch 1 ran ~15 small matmuls per layer,
  * each a pool wake-up).  The kernel computes every output row whole with the same n_tokens as a
  * whole-matrix call (matmul.h: bit-identical for any row split), and the expert sums below run
  * in the same order as before, so results are unchanged bit for bit. */
 
-/* A multiple of 32: an FP8 scale block spans 32 rows (§3.4), so a slice starts on a block. */
-#define EXPERT_SLICE 64
+/* Tasks per pool thread a job aims for: enough to balance a few experts over the threads, few
+ * enough that each kernel call stays large (a call costs a few microseconds of setup). */
+#define TASKS_PER_THREAD 4
 
 typedef struct {
     const ExpertWeights *ex;
@@ -52,6 +53,7 @@ typedef struct {
     const Model *m;
     const ExpertSlot *slots;
     int parts_a, parts_b;
+    int64_t slice_a, slice_b; /* rows per task of w1/w3 and of w2: multiples of 32 (§3.4 FP8 blocks) */
     int64_t D, F;
     const float *xb, *rw; /* gathered inputs [total][D], routing weight per gathered row */
     float *hidden, *ga, *ua; /* [total][F]; ga/ua: per-task scratch of the same size */
@@ -83,9 +85,19 @@ static int task_matmul(const Model *m, const DiMatrix *w, const float *x, int64_
     return m->ref_kernels ? di_matmul_ref(w, x, n, y) : di_matmul(NULL, w, x, n, y);
 }
 
-static void slice_bounds(int64_t rows, int part, int64_t *r0, int64_t *len) {
-    *r0 = (int64_t)part * EXPERT_SLICE;
-    *len = rows - *r0 < EXPERT_SLICE ? rows - *r0 : EXPERT_SLICE;
+static void slice_bounds(int64_t rows, int64_t slice, int part, int64_t *r0, int64_t *len) {
+    *r0 = (int64_t)part * slice;
+    *len = rows - *r0 < slice ? rows - *r0 : slice;
+}
+
+/* Rows per slice so that n_slots experts give about `target` tasks: a multiple of 32, so an
+ * FP8 slice starts on a scale block (§3.4); whole matrices when the experts alone are enough. */
+static int64_t slice_rows(int64_t rows, int n_slots, int target) {
+    int64_t parts = (target + n_slots - 1) / n_slots;
+    if (parts < 1) parts = 1;
+    int64_t s = (rows + parts - 1) / parts;
+    s = (s + 31) / 32 * 32;
+    return s < rows ? s : rows;
 }
 
 /* Job A task: hidden[r][i] = silu(min(w1 x, L)) · clamp(w3 x, ±L) · weight[r] for one row slice. */
@@ -94,7 +106,7 @@ static void hidden_task(void *ctx, int task, int thread) {
     ExpertJob *j = ctx;
     const ExpertSlot *s = &j->slots[task / j->parts_a];
     int64_t r0, len, F = j->F, cnt = s->cnt;
-    slice_bounds(F, task % j->parts_a, &r0, &len);
+    slice_bounds(F, j->slice_a, task % j->parts_a, &r0, &len);
     DiMatrix w1 = row_slice(&s->ex->w1, r0, len), w3 = row_slice(&s->ex->w3, r0, len);
     float *g = j->ga + s->off * F + cnt * r0, *u = j->ua + s->off * F + cnt * r0; /* this task's [cnt][len] */
     const float *x = j->xb + s->off * j->D;
@@ -120,7 +132,7 @@ static void down_task(void *ctx, int task, int thread) {
     ExpertJob *j = ctx;
     const ExpertSlot *s = &j->slots[task / j->parts_b];
     int64_t r0, len, D = j->D, cnt = s->cnt;
-    slice_bounds(D, task % j->parts_b, &r0, &len);
+    slice_bounds(D, j->slice_b, task % j->parts_b, &r0, &len);
     DiMatrix w2 = row_slice(&s->ex->w2, r0, len);
     float *o = j->obs + s->off * D + cnt * r0;
     if (task_matmul(j->m, &w2, j->hidden + s->off * j->F, cnt, o) != 0) {
@@ -146,8 +158,11 @@ static int run_experts(const Model *m, ExpertJob *j, int n_slots, int64_t total)
     /* §4.3: the FP8 round trip of each GEMM input row (cols are multiples of 32, so the flat
      * block-32 round trip is the per-row one model_linear applies) */
     if (aq && di_roundtrip_fp8_block32((float *)j->xb, (size_t)(total * j->D)) != 0) return -1;
-    j->parts_a = (int)((j->F + EXPERT_SLICE - 1) / EXPERT_SLICE);
-    j->parts_b = (int)((j->D + EXPERT_SLICE - 1) / EXPERT_SLICE);
+    int target = TASKS_PER_THREAD * (m->pool ? di_pool_threads(m->pool) : 1);
+    j->slice_a = slice_rows(j->F, n_slots, target);
+    j->slice_b = slice_rows(j->D, n_slots, target);
+    j->parts_a = (int)((j->F + j->slice_a - 1) / j->slice_a);
+    j->parts_b = (int)((j->D + j->slice_b - 1) / j->slice_b);
     di_pool_run(m->pool, n_slots * j->parts_a, hidden_task, j);
     if (j->failed) return di_errorf("expert up-projection failed");
     if (aq && di_roundtrip_fp8_block32(j->hidden, (size_t)(total * j->F)) != 0) return -1;
