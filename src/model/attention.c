@@ -161,11 +161,26 @@ typedef struct {
 } Scored;
 
 /* score descending, id ascending (the canonical tie order, §5.6.6 step 6) */
-static int by_score_desc(const void *pa, const void *pb) {
-    const Scored *a = pa, *b = pb;
-    if (a->score > b->score) return -1;
-    if (a->score < b->score) return 1;
-    return (a->id > b->id) - (a->id < b->id);
+static inline bool ranks_before(Scored a, Scored b) { return a.score > b.score || (a.score == b.score && a.id < b.id); }
+
+/* Moves the k best of it[0..m) to it[0..k), best first; returns min(k, m).  A partial insertion
+ * selection: the scan keeps the best so far sorted and rejects most entries with one compare,
+ * so a decode step costs ~O(m), not a full sort of every visible entry.  The order is total on
+ * distinct ids, so the result is the same set and order a full sort gives. */
+static int64_t best_k(Scored *it, int64_t m, int64_t k) {
+    if (k > m) k = m;
+    int64_t have = 0;
+    for (int64_t i = 0; i < m && k > 0; i++) {
+        Scored s = it[i]; /* have <= i: the writes below only touch entries already read */
+        if (have == k && !ranks_before(s, it[k - 1])) continue;
+        int64_t j = have < k ? have++ : k - 1;
+        while (j > 0 && ranks_before(s, it[j - 1])) {
+            it[j] = it[j - 1];
+            j--;
+        }
+        it[j] = s;
+    }
+    return k;
 }
 
 static int by_id(const void *pa, const void *pb) {
@@ -178,8 +193,7 @@ static int top_k_entries(const float *score, int64_t count, int k, Scored *tmp, 
     int64_t m = 0;
     for (int64_t t = 0; t < count; t++)
         if (score[t] > -INFINITY) tmp[m++] = (Scored){score[t], (int32_t)t};
-    qsort(tmp, (size_t)m, sizeof *tmp, by_score_desc);
-    int take = (int)(m < k ? m : k);
+    int take = (int)best_k(tmp, m, k);
     for (int j = 0; j < take; j++) out[j] = tmp[j].id;
     qsort(out, (size_t)take, sizeof *out, by_id);
     return take;
@@ -241,8 +255,7 @@ static int run_indexer(const Model *m, RunState *st, int L, const LayerWeights *
                 for (int64_t t = b * CS; t < nvis && t < (b + 1) * CS; t++) bm = fmaxf(bm, score[t]);
                 tmp[b] = (Scored){b == (nvis - 1) / CS ? INFINITY : bm, (int32_t)b};
             }
-            qsort(tmp, (size_t)nblocks, sizeof *tmp, by_score_desc);
-            int keep = (int)(nblocks < CB ? nblocks : CB);
+            int keep = (int)best_k(tmp, nblocks, CB);
             for (int j = 0; j < keep; j++) sh->pool[(r0 + i) * CB + j] = tmp[j].id;
             sh->pool_count[r0 + i] = keep;
         } else if (is_cand) {
@@ -330,22 +343,42 @@ done:
 
 /* ---------------------------------------------------------------- the sub-layer */
 
+typedef struct {
+    const Model *m;
+    const LayerWeights *lw;
+    const float *q;
+    const float *const *keys;
+    const int64_t *nkeys;
+    float *o, *z;
+    int64_t kw, qw; /* key slots per row, query / output floats per row */
+} RowHeadsJob;
+
+static void row_heads_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const RowHeadsJob *j = ctx;
+    int64_t i = task;
+    attn_heads(j->m, j->lw, j->q + i * j->qw, j->keys + i * j->kw, j->nkeys[i], j->o + i * j->qw, j->z + i * j->kw);
+}
+
 int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a, AttnShared *sh, float *out) {
     const ModelDims *d = &m->d;
     const LayerWeights *lw = &m->w.layers[L];
     int ratio = d->ratio[L];
     const RopeTable *rope = model_rope(m, ratio);
     int64_t H = d->n_heads, Dh = d->head_dim, W = d->window, K = d->idx_topk, D = d->dim, n = rb->row0[rb->n_seqs];
+    int64_t KW = W + K + 1; /* key slots per row */
     float *q, *qr, *kv, *o, *z;
     const float **keys;
+    int64_t *nkeys;
     int rc = -1;
     ALLOC(q, n * H * Dh, "queries");
     ALLOC(qr, n * d->q_rank, "low-rank queries");
     ALLOC(kv, n * Dh, "window KV");
     ALLOC(o, n * H * Dh, "attention output");
-    ALLOC(z, W + K + 1, "attention scores");
-    ALLOC(keys, W + K + 1, "attention keys");
-    if (!q || !qr || !kv || !o || !z || !keys) goto done;
+    ALLOC(z, n * KW, "attention scores");
+    ALLOC(keys, n * KW, "attention keys");
+    ALLOC(nkeys, n, "attention key counts");
+    if (!q || !qr || !kv || !o || !z || !keys || !nkeys) goto done;
     /* projections of every row of every request at once */
     if (attn_query(m, lw, rope, a, n, rb->pos, q, qr) != 0 || attn_window_kv(m, lw, rope, a, n, rb->pos, kv) != 0) goto done;
     /* compressor and indexer run per request: they read and extend that request's caches */
@@ -370,9 +403,10 @@ int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a,
         int64_t r0 = rb->row0[b], s = rb->start[b];
         for (int64_t i = r0; i < rb->row0[b + 1]; i++) {
             int64_t p = rb->pos[i], nk = 0;
+            const float **ki = keys + i * KW;
             /* window rows of this layer, ascending positions max(0, p-W+1) .. p (§5.6.7) */
             for (int64_t pos = p - W + 1 < 0 ? 0 : p - W + 1; pos <= p; pos++)
-                keys[nk++] = pos >= s ? kv + (r0 + pos - s) * Dh : state_window_row(st, L, pos);
+                ki[nk++] = pos >= s ? kv + (r0 + pos - s) * Dh : state_window_row(st, L, pos);
             /* then the selected compressed rows of the KV source, ascending entry index */
             if (ratio > 0)
                 for (int j = 0; j < sh->sel_count[i]; j++) {
@@ -381,11 +415,14 @@ int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a,
                         di_errorf("layer %d: selected entry %d outside the cache", L, t);
                         goto done;
                     }
-                    keys[nk++] = state_comp_row(st, slot, t);
+                    ki[nk++] = state_comp_row(st, slot, t);
                 }
-            attn_heads(m, lw, q + i * H * Dh, keys, nk, o + i * H * Dh, z);
+            nkeys[i] = nk;
         }
     }
+    /* every row's heads on the pool: a row reads only its own keys and writes only its output */
+    RowHeadsJob job = {m, lw, q, keys, nkeys, o, z, KW, H * Dh};
+    di_pool_run(m->pool, (int)n, row_heads_task, &job);
     if (attn_output(m, lw, rope, o, n, rb->pos, out) != 0) goto done;
     /* each ring keeps its request's last W rows; earlier chunk rows were only needed inside the chunk */
     for (int b = 0; b < rb->n_seqs; b++) {
@@ -402,5 +439,6 @@ done:
     free(o);
     free(z);
     free(keys);
+    free(nkeys);
     return rc;
 }

@@ -65,22 +65,35 @@ int mhc_mixes(const Model *m, const HcSite *site, const float *X, int64_t n, HcM
     return 0;
 }
 
+/* out[d] = 0 + Σ_k pi[k]·X[k][d], k ascending per element, streamed along d (vectorises).
+ * out may alias none of X. */
 void mhc_collapse(const float *X, const float *pi, int hc, int dim, float *out) {
-    for (int d = 0; d < dim; d++) {
-        float s = 0;
-        for (int k = 0; k < hc; k++) s += pi[k] * X[k * dim + d];
-        out[d] = s;
+    for (int d = 0; d < dim; d++) out[d] = 0;
+    for (int k = 0; k < hc; k++) {
+        float p = pi[k];
+        const float *xk = X + (size_t)k * dim;
+        for (int d = 0; d < dim; d++) out[d] += p * xk[d];
     }
 }
 
+/* Columns per pass of mhc_expand: the old values of a pass fit on the stack (MHC_MAX rows). */
+#define EXPAND_CHUNK 256
+
+/* X'[b][d] = post[b]·o[d] + Σ_a comb[a][b]·X[a][d], a ascending: the definition's order for
+ * every element, but streamed along d (old columns copied first) so the loops vectorise. */
 void mhc_expand(float *X, const float *o, const HcMix *mix, int hc, int dim) {
-    float acc[MHC_MAX];
-    for (int d = 0; d < dim; d++) {
+    float old[MHC_MAX][EXPAND_CHUNK];
+    for (int d0 = 0; d0 < dim; d0 += EXPAND_CHUNK) {
+        int w = dim - d0 < EXPAND_CHUNK ? dim - d0 : EXPAND_CHUNK;
+        for (int a = 0; a < hc; a++) memcpy(old[a], X + a * dim + d0, (size_t)w * sizeof(float));
         for (int b = 0; b < hc; b++) {
-            float s = mix->post[b] * o[d];
-            for (int a = 0; a < hc; a++) s += mix->comb[a * hc + b] * X[a * dim + d];
-            acc[b] = s;
+            float *xb = X + b * dim + d0;
+            float post = mix->post[b];
+            for (int d = 0; d < w; d++) xb[d] = post * o[d0 + d];
+            for (int a = 0; a < hc; a++) {
+                float c = mix->comb[a * hc + b];
+                for (int d = 0; d < w; d++) xb[d] += c * old[a][d];
+            }
         }
-        for (int b = 0; b < hc; b++) X[b * dim + d] = acc[b];
     }
 }

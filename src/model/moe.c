@@ -3,7 +3,10 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "kernels/numformats.h"
 #include "model/ops.h"
+
+#include <stdatomic.h>
 
 #include <math.h>
 #include <stdlib.h>
@@ -25,43 +28,155 @@ static void select_experts(const float *score, const float *bias, int E, int k, 
     }
 }
 
-/* One expert on a batch of rows: out[r] = w2 · (silu(min(w1 x, L)) · clamp(w3 x, ±L) · weight[r]). */
-static int run_expert(const Model *m, const ExpertWeights *ex, const float *x, int64_t n, const float *weight, float *out,
-                      float *gate, float *up) {
-    int64_t F = ex->w1.rows;
-    float lim = m->d.swiglu_limit;
-    bool aq = model_act_quant(m);
-    if (model_linear(m, &ex->w1, x, n, gate, aq) != 0 || model_linear(m, &ex->w3, x, n, up, aq) != 0) return -1;
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t i = 0; i < F; i++) {
-            float g = gate[r * F + i], u = up[r * F + i];
-            if (lim > 0) {
-                g = fminf(g, lim);
-                u = fminf(fmaxf(u, -lim), lim);
-            }
-            gate[r * F + i] = op_silu(g) * u * (weight ? weight[r] : 1.0f);
-        }
-    return model_linear(m, &ex->w2, gate, n, out, aq);
+/* ---------------------------------------------------------------- expert jobs
+ *
+ * All experts a forward touches (the routed ones with at least one row, ascending id, then the
+ * shared expert) run as two thread-pool jobs instead of three matmuls per expert: job A computes
+ * the SwiGLU hidden rows (w1 and w3) of every expert, job B the down projection (w2).  A task
+ * is one expert x one slice of its output rows (slice_rows), computed by the single-thread kernel
+ * over all of that expert's rows, so each expert's weights are read once per forward and
+ * the pool synchronises twice per layer (decode at batch 1 ran ~15 small matmuls per layer,
+ * each a pool wake-up).  The kernel computes every output row whole with the same n_tokens as a
+ * whole-matrix call (matmul.h: bit-identical for any row split), and the expert sums below run
+ * in the same order as before, so results are unchanged bit for bit. */
+
+/* Tasks per pool thread a job aims for: enough to balance a few experts over the threads, few
+ * enough that each kernel call stays large (a call costs a few microseconds of setup). */
+#define TASKS_PER_THREAD 4
+
+typedef struct {
+    const ExpertWeights *ex;
+    int64_t off, cnt; /* rows off .. off+cnt-1 of the gathered buffers */
+} ExpertSlot;
+
+typedef struct {
+    const Model *m;
+    const ExpertSlot *slots;
+    int parts_a, parts_b;
+    int64_t slice_a, slice_b; /* rows per task of w1/w3 and of w2: multiples of 32 (§3.4 FP8 blocks) */
+    int64_t D, F;
+    const float *xb, *rw; /* gathered inputs [total][D], routing weight per gathered row */
+    float *hidden, *ga, *ua; /* [total][F]; ga/ua: per-task scratch of the same size */
+    float *ob, *obs;         /* [total][D] outputs and per-task scratch */
+    _Atomic int failed;
+} ExpertJob;
+
+/* Rows r0 .. r0+len-1 of w as a matrix of its own (r0 a multiple of 32 for FP8). */
+static DiMatrix row_slice(const DiMatrix *w, int64_t r0, int64_t len) {
+    DiMatrix s = *w;
+    s.rows = len;
+    switch (w->format) {
+    case DI_MAT_F32: s.data = (const float *)w->data + r0 * w->cols; break;
+    case DI_MAT_BF16: s.data = (const uint16_t *)w->data + r0 * w->cols; break;
+    case DI_MAT_FP8_BLOCK:
+        s.data = (const uint8_t *)w->data + r0 * w->cols;
+        s.scale = w->scale + (r0 / 32) * ((w->cols + 31) / 32);
+        break;
+    case DI_MAT_FP4_ROW32:
+        s.data = (const uint8_t *)w->data + r0 * (w->cols / 2);
+        s.scale = w->scale + r0 * (w->cols / 32);
+        break;
+    }
+    return s;
 }
 
-int moe_forward(const Model *m, const LayerWeights *lw, int top_k, const float *f, int64_t n, float *y, int32_t *selected) {
+/* One thread's matmul: the pool is busy running this job's tasks. */
+static int task_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y) {
+    return m->ref_kernels ? di_matmul_ref(w, x, n, y) : di_matmul(NULL, w, x, n, y);
+}
+
+static void slice_bounds(int64_t rows, int64_t slice, int part, int64_t *r0, int64_t *len) {
+    *r0 = (int64_t)part * slice;
+    *len = rows - *r0 < slice ? rows - *r0 : slice;
+}
+
+/* Rows per slice so that n_slots experts give about `target` tasks: a multiple of 32, so an
+ * FP8 slice starts on a scale block (§3.4); whole matrices when the experts alone are enough. */
+static int64_t slice_rows(int64_t rows, int n_slots, int target) {
+    int64_t parts = (target + n_slots - 1) / n_slots;
+    if (parts < 1) parts = 1;
+    int64_t s = (rows + parts - 1) / parts;
+    s = (s + 31) / 32 * 32;
+    return s < rows ? s : rows;
+}
+
+/* Job A task: hidden[r][i] = silu(min(w1 x, L)) · clamp(w3 x, ±L) · weight[r] for one row slice. */
+static void hidden_task(void *ctx, int task, int thread) {
+    (void)thread;
+    ExpertJob *j = ctx;
+    const ExpertSlot *s = &j->slots[task / j->parts_a];
+    int64_t r0, len, F = j->F, cnt = s->cnt;
+    slice_bounds(F, j->slice_a, task % j->parts_a, &r0, &len);
+    DiMatrix w1 = row_slice(&s->ex->w1, r0, len), w3 = row_slice(&s->ex->w3, r0, len);
+    float *g = j->ga + s->off * F + cnt * r0, *u = j->ua + s->off * F + cnt * r0; /* this task's [cnt][len] */
+    const float *x = j->xb + s->off * j->D;
+    if (task_matmul(j->m, &w1, x, cnt, g) != 0 || task_matmul(j->m, &w3, x, cnt, u) != 0) {
+        j->failed = 1;
+        return;
+    }
+    float lim = j->m->d.swiglu_limit;
+    for (int64_t t = 0; t < cnt; t++)
+        for (int64_t i = 0; i < len; i++) {
+            float gv = g[t * len + i], uv = u[t * len + i];
+            if (lim > 0) {
+                gv = fminf(gv, lim);
+                uv = fminf(fmaxf(uv, -lim), lim);
+            }
+            j->hidden[(s->off + t) * F + r0 + i] = op_silu(gv) * uv * j->rw[s->off + t];
+        }
+}
+
+/* Job B task: out = w2 · hidden for one row slice of w2. */
+static void down_task(void *ctx, int task, int thread) {
+    (void)thread;
+    ExpertJob *j = ctx;
+    const ExpertSlot *s = &j->slots[task / j->parts_b];
+    int64_t r0, len, D = j->D, cnt = s->cnt;
+    slice_bounds(D, j->slice_b, task % j->parts_b, &r0, &len);
+    DiMatrix w2 = row_slice(&s->ex->w2, r0, len);
+    float *o = j->obs + s->off * D + cnt * r0;
+    if (task_matmul(j->m, &w2, j->hidden + s->off * j->F, cnt, o) != 0) {
+        j->failed = 1;
+        return;
+    }
+    for (int64_t t = 0; t < cnt; t++) memcpy(j->ob + (s->off + t) * D + r0, o + t * len, (size_t)len * sizeof *o);
+}
+
+static int check_expert(const ExpertWeights *ex, int64_t D, int64_t F) {
+    if (ex->w1.rows != F || ex->w1.cols != D || ex->w3.rows != F || ex->w3.cols != D || ex->w2.rows != D || ex->w2.cols != F)
+        return di_errorf("expert weights are not [%lld, %lld] / [%lld, %lld]", (long long)F, (long long)D, (long long)D, (long long)F);
+    if (di_matrix_validate(&ex->w1, "w1") != 0 || di_matrix_validate(&ex->w2, "w2") != 0 || di_matrix_validate(&ex->w3, "w3") != 0)
+        return -1;
+    return 0;
+}
+
+/* Run every slot's expert on its gathered rows (both jobs); ob receives [total][D]. */
+static int run_experts(const Model *m, ExpertJob *j, int n_slots, int64_t total) {
+    bool aq = model_act_quant(m);
+    for (int i = 0; i < n_slots; i++)
+        if (check_expert(j->slots[i].ex, j->D, j->F) != 0) return -1;
+    /* §4.3: the FP8 round trip of each GEMM input row (cols are multiples of 32, so the flat
+     * block-32 round trip is the per-row one model_linear applies) */
+    if (aq && di_roundtrip_fp8_block32((float *)j->xb, (size_t)(total * j->D)) != 0) return -1;
+    int target = TASKS_PER_THREAD * (m->pool ? di_pool_threads(m->pool) : 1);
+    j->slice_a = slice_rows(j->F, n_slots, target);
+    j->slice_b = slice_rows(j->D, n_slots, target);
+    j->parts_a = (int)((j->F + j->slice_a - 1) / j->slice_a);
+    j->parts_b = (int)((j->D + j->slice_b - 1) / j->slice_b);
+    di_pool_run(m->pool, n_slots * j->parts_a, hidden_task, j);
+    if (j->failed) return di_errorf("expert up-projection failed");
+    if (aq && di_roundtrip_fp8_block32(j->hidden, (size_t)(total * j->F)) != 0) return -1;
+    di_pool_run(m->pool, n_slots * j->parts_b, down_task, j);
+    if (j->failed) return di_errorf("expert down-projection failed");
+    return 0;
+}
+
+/* Router (§5.7 steps 1-3): ids [n][top_k] best first and their weights. */
+static int route(const Model *m, const LayerWeights *lw, int top_k, const float *f, int64_t n, float *logits, int32_t *ids,
+                 float *wts) {
     const ModelDims *d = &m->d;
     int E = lw->n_experts;
-    int64_t D = d->dim, F = d->moe_inter;
-    if (top_k <= 0 || top_k > E) return di_errorf("MoE: top-k %d out of range for %d experts", top_k, E);
-    float *logits = di_malloc((size_t)(n * E) * sizeof(float) + 1, "router logits");
-    int32_t *ids = di_malloc((size_t)(n * top_k) * sizeof(int32_t) + 1, "routing");
-    float *wts = di_malloc((size_t)(n * top_k) * sizeof(float) + 1, "routing weights");
-    float *xb = di_malloc((size_t)(n * D) * sizeof(float) + 1, "expert rows");
-    float *ob = di_malloc((size_t)(n * D) * sizeof(float) + 1, "expert outputs");
-    float *gate = di_malloc((size_t)(n * F) * sizeof(float) + 1, "expert hidden");
-    float *up = di_malloc((size_t)(n * F) * sizeof(float) + 1, "expert hidden");
-    float *rw = di_malloc((size_t)n * sizeof(float) + 1, "expert weights");
-    int64_t *rows = di_malloc((size_t)n * sizeof(int64_t) + 1, "expert rows");
-    int rc = -1;
-    if (!logits || !ids || !wts || !xb || !ob || !gate || !up || !rw || !rows) goto done;
-    /* 1. router: fp32 logits, / gate_temp, sqrt(softplus) */
-    if (model_matmul(m, &lw->gate, f, n, logits) != 0) goto done;
+    if (model_matmul(m, &lw->gate, f, n, logits) != 0) return -1;
     for (int64_t r = 0; r < n; r++) {
         float *s = logits + r * E;
         for (int e = 0; e < E; e++) s[e] = sqrtf(op_softplus(s[e] / d->gate_temp));
@@ -74,45 +189,92 @@ int moe_forward(const Model *m, const LayerWeights *lw, int top_k, const float *
             wts[r * top_k + j] = w * d->route_scale;
         }
     }
+    return 0;
+}
+
+int moe_forward(const Model *m, const LayerWeights *lw, int top_k, const float *f, int64_t n, float *y, int32_t *selected) {
+    const ModelDims *d = &m->d;
+    int E = lw->n_experts;
+    int64_t D = d->dim, F = d->moe_inter;
+    if (top_k <= 0 || top_k > E) return di_errorf("MoE: top-k %d out of range for %d experts", top_k, E);
+    int64_t total = n * top_k + (lw->has_shared ? n : 0); /* gathered rows: routed, then shared */
+    float *logits = di_malloc((size_t)(n * E) * sizeof(float) + 1, "router logits");
+    int32_t *ids = di_malloc((size_t)(n * top_k) * sizeof(int32_t) + 1, "routing");
+    float *wts = di_malloc((size_t)(n * top_k) * sizeof(float) + 1, "routing weights");
+    int64_t *rows = di_malloc((size_t)total * sizeof(int64_t) + 1, "expert rows");
+    int64_t *count = di_calloc((size_t)E + 1, sizeof(int64_t), "expert counts");
+    ExpertSlot *slots = di_malloc((size_t)(E + 1) * sizeof *slots, "expert slots");
+    ExpertJob j = {.m = m, .D = D, .F = F};
+    float *xb = di_malloc((size_t)(total * D) * sizeof(float) + 1, "expert inputs");
+    float *rw = di_malloc((size_t)total * sizeof(float) + 1, "expert weights");
+    j.hidden = di_malloc((size_t)(total * F) * sizeof(float) + 1, "expert hidden");
+    j.ga = di_malloc((size_t)(total * F) * sizeof(float) + 1, "expert hidden");
+    j.ua = di_malloc((size_t)(total * F) * sizeof(float) + 1, "expert hidden");
+    j.ob = di_malloc((size_t)(total * D) * sizeof(float) + 1, "expert outputs");
+    j.obs = di_malloc((size_t)(total * D) * sizeof(float) + 1, "expert outputs");
+    int rc = -1;
+    if (!logits || !ids || !wts || !rows || !count || !slots || !xb || !rw || !j.hidden || !j.ga || !j.ua || !j.ob || !j.obs) goto done;
+    if (route(m, lw, top_k, f, n, logits, ids, wts) != 0) goto done;
     if (selected) memcpy(selected, ids, (size_t)(n * top_k) * sizeof *ids);
-    memset(y, 0, (size_t)(n * D) * sizeof *y);
-    /* 2. routed experts in ascending id: each row's sum runs in ascending expert order. */
+    /* gather: routed experts in ascending id (rows ascending within each), then the shared one */
+    for (int64_t i = 0; i < n * top_k; i++) {
+        if (ids[i] < 0 || ids[i] >= E) {
+            di_errorf("MoE: router chose expert %d of %d", ids[i], E);
+            goto done;
+        }
+        count[ids[i]]++;
+    }
+    int n_slots = 0;
+    int64_t off = 0;
     for (int e = 0; e < E; e++) {
-        int64_t cnt = 0;
+        if (count[e] == 0) continue;
+        slots[n_slots++] = (ExpertSlot){&lw->experts[e], off, 0};
+        count[e] = n_slots; /* now the slot number + 1 */
         for (int64_t r = 0; r < n; r++)
-            for (int j = 0; j < top_k; j++)
-                if (ids[r * top_k + j] == e) {
-                    rows[cnt] = r;
-                    rw[cnt] = wts[r * top_k + j];
-                    memcpy(xb + cnt * D, f + r * D, (size_t)D * sizeof *xb);
-                    cnt++;
+            for (int k = 0; k < top_k; k++)
+                if (ids[r * top_k + k] == e) {
+                    ExpertSlot *s = &slots[n_slots - 1];
+                    int64_t g = s->off + s->cnt++;
+                    rows[g] = r;
+                    rw[g] = wts[r * top_k + k];
+                    memcpy(xb + g * D, f + r * D, (size_t)D * sizeof *xb);
                 }
-        if (cnt == 0) continue;
-        if (run_expert(m, &lw->experts[e], xb, cnt, rw, ob, gate, up) != 0) {
-            di_error_wrap("expert %d", e);
-            goto done;
-        }
-        for (int64_t i = 0; i < cnt; i++)
-            for (int64_t c = 0; c < D; c++) y[rows[i] * D + c] += ob[i * D + c];
+        off += slots[n_slots - 1].cnt;
     }
-    /* 3. shared expert last */
     if (lw->has_shared) {
-        if (run_expert(m, &lw->shared, f, n, NULL, ob, gate, up) != 0) {
-            di_error_wrap("shared expert");
-            goto done;
+        slots[n_slots++] = (ExpertSlot){&lw->shared, off, n};
+        for (int64_t r = 0; r < n; r++) {
+            rows[off + r] = r;
+            rw[off + r] = 1.0f;
+            memcpy(xb + (off + r) * D, f + r * D, (size_t)D * sizeof *xb);
         }
-        for (int64_t i = 0; i < n * D; i++) y[i] += ob[i];
     }
+    j.slots = slots;
+    j.xb = xb;
+    j.rw = rw;
+    if (run_experts(m, &j, n_slots, total) != 0) {
+        di_error_wrap("MoE experts");
+        goto done;
+    }
+    /* each row's sum in ascending expert order, the shared expert last (slot order) */
+    memset(y, 0, (size_t)(n * D) * sizeof *y);
+    for (int i = 0; i < n_slots; i++)
+        for (int64_t t = slots[i].off; t < slots[i].off + slots[i].cnt; t++)
+            for (int64_t c = 0; c < D; c++) y[rows[t] * D + c] += j.ob[t * D + c];
     rc = 0;
 done:
     free(logits);
     free(ids);
     free(wts);
-    free(xb);
-    free(ob);
-    free(gate);
-    free(up);
-    free(rw);
     free(rows);
+    free(count);
+    free(slots);
+    free(xb);
+    free(rw);
+    free(j.hidden);
+    free(j.ga);
+    free(j.ua);
+    free(j.ob);
+    free(j.obs);
     return rc;
 }

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/file.h"
+#include "base/threadpool.h"
 #include "model/dspark.h"
 #include "model/forward.h"
 #include "model/golden.h"
@@ -291,8 +292,10 @@ TEST(bad_calls_are_errors_with_causes) {
 }
 
 /* Three requests at different stages in one batched forward give exactly (memcmp) what each
- * gives alone: rows never influence each other. */
-TEST(batched_requests_equal_separate_forwards) {
+ * gives alone: rows never influence each other.  The batched forward runs on `threads` threads
+ * (attention rows, MoE expert slices and matmul rows are pool tasks), the separate ones on one. */
+static void batched_vs_separate(int threads) {
+    DiThreadPool *pool = threads > 1 ? di_pool_create(threads) : NULL;
     model->mode = MODE_REF;
     const ModelDims *d = &model->d;
     RunState *a1 = state_create(d), *b1 = state_create(d), *c1 = state_create(d);
@@ -308,7 +311,9 @@ TEST(batched_requests_equal_separate_forwards) {
     CHECK(model_forward(model, b1, ids + 20, 7, 0, sep + V, true, NULL) == 0);
     CHECK(model_forward(model, c1, ids + 45, 4, 5, sep + 8 * V, false, NULL) == 0);
     ForwardSeq q[3] = {{a2, ids + 10, 1, 10, bat, false}, {b2, ids + 20, 7, 0, bat + V, true}, {c2, ids + 45, 4, 5, bat + 8 * V, false}};
+    model->pool = pool;
     int rc = model_forward_batch(model, q, 3, NULL);
+    model->pool = NULL;
     CHECK_MSG(rc == 0, "%s", di_error_message());
     CHECK(memcmp(sep, bat, (size_t)(9 * V) * sizeof *sep) == 0);
     /* and the states continue identically */
@@ -327,7 +332,11 @@ TEST(batched_requests_equal_separate_forwards) {
     free(sep);
     free(bat);
     state_free(a1), state_free(b1), state_free(c1), state_free(a2), state_free(b2), state_free(c2);
+    if (pool) di_pool_destroy(pool);
 }
+
+TEST(batched_requests_equal_separate_forwards) { batched_vs_separate(1); }
+TEST(batched_requests_on_two_threads_equal_separate_forwards) { batched_vs_separate(2); }
 
 /* A second geometry with no golden values (§9.2 verbatim: 8 layers, hidden 96, output groups of
  * 48 rows straddling the 32-row scale blocks, 4-gram Engram, 2 candidate blocks of 4): prefill
@@ -386,6 +395,7 @@ int main(void) {
     RUN_TEST(optimised_matmul_matches_reference_kernel);
     RUN_TEST(bad_calls_are_errors_with_causes);
     RUN_TEST(batched_requests_equal_separate_forwards);
+    RUN_TEST(batched_requests_on_two_threads_equal_separate_forwards);
     RUN_TEST(spec9_geometry_prefill_equals_decode);
     model_free(model);
     golden_close(&golden);

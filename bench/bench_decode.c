@@ -1,0 +1,287 @@
+/* bench_decode.c — CPU decode speed of the V4.1 forward pass on the medium synthetic checkpoint
+ * (make-tiny --config medium: hidden 1024, 64 experts, ~520 MB), against the memory-bandwidth
+ * bound measured in the same run (issue 2), and batched decode throughput at 1, 4, 16 and 64
+ * sequences (issue 4).
+ *
+ * Bandwidth bound: decode at batch 1 must stream every weight byte a token reads (embedding row,
+ * mHC mixing matrices, attention, compressor and indexer projections, router, the top-k routed
+ * experts plus the shared expert, the DSpark context projections, final norm and head), so
+ *     bound tokens/s = measured bandwidth / active weight bytes per token.
+ * Bandwidth is the STREAM triad a[i] = b[i] + s*c[i] over arrays far larger than the caches,
+ * 3 x 4 bytes per element (STREAM's convention), best of several passes, on 1 and on 2 threads.
+ * KV-cache reads are not counted (a few KB at these context lengths).
+ *
+ * The checkpoint is generated once into $DEEPINFER_BENCH_DIR (default
+ * $XDG_CACHE_HOME/deepinfer/bench-medium, else ~/.cache/deepinfer/bench-medium) and reused.
+ * Runs are interleaved and medians quoted; CPU time is printed next to wall time because the
+ * machine is shared.  Numerics mode: exact (float32 activations; the weights are what counts).
+ * DEEPINFER_BENCH_ONLY=batch1 or =batched runs one half (to profile it with perf). */
+#include "base/error.h"
+#include "base/threadpool.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/state.h"
+#include "model/tiny.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+enum { PROMPT = 16, WARMUP = 2, DECODE_STEPS = 24, REPS = 3, BATCH_PROMPT = 8, BATCH_STEPS = 4 };
+
+static const int batch_sizes[] = {1, 4, 16, 64};
+#define N_BATCH ((int)(sizeof batch_sizes / sizeof batch_sizes[0]))
+
+static double wall_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
+static void die(const char *what) {
+    fprintf(stderr, "bench_decode: %s: %s\n", what, di_error_message());
+    exit(1);
+}
+
+/* ---------------------------------------------------------------- checkpoint cache */
+
+static void bench_dir(char *buf, size_t n) {
+    const char *env = getenv("DEEPINFER_BENCH_DIR");
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (env && *env)
+        snprintf(buf, n, "%s", env);
+    else if (xdg && *xdg)
+        snprintf(buf, n, "%s/deepinfer/bench-medium", xdg);
+    else
+        snprintf(buf, n, "%s/.cache/deepinfer/bench-medium", home && *home ? home : "/tmp");
+}
+
+/* config.json is written last by di_tiny_write, so its presence means a complete checkpoint. */
+static void ensure_checkpoint(const char *dir) {
+    char cfg[1200];
+    struct stat sb;
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    if (stat(cfg, &sb) == 0) return;
+    printf("generating the medium checkpoint into %s (once, ~1.5 min)\n", dir);
+    fflush(stdout);
+    if (di_tiny_write(dir, "medium", DI_TINY_DEFAULT_SEED, 1) != 0) die("make-tiny --config medium");
+}
+
+/* ---------------------------------------------------------------- STREAM triad */
+
+typedef struct {
+    float *a;
+    const float *b, *c;
+    int64_t n;
+    int parts;
+} Triad;
+
+static void triad_part(void *ctx, int task, int thread) {
+    (void)thread;
+    Triad *t = ctx;
+    int64_t lo = t->n * task / t->parts, hi = t->n * (task + 1) / t->parts;
+    for (int64_t i = lo; i < hi; i++) t->a[i] = t->b[i] + 3.0f * t->c[i];
+}
+
+/* bytes per second, best of `passes` */
+static double triad_bandwidth(DiThreadPool *pool, float *a, const float *b, const float *c, int64_t n, int passes) {
+    Triad t = {a, b, c, n, di_pool_threads(pool)};
+    double best = 1e30;
+    for (int p = 0; p < passes; p++) {
+        double t0 = wall_s();
+        di_pool_run(pool, t.parts, triad_part, &t);
+        double dt = wall_s() - t0;
+        if (dt < best) best = dt;
+    }
+    return 3.0 * 4.0 * (double)n / best;
+}
+
+/* ---------------------------------------------------------------- active bytes per token */
+
+static double mat_bytes(const DiMatrix *w) {
+    if (!w->data || w->rows <= 0) return 0;
+    return (double)(di_matrix_data_bytes(w) + di_matrix_scale_bytes(w));
+}
+
+static double expert_bytes(const ExpertWeights *e) { return mat_bytes(&e->w1) + mat_bytes(&e->w2) + mat_bytes(&e->w3); }
+
+/* Weight bytes one decode token reads; idx_wk runs once per emitted entry (every ratio tokens). */
+static double active_bytes(const Model *m) {
+    const ModelDims *d = &m->d;
+    double D4 = 4.0 * d->dim, b = (double)d->dim * 2; /* embedding row, BF16 */
+    for (int L = 0; L < d->n_layers; L++) {
+        const LayerWeights *lw = &m->w.layers[L];
+        b += mat_bytes(&lw->hc_attn_fn) + mat_bytes(&lw->hc_ffn_fn) + 2 * D4;
+        b += mat_bytes(&lw->wq_a) + mat_bytes(&lw->wq_b) + mat_bytes(&lw->wkv) + mat_bytes(&lw->wo_a) + mat_bytes(&lw->wo_b);
+        b += 4.0 * (d->q_rank + d->head_dim + d->n_heads);
+        if (d->role[L] == ROLE_FULL) {
+            b += mat_bytes(&lw->comp_wkv) + mat_bytes(&lw->comp_wgate);
+            b += mat_bytes(&lw->idx_wk) / (d->ratio[L] > 0 ? d->ratio[L] : 1);
+        }
+        if (d->role[L] == ROLE_FULL || d->role[L] == ROLE_REINDEX) b += mat_bytes(&lw->idx_wq_b) + mat_bytes(&lw->idx_weights_proj);
+        b += mat_bytes(&lw->gate) + 4.0 * lw->n_experts;
+        b += d->top_k * expert_bytes(&lw->experts[0]);
+        if (lw->has_shared) b += expert_bytes(&lw->shared);
+        if (lw->has_engram) /* one E4M3 row + scales per hash column */
+            b += mat_bytes(&lw->engram_wkv) + 4.0 * d->hc_mult * d->dim +
+                 (double)(d->engram_max_ngram - 1) * d->engram_heads * (d->engram_head_dim + d->engram_head_dim / 32.0);
+    }
+    if (m->w.has_dspark && d->n_taps > 0) {
+        b += mat_bytes(&m->w.main_proj) + D4;
+        for (int s = 0; s < d->n_mtp; s++) b += mat_bytes(&m->w.layers[d->n_layers + s].wkv) + 4.0 * d->head_dim;
+    }
+    return b + D4 + mat_bytes(&m->w.head);
+}
+
+/* ---------------------------------------------------------------- decode */
+
+static int32_t token_at(int64_t seq, int64_t i, int vocab) { return (int32_t)(3 + (seq * 7919 + i * 104729) % (vocab - 3)); }
+
+/* Median wall and CPU seconds per decode step of one sequence on `pool`. */
+static void decode_batch1(Model *m, DiThreadPool *pool, double *wall, double *cpu) {
+    m->pool = pool;
+    RunState *st = state_create(&m->d);
+    float *logits = malloc((size_t)m->d.vocab * sizeof *logits);
+    int32_t prompt[PROMPT];
+    for (int i = 0; i < PROMPT; i++) prompt[i] = token_at(0, i, m->d.vocab);
+    if (!st || !logits || model_forward(m, st, prompt, PROMPT, 0, logits, false, NULL) != 0) die("prefill");
+    double w[DECODE_STEPS], c[DECODE_STEPS];
+    for (int s = 0; s < WARMUP + DECODE_STEPS; s++) {
+        int32_t tok = token_at(0, PROMPT + s, m->d.vocab);
+        double w0 = wall_s(), c0 = cpu_s();
+        if (model_forward(m, st, &tok, 1, PROMPT + s, logits, false, NULL) != 0) die("decode");
+        if (s >= WARMUP) w[s - WARMUP] = wall_s() - w0, c[s - WARMUP] = cpu_s() - c0;
+    }
+    *wall = median(w, DECODE_STEPS);
+    *cpu = median(c, DECODE_STEPS);
+    state_free(st);
+    free(logits);
+}
+
+/* Median wall and CPU seconds per batched decode step of B sequences (one token each). */
+static void decode_batched(Model *m, int B, double *wall, double *cpu) {
+    RunState **st = calloc((size_t)B, sizeof *st);
+    ForwardSeq *q = calloc((size_t)B, sizeof *q);
+    int32_t *toks = malloc((size_t)B * BATCH_PROMPT * sizeof *toks);
+    float *logits = malloc((size_t)B * m->d.vocab * sizeof *logits);
+    if (!st || !q || !toks || !logits) die("allocation");
+    for (int b = 0; b < B; b++) {
+        if (!(st[b] = state_create(&m->d))) die("state");
+        for (int i = 0; i < BATCH_PROMPT; i++) toks[b * BATCH_PROMPT + i] = token_at(b, i, m->d.vocab);
+        q[b] = (ForwardSeq){st[b], toks + b * BATCH_PROMPT, BATCH_PROMPT, 0, logits + (int64_t)b * m->d.vocab, false};
+    }
+    if (model_forward_batch(m, q, B, NULL) != 0) die("batched prefill");
+    double w[BATCH_STEPS], c[BATCH_STEPS];
+    for (int s = 0; s < 1 + BATCH_STEPS; s++) {
+        for (int b = 0; b < B; b++) {
+            toks[b] = token_at(b, BATCH_PROMPT + s, m->d.vocab);
+            q[b].tokens = toks + b;
+            q[b].n = 1;
+            q[b].start_pos = BATCH_PROMPT + s;
+        }
+        double w0 = wall_s(), c0 = cpu_s();
+        if (model_forward_batch(m, q, B, NULL) != 0) die("batched decode");
+        if (s >= 1) w[s - 1] = wall_s() - w0, c[s - 1] = cpu_s() - c0;
+    }
+    *wall = median(w, BATCH_STEPS);
+    *cpu = median(c, BATCH_STEPS);
+    for (int b = 0; b < B; b++) state_free(st[b]);
+    free(st);
+    free(q);
+    free(toks);
+    free(logits);
+}
+
+static void print_batch1(const char *dir, double active, double *bw1, double *bw2, double *w1, double *c1, double *w2, double *c2) {
+    double B1 = median(bw1, REPS), B2 = median(bw2, REPS), W1 = median(w1, REPS), W2 = median(w2, REPS);
+    double C1 = median(c1, REPS), C2 = median(c2, REPS), bw = B1 > B2 ? B1 : B2;
+    printf("decode, medium synthetic checkpoint %s (exact numerics, %d-token prompt, median of %d x %d steps):\n", dir, PROMPT,
+           REPS, DECODE_STEPS);
+    printf("  active weight bytes per token   %.2f MB\n", active / 1e6);
+    printf("  STREAM triad bandwidth          %.2f GB/s (1 thread)  %.2f GB/s (2 threads)\n", B1 / 1e9, B2 / 1e9);
+    printf("  bandwidth bound                 %.1f tokens/s (best bandwidth %.2f GB/s)\n", bw / active, bw / 1e9);
+    printf("  batch 1, 1 thread               %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n", 1 / W1,
+           W1 * 1e3, C1 * 1e3, 100 * (1 / W1) / (bw / active));
+    printf("  batch 1, 2 threads              %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n", 1 / W2,
+           W2 * 1e3, C2 * 1e3, 100 * (1 / W2) / (bw / active));
+
+}
+
+static void run_batched(Model *m, DiThreadPool *pool2) {
+    m->pool = pool2;
+    double bw_[N_BATCH][REPS], bc_[N_BATCH][REPS];
+    for (int r = 0; r < REPS; r++)
+        for (int i = 0; i < N_BATCH; i++) decode_batched(m, batch_sizes[i], &bw_[i][r], &bc_[i][r]);
+    printf("batched decode through model_forward_batch, 2 threads, %d-token prompts, median of %d x %d steps:\n", BATCH_PROMPT, REPS,
+           BATCH_STEPS);
+    double tps[N_BATCH];
+    for (int i = 0; i < N_BATCH; i++) {
+        double W = median(bw_[i], REPS), C = median(bc_[i], REPS);
+        tps[i] = batch_sizes[i] / W;
+        printf("  batch %2d  %8.1f tokens/s  (%.1f ms wall, %.1f ms CPU per step)\n", batch_sizes[i], tps[i], W * 1e3, C * 1e3);
+    }
+    printf("  ratio batch16 / batch1: %.2fx   batch64 / batch1: %.2fx\n", tps[2] / tps[0], tps[3] / tps[0]);
+}
+
+int main(void) {
+    char dir[1000];
+    bench_dir(dir, sizeof dir);
+    ensure_checkpoint(dir);
+    Model *m = model_load(dir, MODE_EXACT);
+    const int32_t *map;
+    int64_t map_len;
+    if (!m || di_tiny_engram_token_map(&map, &map_len) != 0 || model_set_engram_token_map(m, map, map_len) != 0) die("loading");
+    DiThreadPool *pool1 = di_pool_create(1), *pool2 = di_pool_create(2);
+    if (!pool1 || !pool2) die("thread pools");
+
+    /* bandwidth: 3 arrays of 128 MB, far beyond the 32 MB L3 */
+    int64_t n = (int64_t)1 << 25;
+    float *a = malloc((size_t)n * 4), *bb = malloc((size_t)n * 4), *c = malloc((size_t)n * 4);
+    if (!a || !bb || !c) die("triad arrays");
+    for (int64_t i = 0; i < n; i++) a[i] = 0, bb[i] = (float)(i & 1023), c[i] = 1.0f;
+    double bw1[REPS], bw2[REPS];
+
+    const char *only = getenv("DEEPINFER_BENCH_ONLY");
+    bool run1 = !only || !*only || strcmp(only, "batch1") == 0, runb = !only || !*only || strcmp(only, "batched") == 0;
+    if (!run1 && !runb) {
+        fprintf(stderr, "bench_decode: DEEPINFER_BENCH_ONLY=%s: expected batch1 or batched\n", only);
+        return 2;
+    }
+    double active = active_bytes(m);
+    double w1[REPS], c1[REPS], w2[REPS], c2[REPS];
+    for (int r = 0; r < REPS && run1; r++) { /* interleaved: bandwidth, 1 thread, 2 threads */
+        bw1[r] = triad_bandwidth(pool1, a, bb, c, n, 3);
+        bw2[r] = triad_bandwidth(pool2, a, bb, c, n, 3);
+        decode_batch1(m, pool1, &w1[r], &c1[r]);
+        decode_batch1(m, pool2, &w2[r], &c2[r]);
+    }
+    free(a);
+    free(bb);
+    free(c);
+    if (run1) print_batch1(dir, active, bw1, bw2, w1, c1, w2, c2);
+    if (runb) run_batched(m, pool2);
+    m->pool = NULL;
+    di_pool_destroy(pool1);
+    di_pool_destroy(pool2);
+    model_free(m);
+    return 0;
+}
