@@ -99,6 +99,8 @@ static const EnvVar known[] = {
     {"DEEPINFER_KERNELS", check_kernels},
     {"DEEPINFER_API_KEY", check_any},
     {"DEEPINFER_LIB", check_any}, /* the Python binding's library override */
+    {"DEEPINFER_BENCH_DIR", check_any},  /* bench_decode's checkpoint cache */
+    {"DEEPINFER_BENCH_ONLY", check_any}, /* bench_decode: one half only */
 };
 
 int di_env_check(void) {
