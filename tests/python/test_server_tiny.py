@@ -27,7 +27,7 @@ anthropic = pytest.importorskip("anthropic")
 tokenizers = pytest.importorskip("tokenizers")
 
 DEEPINFER = os.path.join(ROOT, "build", "deepinfer")
-CONTEXT = 1024
+CONTEXT = 16384  # large enough that CONTEXT // 2 tokens take seconds even on the fast tiny model
 USER = [{"role": "user", "content": "hello tiny"}]
 
 
@@ -260,7 +260,7 @@ def test_load_100_concurrent_streams_without_errors(server):
 
 def test_non_streaming_client_that_leaves_is_aborted_promptly(server):
     """A parked non-streaming request is aborted once its client closes the socket, long before
-    its max_tokens would have run out (512 tokens take several seconds on the tiny model)."""
+    its max_tokens would have run out (8192 tokens take several seconds on the tiny model)."""
     aborted = server.metrics()["deepinfer_requests_aborted_total"]
     s = post_stream(server.port, "/v1/chat/completions", {"model": MODEL, "messages": USER, "max_tokens": CONTEXT // 2})
     assert wait_until(lambda: server.metrics()["deepinfer_running_requests"] >= 1, 10)
