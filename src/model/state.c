@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-RunState *state_create(const ModelDims *d) {
+/* The sizes and counters every state has, owned or paged. */
+static RunState *state_alloc_header(const ModelDims *d) {
     if (!d || d->window <= 0 || d->head_dim <= 0 || d->n_layers <= 0) {
         di_errorf("state: invalid model dims");
         return NULL;
@@ -21,6 +22,12 @@ RunState *state_create(const ModelDims *d) {
     st->idx_head_dim = d->idx_head_dim;
     st->n_kv = d->n_kv_sources;
     st->ngram_hist = d->engram_max_ngram > 1 ? d->engram_max_ngram - 1 : 0;
+    return st;
+}
+
+RunState *state_create(const ModelDims *d) {
+    RunState *st = state_alloc_header(d);
+    if (!st) return NULL;
     size_t ring = (size_t)d->window * (size_t)d->head_dim;
     st->window_rows = di_calloc((size_t)d->n_layers * ring, sizeof(float), "window rings");
     st->dspark_rows = d->n_mtp ? di_calloc((size_t)d->n_mtp * ring, sizeof(float), "DSpark rings") : NULL;
@@ -45,19 +52,8 @@ fail:
 /* A state for paged use only: the counters and per-source bookkeeping, no owned rows (every
  * row of a paged state lives in the engine's pages, see state_attach_pages). */
 RunState *state_create_paged(const ModelDims *d) {
-    if (!d || d->window <= 0 || d->head_dim <= 0 || d->n_layers <= 0) {
-        di_errorf("state: invalid model dims");
-        return NULL;
-    }
-    RunState *st = di_calloc(1, sizeof *st, "request state");
+    RunState *st = state_alloc_header(d);
     if (!st) return NULL;
-    st->n_layers = d->n_layers;
-    st->n_mtp = d->n_mtp;
-    st->window = d->window;
-    st->head_dim = d->head_dim;
-    st->idx_head_dim = d->idx_head_dim;
-    st->n_kv = d->n_kv_sources;
-    st->ngram_hist = d->engram_max_ngram > 1 ? d->engram_max_ngram - 1 : 0;
     st->kv = st->n_kv ? di_calloc((size_t)st->n_kv, sizeof *st->kv, "KV source states") : NULL;
     if (st->n_kv && !st->kv) {
         free(st);
