@@ -322,3 +322,10 @@ void cli_printer_free(CliPrinter *p) {
     if (p && p->parser) di_stream_parser_free(p->parser);
     if (p) p->parser = NULL;
 }
+
+void cli_sampling_defaults(DiSamplingParams *p, int max_tokens) {
+    di_sampling_params_init(p);
+    p->temperature = 0;
+    p->max_tokens = max_tokens;
+    p->has_seed = 1;
+}

@@ -33,6 +33,8 @@ int cli_print_engram_map(const char *tokenizer_json);
  * --min-p --seed --ignore-eos(value 0|1).  Returns 1 when `opt` is one of them (*bad set when
  * the value is invalid), 0 otherwise. */
 int cli_sampling_flag(const char *opt, const char *val, DiSamplingParams *p, int *bad);
+/* The CLI's sampling defaults: greedy, seed 0 (reproducible), max_tokens as given. */
+void cli_sampling_defaults(DiSamplingParams *p, int max_tokens);
 /* The help lines of those flags. */
 extern const char cli_sampling_help[];
 

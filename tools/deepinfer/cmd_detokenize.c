@@ -73,11 +73,8 @@ int cmd_detokenize(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    DiAddedTable table = DI_ADDED_TABLE_FILE;
-    if (encoding && !strcmp(encoding, "v4")) table = DI_ADDED_TABLE_V4;
-    else if (encoding && !strcmp(encoding, "v41")) table = DI_ADDED_TABLE_V41;
-    else if (encoding) {
-        fprintf(stderr, "deepinfer detokenize: --encoding: expected v4 or v41, got '%s'\n", encoding);
+    DiAddedTable table;
+    if (cmd_added_table("detokenize", encoding, &table) != 0) {
         return 2;
     }
     DiTokenizer *tok = di_tokenizer_load_table(path, table);

@@ -56,10 +56,7 @@ static void usage(FILE *out) {
 /* 0 ok, 1 --help, 2 usage error (message printed) */
 static int parse_args(int argc, char **argv, GenerateArgs *a) {
     memset(a, 0, sizeof *a);
-    di_sampling_params_init(&a->sp);
-    a->sp.temperature = 0;
-    a->sp.max_tokens = 16;
-    a->sp.has_seed = 1;
+    cli_sampling_defaults(&a->sp, 16);
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) return 1;

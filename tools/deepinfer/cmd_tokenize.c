@@ -80,11 +80,8 @@ int cmd_tokenize(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    DiAddedTable table = DI_ADDED_TABLE_FILE;
-    if (encoding && !strcmp(encoding, "v4")) table = DI_ADDED_TABLE_V4;
-    else if (encoding && !strcmp(encoding, "v41")) table = DI_ADDED_TABLE_V41;
-    else if (encoding) {
-        fprintf(stderr, "deepinfer tokenize: --encoding: expected v4 or v41, got '%s'\n", encoding);
+    DiAddedTable table;
+    if (cmd_added_table("tokenize", encoding, &table) != 0) {
         return 2;
     }
     if (threads == 0 && (threads = di_default_threads()) < 0) {

@@ -4,6 +4,8 @@
 #ifndef DI_TOOLS_COMMANDS_H
 #define DI_TOOLS_COMMANDS_H
 
+#include "deepinfer.h"
+
 int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
@@ -16,6 +18,10 @@ int cmd_parse(int argc, char **argv);
 int cmd_eplb(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+
+/* --encoding of tokenize/detokenize: NULL -> the file's own table, "v4" / "v41" -> the built-in
+ * tables.  Prints "deepinfer <cmd>: ..." and returns -1 for anything else. */
+int cmd_added_table(const char *cmd, const char *encoding, DiAddedTable *out);
 
 /* For commands not built yet: says so on stderr and returns 2. */
 int cmd_not_available(const char *name, const char *issue);

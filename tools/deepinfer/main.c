@@ -37,6 +37,18 @@ static void usage(FILE *out) {
         fprintf(out, "  %-13s %s\n", commands[i].name, commands[i].summary);
 }
 
+int cmd_added_table(const char *cmd, const char *encoding, DiAddedTable *out) {
+    *out = DI_ADDED_TABLE_FILE;
+    if (!encoding) return 0;
+    if (strcmp(encoding, "v4") == 0) *out = DI_ADDED_TABLE_V4;
+    else if (strcmp(encoding, "v41") == 0) *out = DI_ADDED_TABLE_V41;
+    else {
+        fprintf(stderr, "deepinfer %s: --encoding: expected v4 or v41, got '%s'\n", cmd, encoding);
+        return -1;
+    }
+    return 0;
+}
+
 int cmd_not_available(const char *name, const char *issue) {
     fprintf(stderr, "deepinfer %s: not available in this build yet (%s)\n", name, issue);
     return 2;
