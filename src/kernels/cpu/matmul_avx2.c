@@ -103,10 +103,20 @@ static inline float ue8m0_value(uint8_t b) {
 
 /* E2M1: the doubled code value times 2^(b-128); b = 1 and b = 0 give the subnormals 2^-127 and
  * 2^-128 (biased exponent b - 1 would be 0 or negative). */
-static inline float fp4_half_scale(uint8_t b) {
-    if (b >= 2) return f32_from_bits((uint32_t)(b - 1) << 23);
-    return f32_from_bits(b ? 0x00400000u : 0x00200000u);
-}
+#define FP4_HALF_SCALE_BITS(b) ((b) >= 2 ? (uint32_t)((b) - 1) << 23 : (b) ? 0x00400000u : 0x00200000u)
+
+/* The same 256 factors as a table the decoder broadcasts straight from memory: building the
+ * factor in a general register and moving it to a vector (vmovd + vbroadcastss) put two more
+ * uops per block on the shuffle port that already limits the FP4 decoder (FP4 GEMV n = 1 and 2
+ * ~5% faster with the table on the Intel machine measured, within its noise otherwise). */
+#define FP4_S4(b) {FP4_HALF_SCALE_BITS(b)}, {FP4_HALF_SCALE_BITS((b) + 1)}, {FP4_HALF_SCALE_BITS((b) + 2)}, \
+                  {FP4_HALF_SCALE_BITS((b) + 3)}
+#define FP4_S16(b) FP4_S4(b), FP4_S4((b) + 4), FP4_S4((b) + 8), FP4_S4((b) + 12)
+#define FP4_S64(b) FP4_S16(b), FP4_S16((b) + 16), FP4_S16((b) + 32), FP4_S16((b) + 48)
+static const union {
+    uint32_t bits;
+    float value;
+} fp4_half_scales[256] = {FP4_S64(0), FP4_S64(64), FP4_S64(128), FP4_S64(192)};
 
 /* ---- decoders: one 32-column block of one row into four ymm registers --------------------- */
 
@@ -164,7 +174,7 @@ static inline void decode_fp4_block(const uint8_t *p, uint8_t b, __m256 out[4]) 
     __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
     __m128i v0 = _mm_shuffle_epi8(doubled, _mm_unpacklo_epi8(lo, hi)); /* columns 0..15 */
     __m128i v1 = _mm_shuffle_epi8(doubled, _mm_unpackhi_epi8(lo, hi)); /* columns 16..31 */
-    __m256 f = _mm256_set1_ps(fp4_half_scale(b));
+    __m256 f = _mm256_broadcast_ss(&fp4_half_scales[b].value);
     out[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v0)), f);
     out[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v0, v0))), f);
     out[2] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v1)), f);
