@@ -152,6 +152,36 @@ static double active_bytes(const Model *m) {
     return b + D4 + mat_bytes(&m->w.head);
 }
 
+/* The routed-expert part of active_bytes: top_k experts of every backbone layer. */
+static double routed_bytes_per_token(const Model *m) {
+    double b = 0;
+    for (int L = 0; L < m->d.n_layers; L++) b += m->d.top_k * expert_bytes(&m->w.layers[L].experts[0]);
+    return b;
+}
+
+/* Weight bytes one batched step must read: everything but the routed experts once, plus every
+ * distinct routed expert the step's rows chose (experts = the trace, [n_layers][rows][top_k]).
+ * This, not rows x active_bytes, is what batching can reuse: at batch B each of E experts is
+ * chosen by some row with probability 1 - (1 - top_k/E)^B under uniform routing. */
+static double step_bytes(const Model *m, const int32_t *experts, int64_t rows, double active, int *distinct_total) {
+    double b = active - routed_bytes_per_token(m);
+    *distinct_total = 0;
+    for (int L = 0; L < m->d.n_layers; L++) {
+        const LayerWeights *lw = &m->w.layers[L];
+        bool *seen = calloc((size_t)lw->n_experts, sizeof *seen);
+        if (!seen) die("allocation");
+        int distinct = 0;
+        for (int64_t i = 0; i < rows * m->d.top_k; i++) {
+            int32_t e = experts[(int64_t)L * rows * m->d.top_k + i];
+            if (e >= 0 && e < lw->n_experts && !seen[e]) seen[e] = true, distinct++;
+        }
+        free(seen);
+        *distinct_total += distinct;
+        b += distinct * expert_bytes(&lw->experts[0]);
+    }
+    return b;
+}
+
 /* ---------------------------------------------------------------- decode */
 
 static int32_t token_at(int64_t seq, int64_t i, int vocab) { return (int32_t)(3 + (seq * 7919 + i * 104729) % (vocab - 3)); }
@@ -177,13 +207,20 @@ static void decode_batch1(Model *m, DiThreadPool *pool, double *wall, double *cp
     free(logits);
 }
 
-/* Median wall and CPU seconds per batched decode step of B sequences (one token each). */
-static void decode_batched(Model *m, int B, double *wall, double *cpu) {
+/* Median wall and CPU seconds per batched decode step of B sequences (one token each), and
+ * the mean weight bytes per step and distinct routed experts per layer (step_bytes). */
+typedef struct {
+    double wall, cpu, bytes, experts_per_layer;
+} BatchedStep;
+
+static BatchedStep decode_batched(Model *m, int B, double active) {
     RunState **st = calloc((size_t)B, sizeof *st);
     ForwardSeq *q = calloc((size_t)B, sizeof *q);
     int32_t *toks = malloc((size_t)B * BATCH_PROMPT * sizeof *toks);
     float *logits = malloc((size_t)B * m->d.vocab * sizeof *logits);
-    if (!st || !q || !toks || !logits) die("allocation");
+    int32_t *experts = malloc((size_t)m->d.n_layers * B * m->d.top_k * sizeof *experts);
+    ForwardTrace trace = {.experts = experts};
+    if (!st || !q || !toks || !logits || !experts) die("allocation");
     for (int b = 0; b < B; b++) {
         if (!(st[b] = state_create(&m->d))) die("state");
         for (int i = 0; i < BATCH_PROMPT; i++) toks[b * BATCH_PROMPT + i] = token_at(b, i, m->d.vocab);
@@ -191,6 +228,7 @@ static void decode_batched(Model *m, int B, double *wall, double *cpu) {
     }
     if (model_forward_batch(m, q, B, NULL) != 0) die("batched prefill");
     double w[BATCH_STEPS], c[BATCH_STEPS];
+    BatchedStep r = {0};
     for (int s = 0; s < 1 + BATCH_STEPS; s++) {
         for (int b = 0; b < B; b++) {
             toks[b] = token_at(b, BATCH_PROMPT + s, m->d.vocab);
@@ -199,16 +237,23 @@ static void decode_batched(Model *m, int B, double *wall, double *cpu) {
             q[b].start_pos = BATCH_PROMPT + s;
         }
         double w0 = wall_s(), c0 = cpu_s();
-        if (model_forward_batch(m, q, B, NULL) != 0) die("batched decode");
-        if (s >= 1) w[s - 1] = wall_s() - w0, c[s - 1] = cpu_s() - c0;
+        if (model_forward_batch(m, q, B, &trace) != 0) die("batched decode");
+        if (s >= 1) {
+            w[s - 1] = wall_s() - w0, c[s - 1] = cpu_s() - c0;
+            int distinct;
+            r.bytes += step_bytes(m, experts, B, active, &distinct) / BATCH_STEPS;
+            r.experts_per_layer += (double)distinct / m->d.n_layers / BATCH_STEPS;
+        }
     }
-    *wall = median(w, BATCH_STEPS);
-    *cpu = median(c, BATCH_STEPS);
+    r.wall = median(w, BATCH_STEPS);
+    r.cpu = median(c, BATCH_STEPS);
+    free(experts);
     for (int b = 0; b < B; b++) state_free(st[b]);
     free(st);
     free(q);
     free(toks);
     free(logits);
+    return r;
 }
 
 static void print_batch1(const char *dir, double active, double *bw1, double *bw2, double *w1, double *c1, double *w2, double *c2) {
@@ -226,20 +271,34 @@ static void print_batch1(const char *dir, double active, double *bw1, double *bw
 
 }
 
-static void run_batched(Model *m, DiThreadPool *pool2) {
+/* The ratio column "bound" is what the throughput ratio to batch 1 would be if every step were
+ * bound by weight bytes as batch 1 would be: B x active_bytes / step bytes (the routing decides
+ * how many distinct experts a step reads; this synthetic checkpoint's router concentrates the
+ * bench's tokens on ~10 of the 64 experts per layer at batch 16).  Measured far below it means
+ * the batched step is bound by arithmetic, not by weight bytes. */
+static void run_batched(Model *m, DiThreadPool *pool2, double active) {
     m->pool = pool2;
-    double bw_[N_BATCH][REPS], bc_[N_BATCH][REPS];
+    double bw_[N_BATCH][REPS], bc_[N_BATCH][REPS], bytes[N_BATCH] = {0}, experts[N_BATCH] = {0};
     for (int r = 0; r < REPS; r++)
-        for (int i = 0; i < N_BATCH; i++) decode_batched(m, batch_sizes[i], &bw_[i][r], &bc_[i][r]);
+        for (int i = 0; i < N_BATCH; i++) {
+            BatchedStep st = decode_batched(m, batch_sizes[i], active);
+            bw_[i][r] = st.wall, bc_[i][r] = st.cpu;
+            bytes[i] += st.bytes / REPS, experts[i] += st.experts_per_layer / REPS;
+        }
     printf("batched decode through model_forward_batch, 2 threads, %d-token prompts, median of %d x %d steps:\n", BATCH_PROMPT, REPS,
            BATCH_STEPS);
+    printf("  (weights/step: distinct routed experts read per step; bound: B x %.2f MB / weights per step)\n", active / 1e6);
     double tps[N_BATCH];
     for (int i = 0; i < N_BATCH; i++) {
         double W = median(bw_[i], REPS), C = median(bc_[i], REPS);
         tps[i] = batch_sizes[i] / W;
-        printf("  batch %2d  %8.1f tokens/s  (%.1f ms wall, %.1f ms CPU per step)\n", batch_sizes[i], tps[i], W * 1e3, C * 1e3);
+        printf("  batch %2d  %8.1f tokens/s  (%.1f ms wall, %.1f ms CPU per step)  weights/step %.1f MB (%.1f experts/layer)  "
+               "ratio %.2fx of bound %.2fx\n",
+               batch_sizes[i], tps[i], W * 1e3, C * 1e3, bytes[i] / 1e6, experts[i], tps[i] / tps[0],
+               batch_sizes[i] * active / bytes[i]);
     }
-    printf("  ratio batch16 / batch1: %.2fx   batch64 / batch1: %.2fx\n", tps[2] / tps[0], tps[3] / tps[0]);
+    printf("  ratio batch16 / batch1: %.2fx (bandwidth-bound ratio %.2fx)   batch64 / batch1: %.2fx (%.2fx)\n", tps[2] / tps[0],
+           batch_sizes[2] * active / bytes[2], tps[3] / tps[0], batch_sizes[3] * active / bytes[3]);
 }
 
 int main(void) {
@@ -278,7 +337,7 @@ int main(void) {
     free(bb);
     free(c);
     if (run1) print_batch1(dir, active, bw1, bw2, w1, c1, w2, c2);
-    if (runb) run_batched(m, pool2);
+    if (runb) run_batched(m, pool2, active);
     m->pool = NULL;
     di_pool_destroy(pool1);
     di_pool_destroy(pool2);

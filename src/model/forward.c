@@ -132,7 +132,8 @@ static int check_seq(const Model *m, const ForwardSeq *q, int b) {
 
 int model_forward_batch(const Model *m, const ForwardSeq *seqs, int n_seqs, ForwardTrace *trace) {
     if (!m || !seqs || n_seqs <= 0) return di_errorf("forward: no requests");
-    if (trace && n_seqs != 1) return di_errorf("forward: a trace needs a single request");
+    if (trace && n_seqs != 1 && (trace->layer_out || trace->selected || trace->engram_ids))
+        return di_errorf("forward: a trace of layer outputs, selections or Engram rows needs a single request");
     const ModelDims *d = &m->d;
     int64_t total = 0;
     for (int b = 0; b < n_seqs; b++) {

@@ -44,7 +44,8 @@ typedef struct {
 /* Several requests in one forward: their rows go through every projection together (weights
  * are read once per batch), attention and the caches per request.  Each request's result is
  * bit-identical to its own model_forward (every reduction is per row, in a fixed order).
- * States must be distinct; trace needs n_seqs == 1. */
+ * States must be distinct.  A trace of layer outputs, selections or Engram rows needs n_seqs == 1;
+ * trace->experts alone works for any batch: its rows are the batch's rows in request order. */
 int model_forward_batch(const Model *m, const ForwardSeq *seqs, int n_seqs, ForwardTrace *trace);
 
 /* One mHC block (§5.5) on rows X[n][hc][D] with carried pre-mix pi[n][hc], for any layer or

@@ -20,7 +20,9 @@
 
 /* From this many tokens on, decoding the weights once into a panel beats decoding them in
  * registers (4096x4096, one thread, CPU time).  FP8 and FP4: the GEMV takes tokens in pairs,
- * ~36-44 GFLOP/s for n = 2..6, while the panel GEMM gives ~22-31 at n = 8, ~37 at 12, ~37-50 at 16.
+ * ~36-44 GFLOP/s for n = 2..6, while the panel GEMM gives ~22-31 at n = 8, ~37 at 12, ~37-50 at 16
+ * (EPYC build machine).  On the Intel machine of a later session FP4 takes fours: ~26-36 for
+ * n = 4..12 against ~36 for the GEMM at 13, ~40 at 16; the threshold stays.
  * F32/BF16 GEMV re-reads the weights per token, so the GEMM wins earlier.  Same bits either way. */
 static int64_t gemm_min_tokens(DiMatFormat format) {
     return format == DI_MAT_FP8_BLOCK || format == DI_MAT_FP4_ROW32 ? 13 : 8;

@@ -50,6 +50,7 @@
 #define GEMV_ROWS 8    /* rows whose accumulators the GEMV keeps in registers: 8 independent FMA chains */
 #endif
 #define PAIR_ROWS 4    /* rows of the two-token GEMV tiles: 4 x 2 accumulators */
+#define QUAD_ROWS 2    /* rows of the four-token GEMV tiles: 2 x 4 accumulators */
 #define TILE_ROWS 3    /* GEMM register tile: 3 rows x 4 tokens = 12 accumulators, + 3 weight */
 #define TILE_TOKENS 4  /*   registers + 1 activation register = the 16 ymm registers of AVX2 */
 #ifndef PANEL_ROWS
@@ -456,8 +457,49 @@ static inline __attribute__((always_inline)) void gemv_fp4_pair_tile(const DiMat
     }
 }
 
+/* Four tokens at once (routed experts at batch sizes of a few tokens per expert): a block is
+ * decoded once for four tokens instead of twice for two pairs.  QUAD_ROWS x 4 = 8 accumulators,
+ * the four decoded registers of the current row, and activations read from memory by the FMAs. */
+static inline __attribute__((always_inline)) void gemv_fp4_quad_tile(const DiMatrix *w, const float *x, int64_t k32,
+                                                                     int64_t r0, int nr, float *y) {
+    const uint8_t *row[QUAD_ROWS], *srow[QUAD_ROWS];
+    int64_t kblocks = w->cols / BLOCK;
+    __m256 acc[QUAD_ROWS][4];
+    #pragma GCC unroll 16
+    for (int i = 0; i < QUAD_ROWS; i++) {
+        int64_t r = r0 + (i < nr ? i : 0);
+        #pragma GCC unroll 16
+        for (int t = 0; t < 4; t++) acc[i][t] = _mm256_setzero_ps();
+        row[i] = (const uint8_t *)w->data + r * (w->cols / 2);
+        srow[i] = w->scale + r * kblocks;
+    }
+    for (int64_t kb = 0; kb < kblocks; kb++) {
+        #pragma GCC unroll 16
+        for (int i = 0; i < nr; i++) {
+            __m256 wv[4];
+            decode_fp4_block(row[i] + kb * (BLOCK / 2), srow[i][kb], wv);
+            #pragma GCC unroll 16
+            for (int t = 0; t < 4; t++)
+                #pragma GCC unroll 16
+                for (int g = 0; g < 4; g++)
+                    acc[i][t] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(x + t * k32 + kb * BLOCK + GROUP * g), acc[i][t]);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++)
+        #pragma GCC unroll 16
+        for (int t = 0; t < 4; t++) y[t * w->rows + r0 + i] = lane_sum(acc[i][t]);
+}
+
 static void gemv_fp4_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1) {
     int64_t t = 0;
+    for (; t + 4 <= a->n_tokens; t += 4) {
+        const float *x = a->x + t * a->k32;
+        float *yt = y + t * w->rows;
+        int64_t r = r0;
+        for (; r + QUAD_ROWS <= r1; r += QUAD_ROWS) gemv_fp4_quad_tile(w, x, a->k32, r, QUAD_ROWS, yt);
+        for (; r < r1; r++) gemv_fp4_quad_tile(w, x, a->k32, r, 1, yt);
+    }
     for (; t + 2 <= a->n_tokens; t += 2) {
         const float *x0 = a->x + t * a->k32, *x1 = x0 + a->k32;
         float *y0 = y + t * w->rows, *y1 = y0 + w->rows;
