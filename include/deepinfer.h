@@ -206,6 +206,13 @@ typedef struct {
      * else an error. */
     const int32_t *engram_token_map;
     int64_t engram_token_map_len;
+    /* Prompt caching: keep the state of each finished request (prompt + output) in the state
+     * pool and start a later request whose tokens extend it from there (the next turn of a
+     * conversation).  Cached states use only pages no request needs: they are evicted before a
+     * request would wait or be preempted.  -1 default (off), 0 off, 1 on.  prefix_cache_bytes
+     * caps them (0: the whole pool). */
+    int enable_prefix_caching;
+    size_t prefix_cache_bytes;
 } DiEngineOptions;
 
 /* Defaults as documented above. */
@@ -295,6 +302,7 @@ typedef struct {
     uint64_t seed;               /* the seed used (drawn when the request had none) */
     int n_preemptions;
     double time_to_first_token_s, total_time_s;
+    int n_cached_tokens;         /* prompt tokens whose state came from the prefix cache */
 } DiRequestOutput;
 
 typedef struct {
@@ -308,6 +316,12 @@ typedef struct {
     double time_schedule_s;    /* planning steps (admission, pages, preemption) */
     double time_output_s;      /* detokenising, stop checks, streaming callbacks */
     double time_wait_s;        /* async: the main thread waiting for the forward */
+    /* prefix cache (DiEngineOptions.enable_prefix_caching): admissions that looked, found a
+     * cached state, and the positions those states saved; entries and their pages now (included
+     * in pages_used) */
+    int prefix_cache_enabled;
+    uint64_t prefix_cache_lookups, prefix_cache_hits, prefix_cache_hit_tokens;
+    size_t prefix_cache_entries, pages_cached;
 } DiEngineMetrics;
 
 /* Text for the engine, supplied by the layer above it (the tokenizer and the prompt renderer live

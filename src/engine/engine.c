@@ -58,6 +58,7 @@ void di_engine_options_init(DiEngineOptions *o) {
     o->state_memory_bytes = DEFAULT_STATE_MEMORY;
     o->async_scheduling = -1;
     o->batch_invariant = -1;
+    o->enable_prefix_caching = -1;
 }
 
 int di_engine_resolve_batch_invariant(int opt) {
@@ -78,6 +79,11 @@ static int check_options(const DiEngineOptions *o) {
         return di_errorf("engine options: max_prefill_chunk must be >= 0, got %d", o->max_prefill_chunk);
     if (o->async_scheduling < -1 || o->async_scheduling > 1)
         return di_errorf("engine options: async_scheduling must be -1, 0 or 1, got %d", o->async_scheduling);
+    if (o->enable_prefix_caching < -1 || o->enable_prefix_caching > 1)
+        return di_errorf("engine options: enable_prefix_caching must be -1, 0 or 1, got %d", o->enable_prefix_caching);
+    if (o->prefix_cache_bytes > o->state_memory_bytes)
+        return di_errorf("engine options: prefix_cache_bytes (%zu) exceeds state_memory_bytes (%zu)", o->prefix_cache_bytes,
+                         o->state_memory_bytes);
     return 0;
 }
 
@@ -91,9 +97,14 @@ static int make_pool(DiEngine *e, bool poison) {
                          e->opts.state_memory_bytes, page);
     DiPagePool *pool = di_page_pool_create(page, n_pages, poison);
     if (!pool) return -1;
+    di_prefix_cache_free(&e->sched.cache); /* empty: the pool is only remade before any request */
     di_page_pool_destroy(e->pool);
     e->pool = pool;
     e->sched.pool = pool;
+    size_t cache_pages = 0; /* prefix cache off unless enabled (default off: see deepinfer.h) */
+    if (e->opts.enable_prefix_caching == 1)
+        cache_pages = e->opts.prefix_cache_bytes ? e->opts.prefix_cache_bytes / di_page_pool_page_bytes(pool) : n_pages;
+    di_prefix_cache_init(&e->sched.cache, pool, e->runner, cache_pages);
     return 0;
 }
 
@@ -447,6 +458,7 @@ static int process_step(DiEngine *e, DiStep *step) {
         rc = di_errorf("%s", step->error);
         for (int i = 0; i < step->n_seqs; i++) {
             DiRequest *req = step->seqs[i].req;
+            req->state_unreliable = true; /* a failed forward may have half-written it: never cache it */
             if (req->state == DI_REQ_FINISHED) continue;
             finish(e, req, DI_FINISH_ABORT);
             deliver(req);
@@ -565,6 +577,7 @@ int di_engine_get_output(DiEngine *e, uint64_t id, DiRequestOutput *out) {
     out->stop_string = req->stop_string;
     out->seed = req->seed;
     out->n_preemptions = req->n_preemptions;
+    out->n_cached_tokens = req->n_cached_tokens;
     out->time_to_first_token_s = req->n_output > 0 ? req->t_first_token - req->t_arrival : 0;
     out->total_time_s = (req->finish_reason ? req->t_finish : di_now_seconds()) - req->t_arrival;
     return 0;
@@ -581,5 +594,12 @@ int di_engine_get_metrics(const DiEngine *e, DiEngineMetrics *out) {
     out->pages_used = di_page_pool_used(e->pool);
     out->pages_peak = di_page_pool_peak(e->pool);
     out->state_bytes_used = out->pages_used * out->page_bytes;
+    const DiPrefixCache *c = &e->sched.cache;
+    out->prefix_cache_enabled = c->max_pages > 0;
+    out->prefix_cache_lookups = c->lookups;
+    out->prefix_cache_hits = c->hits;
+    out->prefix_cache_hit_tokens = c->hit_tokens;
+    out->prefix_cache_entries = (size_t)c->n_entries;
+    out->pages_cached = c->pages;
     return 0;
 }

@@ -96,15 +96,17 @@ int di_page_table_reserve(DiPagePool *pool, DiPageTable *table, size_t n_pages) 
     return 0;
 }
 
-void di_page_table_release(DiPagePool *pool, DiPageTable *table) {
+void di_page_table_truncate(DiPagePool *pool, DiPageTable *table, size_t n_pages) {
     if (!pool || !table) return;
     /* Release in reverse, so the first page of the table is reused first next time. */
-    while (table->n > 0) {
+    while (table->n > n_pages) {
         uint8_t *page = table->pages[--table->n];
         if (pool->poison) memset(page, PAGE_POISON, pool->page_bytes);
         pool->free_stack[pool->n_free++] = (uint32_t)((size_t)(page - pool->slab) / pool->page_bytes);
     }
 }
+
+void di_page_table_release(DiPagePool *pool, DiPageTable *table) { di_page_table_truncate(pool, table, 0); }
 
 void di_page_table_free(DiPageTable *table) {
     if (!table) return;

@@ -37,6 +37,8 @@ size_t di_page_pool_peak(const DiPagePool *pool);
 int di_page_table_reserve(DiPagePool *pool, DiPageTable *table, size_t n_pages);
 /* Return every page of the table to the pool; the table is empty (and reusable) afterwards. */
 void di_page_table_release(DiPagePool *pool, DiPageTable *table);
+/* Return the pages after the first n_pages to the pool (no-op when the table has no more). */
+void di_page_table_truncate(DiPagePool *pool, DiPageTable *table, size_t n_pages);
 /* Free the table's own array (its pages must have been released). */
 void di_page_table_free(DiPageTable *table);
 

@@ -47,6 +47,8 @@ typedef struct DiRequest {
     bool release_pages_pending;/* preempted or finished while in flight: free pages when idle */
     bool released;             /* di_engine_release called: free the request when idle */
     int n_preemptions;
+    int n_cached_tokens;       /* prompt positions restored from the prefix cache at admission */
+    bool state_unreliable;     /* a step with this request failed: its state must not be cached */
     uint64_t planned_epoch;    /* the scheduler step that last planned it */
 
     /* output (main thread) */

@@ -24,6 +24,7 @@ int di_scheduler_init(DiScheduler *s, const DiSchedulerConfig *cfg, DiPagePool *
 }
 
 void di_scheduler_free(DiScheduler *s) {
+    di_prefix_cache_free(&s->cache);
     free(s->waiting);
     free(s->running);
     memset(s, 0, sizeof *s);
@@ -64,9 +65,17 @@ static void remove_from(DiRequest **list, int *n, const DiRequest *req) {
 }
 
 void di_scheduler_return_pages(DiScheduler *s, DiRequest *req) {
-    if (req->pages.n > 0 && s->runner->release_state)
+    if (req->pages.n > 0 && s->runner->release_state) {
         s->runner->release_state((DiRunner *)s->runner, req->pages.pages, req->pages.n);
-    di_page_table_release(s->pool, &req->pages);
+        di_page_table_release(s->pool, &req->pages); /* state outside the pages: nothing to cache */
+        return;
+    }
+    /* A finished request is idle here, so its pages hold the state of exactly tokens[0, n_computed)
+     * (every planned position was computed, from inputs that were all sampled by then). */
+    if (req->state == DI_REQ_FINISHED && !req->state_unreliable)
+        di_prefix_cache_store(&s->cache, req->tokens, req->n_computed, &req->pages);
+    else
+        di_page_table_release(s->pool, &req->pages);
 }
 
 /* Return the request's pages now if no in-flight step uses them, else when it becomes idle. */
@@ -125,6 +134,7 @@ static PageOutcome secure_pages(DiScheduler *s, int index, int64_t n_tokens) {
     size_t need = s->runner->ops->pages_for_tokens(s->runner, n_tokens);
     for (;;) {
         size_t missing = need > req->pages.n ? need - req->pages.n : 0;
+        if (missing > di_page_pool_free(s->pool)) di_prefix_cache_make_room(&s->cache, missing, NULL);
         if (missing <= di_page_pool_free(s->pool)) {
             if (di_page_table_reserve(s->pool, &req->pages, need) == 0) return GOT_PAGES;
             return WAIT_FOR_PAGES; /* allocation of the table array failed; try next step */
@@ -172,20 +182,29 @@ static int admit(DiScheduler *s, DiStep *step, int *budget) {
         /* a preempted request still used by an in-flight step waits until it is idle (FIFO) */
         if (req->inflight > 0 || req->release_pages_pending) break;
         int64_t known = di_request_known_tokens(req);
-        int64_t chunk = known;
+        /* the longest cached state this request's tokens extend, leaving at least one position
+         * to compute (the one whose logits are sampled) */
+        int hit = di_prefix_cache_find(&s->cache, req->tokens, known - 1);
+        int64_t start = hit >= 0 ? s->cache.entries[hit].n_tokens : 0;
+        size_t have = hit >= 0 ? s->cache.entries[hit].pages.n : 0;
+        int64_t chunk = known - start;
         if (chunk > *budget) chunk = *budget;
         if (s->cfg.max_prefill_chunk > 0 && chunk > s->cfg.max_prefill_chunk) chunk = s->cfg.max_prefill_chunk;
-        size_t need = s->runner->ops->pages_for_tokens(s->runner, chunk);
-        if (need > di_page_pool_free(s->pool)) break; /* admission by free pages, never by preemption */
+        size_t need = s->runner->ops->pages_for_tokens(s->runner, start + chunk);
+        /* admission by free pages (cached states give way), never by preemption */
+        if (need - have > di_page_pool_free(s->pool) && !di_prefix_cache_make_room(&s->cache, need - have, &hit)) break;
+        if (hit >= 0) start = di_prefix_cache_take(&s->cache, hit, &req->pages);
         if (di_page_table_reserve(s->pool, &req->pages, need) != 0) return -1;
+        s->cache.lookups += s->cache.max_pages > 0;
+        if (req->n_preemptions == 0) req->n_cached_tokens = (int)start;
         remove_at(s->waiting, &s->n_waiting, 0);
         s->running[s->n_running++] = req;
         req->state = DI_REQ_RUNNING;
-        bool sample = chunk == known;
-        if (di_step_add(step, req, 0, (int32_t)chunk, sample) != 0) return -1;
+        bool sample = start + chunk == known;
+        if (di_step_add(step, req, start, (int32_t)chunk, sample) != 0) return -1;
         req->planned_epoch = s->epoch;
         req->inflight++;
-        req->n_computed = chunk;
+        req->n_computed = start + chunk;
         if (sample) req->n_output_scheduled++;
         *budget -= (int)chunk;
     }

@@ -10,7 +10,9 @@
  * When the pool runs dry the youngest running request not in this step is preempted: its pages go
  * back to the pool and it returns to the front of the waiting queue, to be prefilled again over
  * prompt + generated tokens (recompute; sampling is keyed by position, so its output is
- * unchanged).  Admission never preempts.  A request whose pages are still used by an in-flight
+ * unchanged).  Admission never preempts.  Cached states of finished requests (prefix_cache.h)
+ * give way first: they are evicted before a request waits for pages or another is preempted, and
+ * a new request whose tokens extend a cached state starts from it, prefilling only the rest.  A request whose pages are still used by an in-flight
  * step keeps them until that step is processed (async mode).
  *
  * In async mode the plan is made while the previous step computes: a decoding request whose next
@@ -21,6 +23,7 @@
 #define DI_ENGINE_SCHEDULER_H
 
 #include "engine/pages.h"
+#include "engine/prefix_cache.h"
 #include "engine/request.h"
 #include "engine/runner.h"
 #include "engine/step.h"
@@ -42,6 +45,7 @@ typedef struct {
     int cap;             /* capacity of each list */
     size_t pages_releasing; /* pages of idle-pending requests, free once their step is processed */
     uint64_t preemptions;
+    DiPrefixCache cache;    /* finished requests' states (max_pages 0: off), see prefix_cache.h */
     uint64_t epoch;      /* step counter, to know who is in the step being planned */
 } DiScheduler;
 
@@ -55,7 +59,8 @@ int di_scheduler_add(DiScheduler *s, DiRequest *req);
 void di_scheduler_finish(DiScheduler *s, DiRequest *req);
 /* After a step was processed: return the pages of requests that became idle. */
 void di_scheduler_settle(DiScheduler *s, DiRequest *req);
-/* Give a request's pages back to the pool now (the runner's release hook first). */
+/* Give a request's pages back to the pool now (the runner's release hook first); a finished
+ * request's state goes to the prefix cache instead when the cache is on. */
 void di_scheduler_return_pages(DiScheduler *s, DiRequest *req);
 /* Plan the next step into `step` (reset first).  -1 only on allocation failure. */
 int di_scheduler_plan(DiScheduler *s, DiStep *step);

@@ -2,7 +2,8 @@
  * checkpoint of /work/shared/golden-v41 (Engram maps from its golden set): every request's
  * tokens and logits rows equal a direct model_forward loop on a private RunState (prefill in one
  * chunk, then one token at a time), whatever the batch, the chunking, sync or async mode and
- * preemption by recompute; state is freed through the runner's release hook. */
+ * preemption by recompute; state is freed through the runner's release hook; and a conversation's
+ * second turn started from the first turn's cached state (prompt caching) gives the same logits. */
 #include "test.h"
 
 #include "base/error.h"
@@ -156,6 +157,73 @@ TEST(engine_matches_direct_forward_in_any_batch_and_chunking) {
     }
 }
 
+/* Prompt caching on the real model: the second turn of a conversation, started from the first
+ * turn's cached state (chunked prefill, async), gives bit-identical logits to recomputing it. */
+typedef struct {
+    uint64_t id;
+    float *rows; /* [GEN][V] */
+    int n;
+} TurnRows;
+
+static void observe_turn(void *user, uint64_t id, int64_t pos, const float *logits, int32_t vocab) {
+    TurnRows *t = user;
+    if (id != t->id || t->n >= GEN) return;
+    memcpy(t->rows + (size_t)t->n++ * (size_t)vocab, logits, sizeof(float) * (size_t)vocab);
+}
+
+static int second_turn(int cache, float *rows) {
+    DiEngineOptions opts;
+    di_engine_options_init(&opts);
+    opts.async_scheduling = 1;
+    opts.max_batch_tokens = 7;
+    opts.max_prefill_chunk = 3;
+    opts.state_memory_bytes = 64u << 20;
+    opts.enable_prefix_caching = cache;
+    DiEngine *e = di_engine_create_with_runner(di_v41_runner_create(model, 0, PAGE), &opts);
+    CHECK(e != NULL);
+    if (!e) return -1;
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.temperature = 0;
+    p.max_tokens = GEN;
+    p.ignore_eos = 1;
+    const int r = N_REQ - 1;
+    uint64_t first;
+    DiRequestInput in = {.prompt_ids = prompts[r], .n_prompt_ids = n_prompt[r]};
+    CHECK_EQ_INT(di_engine_add_request(e, &in, &p, NULL, NULL, &first), 0);
+    CHECK_EQ_INT(di_engine_run(e), 0);
+    DiRequestOutput res;
+    CHECK_EQ_INT(di_engine_get_output(e, first, &res), 0);
+    int32_t turn[MAX_PROMPT + GEN + 3];
+    int n = n_prompt[r];
+    memcpy(turn, prompts[r], sizeof(int32_t) * (size_t)n);
+    memcpy(turn + n, res.token_ids, sizeof(int32_t) * GEN);
+    n += GEN;
+    for (int k = 0; k < 3; k++) turn[n++] = prompts[0][k];
+    TurnRows t = {.rows = rows};
+    di_engine_set_logits_observer(e, observe_turn, &t);
+    in = (DiRequestInput){.prompt_ids = turn, .n_prompt_ids = n};
+    CHECK_EQ_INT(di_engine_add_request(e, &in, &p, NULL, NULL, &t.id), 0);
+    CHECK_EQ_INT(di_engine_run(e), 0);
+    CHECK_EQ_INT(t.n, GEN);
+    CHECK_EQ_INT(di_engine_get_output(e, t.id, &res), 0);
+    int cached = res.n_cached_tokens;
+    di_engine_destroy(e);
+    return cached;
+}
+
+TEST(a_cached_conversation_state_gives_bit_identical_logits) {
+    size_t row_floats = (size_t)GEN * (size_t)model->d.vocab;
+    float *fresh = calloc(row_floats, sizeof(float)), *cached = calloc(row_floats, sizeof(float));
+    CHECK_EQ_INT(second_turn(0, fresh), 0);
+    int n_cached = second_turn(1, cached);
+    /* the first turn's state: its prompt and its outputs but the last (never fed back) */
+    CHECK_MSG(n_cached >= n_prompt[N_REQ - 1] + GEN - 1, "%d positions came from the cache", n_cached);
+    CHECK_MSG(memcmp(fresh, cached, row_floats * sizeof(float)) == 0, "logits differ with the cached state");
+    free(fresh);
+    free(cached);
+}
+
 int main(void) {
     if (load() != 0) {
         fprintf(stderr, "loading golden tiny-a: %s\n", di_last_error());
@@ -163,6 +231,7 @@ int main(void) {
         return 1;
     }
     RUN_TEST(engine_matches_direct_forward_in_any_batch_and_chunking);
+    RUN_TEST(a_cached_conversation_state_gives_bit_identical_logits);
     free(ref_rows);
     model_free(model);
     return TEST_SUMMARY();

@@ -1,0 +1,117 @@
+/* prefix_cache.c — finished requests' states kept for prompt caching (see prefix_cache.h).
+ *
+ * Entries are few (each holds at least one page of tens of KiB) and a lookup happens once per
+ * admitted request, so they sit in a plain array searched linearly, with the token comparison
+ * as the only real cost. */
+#include "engine/prefix_cache.h"
+
+#include "base/error.h"
+#include "base/mem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void di_prefix_cache_init(DiPrefixCache *c, DiPagePool *pool, const DiRunner *runner, size_t max_pages) {
+    memset(c, 0, sizeof *c);
+    c->pool = pool;
+    c->runner = runner;
+    c->max_pages = max_pages;
+}
+
+/* Drop entry i (its pages back to the pool unless they were taken); the last entry moves into i. */
+static void drop(DiPrefixCache *c, int i) {
+    DiPrefixEntry *e = &c->entries[i];
+    c->pages -= e->pages.n;
+    di_page_table_release(c->pool, &e->pages);
+    di_page_table_free(&e->pages);
+    free(e->tokens);
+    c->entries[i] = c->entries[--c->n_entries];
+}
+
+void di_prefix_cache_free(DiPrefixCache *c) {
+    while (c->n_entries > 0) drop(c, c->n_entries - 1);
+    free(c->entries);
+    c->entries = NULL;
+    c->cap_entries = 0;
+}
+
+static int least_recent(const DiPrefixCache *c, int keep) {
+    int victim = -1;
+    for (int i = 0; i < c->n_entries; i++)
+        if (i != keep && (victim < 0 || c->entries[i].last_use < c->entries[victim].last_use)) victim = i;
+    return victim;
+}
+
+/* Evict the least recent entry other than *keep, fixing *keep if it moved; false if none. */
+static bool evict_one(DiPrefixCache *c, int *keep) {
+    int victim = least_recent(c, keep ? *keep : -1);
+    if (victim < 0) return false;
+    int last = c->n_entries - 1;
+    drop(c, victim);
+    if (keep && *keep == last) *keep = victim;
+    c->evicted++;
+    return true;
+}
+
+bool di_prefix_cache_make_room(DiPrefixCache *c, size_t free_wanted, int *keep) {
+    while (di_page_pool_free(c->pool) < free_wanted)
+        if (!evict_one(c, keep)) return false;
+    return true;
+}
+
+void di_prefix_cache_store(DiPrefixCache *c, const int32_t *tokens, int64_t n_tokens, DiPageTable *pages) {
+    size_t need = n_tokens > 0 ? c->runner->ops->pages_for_tokens(c->runner, n_tokens) : 0;
+    if (c->max_pages == 0 || n_tokens <= 0 || !tokens || need == 0 || need > pages->n || need > c->max_pages) {
+        di_page_table_release(c->pool, pages);
+        return;
+    }
+    for (int i = 0; i < c->n_entries; i++)
+        if (c->entries[i].n_tokens == n_tokens && memcmp(c->entries[i].tokens, tokens, (size_t)n_tokens * sizeof *tokens) == 0) {
+            drop(c, i); /* the same state: keep the fresh copy */
+            break;
+        }
+    while (c->pages + need > c->max_pages) evict_one(c, NULL);
+    int32_t *copy = malloc((size_t)n_tokens * sizeof *copy);
+    if (c->n_entries == c->cap_entries) {
+        int cap = c->cap_entries ? c->cap_entries * 2 : 16;
+        DiPrefixEntry *grown = realloc(c->entries, (size_t)cap * sizeof *grown);
+        if (grown) c->entries = grown, c->cap_entries = cap;
+    }
+    if (!copy || c->n_entries == c->cap_entries) { /* no memory for the entry: just free the state */
+        free(copy);
+        di_page_table_release(c->pool, pages);
+        return;
+    }
+    memcpy(copy, tokens, (size_t)n_tokens * sizeof *copy);
+    di_page_table_truncate(c->pool, pages, need);
+    DiPrefixEntry *e = &c->entries[c->n_entries++];
+    *e = (DiPrefixEntry){copy, n_tokens, *pages, ++c->clock};
+    *pages = (DiPageTable){0};
+    c->pages += need;
+    c->stored++;
+}
+
+int di_prefix_cache_find(DiPrefixCache *c, const int32_t *tokens, int64_t max_tokens) {
+    if (c->max_pages == 0) return -1;
+    int best = -1;
+    for (int i = 0; i < c->n_entries; i++) {
+        const DiPrefixEntry *e = &c->entries[i];
+        if (e->n_tokens > max_tokens || (best >= 0 && e->n_tokens <= c->entries[best].n_tokens)) continue;
+        if (memcmp(e->tokens, tokens, (size_t)e->n_tokens * sizeof *tokens) == 0) best = i;
+    }
+    if (best >= 0) c->entries[best].last_use = ++c->clock;
+    return best;
+}
+
+int64_t di_prefix_cache_take(DiPrefixCache *c, int index, DiPageTable *pages) {
+    DiPrefixEntry *e = &c->entries[index];
+    int64_t n = e->n_tokens;
+    di_page_table_free(pages); /* empty by contract: only its array */
+    *pages = e->pages;
+    c->pages -= e->pages.n;
+    e->pages = (DiPageTable){0};
+    c->hits++;
+    c->hit_tokens += (uint64_t)n;
+    drop(c, index);
+    return n;
+}

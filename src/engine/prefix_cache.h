@@ -1,0 +1,66 @@
+/* prefix_cache.h — the states of finished requests, kept so that a later request whose prompt
+ * starts with the same tokens skips recomputing them (prompt caching).
+ *
+ * Why whole states.  A V4.1 request's state at position n (runner.h: window rings, compressor
+ * pending rows, Engram history, compressed KV and index keys) is a function of tokens[0, n) alone
+ * and lives entirely in its pages, but it cannot be cut back to an earlier position: the window
+ * ring and the compressor have already moved on.  So an entry is one exact state, reusable by a
+ * request whose tokens extend the entry's tokens; the typical hit is the next turn of a
+ * conversation, whose prompt is the previous prompt + answer + the new message.  Entries are the
+ * finished requests' own pages, handed over without a copy, and a hit hands them to the new
+ * request (an entry serves one request; the new request's own finish stores the longer state).
+ *
+ * Memory.  Entries hold pages of the engine's pool, at most max_pages of them (least recently
+ * stored or used evicted first), and the scheduler evicts entries before it makes a request wait
+ * or preempts one: the cache only ever uses memory nobody else needs. */
+#ifndef DI_ENGINE_PREFIX_CACHE_H
+#define DI_ENGINE_PREFIX_CACHE_H
+
+#include "engine/pages.h"
+#include "engine/runner.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    int32_t *tokens;   /* the positions the state holds */
+    int64_t n_tokens;
+    DiPageTable pages; /* exactly pages_for_tokens(n_tokens) pages */
+    uint64_t last_use;
+} DiPrefixEntry;
+
+typedef struct {
+    DiPagePool *pool;
+    const DiRunner *runner;
+    size_t max_pages; /* 0: the cache is off */
+    size_t pages;     /* held by entries now */
+    DiPrefixEntry *entries;
+    int n_entries, cap_entries;
+    uint64_t clock;
+    uint64_t stored, evicted, lookups, hits, hit_tokens;
+} DiPrefixCache;
+
+void di_prefix_cache_init(DiPrefixCache *c, DiPagePool *pool, const DiRunner *runner, size_t max_pages);
+/* Return every entry's pages to the pool and free the entries. */
+void di_prefix_cache_free(DiPrefixCache *c);
+
+/* Keep the state of tokens[0, n_tokens) that `pages` holds.  The cache takes the pages it needs
+ * (the table is left empty; pages beyond pages_for_tokens(n_tokens) go back to the pool), evicting
+ * older entries to stay within max_pages.  An entry with the same tokens is replaced.  When the
+ * cache is off, the state is empty or larger than max_pages, or memory for the entry runs out,
+ * the pages simply go back to the pool.  Never fails. */
+void di_prefix_cache_store(DiPrefixCache *c, const int32_t *tokens, int64_t n_tokens, DiPageTable *pages);
+
+/* The entry with the most tokens that are a prefix of tokens[0, max_tokens): its index, or -1.
+ * (The caller counts lookups; di_prefix_cache_take counts hits and hit tokens.) */
+int di_prefix_cache_find(DiPrefixCache *c, const int32_t *tokens, int64_t max_tokens);
+
+/* Evict least recently used entries other than *keep (-1: none) until the pool has free_wanted
+ * free pages; *keep is updated as entries move.  False when the cache ran out of entries first. */
+bool di_prefix_cache_make_room(DiPrefixCache *c, size_t free_wanted, int *keep);
+
+/* Move entry `index`'s pages into `pages` (which must be empty) and drop the entry; returns the
+ * number of positions the state holds. */
+int64_t di_prefix_cache_take(DiPrefixCache *c, int index, DiPageTable *pages);
+
+#endif
