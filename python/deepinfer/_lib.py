@@ -19,7 +19,8 @@ class EngineOptions(Structure):
     _fields_ = [("max_num_seqs", c_int), ("max_batch_tokens", c_int), ("max_prefill_chunk", c_int),
                 ("state_memory_bytes", c_size_t), ("async_scheduling", c_int),
                 ("batch_invariant", c_int), ("seed", c_uint64),
-                ("engram_token_map", POINTER(c_int32)), ("engram_token_map_len", ctypes.c_int64)]
+                ("engram_token_map", POINTER(c_int32)), ("engram_token_map_len", ctypes.c_int64),
+                ("enable_prefix_caching", c_int), ("prefix_cache_bytes", c_size_t)]
 
 
 class CSamplingParams(Structure):
@@ -54,7 +55,8 @@ class RequestOutputC(Structure):
                 ("text_len", c_size_t), ("logprobs", POINTER(TokenLogprobs)),
                 ("cumulative_logprob", c_double), ("finish_reason", c_int), ("stop_token", c_int32),
                 ("stop_string", c_int), ("seed", c_uint64), ("n_preemptions", c_int),
-                ("time_to_first_token_s", c_double), ("total_time_s", c_double)]
+                ("time_to_first_token_s", c_double), ("total_time_s", c_double),
+                ("n_cached_tokens", c_int)]
 
 
 class EngineMetrics(Structure):
@@ -65,7 +67,10 @@ class EngineMetrics(Structure):
                 ("page_bytes", c_size_t), ("pages_total", c_size_t), ("pages_used", c_size_t),
                 ("pages_peak", c_size_t), ("state_bytes_used", c_size_t),
                 ("time_forward_s", c_double), ("time_sample_s", c_double),
-                ("time_schedule_s", c_double), ("time_output_s", c_double), ("time_wait_s", c_double)]
+                ("time_schedule_s", c_double), ("time_output_s", c_double), ("time_wait_s", c_double),
+                ("prefix_cache_enabled", c_int), ("prefix_cache_lookups", c_uint64),
+                ("prefix_cache_hits", c_uint64), ("prefix_cache_hit_tokens", c_uint64),
+                ("prefix_cache_entries", c_size_t), ("pages_cached", c_size_t)]
 
 
 class TextHooks(Structure):

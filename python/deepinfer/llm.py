@@ -30,7 +30,7 @@ def _check(rc: int, what: str):
 
 
 def _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk, state_memory_bytes,
-                    async_scheduling, batch_invariant, seed):
+                    async_scheduling, batch_invariant, seed, enable_prefix_caching=None):
     opts = _lib.EngineOptions()
     lib.di_engine_options_init(ctypes.byref(opts))
     if max_num_seqs is not None:
@@ -45,6 +45,8 @@ def _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk, state_mem
         opts.async_scheduling = 1 if async_scheduling else 0
     if batch_invariant is not None:
         opts.batch_invariant = 1 if batch_invariant else 0
+    if enable_prefix_caching is not None:
+        opts.enable_prefix_caching = 1 if enable_prefix_caching else 0
     opts.seed = seed or 0
     return opts
 
@@ -82,18 +84,21 @@ class _CParams:
 
 class LLM:
     """An engine over one model.  model=None: the built-in tiny model ($DEEPINFER_HF_MODEL_DIR
-    when set).  Options map to DiEngineOptions; None keeps the C default."""
+    when set).  Options map to DiEngineOptions; None keeps the C default (prefix caching: off;
+    enable_prefix_caching=True lets a request that extends a finished one, e.g. the next turn
+    of a chat, start from its cached state: RequestOutput.num_cached_tokens)."""
 
     def __init__(self, model: Optional[str] = None, *, max_num_seqs: Optional[int] = None,
                  max_batch_tokens: Optional[int] = None, max_prefill_chunk: Optional[int] = None,
                  state_memory_bytes: Optional[int] = None, async_scheduling: Optional[bool] = None,
                  batch_invariant: Optional[bool] = None, seed: int = 0, tokenizer: Optional[str] = None,
-                 _engine_handle=None):
+                 enable_prefix_caching: Optional[bool] = None, _engine_handle=None):
         self._engine = None
         self.tokenizer: Optional[Tokenizer] = None
         if _engine_handle is None:
             opts = _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk,
-                                   state_memory_bytes, async_scheduling, batch_invariant, seed)
+                                   state_memory_bytes, async_scheduling, batch_invariant, seed,
+                                   enable_prefix_caching)
             model_arg = model.encode("utf-8") if model else None
             # a real checkpoint ships no engram_token_map.json: its map comes from its tokenizer
             engram = ctypes.POINTER(ctypes.c_int32)()
@@ -273,6 +278,7 @@ class LLM:
         outs = []
         prompt_ids: List[int] = []
         metrics: Dict[str, float] = {}
+        cached = None
         for index, rid in enumerate(ids):
             o = _lib.RequestOutputC()
             _check(lib.di_engine_get_output(self._handle(), rid, ctypes.byref(o)), "fetching an output")
@@ -301,7 +307,9 @@ class LLM:
                 stop_reason=stop_reason, seed=o.seed))
             metrics = {"time_to_first_token_s": o.time_to_first_token_s,
                        "total_time_s": o.total_time_s, "preemptions": o.n_preemptions}
+            cached = o.n_cached_tokens
         self._next_request += 1
         return RequestOutput(request_id=str(ids[0]) if ids else "", prompt=prompt_text,
                              prompt_token_ids=list(prompt_ids), outputs=outs,
-                             finished=all(c.finish_reason is not None for c in outs), metrics=metrics)
+                             finished=all(c.finish_reason is not None for c in outs), metrics=metrics,
+                             num_cached_tokens=cached)

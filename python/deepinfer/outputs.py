@@ -32,3 +32,4 @@ class RequestOutput:
     outputs: List[CompletionOutput]
     finished: bool
     metrics: Dict[str, float] = field(default_factory=dict)
+    num_cached_tokens: Optional[int] = None  # prompt tokens whose state came from the prefix cache

@@ -113,6 +113,10 @@ static int accumulate(DiApiOutput *out, const DiApiEvent *ev) {
         out->completion_tokens += ev->tokens;
         return di_api_buf_append(&out->calls[out->n_calls - 1].args, ev->text, ev->len);
     case DI_API_EV_FINISH:
+        if (ev->cache_hit_tokens < 0 || ev->cache_hit_tokens > out->prompt_tokens)
+            return di_errorf("finish event: %lld prompt cache hit tokens of %lld prompt tokens",
+                             (long long)ev->cache_hit_tokens, (long long)out->prompt_tokens);
+        if (ev->cache_hit_tokens > 0) out->cache_hit_tokens = ev->cache_hit_tokens;
         out->finished = true;
         out->finish = ev->finish;
         out->completion_tokens += ev->tokens;

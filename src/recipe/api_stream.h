@@ -38,7 +38,8 @@ typedef struct {
     const char *text;      /* REASONING / CONTENT / TOOL_BEGIN (name) / TOOL_ARGS / FINISH (error) */
     size_t len;
     int64_t tokens;        /* tokens this text accounts for (REASONING / CONTENT / TOOL_ARGS) */
-    int64_t prompt_tokens, cache_hit_tokens;   /* READY */
+    int64_t prompt_tokens, cache_hit_tokens;   /* READY; FINISH: cache_hit_tokens > 0 replaces READY's
+                                                * (a prefix cache is consulted after READY) */
     DiApiFinish finish;                        /* FINISH */
     const char *stop_sequence;                 /* FINISH: the stop sequence matched, or NULL */
     int http_status;                           /* FINISH with ERROR: the status a client should see

@@ -22,6 +22,7 @@ typedef struct Job {
     uint64_t engine_id;
     DiEngine *engine;            /* to read the finished output (engine thread only) */
     bool added;
+    bool cache_reported;         /* the prefix-cache hit of its admission passed on */
     DiApiRequest req;            /* a private copy of what the engine needs */
     char *chat_json;             /* the conversation, or NULL for a raw prompt (no model text) */
     int32_t *ids;                /* the prompt ids (with the model's text), else NULL */
@@ -54,13 +55,17 @@ static bool job_done(const Job *j) { return di_output_events_done(j->out); }
 static void on_delta(void *user, const DiStreamDelta *d) {
     Job *j = user;
     if (job_done(j)) return; /* e.g. the abort we issue after a stop sequence */
+    DiRequestOutput out;
+    if (!j->cache_reported && di_engine_get_output(j->engine, j->engine_id, &out) == 0) {
+        di_output_events_cache_hits(j->out, out.n_cached_tokens); /* admitted by now: it has output */
+        j->cache_reported = true;
+    }
     if (di_output_events_text(j->out, d->new_text, d->new_text_len, d->n_new_tokens) != 0) return;
     if (d->finish_reason == DI_FINISH_NONE) return;
     DiApiFinish f = d->finish_reason == DI_FINISH_LENGTH  ? DI_API_FINISH_LENGTH
                     : d->finish_reason == DI_FINISH_ABORT ? DI_API_FINISH_ABORT
                                                           : DI_API_FINISH_STOP;
     const char *stop = NULL;
-    DiRequestOutput out;
     if (j->req.protocol == DI_API_COMPLETIONS && f == DI_API_FINISH_STOP && di_engine_get_output(j->engine, j->engine_id, &out) == 0 &&
         out.stop_string >= 0 && (size_t)out.stop_string < j->req.n_stop)
         stop = j->req.stop[out.stop_string]; /* a raw prompt's stop string, matched by the engine */

@@ -17,6 +17,7 @@ struct DiOutputEvents {
     size_t sent_reasoning, sent_content, sent_calls, sent_args;
     bool sent_name, done;
     int64_t pending_tokens;
+    int64_t cache_hit_tokens; /* known after READY (the engine admits later); sent with FINISH */
 };
 
 static void emit_text(DiOutputEvents *o, DiApiEventKind kind, const char *text, size_t len) {
@@ -29,7 +30,8 @@ static void emit_text(DiOutputEvents *o, DiApiEventKind kind, const char *text, 
 static void emit_finish(DiOutputEvents *o, DiApiFinish finish, const char *stop, const char *error, int status) {
     if (o->done) return;
     DiApiEvent ev = {.kind = DI_API_EV_FINISH, .finish = finish, .stop_sequence = stop, .tokens = o->pending_tokens,
-                     .text = error, .len = error ? strlen(error) : 0, .http_status = status};
+                     .text = error, .len = error ? strlen(error) : 0, .http_status = status,
+                     .cache_hit_tokens = o->cache_hit_tokens};
     o->pending_tokens = 0;
     o->done = true;
     o->emit(o->user, &ev);
@@ -143,4 +145,8 @@ void di_output_events_finish(DiOutputEvents *o, DiApiFinish finish, const char *
         }
     }
     emit_finish(o, finish, stop, error, status);
+}
+
+void di_output_events_cache_hits(DiOutputEvents *o, int64_t cache_hit_tokens) {
+    if (o && cache_hit_tokens >= 0) o->cache_hit_tokens = cache_hit_tokens;
 }

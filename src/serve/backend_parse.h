@@ -33,6 +33,10 @@ void di_output_events_finish(DiOutputEvents *o, DiApiFinish finish, const char *
 /* Emit READY (prompt accepted). */
 void di_output_events_ready(DiOutputEvents *o, int64_t prompt_tokens, int64_t cache_hit_tokens);
 
+/* The prompt tokens the engine restored from its prefix cache.  Known only once the engine has
+ * admitted the request, after READY, so it travels with FINISH and the final usage reports it. */
+void di_output_events_cache_hits(DiOutputEvents *o, int64_t cache_hit_tokens);
+
 bool di_output_events_done(const DiOutputEvents *o);
 
 #endif

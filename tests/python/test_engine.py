@@ -187,3 +187,30 @@ def test_ctrl_c_aborts_the_call_and_frees_its_state():
     out = engine.generate("again", SamplingParams(max_tokens=3, seed=1))[0]
     assert len(out.outputs[0].token_ids) == 3
     engine.close()
+
+
+def test_prefix_caching_starts_the_next_turn_from_the_cached_state():
+    """The next turn (prompt + answer + new tokens) reuses the finished turn's state when prefix
+    caching is on, and generates exactly what an engine without the cache generates."""
+    turn1 = [5, 17, 99, 3, 250, 41, 7, 7, 300, 12, 64]
+    outputs = {}
+    for cache in (False, True):
+        engine = mock_llm(vocab_size=512, model_seed=3, max_batch_tokens=8, enable_prefix_caching=cache)
+        params = SamplingParams(max_tokens=6, seed=11, ignore_eos=True)
+        first = engine.generate({"prompt_token_ids": turn1}, params)[0]
+        turn2 = turn1 + first.outputs[0].token_ids + [400, 401, 402]
+        second = engine.generate({"prompt_token_ids": turn2}, params)[0]
+        outputs[cache] = (first.outputs[0].token_ids, second.outputs[0].token_ids)
+        m = engine.metrics()
+        if cache:
+            # the first turn's state holds its prompt and all its outputs but the last
+            assert first.num_cached_tokens == 0
+            assert second.num_cached_tokens == len(turn1) + 5
+            assert m["prefix_cache_enabled"] == 1 and m["prefix_cache_hits"] == 1
+            assert m["prefix_cache_hit_tokens"] == len(turn1) + 5
+            assert m["pages_used"] == m["pages_cached"] > 0
+        else:
+            assert second.num_cached_tokens == 0 and m["prefix_cache_enabled"] == 0
+            assert m["pages_used"] == 0
+        engine.close()
+    assert outputs[True] == outputs[False]

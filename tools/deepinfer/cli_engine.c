@@ -145,7 +145,8 @@ static int hook_is_special(const void *ctx, int32_t id) { return di_tokenizer_is
 static int open_engine(CliModel *m) {
     DiEngineOptions opts;
     di_engine_options_init(&opts);
-    opts.max_num_seqs = 1; /* one conversation at a time */
+    opts.max_num_seqs = 1;           /* one conversation at a time */
+    opts.enable_prefix_caching = 1; /* chat: a turn that extends the last one starts from its state */
     opts.engram_token_map = m->engram_map;
     opts.engram_token_map_len = m->engram_map_len;
     if (!(m->engine = di_engine_create(m->dir, &opts))) return -1;

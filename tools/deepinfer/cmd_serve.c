@@ -27,6 +27,8 @@ static void usage(FILE *out) {
             "  --served-model-name NAME the model name clients send and /v1/models lists (default DeepSeek-V4.1-Flash)\n"
             "  --context-limit N        prompt + output tokens of one request (default 1048576)\n"
             "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
+            "  --prefix-cache on|off    keep finished requests' states so a request extending one (the next\n"
+            "                           turn of a chat) starts from it; usage reports the cached tokens (default on)\n"
             "  --port N                 TCP port (default 8000)\n"
             "  --api-key KEY            require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
             "                           (default: $DEEPINFER_API_KEY; none: no authentication)\n"
@@ -57,11 +59,18 @@ static int parse_seconds(const char *flag, const char *v, double *out) {
     return 0;
 }
 
+static int parse_on_off(const char *flag, const char *v, bool *out) {
+    if (strcmp(v, "on") == 0) *out = true;
+    else if (strcmp(v, "off") == 0) *out = false;
+    else return di_errorf("%s: expected on or off, got '%s'", flag, v);
+    return 0;
+}
+
 /* The engine behind the server: di_engine_create on the model directory (NULL: the default
  * model), the model's text on the directory it resolved, both wrapped in the engine backend.
  * *text must outlive the backend. */
 static DiEngineBackend *open_backend(const char *model_dir, const char *served_name, long context_limit,
-                                     DiServeText **text) {
+                                     bool prefix_cache, DiServeText **text) {
     *text = NULL;
     /* a real checkpoint ships no engram_token_map.json: its map comes from its tokenizer */
     int32_t *engram_map = NULL;
@@ -71,6 +80,7 @@ static DiEngineBackend *open_backend(const char *model_dir, const char *served_n
     di_engine_options_init(&opts);
     opts.engram_token_map = engram_map;
     opts.engram_token_map_len = engram_len;
+    opts.enable_prefix_caching = prefix_cache;
     DiEngine *engine = di_engine_create(model_dir, &opts);
     free(engram_map);
     if (!engine) return NULL;
@@ -98,6 +108,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model = getenv("DEEPINFER_HF_MODEL_DIR");
     const char *served_name = "DeepSeek-V4.1-Flash";
     long context_limit = 1L << 20; /* V4.1-Flash contexts up to 1M tokens (serving.md §3) */
+    bool prefix_cache = true;
     const char *env_key = getenv("DEEPINFER_API_KEY");
     if (env_key && *env_key) cfg.api_key = env_key;
     for (int i = 1; i < argc; i++) {
@@ -118,6 +129,7 @@ int cmd_serve(int argc, char **argv) {
         else if (strcmp(a, "--served-model-name") == 0) served_name = v;
         else if (strcmp(a, "--context-limit") == 0) rc = parse_long(a, v, 16, 1L << 30, &context_limit);
         else if (strcmp(a, "--host") == 0) cfg.host = v;
+        else if (strcmp(a, "--prefix-cache") == 0) rc = parse_on_off(a, v, &prefix_cache);
         else if (strcmp(a, "--api-key") == 0) cfg.api_key = v;
         else if (strcmp(a, "--port") == 0) rc = parse_long(a, v, 0, 65535, &n), cfg.port = (int)n;
         else if (strcmp(a, "--max-queue") == 0) rc = parse_long(a, v, 1, 1000000, &n), cfg.max_queue = (int)n;
@@ -141,7 +153,7 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     DiServeText *text = NULL;
-    DiEngineBackend *eb = open_backend(model && *model ? model : NULL, served_name, context_limit, &text);
+    DiEngineBackend *eb = open_backend(model && *model ? model : NULL, served_name, context_limit, prefix_cache, &text);
     if (!eb) {
         fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
         return 1;

@@ -1,0 +1,46 @@
+"""Prompt caching through `deepinfer serve` on the built-in tiny model: a request whose prompt
+extends a finished request's prompt starts from its cached state, and the usage the SDK sees
+(prompt_tokens_details.cached_tokens, streamed and not) and /metrics report exactly the reused
+tokens, which the test derives independently with Hugging Face `tokenizers` from the model's
+tokenizer.json.  With --prefix-cache off nothing is reused."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from server_fixture import MODEL  # noqa: E402
+from test_server_tiny import Serve  # noqa: E402
+
+openai = pytest.importorskip("openai")
+tokenizers = pytest.importorskip("tokenizers")
+
+PROMPTS = ["The quick brown fox", "The quick brown fox jumps over the lazy dog",
+           "The quick brown fox jumps over the lazy dog and the cat"]
+
+
+@pytest.mark.parametrize("cache", ["on", "off"])
+def test_a_prompt_extending_a_finished_one_reuses_its_state(tmp_path, cache):
+    srv = Serve(str(tmp_path), "--prefix-cache", cache)
+    try:
+        tok = tokenizers.Tokenizer.from_file(os.path.join(srv.model_dir, "tokenizer.json"))
+        bos = tok.token_to_id("<｜begin▁of▁sentence｜>")  # a raw prompt is BOS + its plain encoding
+        ids = [[bos] + tok.encode(p, add_special_tokens=False).ids for p in PROMPTS]
+        for shorter, longer in zip(ids, ids[1:]):
+            assert longer[:len(shorter)] == shorter  # the oracle's precondition
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused")
+        # one output token each: a finished request's state then holds exactly its prompt
+        r1 = client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=1, temperature=0)
+        assert (r1.usage.prompt_tokens, r1.usage.prompt_tokens_details.cached_tokens) == (len(ids[0]), 0)
+        chunks = list(client.completions.create(model=MODEL, prompt=PROMPTS[1], max_tokens=1, temperature=0,
+                                                stream=True, stream_options={"include_usage": True}))
+        streamed = chunks[-1].usage
+        r3 = client.completions.create(model=MODEL, prompt=PROMPTS[2], max_tokens=2, temperature=0)
+        hit = (lambda n: n) if cache == "on" else (lambda n: 0)
+        assert streamed.prompt_tokens == len(ids[1])
+        assert streamed.prompt_tokens_details.cached_tokens == hit(len(ids[0]))
+        assert r3.usage.prompt_tokens == len(ids[2])
+        assert r3.usage.prompt_tokens_details.cached_tokens == hit(len(ids[1]))
+        assert srv.metrics()["deepinfer_prompt_cache_hit_tokens_total"] == hit(len(ids[0]) + len(ids[1]))
+    finally:
+        srv.stop()
