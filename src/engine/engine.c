@@ -225,7 +225,13 @@ void di_engine_destroy(DiEngine *e) {
         di_request_free(e->requests[i]);
     }
     free(e->requests);
-    for (int i = 0; i < 2; i++) di_step_free(&e->steps[i]);
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < e->steps[i].n_seqs; k++) { /* snapshots of a step never processed */
+            di_page_table_release(e->pool, &e->steps[i].seqs[k].snapshot);
+            di_page_table_free(&e->steps[i].seqs[k].snapshot);
+        }
+        di_step_free(&e->steps[i]);
+    }
     for (int i = 0; i < e->n_samplers; i++) di_sampler_destroy(e->samplers[i]);
     free(e->samplers);
     di_pool_destroy(e->threads);
@@ -471,6 +477,14 @@ static int process_step(DiEngine *e, DiStep *step) {
             confirm_token(e, req, s->start_pos + s->n_tokens);
             deliver(req);
         }
+    }
+    for (int i = 0; i < step->n_seqs; i++) { /* prefix-cache snapshots the step took */
+        DiStepSeq *s = &step->seqs[i];
+        if (s->snapshot.n == 0) continue;
+        if (step->status == 0)
+            di_prefix_cache_store(&e->sched.cache, s->req->tokens, s->start_pos + s->n_tokens, &s->snapshot);
+        di_page_table_release(e->pool, &s->snapshot);
+        di_page_table_free(&s->snapshot);
     }
     for (int i = 0; i < step->n_seqs; i++) {
         DiRequest *req = step->seqs[i].req;

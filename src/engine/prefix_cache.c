@@ -115,3 +115,13 @@ int64_t di_prefix_cache_take(DiPrefixCache *c, int index, DiPageTable *pages) {
     drop(c, index);
     return n;
 }
+
+int64_t di_prefix_cache_copy(DiPrefixCache *c, int index, DiPageTable *pages) {
+    DiPrefixEntry *e = &c->entries[index];
+    size_t page_bytes = di_page_pool_page_bytes(c->pool);
+    for (size_t p = 0; p < e->pages.n && p < pages->n; p++) memcpy(pages->pages[p], e->pages.pages[p], page_bytes);
+    e->last_use = ++c->clock;
+    c->hits++;
+    c->hit_tokens += (uint64_t)e->n_tokens;
+    return e->n_tokens;
+}

@@ -6,9 +6,12 @@
  * and lives entirely in its pages, but it cannot be cut back to an earlier position: the window
  * ring and the compressor have already moved on.  So an entry is one exact state, reusable by a
  * request whose tokens extend the entry's tokens; the typical hit is the next turn of a
- * conversation, whose prompt is the previous prompt + answer + the new message.  Entries are the
- * finished requests' own pages, handed over without a copy, and a hit hands them to the new
- * request (an entry serves one request; the new request's own finish stores the longer state).
+ * conversation, whose prompt is the previous prompt + answer + the new message.  The scheduler
+ * also stores a copy of a long prompt's state just before its last token (the same prompt again,
+ * or a next turn that re-renders the history differently after the assistant tag).  Entries are the
+ * finished requests' own pages, handed over without a copy.  A hit copies the state into the
+ * new request's pages when the pool has room, so the entry stays for the next request with the
+ * same prefix; when memory is short the new request takes the entry's pages instead.
  *
  * Memory.  Entries hold pages of the engine's pool, at most max_pages of them (least recently
  * stored or used evicted first), and the scheduler evicts entries before it makes a request wait
@@ -62,5 +65,9 @@ bool di_prefix_cache_make_room(DiPrefixCache *c, size_t free_wanted, int *keep);
 /* Move entry `index`'s pages into `pages` (which must be empty) and drop the entry; returns the
  * number of positions the state holds. */
 int64_t di_prefix_cache_take(DiPrefixCache *c, int index, DiPageTable *pages);
+
+/* Copy entry `index`'s state into the first pages of `pages` (which must hold at least as many)
+ * and keep the entry for later requests; returns the number of positions the state holds. */
+int64_t di_prefix_cache_copy(DiPrefixCache *c, int index, DiPageTable *pages);
 
 #endif

@@ -148,6 +148,34 @@ static PageOutcome secure_pages(DiScheduler *s, int index, int64_t n_tokens) {
     return PREEMPTED_SELF;
 }
 
+/* Prompt caching also keeps the state just before a prompt's last token (prefix_cache.h): the
+ * same prompt again, or a chat's next turn whose history re-renders differently after the
+ * assistant tag (reasoning dropped), restarts there.  The chunk that would compute that position
+ * ends at it (the last token then runs in the next step) and the step copies the state.  Short
+ * prompts are not worth the extra step. */
+#define SNAPSHOT_MIN_TOKENS 32
+
+static bool cut_for_snapshot(const DiScheduler *s, const DiRequest *req, int64_t start, int64_t *chunk) {
+    int64_t at = req->n_prompt - 1;
+    if (s->cache.max_pages == 0 || req->snapshot_planned || at < SNAPSHOT_MIN_TOKENS || start >= at || start + *chunk <= at)
+        return false;
+    *chunk = at - start;
+    return true;
+}
+
+/* Pages for the snapshot of the step's last sequence (planned by cut_for_snapshot), if the pool
+ * has them free; without them the snapshot is skipped (the cut chunk is still correct). */
+static void reserve_snapshot(DiScheduler *s, DiStep *step, DiRequest *req) {
+    DiStepSeq *seq = &step->seqs[step->n_seqs - 1];
+    size_t need = s->runner->ops->pages_for_tokens(s->runner, seq->start_pos + seq->n_tokens);
+    req->snapshot_planned = true;
+    if (need <= s->cache.max_pages && need <= di_page_pool_free(s->pool) &&
+        di_page_table_reserve(s->pool, &seq->snapshot, need) != 0) {
+        di_page_table_release(s->pool, &seq->snapshot);
+        di_page_table_free(&seq->snapshot);
+    }
+}
+
 static int plan_running(DiScheduler *s, DiStep *step, int *budget, bool decodes) {
     for (int i = 0; i < s->n_running && step->n_seqs < s->cfg.max_num_seqs && *budget > 0; i++) {
         DiRequest *req = s->running[i];
@@ -158,6 +186,7 @@ static int plan_running(DiScheduler *s, DiStep *step, int *budget, bool decodes)
         int64_t chunk = pending;
         if (chunk > *budget) chunk = *budget;
         if (s->cfg.max_prefill_chunk > 0 && chunk > s->cfg.max_prefill_chunk) chunk = s->cfg.max_prefill_chunk;
+        bool snapshot = cut_for_snapshot(s, req, req->n_computed, &chunk);
         PageOutcome got = secure_pages(s, i, req->n_computed + chunk);
         if (got == PREEMPTED_SELF) {
             i--; /* the list shifted */
@@ -167,6 +196,7 @@ static int plan_running(DiScheduler *s, DiStep *step, int *budget, bool decodes)
         /* preemption only removes requests after i, so index i is still req */
         bool sample = req->n_computed + chunk == di_request_known_tokens(req);
         if (di_step_add(step, req, req->n_computed, (int32_t)chunk, sample) != 0) return -1;
+        if (snapshot) reserve_snapshot(s, step, req);
         req->planned_epoch = s->epoch;
         req->inflight++;
         req->n_computed += chunk;
@@ -190,11 +220,18 @@ static int admit(DiScheduler *s, DiStep *step, int *budget) {
         int64_t chunk = known - start;
         if (chunk > *budget) chunk = *budget;
         if (s->cfg.max_prefill_chunk > 0 && chunk > s->cfg.max_prefill_chunk) chunk = s->cfg.max_prefill_chunk;
+        bool snapshot = cut_for_snapshot(s, req, start, &chunk);
         size_t need = s->runner->ops->pages_for_tokens(s->runner, start + chunk);
-        /* admission by free pages (cached states give way), never by preemption */
-        if (need - have > di_page_pool_free(s->pool) && !di_prefix_cache_make_room(&s->cache, need - have, &hit)) break;
-        if (hit >= 0) start = di_prefix_cache_take(&s->cache, hit, &req->pages);
-        if (di_page_table_reserve(s->pool, &req->pages, need) != 0) return -1;
+        if (hit >= 0 && need <= di_page_pool_free(s->pool)) { /* room for a copy: the entry stays */
+            if (di_page_table_reserve(s->pool, &req->pages, need) != 0) return -1;
+            start = di_prefix_cache_copy(&s->cache, hit, &req->pages);
+        } else {
+            /* admission by free pages (cached states give way), never by preemption */
+            if (need - have > di_page_pool_free(s->pool) && !di_prefix_cache_make_room(&s->cache, need - have, &hit))
+                break;
+            if (hit >= 0) start = di_prefix_cache_take(&s->cache, hit, &req->pages);
+            if (di_page_table_reserve(s->pool, &req->pages, need) != 0) return -1;
+        }
         s->cache.lookups += s->cache.max_pages > 0;
         if (req->n_preemptions == 0) req->n_cached_tokens = (int)start;
         remove_at(s->waiting, &s->n_waiting, 0);
@@ -202,6 +239,7 @@ static int admit(DiScheduler *s, DiStep *step, int *budget) {
         req->state = DI_REQ_RUNNING;
         bool sample = start + chunk == known;
         if (di_step_add(step, req, start, (int32_t)chunk, sample) != 0) return -1;
+        if (snapshot) reserve_snapshot(s, step, req);
         req->planned_epoch = s->epoch;
         req->inflight++;
         req->n_computed = start + chunk;

@@ -68,6 +68,7 @@ int di_step_add(DiStep *step, DiRequest *req, int64_t start_pos, int32_t n_token
     s->sample = sample;
     s->page_offset = step->n_page_ptrs;
     s->n_pages = req->pages.n;
+    s->snapshot = (DiPageTable){0};
     memcpy(step->page_ptrs + step->n_page_ptrs, req->pages.pages, req->pages.n * sizeof *req->pages.pages);
     step->n_page_ptrs = need;
     if (start_pos + n_tokens > req->n_prompt) {
@@ -153,6 +154,11 @@ void di_step_execute(const DiStepExecutor *exec, DiStep *step) {
     if (exec->runner->ops->forward(exec->runner, &batch) != 0) {
         fail(step, exec->runner->name ? exec->runner->name : "model forward");
         return;
+    }
+    for (int i = 0; i < step->n_seqs; i++) { /* prefix-cache snapshots, before the next step writes */
+        const DiStepSeq *s = &step->seqs[i];
+        for (size_t p = 0; p < s->snapshot.n && p < s->n_pages; p++)
+            memcpy(s->snapshot.pages[p], step->runner_seqs[i].pages[p], exec->runner->page_bytes);
     }
     double t1 = di_now_seconds();
     if (exec->observer)

@@ -24,6 +24,10 @@ typedef struct {
     bool sample;        /* sample the token at start_pos + n_tokens */
     size_t page_offset; /* into DiStep.page_ptrs */
     size_t n_pages;
+    /* When it holds pages: after the forward, the executor copies the sequence's state (its first
+     * snapshot.n pages: the state at start_pos + n_tokens) into them, for the prefix cache.  The
+     * engine hands them to the cache (or back to the pool) when it processes the step. */
+    DiPageTable snapshot;
 } DiStepSeq;
 
 /* Called on the executing thread for each sampled row, before sampling (tests, invariance checks). */

@@ -44,3 +44,25 @@ def test_a_prompt_extending_a_finished_one_reuses_its_state(tmp_path, cache):
         assert srv.metrics()["deepinfer_prompt_cache_hit_tokens_total"] == hit(len(ids[0]) + len(ids[1]))
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_the_next_chat_turn_reuses_the_previous_prompt(tmp_path, thinking):
+    """A chat's second turn re-renders the first (in thinking mode without its reasoning), so the
+    first turn's prompt up to its final token (the thinking tag) is a prefix of the second's: the
+    copy the engine kept before that token serves it, whatever the first answer was."""
+    srv = Serve(str(tmp_path))
+    try:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused")
+        extra = {"thinking": {"type": "enabled" if thinking else "disabled"}}
+        system = {"role": "system", "content": "You are a terse assistant that answers in one short line. " * 3}
+        first = [system, {"role": "user", "content": "Name a colour."}]
+        r1 = client.chat.completions.create(model=MODEL, messages=first, max_tokens=4, temperature=0, extra_body=extra)
+        assert r1.usage.prompt_tokens >= 33 and r1.usage.prompt_tokens_details.cached_tokens == 0
+        second = first + [{"role": "assistant", "content": r1.choices[0].message.content or ""},
+                          {"role": "user", "content": "Another one."}]
+        r2 = client.chat.completions.create(model=MODEL, messages=second, max_tokens=4, temperature=0, extra_body=extra)
+        assert r2.usage.prompt_tokens > r1.usage.prompt_tokens
+        assert r2.usage.prompt_tokens_details.cached_tokens >= r1.usage.prompt_tokens - 1
+    finally:
+        srv.stop()

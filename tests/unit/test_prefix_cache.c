@@ -1,8 +1,9 @@
 /* test_prefix_cache.c — prompt caching (engine/prefix_cache.h): the cache's own rules (longest
  * extended entry, at least one position left to compute, replacement, LRU eviction within its
  * budget and for the pool), and the engine over the mock runner: the next turn of a
- * conversation starts from the previous turn's cached state and generates exactly what the
- * independent reference generates from scratch, in sync and async mode, with freed pages
+ * conversation starts from the previous turn's cached state, a long prompt repeated (or diverging
+ * only at its last token) from the copy taken before its last token, and each generates exactly
+ * what the independent reference generates from scratch, in sync and async mode, with freed pages
  * poisoned (so reading a state that was never written shows); cached states give way to new
  * requests instead of making them wait or preempting them. */
 #include "test.h"
@@ -224,7 +225,9 @@ TEST(the_next_turn_starts_from_the_cached_state_and_generates_the_same_tokens) {
         CHECK_EQ_INT(m.prefix_cache_hits, expected_hits);
         CHECK(m.prefix_cache_hit_tokens > 0);
         CHECK_EQ_INT(m.pages_used, m.pages_cached); /* only the cache holds pages now */
-        CHECK_EQ_INT(m.prefix_cache_entries, 1);      /* each hit moved the state on to the next turn */
+        /* every turn's final state (hits copy, the pool has room) and every turn's copy from
+         * before its last prompt token */
+        CHECK_EQ_INT(m.prefix_cache_entries, 4 + 4);
         di_engine_destroy(e);
     }
 }
@@ -246,6 +249,33 @@ TEST(an_identical_or_diverging_prompt_does_not_reuse_a_state_it_cannot_extend) {
     di_engine_get_metrics(e, &m);
     CHECK_EQ_INT(m.prefix_cache_hits, 0);
     di_engine_destroy(e);
+}
+
+TEST(a_long_prompt_leaves_its_state_before_the_last_token_for_the_same_or_a_diverging_prompt) {
+    fill_conv();
+    for (int async = 0; async <= 1; async++) {
+        DiEngine *e = cache_engine(async, 1, 1 << 20, 16);
+        if (!e) continue;
+        DiSamplingParams p = seeded(5, 21);
+        int n = 50; /* >= the 32 tokens that make a prompt worth the copy */
+        CHECK_EQ_INT(run_checked(e, conv, n, &p, NULL), 0);
+        /* the same prompt again: everything but its last token comes from the cache */
+        CHECK_EQ_INT(run_checked(e, conv, n, &p, NULL), n - 1);
+        /* a prompt that agrees up to the last token and then goes elsewhere (a chat whose
+         * earlier answer re-renders without its reasoning) */
+        int32_t other[70];
+        memcpy(other, conv, sizeof(int32_t) * (size_t)(n - 1));
+        for (int k = n - 1; k < 70; k++) other[k] = conv[(k * 3 + 1) % 400];
+        CHECK_EQ_INT(run_checked(e, other, 70, &p, NULL), n - 1);
+        /* a short prompt is not worth the extra step: its identical repeat recomputes */
+        CHECK_EQ_INT(run_checked(e, conv + 100, 20, &p, NULL), 0);
+        CHECK_EQ_INT(run_checked(e, conv + 100, 20, &p, NULL), 0);
+        DiEngineMetrics m;
+        di_engine_get_metrics(e, &m);
+        CHECK_EQ_INT(m.prefix_cache_hits, 2);
+        CHECK_EQ_INT(m.pages_used, m.pages_cached);
+        di_engine_destroy(e);
+    }
 }
 
 TEST(cached_states_give_way_to_new_requests_without_preemption) {
@@ -275,6 +305,33 @@ TEST(cached_states_give_way_to_new_requests_without_preemption) {
     }
 }
 
+TEST(a_hit_under_memory_pressure_takes_the_entry_instead_of_copying_it) {
+    fill_conv();
+    DiRunner *probe = di_mock_runner_create(MOCK_VOCAB, MOCK_SEED);
+    /* the first turn's two states (final, and before its last prompt token) leave too little
+     * room for a copy of the final one */
+    size_t pages = probe->ops->pages_for_tokens(probe, 68) + probe->ops->pages_for_tokens(probe, 59) + 2;
+    size_t memory = probe->page_bytes * pages;
+    probe->ops->destroy(probe);
+    DiEngine *e = cache_engine(0, 1, memory, 64);
+    if (!e) return;
+    DiSamplingParams p = seeded(8, 5);
+    int32_t turn[80], gen[8];
+    memcpy(turn, conv, sizeof(int32_t) * 60);
+    CHECK_EQ_INT(run_checked(e, turn, 60, &p, gen), 0);
+    DiEngineMetrics m;
+    di_engine_get_metrics(e, &m);
+    CHECK_EQ_INT(m.prefix_cache_entries, 2);
+    memcpy(turn + 60, gen, sizeof gen);
+    for (int k = 68; k < 73; k++) turn[k] = conv[k * 5 % 400];
+    CHECK_EQ_INT(run_checked(e, turn, 73, &p, NULL), 60 + 7); /* sync: all but the last output */
+    di_engine_get_metrics(e, &m);
+    CHECK_EQ_INT(m.prefix_cache_hits, 1);
+    CHECK_EQ_INT(m.preemptions, 0);
+    CHECK_EQ_INT(m.pages_used, m.pages_cached);
+    di_engine_destroy(e);
+}
+
 TEST(bad_prefix_cache_options_are_errors) {
     DiEngineOptions o;
     di_engine_options_init(&o);
@@ -295,7 +352,9 @@ int main(void) {
     RUN_TEST(a_disabled_cache_keeps_nothing);
     RUN_TEST(the_next_turn_starts_from_the_cached_state_and_generates_the_same_tokens);
     RUN_TEST(an_identical_or_diverging_prompt_does_not_reuse_a_state_it_cannot_extend);
+    RUN_TEST(a_long_prompt_leaves_its_state_before_the_last_token_for_the_same_or_a_diverging_prompt);
     RUN_TEST(cached_states_give_way_to_new_requests_without_preemption);
+    RUN_TEST(a_hit_under_memory_pressure_takes_the_entry_instead_of_copying_it);
     RUN_TEST(bad_prefix_cache_options_are_errors);
     return TEST_SUMMARY();
 }
