@@ -145,7 +145,7 @@ int model_forward_batch(const Model *m, const ForwardSeq *seqs, int n_seqs, Forw
     }
     int hc = d->hc_mult, cols = d->n_engram ? (d->engram_max_ngram - 1) * d->engram_heads : 0;
     int64_t D = d->dim, V = d->vocab, n = total;
-    float *X = NULL, *pi = NULL, *row = NULL, *taps = NULL;
+    float *X = NULL, *pi = NULL, *row = NULL, *taps = NULL, *head_in = NULL, *head_out = NULL;
     int64_t *eids = NULL, *row0 = NULL, *start = NULL, *pos = NULL;
     RunState **sts = NULL;
     int32_t *tokens = NULL;
@@ -215,15 +215,31 @@ int model_forward_batch(const Model *m, const ForwardSeq *seqs, int n_seqs, Forw
                     trace->selected[((int64_t)L * n + i) * d->idx_topk + j] = j < sh.sel_count[i] ? sh.sel[i * d->idx_topk + j] : -1;
     }
     if (drafter && update_dspark_rings(m, &rb, taps) != 0) goto done;
-    /* §5.8 final collapse with the last FFN site's pre, norm, head */
-    for (int b = 0; b < n_seqs; b++) {
-        if (!seqs[b].logits) continue;
-        int64_t first = seqs[b].all_rows ? 0 : seqs[b].n - 1;
-        for (int64_t i = first; i < seqs[b].n; i++) {
-            int64_t r = row0[b] + i;
-            mhc_collapse(X + r * hc * D, pi + r * hc, hc, (int)D, row);
-            op_rmsnorm(row, row, m->w.norm, D, d->eps);
-            if (model_matmul(m, &m->w.head, row, 1, seqs[b].logits + (i - first) * V) != 0) goto done;
+    /* §5.8 final collapse with the last FFN site's pre, norm, head -- one matmul over every row
+     * that wants logits, so the head's weights are read once per batch, not once per request */
+    int64_t n_out = 0;
+    for (int b = 0; b < n_seqs; b++)
+        if (seqs[b].logits) n_out += seqs[b].all_rows ? seqs[b].n : 1;
+    if (n_out > 0) {
+        ALLOC(head_in, n_out * D, "head input rows");
+        ALLOC(head_out, n_out * V, "head output rows");
+        if (!head_in || !head_out) goto done;
+        int64_t o = 0;
+        for (int b = 0; b < n_seqs; b++) {
+            if (!seqs[b].logits) continue;
+            for (int64_t i = seqs[b].all_rows ? 0 : seqs[b].n - 1; i < seqs[b].n; i++, o++) {
+                int64_t r = row0[b] + i;
+                mhc_collapse(X + r * hc * D, pi + r * hc, hc, (int)D, head_in + o * D);
+                op_rmsnorm(head_in + o * D, head_in + o * D, m->w.norm, D, d->eps);
+            }
+        }
+        if (model_matmul(m, &m->w.head, head_in, n_out, head_out) != 0) goto done;
+        o = 0;
+        for (int b = 0; b < n_seqs; b++) {
+            if (!seqs[b].logits) continue;
+            int64_t rows = seqs[b].all_rows ? seqs[b].n : 1;
+            memcpy(seqs[b].logits, head_out + o * V, (size_t)(rows * V) * sizeof *head_out);
+            o += rows;
         }
     }
     for (int b = 0; b < n_seqs; b++) {
@@ -237,6 +253,8 @@ done:
     free(pi);
     free(row);
     free(taps);
+    free(head_in);
+    free(head_out);
     free(eids);
     free(row0);
     free(start);
