@@ -89,22 +89,19 @@ static int emit_entry(const Model *m, RunState *st, const LayerWeights *lw, int 
     return 0;
 }
 
-static int run_compressor(const Model *m, RunState *st, int L, const LayerWeights *lw, const float *a, int64_t n, int64_t s) {
+/* One request's rows: kc / zc are their compressor projections (zc NULL at ratio 1). */
+static int run_compressor(const Model *m, RunState *st, int L, const LayerWeights *lw, const float *kc, const float *zc,
+                          int64_t n, int64_t s) {
     const ModelDims *d = &m->d;
     int ratio = d->ratio[L], slot = d->kv_slot[L];
     int64_t Dh = d->head_dim;
     KvSourceState *ks = &st->kv[slot];
-    float *kc, *zc = NULL, *latent, *key;
+    float *latent, *key;
     int rc = -1;
     if (ratio > DIMS_MAX_LAYERS) return di_errorf("compressor of layer %d: ratio %d too large", L, ratio);
-    ALLOC(kc, n * Dh, "compressor rows");
-    if (ratio > 1) ALLOC(zc, n * Dh, "compressor gates");
     ALLOC(latent, Dh, "latent");
     ALLOC(key, d->idx_head_dim, "index key");
-    if (!kc || (ratio > 1 && !zc) || !latent || !key) goto done;
-    /* fp32 GEMMs without activation quantisation (§4.3) */
-    if (model_matmul(m, &lw->comp_wkv, a, n, kc) != 0) goto done;
-    if (ratio > 1 && model_matmul(m, &lw->comp_wgate, a, n, zc) != 0) goto done;
+    if (!latent || !key) goto done;
     for (int64_t i = 0; i < n; i++) {
         int64_t p = s + i;
         if (ratio == 1) {
@@ -146,8 +143,6 @@ static int run_compressor(const Model *m, RunState *st, int L, const LayerWeight
     rc = 0;
 done:
     if (rc != 0) di_error_wrap("compressor of layer %d", L);
-    free(kc);
-    free(zc);
     free(latent);
     free(key);
     return rc;
@@ -199,32 +194,29 @@ static int top_k_entries(const float *score, int64_t count, int k, Scored *tmp, 
     return take;
 }
 
-/* Rows r0 .. r0+n-1 of the batch belong to one request (positions s .. s+n-1); their
- * selections and pools go to those rows of sh. */
-static int run_indexer(const Model *m, RunState *st, int L, const LayerWeights *lw, const float *a, const float *qr, int64_t n,
-                       int64_t s, AttnShared *sh, int64_t r0) {
+/* Rows r0 .. r0+n-1 of the batch belong to one request (positions s .. s+n-1), with index
+ * queries qi (rotated here, in place) and head weights wp; their selections and pools go to
+ * those rows of sh. */
+static int run_indexer(const Model *m, RunState *st, int L, float *qi, const float *wp, int64_t n, int64_t s,
+                       AttnShared *sh, int64_t r0) {
     const ModelDims *d = &m->d;
     int ratio = d->ratio[L], slot = d->kv_slot[d->kv_src_of[L]];
     int64_t HI = d->idx_heads, DI = d->idx_head_dim, N = st->kv[slot].n_rows;
     int K = d->idx_topk, CS = d->cand_block_size, CB = d->cand_blocks;
     bool is_cand = L == d->cand_src, masked = d->cand_src >= 0 && L > d->cand_src;
     const RopeTable *rope = model_rope(m, ratio);
-    float *qi, *wp, *score;
+    float *score;
     Scored *tmp;
     uint8_t *inpool = NULL;
     int rc = -1;
-    ALLOC(qi, n * HI * DI, "index queries");
-    ALLOC(wp, n * HI, "index weights");
     ALLOC(score, N + 1, "index scores");
     ALLOC(tmp, N + 1, "index ranking");
     if (masked || is_cand) ALLOC(inpool, N / (CS > 0 ? CS : 1) + 2, "candidate mask");
-    if (!qi || !wp || !score || !tmp || ((masked || is_cand) && !inpool)) goto done;
+    if (!score || !tmp || ((masked || is_cand) && !inpool)) goto done;
     if (masked && sh->pool_layer != d->cand_src) {
         di_errorf("indexer of layer %d: no candidate pool from layer %d in this forward", L, d->cand_src);
         goto done;
     }
-    if (model_linear(m, &lw->idx_wq_b, qr, n, qi, model_act_quant(m)) != 0) goto done;
-    if (model_matmul(m, &lw->idx_weights_proj, a, n, wp) != 0) goto done;
     float wscale = 1.0f / sqrtf((float)DI) / sqrtf((float)HI); /* DI^-1/2 · HI^-1/2 (§5.6.6 step 2) */
     for (int64_t i = 0; i < n; i++) {
         int64_t p = s + i, nvis = (p + 1) / ratio;
@@ -275,8 +267,6 @@ static int run_indexer(const Model *m, RunState *st, int L, const LayerWeights *
     rc = 0;
 done:
     if (rc != 0) di_error_wrap("indexer of layer %d", L);
-    free(qi);
-    free(wp);
     free(score);
     free(tmp);
     free(inpool);
@@ -365,9 +355,9 @@ int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a,
     const LayerWeights *lw = &m->w.layers[L];
     int ratio = d->ratio[L];
     const RopeTable *rope = model_rope(m, ratio);
-    int64_t H = d->n_heads, Dh = d->head_dim, W = d->window, K = d->idx_topk, D = d->dim, n = rb->row0[rb->n_seqs];
+    int64_t H = d->n_heads, Dh = d->head_dim, W = d->window, K = d->idx_topk, n = rb->row0[rb->n_seqs];
     int64_t KW = W + K + 1; /* key slots per row */
-    float *q, *qr, *kv, *o, *z;
+    float *q, *qr, *kv, *o, *z, *kc = NULL, *zc = NULL, *qi = NULL, *wp = NULL;
     const float **keys;
     int64_t *nkeys;
     int rc = -1;
@@ -381,12 +371,30 @@ int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a,
     if (!q || !qr || !kv || !o || !z || !keys || !nkeys) goto done;
     /* projections of every row of every request at once */
     if (attn_query(m, lw, rope, a, n, rb->pos, q, qr) != 0 || attn_window_kv(m, lw, rope, a, n, rb->pos, kv) != 0) goto done;
-    /* compressor and indexer run per request: they read and extend that request's caches */
+    /* the compressor's and indexer's projections are per row too: every request's rows at once
+     * (fp32 GEMMs without activation quantisation for the compressor, §4.3) */
+    bool compress = d->role[L] == ROLE_FULL, index = compress || d->role[L] == ROLE_REINDEX;
+    int64_t HI = d->idx_heads, DI = d->idx_head_dim;
+    if (compress) {
+        ALLOC(kc, n * Dh, "compressor rows");
+        if (ratio > 1) ALLOC(zc, n * Dh, "compressor gates");
+        if (!kc || (ratio > 1 && !zc) || model_matmul(m, &lw->comp_wkv, a, n, kc) != 0 ||
+            (ratio > 1 && model_matmul(m, &lw->comp_wgate, a, n, zc) != 0))
+            goto done;
+    }
+    if (index) {
+        ALLOC(qi, n * HI * DI, "index queries");
+        ALLOC(wp, n * HI, "index weights");
+        if (!qi || !wp || model_linear(m, &lw->idx_wq_b, qr, n, qi, model_act_quant(m)) != 0 ||
+            model_matmul(m, &lw->idx_weights_proj, a, n, wp) != 0)
+            goto done;
+    }
+    /* compressor and indexer then run per request: they read and extend that request's caches */
     for (int b = 0; b < rb->n_seqs; b++) {
         int64_t r0 = rb->row0[b], nb = rb->row0[b + 1] - r0;
-        if (d->role[L] == ROLE_FULL && run_compressor(m, rb->st[b], L, lw, a + r0 * D, nb, rb->start[b]) != 0) goto done;
-        if ((d->role[L] == ROLE_FULL || d->role[L] == ROLE_REINDEX) &&
-            run_indexer(m, rb->st[b], L, lw, a + r0 * D, qr + r0 * d->q_rank, nb, rb->start[b], sh, r0) != 0)
+        if (compress && run_compressor(m, rb->st[b], L, lw, kc + r0 * Dh, zc ? zc + r0 * Dh : NULL, nb, rb->start[b]) != 0)
+            goto done;
+        if (index && run_indexer(m, rb->st[b], L, qi + r0 * HI * DI, wp + r0 * HI, nb, rb->start[b], sh, r0) != 0)
             goto done;
     }
     if (d->role[L] == ROLE_FULL || d->role[L] == ROLE_REINDEX) {
@@ -440,5 +448,9 @@ done:
     free(z);
     free(keys);
     free(nkeys);
+    free(kc);
+    free(zc);
+    free(qi);
+    free(wp);
     return rc;
 }
