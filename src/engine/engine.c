@@ -104,6 +104,9 @@ static int make_pool(DiEngine *e, bool poison) {
     size_t cache_pages = 0; /* prefix cache off unless enabled (default off: see deepinfer.h) */
     if (e->opts.enable_prefix_caching == 1)
         cache_pages = e->opts.prefix_cache_bytes ? e->opts.prefix_cache_bytes / di_page_pool_page_bytes(pool) : n_pages;
+    if (e->opts.enable_prefix_caching == 1 && cache_pages == 0)
+        return di_errorf("engine options: prefix_cache_bytes %zu is less than one %zu-byte state page",
+                         e->opts.prefix_cache_bytes, di_page_pool_page_bytes(pool));
     di_prefix_cache_init(&e->sched.cache, pool, e->runner, cache_pages);
     return 0;
 }

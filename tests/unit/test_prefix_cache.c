@@ -343,6 +343,10 @@ TEST(bad_prefix_cache_options_are_errors) {
     o.prefix_cache_bytes = 2 << 20;
     CHECK(di_engine_create_mock(MOCK_VOCAB, MOCK_SEED, &o) == NULL);
     CHECK(strstr(di_last_error(), "prefix_cache_bytes") != NULL);
+    o.enable_prefix_caching = 1;
+    o.prefix_cache_bytes = 100; /* less than one page: a budget that could never hold a state */
+    CHECK(di_engine_create_mock(MOCK_VOCAB, MOCK_SEED, &o) == NULL);
+    CHECK(strstr(di_last_error(), "less than one") != NULL);
 }
 
 int main(void) {
