@@ -56,6 +56,15 @@ class Harness:
         return self.proc.returncode, out
 
 
+def rss_kb(pid):
+    """Resident set size of process `pid` in kB (0 when /proc does not say)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def wait_until(pred, timeout=10.0):
     end = time.time() + timeout
     while time.time() < end:
