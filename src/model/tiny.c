@@ -486,9 +486,9 @@ static int file_json_equals(const char *dir, const char *name, json_t *want) {
 }
 
 /* Whether a complete cached model is the one this build writes: its config.json, tokenizer.json
- * and engram_token_map.json equal the "tiny" preset's (the weights follow from the config and the
- * seed).  A model cached by a build with an older tokenizer (e.g. before the DSML tokens, 291 ids)
- * fails this and is regenerated. */
+ * and engram_token_map.json equal the "tiny" preset's (the weights follow from the config, the
+ * seed and the generator, which these files do not fingerprint).  A model cached by a build with
+ * an older tokenizer (e.g. before the DSML tokens, 291 ids) fails this and is regenerated. */
 static int cached_is_current(const char *dir) {
     int p = find_preset("tiny");
     if (p < 0) return -1;
