@@ -59,19 +59,22 @@
     "\"dspark_n_routed_experts\": 4, \"dspark_num_experts_per_tok\": 3},"                                          \
     "\"vision_config\": {\"model_type\": \"deepseek_v41_vision\", \"num_hidden_layers\": 0}"
 
-/* 287 = <｜System｜> (the release's noise token 128799 is its System token), 290 = image.
- * 253 = the number of distinct keys of the §5.2 (a) compressed token map over the tiny tokenizer
- * (REF asserts engram_compressed_vocab_size equals it; tests/python/test_tiny_checkpoint.py
- * recomputes it with HF tokenizers). */
-static const char tiny_config[] = "{" TOP_LEVEL(290) TINY_TEXT_CONFIG(291, 287, 253) "}";
+/* 297 = DI_TINY_VOCAB, the ids of the tiny tokenizer (tiny_tokenizer.c).  287 = <｜System｜> (the
+ * release's noise token 128799 is its System token), 290 = image.  259 = DI_TINY_COMPRESSED_VOCAB,
+ * the number of distinct keys of the §5.2 (a) compressed token map over the tiny tokenizer (REF
+ * asserts engram_compressed_vocab_size equals it; tests/python/test_tiny_checkpoint.py recomputes
+ * it with HF tokenizers).  The numbers are literals because they are pasted into the JSON text;
+ * tests/unit/test_tiny.c checks them against the enum. */
+static const char tiny_config[] = "{" TOP_LEVEL(290) TINY_TEXT_CONFIG(297, 287, 259) "}";
 static const char spec9_config[] = "{" TOP_LEVEL(254) TINY_TEXT_CONFIG(256, 255, 128) "}";
 
-/* Benchmark size: the tiny layer plan at hidden 1024 with 64 experts.  Engram rows 4062 =
+/* Benchmark size: the tiny layer plan at hidden 1024 with 64 experts, the tiny tokenizer (vocab 297,
+ * compressed 259, noise 287, image 290 as above).  Engram rows 4062 =
  * 1009 + 1013 + 1019 + 1021 (primes from engram_vocab_size 1000, §5.2 e). */
 /* clang-format off */
 static const char medium_config[] =
     "{" TOP_LEVEL(290)
-    "\"text_config\": {\"model_type\": \"deepseek_v41_text\", \"vocab_size\": 291, \"hidden_size\": 1024,"
+    "\"text_config\": {\"model_type\": \"deepseek_v41_text\", \"vocab_size\": 297, \"hidden_size\": 1024,"
     "\"num_hidden_layers\": 8, \"num_attention_heads\": 8, \"num_key_value_heads\": 1,"
     "\"head_dim\": 128, \"qk_rope_head_dim\": 32, \"q_lora_rank\": 256, \"o_groups\": 2, \"o_lora_rank\": 256,"
     "\"sliding_window\": 64, \"compress_ratios\": [0, 0, 2, 2, 1, 1, 1, 1, 0, 0, 0],"
@@ -81,7 +84,7 @@ static const char medium_config[] =
     "\"n_routed_experts\": 64, \"num_experts_per_tok\": 4, \"n_shared_experts\": 1, \"moe_intermediate_size\": 512,"
     "\"engram_layer_ids\": [1], \"engram_num_embeddings\": [4062], \"engram_max_ngram_size\": 3,"
     "\"engram_vocab_size\": 1000, \"engram_n_heads\": 2, \"engram_head_dim\": 64,"
-    "\"engram_pad_token_id\": 2, \"engram_compressed_vocab_size\": 253,"
+    "\"engram_pad_token_id\": 2, \"engram_compressed_vocab_size\": 259,"
     "\"num_nextn_predict_layers\": 3, \"dspark_block_size\": 5, \"dspark_noise_token_id\": 287,"
     "\"dspark_target_layer_ids\": [5, 6, 7], \"dspark_markov_rank\": 64,"
     "\"dspark_n_routed_experts\": 16, \"dspark_num_experts_per_tok\": 2},"
@@ -343,15 +346,21 @@ static int write_json_file(const char *dir, const char *name, json_t *value) {
 }
 
 /* engram_token_map.json: the §5.2 (a) map of the tiny tokenizer, which the release derives from
- * its tokenizer at load time and an engine ships as data. */
-static int write_token_map(const char *dir, int64_t compressed_vocab) {
+ * its tokenizer at load time and an engine ships as data.  A new reference, NULL with error. */
+static json_t *token_map_json(int64_t compressed_vocab) {
     const int32_t *map;
     int64_t n;
-    if (di_tiny_engram_token_map(&map, &n) < 0) return -1;
+    if (di_tiny_engram_token_map(&map, &n) < 0) return NULL;
     json_t *list = json_array();
     for (int64_t i = 0; i < n; i++) json_array_append_new(list, json_integer(map[i]));
     json_t *root = json_pack("{s:s, s:I, s:o}", "source", "model-v41.md 5.2 (a) over tokenizer.json",
                              "compressed_vocab_size", (json_int_t)compressed_vocab, "token_map", list);
+    if (!root) di_errorf("engram_token_map.json: could not build the JSON");
+    return root;
+}
+
+static int write_token_map(const char *dir, int64_t compressed_vocab) {
+    json_t *root = token_map_json(compressed_vocab);
     char *path = di_path_join(dir, "engram_token_map.json");
     char *text = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     int rc = (path && text) ? di_write_file_atomic(path, text, strlen(text))
@@ -463,6 +472,37 @@ static void remove_tree_files(const char *dir) {
     rmdir(dir);
 }
 
+/* 1 when dir/name holds JSON equal to `want` (which is consumed), 0 when it differs or does not
+ * parse, -1 when `want` could not be built. */
+static int file_json_equals(const char *dir, const char *name, json_t *want) {
+    if (!want) return -1;
+    char *path = di_path_join(dir, name);
+    json_t *have = path ? di_json_load_file(path) : NULL;
+    int same = have && json_equal(have, want);
+    json_decref(have);
+    json_decref(want);
+    free(path);
+    return same;
+}
+
+/* Whether a complete cached model is the one this build writes: its config.json, tokenizer.json
+ * and engram_token_map.json equal the "tiny" preset's (the weights follow from the config, the
+ * seed and the generator, which these files do not fingerprint).  A model cached by a build with
+ * an older tokenizer (e.g. before the DSML tokens, 291 ids) fails this and is regenerated. */
+static int cached_is_current(const char *dir) {
+    int p = find_preset("tiny");
+    if (p < 0) return -1;
+    json_t *config = di_json_load_buffer(presets[p].json, strlen(presets[p].json), "tiny");
+    if (!config) return -1;
+    json_t *cvocab = json_object_get(json_object_get(config, "text_config"), "engram_compressed_vocab_size");
+    json_t *map = token_map_json(json_integer_value(cvocab));
+    int same = file_json_equals(dir, "config.json", config);
+    int tok = file_json_equals(dir, "tokenizer.json", di_tiny_tokenizer_json());
+    int maps = file_json_equals(dir, "engram_token_map.json", map);
+    if (same < 0 || tok < 0 || maps < 0) return -1;
+    return same && tok && maps;
+}
+
 int di_tiny_ensure(const char *dir) {
     if (!dir || !*dir) return di_errorf("di_tiny_ensure: no directory given");
     /* complete: every file there (a directory left by an older version may lack newer files) */
@@ -473,8 +513,13 @@ int di_tiny_ensure(const char *dir) {
         present += di_file_exists(p) ? 1 : 0;
         free(p);
     }
-    if (present == N_TINY_FILES) return 0;
-    if (present > 0) {
+    if (present == N_TINY_FILES) {
+        int current = cached_is_current(dir);
+        if (current < 0) return di_error_wrap("built-in model %s", dir);
+        if (current) return 0;
+        DI_INFO("built-in model: %s was written by a build with another tokenizer or config; regenerating it", dir);
+        remove_tree_files(dir);
+    } else if (present > 0) {
         DI_INFO("built-in model: %s is incomplete (%zu of %zu files); regenerating it", dir, present, N_TINY_FILES);
         remove_tree_files(dir);
     }

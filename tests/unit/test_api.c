@@ -7,6 +7,8 @@
 #include "recipe/api_request.h"
 #include "recipe/api_stream.h"
 
+#include <stdio.h>
+
 static int parse(DiApiProtocol p, const char *body, DiApiRequest *req, int *status) {
     return di_api_request_parse(p, body, strlen(body), req, status);
 }
@@ -49,6 +51,33 @@ TEST(chat_effort_and_switch) {
     CHECK_EQ_INT(parse(DI_API_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
                                     "\"thinking\":{\"type\":\"enabled\"},\"reasoning_effort\":\"none\"}", &r, NULL), 0);
     CHECK(r.thinking); /* the explicit switch wins */
+    di_api_request_free(&r);
+}
+
+/* The render input carries what changes the template: a required (or named) tool choice and
+ * JSON mode; auto and text add nothing (recipe.md §2.2, §4.1). */
+TEST(chat_render_input_has_tool_choice_and_json_mode) {
+    static const char tools[] = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+                                "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]";
+    char body[512];
+    DiApiRequest r;
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,"
+             "\"tool_choice\":\"required\",\"reasoning_effort\":\"none\"}", tools);
+    CHECK_EQ_INT(parse(DI_API_CHAT, body, &r, NULL), 0);
+    CHECK_STR(json_string_value(json_object_get(r.conversation, "tool_choice")), "required");
+    CHECK(!json_object_get(r.conversation, "response_format"));
+    di_api_request_free(&r);
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,"
+             "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}},\"reasoning_effort\":\"none\"}", tools);
+    CHECK_EQ_INT(parse(DI_API_CHAT, body, &r, NULL), 0);
+    CHECK_STR(json_string_value(json_object_get(r.conversation, "tool_choice")), "required");
+    CHECK_EQ_INT(json_array_size(json_object_get(r.conversation, "tools")), 1);
+    di_api_request_free(&r);
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"json x\"}],%s,"
+             "\"tool_choice\":\"auto\",\"response_format\":{\"type\":\"json_object\"}}", tools);
+    CHECK_EQ_INT(parse(DI_API_CHAT, body, &r, NULL), 0);
+    CHECK(!json_object_get(r.conversation, "tool_choice"));
+    CHECK_STR(json_string_value(json_object_get(json_object_get(r.conversation, "response_format"), "type")), "json_object");
     di_api_request_free(&r);
 }
 
@@ -221,6 +250,7 @@ TEST(invalid_utf8_output_is_replaced_not_dropped) {
 int main(void) {
     RUN_TEST(chat_defaults_thinking_high);
     RUN_TEST(chat_effort_and_switch);
+    RUN_TEST(chat_render_input_has_tool_choice_and_json_mode);
     RUN_TEST(chat_rejections_name_the_problem);
     RUN_TEST(responses_groups_calls_by_call_id);
     RUN_TEST(messages_tool_use_and_reminder);

@@ -73,7 +73,7 @@ TEST(preset_configs_match_spec) {
         json_t *copy = json_deep_copy(spec), *ct = json_object_get(copy, "text_config");
         json_object_set_new(ct, "vocab_size", json_integer(DI_TINY_VOCAB));
         json_object_set_new(ct, "dspark_noise_token_id", json_integer(DI_TINY_TOK_SYSTEM));
-        json_object_set_new(ct, "engram_compressed_vocab_size", json_integer(253));
+        json_object_set_new(ct, "engram_compressed_vocab_size", json_integer(DI_TINY_COMPRESSED_VOCAB));
         json_object_set_new(copy, "image_token_id", json_integer(DI_TINY_TOK_IMAGE));
         CHECK(json_equal(copy, tiny));
         json_decref(copy);
@@ -90,6 +90,9 @@ TEST(medium_preset_shape) {
     CHECK_MSG(rc == 0, "%s", di_error_message());
     if (rc == 0) {
         CHECK(c.hidden_size >= 1024 && c.n_routed_experts >= 64);
+        /* medium writes the tiny tokenizer: same vocabulary and compressed map */
+        CHECK_EQ_INT(c.vocab_size, DI_TINY_VOCAB);
+        CHECK_EQ_INT(c.engram_compressed_vocab_size, DI_TINY_COMPRESSED_VOCAB);
         DiInventory inv;
         CHECK(di_inventory_build(&c, &inv) == 0);
         CHECK_MSG(inv.total_bytes > 200000000 && inv.total_bytes < 1000000000, "%lld", (long long)inv.total_bytes);
@@ -199,7 +202,7 @@ TEST(values_keep_activations_order_one) {
         int64_t rows, cols;
     } mats[] = {{"layers.0.attn.wq_a.weight", 160, 96},       {"layers.3.attn.wq_b.weight", 256, 160},
                 {"layers.5.ffn.experts.3.w1.weight", 32, 96}, {"layers.5.ffn.experts.3.w2.weight", 96, 32},
-                {"layers.1.engram.wkv.weight", 480, 192},     {"head.weight", 291, 96},
+                {"layers.1.engram.wkv.weight", 480, 192},     {"head.weight", DI_TINY_VOCAB, 96},
                 {"mtp.0.main_proj.weight", 96, 288},          {"layers.2.attn.compressor.wkv.weight", 64, 96}};
     float x[288], y[480];
     for (int i = 0; i < 288; i++) x[i] = (i % 2 ? 1.0f : -1.0f) * (float)(0.5 + (i % 7) / 6.0); /* RMS ~ 1 */
@@ -265,6 +268,30 @@ TEST(builtin_model_cache) {
     CHECK(ck && di_checkpoint_n_warnings(ck) == 0);
     di_checkpoint_close(ck);
     di_config_free(&c);
+
+    /* A complete cache written by an older build (a tokenizer without ｜DSML｜, as before the
+     * tool tokens) is regenerated, not used. */
+    char *tok_path = di_path_join(dir, "tokenizer.json");
+    json_t *tok = di_json_load_file(tok_path);
+    json_t *added = json_object_get(tok, "added_tokens");
+    size_t before = json_array_size(added);
+    for (size_t i = 0; i < json_array_size(added); i++)
+        if (strcmp(json_string_value(json_object_get(json_array_get(added, i), "content")), "｜DSML｜") == 0)
+            json_array_remove(added, i--);
+    CHECK_EQ_INT(json_array_size(added), before - 1);
+    CHECK(tok && json_dump_file(tok, tok_path, 0) == 0);
+    json_decref(tok);
+    CHECK(!same_file(dir, dir_for("a"), "tokenizer.json"));
+    CHECK_MSG(di_tiny_ensure(dir) == 0, "%s", di_error_message());
+    CHECK(same_file(dir, dir_for("a"), "tokenizer.json"));
+    /* the same for a config of another vocabulary */
+    json_t *conf = di_json_load_file(cfg);
+    CHECK(conf && json_object_set_new(json_object_get(conf, "text_config"), "vocab_size", json_integer(291)) == 0);
+    CHECK(conf && json_dump_file(conf, cfg, 0) == 0);
+    json_decref(conf);
+    CHECK_MSG(di_tiny_ensure(dir) == 0, "%s", di_error_message());
+    CHECK(same_file(dir, dir_for("a"), "config.json"));
+    free(tok_path);
     free(cfg);
     rm_dir(dir);
     char parent[512];
