@@ -19,6 +19,10 @@ expect "port not a number" 2 "got 'abc'" --port abc
 expect "missing value" 2 "missing value for '--host'" --host
 expect "bad timeout" 2 "--request-timeout: expected seconds" --request-timeout -1
 expect "bad context limit" 2 "--context-limit: expected an integer" --context-limit 3
+expect "bad prefix cache switch" 2 "--prefix-cache: expected on or off, got 'yes'" --prefix-cache yes
+expect "state memory range" 2 "--state-memory-mb: expected an integer" --state-memory-mb 0
+expect "max num seqs range" 2 "--max-num-seqs: expected an integer" --max-num-seqs 0
+expect "max batch tokens range" 2 "--max-batch-tokens: expected an integer" --max-batch-tokens -5
 expect "missing model directory" 1 "/nonexistent-model-dir" --model /nonexistent-model-dir --port 0
 # The built-in tiny model (fresh, in a temporary cache) comes up, answers /health, and SIGTERM
 # stops it gracefully with exit 0.

@@ -66,3 +66,19 @@ def test_the_next_chat_turn_reuses_the_previous_prompt(tmp_path, thinking):
         assert r2.usage.prompt_tokens_details.cached_tokens >= r1.usage.prompt_tokens - 1
     finally:
         srv.stop()
+
+
+def test_cached_states_give_way_in_a_small_state_pool(tmp_path):
+    """With a state pool of a few MB, hundreds of distinct requests fill the cache over and over:
+    every request is still served (the cache is evicted, nobody waits on it or fails)."""
+    srv = Serve(str(tmp_path), "--state-memory-mb", 4, "--max-num-seqs", 8)
+    try:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused")
+        for i in range(150):
+            r = client.completions.create(model=MODEL, prompt=f"request number {i} of many", max_tokens=2,
+                                          temperature=0)
+            assert r.choices[0].finish_reason in ("length", "stop")
+        m = srv.metrics()
+        assert m['deepinfer_requests_total{endpoint="/v1/completions",status="200"}'] == 150
+    finally:
+        srv.stop()

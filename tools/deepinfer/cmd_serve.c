@@ -29,6 +29,9 @@ static void usage(FILE *out) {
             "  --host ADDR              IPv4 address to listen on (default 127.0.0.1)\n"
             "  --prefix-cache on|off    keep finished requests' states so a request extending one (the next\n"
             "                           turn of a chat) starts from it; usage reports the cached tokens (default on)\n"
+            "  --state-memory-mb N      memory for requests' state and the prefix cache (default 256)\n"
+            "  --max-num-seqs N         requests batched in one step (default 64)\n"
+            "  --max-batch-tokens N     tokens of one step, decodes + prefill chunks (default 512)\n"
             "  --port N                 TCP port (default 8000)\n"
             "  --api-key KEY            require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
             "                           (default: $DEEPINFER_API_KEY; none: no authentication)\n"
@@ -69,8 +72,14 @@ static int parse_on_off(const char *flag, const char *v, bool *out) {
 /* The engine behind the server: di_engine_create on the model directory (NULL: the default
  * model), the model's text on the directory it resolved, both wrapped in the engine backend.
  * *text must outlive the backend. */
+/* What the engine is sized by (DiEngineOptions; 0 keeps the engine default). */
+typedef struct {
+    bool prefix_cache;
+    long state_memory_mb, max_num_seqs, max_batch_tokens;
+} EngineFlags;
+
 static DiEngineBackend *open_backend(const char *model_dir, const char *served_name, long context_limit,
-                                     bool prefix_cache, DiServeText **text) {
+                                     const EngineFlags *ef, DiServeText **text) {
     *text = NULL;
     /* a real checkpoint ships no engram_token_map.json: its map comes from its tokenizer */
     int32_t *engram_map = NULL;
@@ -80,7 +89,10 @@ static DiEngineBackend *open_backend(const char *model_dir, const char *served_n
     di_engine_options_init(&opts);
     opts.engram_token_map = engram_map;
     opts.engram_token_map_len = engram_len;
-    opts.enable_prefix_caching = prefix_cache;
+    opts.enable_prefix_caching = ef->prefix_cache;
+    if (ef->state_memory_mb) opts.state_memory_bytes = (size_t)ef->state_memory_mb << 20;
+    if (ef->max_num_seqs) opts.max_num_seqs = (int)ef->max_num_seqs;
+    if (ef->max_batch_tokens) opts.max_batch_tokens = (int)ef->max_batch_tokens;
     DiEngine *engine = di_engine_create(model_dir, &opts);
     free(engram_map);
     if (!engine) return NULL;
@@ -108,7 +120,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model = getenv("DEEPINFER_HF_MODEL_DIR");
     const char *served_name = "DeepSeek-V4.1-Flash";
     long context_limit = 1L << 20; /* V4.1-Flash contexts up to 1M tokens (serving.md §3) */
-    bool prefix_cache = true;
+    EngineFlags ef = {.prefix_cache = true};
     const char *env_key = getenv("DEEPINFER_API_KEY");
     if (env_key && *env_key) cfg.api_key = env_key;
     for (int i = 1; i < argc; i++) {
@@ -129,7 +141,10 @@ int cmd_serve(int argc, char **argv) {
         else if (strcmp(a, "--served-model-name") == 0) served_name = v;
         else if (strcmp(a, "--context-limit") == 0) rc = parse_long(a, v, 16, 1L << 30, &context_limit);
         else if (strcmp(a, "--host") == 0) cfg.host = v;
-        else if (strcmp(a, "--prefix-cache") == 0) rc = parse_on_off(a, v, &prefix_cache);
+        else if (strcmp(a, "--prefix-cache") == 0) rc = parse_on_off(a, v, &ef.prefix_cache);
+        else if (strcmp(a, "--state-memory-mb") == 0) rc = parse_long(a, v, 1, 1L << 24, &ef.state_memory_mb);
+        else if (strcmp(a, "--max-num-seqs") == 0) rc = parse_long(a, v, 1, 65536, &ef.max_num_seqs);
+        else if (strcmp(a, "--max-batch-tokens") == 0) rc = parse_long(a, v, 1, 1L << 20, &ef.max_batch_tokens);
         else if (strcmp(a, "--api-key") == 0) cfg.api_key = v;
         else if (strcmp(a, "--port") == 0) rc = parse_long(a, v, 0, 65535, &n), cfg.port = (int)n;
         else if (strcmp(a, "--max-queue") == 0) rc = parse_long(a, v, 1, 1000000, &n), cfg.max_queue = (int)n;
@@ -153,7 +168,7 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     DiServeText *text = NULL;
-    DiEngineBackend *eb = open_backend(model && *model ? model : NULL, served_name, context_limit, prefix_cache, &text);
+    DiEngineBackend *eb = open_backend(model && *model ? model : NULL, served_name, context_limit, &ef, &text);
     if (!eb) {
         fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
         return 1;
