@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 enum { PROMPT = 16, WARMUP = 2, DECODE_STEPS = 24, REPS = 3, BATCH_PROMPT = 8, BATCH_STEPS = 4 };
@@ -75,15 +74,10 @@ static void bench_dir(char *buf, size_t n) {
         snprintf(buf, n, "%s/.cache/deepinfer/bench-medium", home && *home ? home : "/tmp");
 }
 
-/* config.json is written last by di_tiny_write, so its presence means a complete checkpoint. */
+/* Reused when complete and written by a build with the same config and tokenizer, else
+ * (re)generated: ~1.5 min. */
 static void ensure_checkpoint(const char *dir) {
-    char cfg[1200];
-    struct stat sb;
-    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-    if (stat(cfg, &sb) == 0) return;
-    printf("generating the medium checkpoint into %s (once, ~1.5 min)\n", dir);
-    fflush(stdout);
-    if (di_tiny_write(dir, "medium", DI_TINY_DEFAULT_SEED, 1) != 0) die("make-tiny --config medium");
+    if (di_tiny_ensure_preset(dir, "medium", 1) != 0) die("make-tiny --config medium");
 }
 
 /* ---------------------------------------------------------------- STREAM triad */

@@ -486,13 +486,13 @@ static int file_json_equals(const char *dir, const char *name, json_t *want) {
 }
 
 /* Whether a complete cached model is the one this build writes: its config.json, tokenizer.json
- * and engram_token_map.json equal the "tiny" preset's (the weights follow from the config, the
- * seed and the generator, which these files do not fingerprint).  A model cached by a build with
- * an older tokenizer (e.g. before the DSML tokens, 291 ids) fails this and is regenerated. */
-static int cached_is_current(const char *dir) {
-    int p = find_preset("tiny");
-    if (p < 0) return -1;
-    json_t *config = di_json_load_buffer(presets[p].json, strlen(presets[p].json), "tiny");
+ * and engram_token_map.json equal the preset's (the weights follow from the config, the seed and
+ * the generator, which these files do not fingerprint).  A model cached by a build with an older
+ * tokenizer (e.g. before the DSML tokens, 291 ids) fails this and is regenerated. */
+static int cached_is_current(const char *dir, const char *preset) {
+    int p = find_preset(preset);
+    if (p < 0) return di_errorf("unknown preset '%s'", preset);
+    json_t *config = di_json_load_buffer(presets[p].json, strlen(presets[p].json), preset);
     if (!config) return -1;
     json_t *cvocab = json_object_get(json_object_get(config, "text_config"), "engram_compressed_vocab_size");
     json_t *map = token_map_json(json_integer_value(cvocab));
@@ -504,7 +504,12 @@ static int cached_is_current(const char *dir) {
 }
 
 int di_tiny_ensure(const char *dir) {
+    return di_tiny_ensure_preset(dir, "tiny", 0);
+}
+
+int di_tiny_ensure_preset(const char *dir, const char *preset, int progress) {
     if (!dir || !*dir) return di_errorf("di_tiny_ensure: no directory given");
+    if (!preset || find_preset(preset) < 0) return di_errorf("di_tiny_ensure: unknown preset '%s'", preset ? preset : "(null)");
     /* complete: every file there (a directory left by an older version may lack newer files) */
     size_t present = 0;
     for (size_t i = 0; i < N_TINY_FILES; i++) {
@@ -514,19 +519,19 @@ int di_tiny_ensure(const char *dir) {
         free(p);
     }
     if (present == N_TINY_FILES) {
-        int current = cached_is_current(dir);
+        int current = cached_is_current(dir, preset);
         if (current < 0) return di_error_wrap("built-in model %s", dir);
         if (current) return 0;
-        DI_INFO("built-in model: %s was written by a build with another tokenizer or config; regenerating it", dir);
+        DI_INFO("model cache: %s was written by a build with another tokenizer or config; regenerating it", dir);
         remove_tree_files(dir);
     } else if (present > 0) {
-        DI_INFO("built-in model: %s is incomplete (%zu of %zu files); regenerating it", dir, present, N_TINY_FILES);
+        DI_INFO("model cache: %s is incomplete (%zu of %zu files); regenerating it", dir, present, N_TINY_FILES);
         remove_tree_files(dir);
     }
     char *tmp = NULL;
     if (asprintf(&tmp, "%s.tmp.%d", dir, (int)getpid()) < 0) return di_errorf("out of memory");
-    DI_INFO("built-in model: generating %s (first use)", dir);
-    int rc = di_tiny_write(tmp, "tiny", DI_TINY_DEFAULT_SEED, 0);
+    DI_INFO("model cache: generating %s (first use)", dir);
+    int rc = di_tiny_write(tmp, preset, DI_TINY_DEFAULT_SEED, progress);
     if (rc == 0 && rename(tmp, dir) != 0) {
         /* Another process may have won the race: its directory is complete (renamed whole). */
         char *again = di_path_join(dir, "config.json");

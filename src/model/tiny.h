@@ -51,6 +51,9 @@ int di_tiny_default_dir(char *buf, size_t n);
  * place, so concurrent first uses never see a half-written model. */
 int di_tiny_ensure(const char *dir);
 
+/* The same for any preset (the benchmarks' "medium"); `progress` as in di_tiny_write. */
+int di_tiny_ensure_preset(const char *dir, const char *preset, int progress);
+
 /* The byte-level BPE tokenizer.json of the tiny presets (tiny_tokenizer.c), as a new JSON
  * reference (NULL with error); di_tiny_write_tokenizer writes it to `path`. */
 json_t *di_tiny_tokenizer_json(void);

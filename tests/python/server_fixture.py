@@ -74,6 +74,15 @@ def wait_until(pred, timeout=10.0):
     return False
 
 
+def engine_idle(metrics):
+    """No request in flight on the HTTP side, none running or queued in the engine.  The engine's
+    two gauges are sampled once per engine-loop pass, after the FINISH events of that pass reach
+    the HTTP side, so a test waits for all three together (a leaked request never settles)."""
+    m = metrics()
+    return (m["deepinfer_requests_in_flight"] == 0 and m["deepinfer_running_requests"] == 0
+            and m["deepinfer_queue_length"] == 0)
+
+
 class Serve:
     """`deepinfer serve --port 0` on the built-in tiny model cached under `cache` (used as
     XDG_CACHE_HOME; generated on first use), with its log in a file (a pipe could fill and block

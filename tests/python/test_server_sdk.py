@@ -8,7 +8,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from server_fixture import MODEL, Harness, wait_until  # noqa: E402
+from server_fixture import MODEL, Harness, engine_idle, wait_until  # noqa: E402
 
 openai = pytest.importorskip("openai")  # required: tools/install-deps.sh installs it
 anthropic = pytest.importorskip("anthropic")
@@ -245,7 +245,6 @@ def test_disconnect_mid_stream_aborts(server):
         socks.append(s)
     for s in socks:
         s.close()
-    assert wait_until(lambda: server.metrics(KEY)["deepinfer_requests_in_flight"] == 0, 15)
+    assert wait_until(lambda: engine_idle(lambda: server.metrics(KEY)), 15)
     after = server.metrics(KEY)
     assert after["deepinfer_requests_aborted_total"] - before["deepinfer_requests_aborted_total"] == 20
-    assert after["deepinfer_running_requests"] == 0 and after["deepinfer_queue_length"] == 0
