@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <immintrin.h>
 #include <time.h>
 
 enum { PROMPT = 16, WARMUP = 2, DECODE_STEPS = 24, REPS = 3, BATCH_PROMPT = 8, BATCH_STEPS = 4 };
@@ -109,41 +110,101 @@ static double triad_bandwidth(DiThreadPool *pool, float *a, const float *b, cons
     return 3.0 * 4.0 * (double)n / best;
 }
 
+/* ---------------------------------------------------------------- FP32 FMA peak */
+
+/* The arithmetic ceiling of the kernels' instruction set (AVX2 + FMA, float32: matmul_avx2.c):
+ * 12 independent chains of 8-lane multiply-adds, enough to cover the FMA latency on both FMA
+ * ports; 2 x 8 FLOP per FMA.  The matmul kernels can at best reach this, so a batched step whose
+ * arithmetic runs near it cannot gain more from batching on this machine. */
+#define PEAK_CHAINS 12
+typedef struct {
+    int64_t iters;
+    float sink[64];
+} FmaPeak;
+
+__attribute__((target("avx2,fma"))) static void fma_part(void *ctx, int task, int thread) {
+    (void)thread;
+    FmaPeak *p = ctx;
+    __m256 acc[PEAK_CHAINS], mul = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < PEAK_CHAINS; i++) acc[i] = _mm256_set1_ps(1.0f + (float)(i + task) * 1e-3f); /* distinct: no CSE */
+    for (int64_t k = 0; k < p->iters; k++)
+        for (int i = 0; i < PEAK_CHAINS; i++) acc[i] = _mm256_fmadd_ps(acc[i], mul, add);
+    __m256 sum = acc[0];
+    for (int i = 1; i < PEAK_CHAINS; i++) sum = _mm256_add_ps(sum, acc[i]);
+    float out[8];
+    _mm256_storeu_ps(out, sum);
+    p->sink[task % 64] = out[0];
+}
+
+/* FLOP/s of the pool's threads together, best of `passes` */
+static double fma_peak(DiThreadPool *pool, int passes) {
+    FmaPeak p = {.iters = 20 * 1000 * 1000};
+    double best = 1e30;
+    int threads = di_pool_threads(pool);
+    for (int r = 0; r < passes; r++) {
+        double t0 = wall_s();
+        di_pool_run(pool, threads, fma_part, &p);
+        double dt = wall_s() - t0;
+        if (dt < best) best = dt;
+    }
+    return 2.0 * 8.0 * PEAK_CHAINS * (double)p.iters * threads / best;
+}
+
 /* ---------------------------------------------------------------- active bytes per token */
+
+/* What one weight matrix costs a token: its bytes (bandwidth) or its multiply-adds (arithmetic). */
+typedef double (*MatMeasure)(const DiMatrix *w);
 
 static double mat_bytes(const DiMatrix *w) {
     if (!w->data || w->rows <= 0) return 0;
     return (double)(di_matrix_data_bytes(w) + di_matrix_scale_bytes(w));
 }
 
-static double expert_bytes(const ExpertWeights *e) { return mat_bytes(&e->w1) + mat_bytes(&e->w2) + mat_bytes(&e->w3); }
+static double mat_madds(const DiMatrix *w) {
+    if (!w->data || w->rows <= 0) return 0;
+    return (double)w->rows * (double)w->cols;
+}
+
+static double expert_cost(const ExpertWeights *e, MatMeasure f) { return f(&e->w1) + f(&e->w2) + f(&e->w3); }
+static double expert_bytes(const ExpertWeights *e) { return expert_cost(e, mat_bytes); }
+
+static double active_cost(const Model *m, MatMeasure cost);
 
 /* Weight bytes one decode token reads; idx_wk runs once per emitted entry (every ratio tokens). */
-static double active_bytes(const Model *m) {
+static double active_bytes(const Model *m) { return active_cost(m, mat_bytes); }
+
+/* The matrix multiply-adds of one decode token (the same matrices as active_bytes; the vector
+ * terms there are bytes only, and attention over an 8..40-token context adds < 1 %). */
+static double active_madds(const Model *m) { return active_cost(m, mat_madds); }
+
+/* `cost` summed over the matrices one token uses, plus the bytes of the vectors it reads when
+ * the cost is bytes. */
+static double active_cost(const Model *m, MatMeasure cost) {
     const ModelDims *d = &m->d;
-    double D4 = 4.0 * d->dim, b = (double)d->dim * 2; /* embedding row, BF16 */
+    const double vec = cost == mat_bytes ? 1.0 : 0.0; /* vector bytes count for bandwidth only */
+    double D4 = vec * 4.0 * d->dim, b = vec * (double)d->dim * 2; /* embedding row, BF16 */
     for (int L = 0; L < d->n_layers; L++) {
         const LayerWeights *lw = &m->w.layers[L];
-        b += mat_bytes(&lw->hc_attn_fn) + mat_bytes(&lw->hc_ffn_fn) + 2 * D4;
-        b += mat_bytes(&lw->wq_a) + mat_bytes(&lw->wq_b) + mat_bytes(&lw->wkv) + mat_bytes(&lw->wo_a) + mat_bytes(&lw->wo_b);
-        b += 4.0 * (d->q_rank + d->head_dim + d->n_heads);
+        b += cost(&lw->hc_attn_fn) + cost(&lw->hc_ffn_fn) + 2 * D4;
+        b += cost(&lw->wq_a) + cost(&lw->wq_b) + cost(&lw->wkv) + cost(&lw->wo_a) + cost(&lw->wo_b);
+        b += vec * 4.0 * (d->q_rank + d->head_dim + d->n_heads);
         if (d->role[L] == ROLE_FULL) {
-            b += mat_bytes(&lw->comp_wkv) + mat_bytes(&lw->comp_wgate);
-            b += mat_bytes(&lw->idx_wk) / (d->ratio[L] > 0 ? d->ratio[L] : 1);
+            b += cost(&lw->comp_wkv) + cost(&lw->comp_wgate);
+            b += cost(&lw->idx_wk) / (d->ratio[L] > 0 ? d->ratio[L] : 1);
         }
-        if (d->role[L] == ROLE_FULL || d->role[L] == ROLE_REINDEX) b += mat_bytes(&lw->idx_wq_b) + mat_bytes(&lw->idx_weights_proj);
-        b += mat_bytes(&lw->gate) + 4.0 * lw->n_experts;
-        b += d->top_k * expert_bytes(&lw->experts[0]);
-        if (lw->has_shared) b += expert_bytes(&lw->shared);
+        if (d->role[L] == ROLE_FULL || d->role[L] == ROLE_REINDEX) b += cost(&lw->idx_wq_b) + cost(&lw->idx_weights_proj);
+        b += cost(&lw->gate) + vec * 4.0 * lw->n_experts;
+        b += d->top_k * expert_cost(&lw->experts[0], cost);
+        if (lw->has_shared) b += expert_cost(&lw->shared, cost);
         if (lw->has_engram) /* one E4M3 row + scales per hash column */
-            b += mat_bytes(&lw->engram_wkv) + 4.0 * d->hc_mult * d->dim +
-                 (double)(d->engram_max_ngram - 1) * d->engram_heads * (d->engram_head_dim + d->engram_head_dim / 32.0);
+            b += cost(&lw->engram_wkv) + vec * (4.0 * d->hc_mult * d->dim +
+                 (double)(d->engram_max_ngram - 1) * d->engram_heads * (d->engram_head_dim + d->engram_head_dim / 32.0));
     }
     if (m->w.has_dspark && d->n_taps > 0) {
-        b += mat_bytes(&m->w.main_proj) + D4;
-        for (int s = 0; s < d->n_mtp; s++) b += mat_bytes(&m->w.layers[d->n_layers + s].wkv) + 4.0 * d->head_dim;
+        b += cost(&m->w.main_proj) + D4;
+        for (int s = 0; s < d->n_mtp; s++) b += cost(&m->w.layers[d->n_layers + s].wkv) + vec * 4.0 * d->head_dim;
     }
-    return b + D4 + mat_bytes(&m->w.head);
+    return b + D4 + cost(&m->w.head);
 }
 
 /* The routed-expert part of active_bytes: top_k experts of every backbone layer. */
@@ -272,9 +333,10 @@ static void print_batch1(const char *dir, double active, double *bw1, double *bw
  * the batched step is bound by arithmetic, not by weight bytes. */
 static void run_batched(Model *m, DiThreadPool *pool2, double active) {
     m->pool = pool2;
-    double bw_[N_BATCH][REPS], bc_[N_BATCH][REPS], bytes[N_BATCH] = {0}, experts[N_BATCH] = {0};
+    double bw_[N_BATCH][REPS], bc_[N_BATCH][REPS], bytes[N_BATCH] = {0}, experts[N_BATCH] = {0}, peak[REPS];
     for (int r = 0; r < REPS; r++)
         for (int i = 0; i < N_BATCH; i++) {
+            if (i == 0) peak[r] = fma_peak(pool2, 3);
             BatchedStep st = decode_batched(m, batch_sizes[i], active);
             bw_[i][r] = st.wall, bc_[i][r] = st.cpu;
             bytes[i] += st.bytes / REPS, experts[i] += st.experts_per_layer / REPS;
@@ -293,6 +355,16 @@ static void run_batched(Model *m, DiThreadPool *pool2, double active) {
     }
     printf("  ratio batch16 / batch1: %.2fx (bandwidth-bound ratio %.2fx)   batch64 / batch1: %.2fx (%.2fx)\n", tps[2] / tps[0],
            batch_sizes[2] * active / bytes[2], tps[3] / tps[0], batch_sizes[3] * active / bytes[3]);
+    /* Arithmetic view: every token does its own 2 x active_madds FLOP whatever the batch, so a
+     * step can go no faster than B x that / the FMA peak, and batch B / batch 1 can reach at most
+     * peak / (batch 1's FLOP/s). */
+    double P = median(peak, REPS), flop = 2.0 * active_madds(m);
+    printf("  arithmetic: %.1f MFLOP per token (matrices); AVX2 FP32 FMA peak %.1f GFLOP/s (2 threads, same run)\n",
+           flop / 1e6, P / 1e9);
+    for (int i = 0; i < N_BATCH; i++)
+        printf("  batch %2d  %6.1f GFLOP/s = %4.1f %% of the FMA peak\n", batch_sizes[i], tps[i] * flop / 1e9,
+               100 * tps[i] * flop / P);
+    printf("  compute-bound ratio batch B / batch 1 (FMA peak / batch 1's FLOP/s): %.2fx\n", P / (tps[0] * flop));
 }
 
 int main(void) {

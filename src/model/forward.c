@@ -26,10 +26,44 @@ static HcSite site_of(const Model *m, const LayerWeights *lw, bool ffn) {
                     .hc_eps = d->hc_eps};
 }
 
+/* The per-row mHC steps of one block, run over row ranges (model_for_rows). */
+typedef enum { ROWS_ATTN_IN, ROWS_ATTN_OUT, ROWS_FFN_IN, ROWS_FFN_OUT } BlockRowsStep;
+
+typedef struct {
+    const ModelDims *d;
+    const LayerWeights *lw;
+    float *X, *pi, *a, *o;
+    const HcMix *mix_a, *mix_f;
+    BlockRowsStep step;
+} BlockRows;
+
+static void block_rows(void *ctx, int64_t r0, int64_t r1) {
+    const BlockRows *b = ctx;
+    int hc = b->d->hc_mult;
+    int64_t D = b->d->dim;
+    for (int64_t i = r0; i < r1; i++) {
+        float *Xi = b->X + i * hc * D, *ai = b->a + i * D;
+        switch (b->step) {
+        case ROWS_ATTN_IN: /* collapse with the carried pre-mix (previous FFN site's pre) */
+            mhc_collapse(Xi, b->pi + i * hc, hc, (int)D, ai);
+            op_rmsnorm(ai, ai, b->lw->attn_norm, D, b->d->eps);
+            break;
+        case ROWS_ATTN_OUT: mhc_expand(Xi, b->o + i * D, &b->mix_a[i], hc, (int)D); break;
+        case ROWS_FFN_IN: /* collapse with the ATTENTION site's pre (§5.5) */
+            mhc_collapse(Xi, b->mix_a[i].pre, hc, (int)D, ai);
+            op_rmsnorm(ai, ai, b->lw->ffn_norm, D, b->d->eps);
+            break;
+        case ROWS_FFN_OUT:
+            mhc_expand(Xi, b->o + i * D, &b->mix_f[i], hc, (int)D);
+            memcpy(b->pi + i * hc, b->mix_f[i].pre, (size_t)hc * sizeof *b->pi); /* carried to the next block */
+            break;
+        }
+    }
+}
+
 int model_block(const Model *m, int L, float *X, float *pi, int64_t n, BlockAttnFn attn, void *ctx, int32_t *experts) {
     const ModelDims *d = &m->d;
     const LayerWeights *lw = &m->w.layers[L];
-    int hc = d->hc_mult;
     int64_t D = d->dim;
     bool draft = L >= d->n_layers;
     HcMix *mix_a, *mix_f;
@@ -40,26 +74,19 @@ int model_block(const Model *m, int L, float *X, float *pi, int64_t n, BlockAttn
     ALLOC(a, n * D, "sub-layer input");
     ALLOC(o, n * D, "sub-layer output");
     if (!mix_a || !mix_f || !a || !o) goto done;
-    /* attention site: collapse with the carried pre-mix (previous FFN site's pre) */
+    BlockRows rows = {d, lw, X, pi, a, o, mix_a, mix_f, ROWS_ATTN_IN};
     HcSite sa = site_of(m, lw, false), sf = site_of(m, lw, true);
     if (mhc_mixes(m, &sa, X, n, mix_a) != 0) goto done;
-    for (int64_t i = 0; i < n; i++) {
-        mhc_collapse(X + i * hc * D, pi + i * hc, hc, (int)D, a + i * D);
-        op_rmsnorm(a + i * D, a + i * D, lw->attn_norm, D, d->eps);
-    }
+    model_for_rows(m, n, block_rows, &rows);
     if (attn(ctx, a, n, o) != 0) goto done;
-    for (int64_t i = 0; i < n; i++) mhc_expand(X + i * hc * D, o + i * D, &mix_a[i], hc, (int)D);
-    /* FFN site: collapse with the ATTENTION site's pre (§5.5) */
+    rows.step = ROWS_ATTN_OUT;
+    model_for_rows(m, n, block_rows, &rows);
     if (mhc_mixes(m, &sf, X, n, mix_f) != 0) goto done;
-    for (int64_t i = 0; i < n; i++) {
-        mhc_collapse(X + i * hc * D, mix_a[i].pre, hc, (int)D, a + i * D);
-        op_rmsnorm(a + i * D, a + i * D, lw->ffn_norm, D, d->eps);
-    }
+    rows.step = ROWS_FFN_IN;
+    model_for_rows(m, n, block_rows, &rows);
     if (moe_forward(m, lw, draft ? d->dspark_top_k : d->top_k, a, n, o, experts) != 0) goto done;
-    for (int64_t i = 0; i < n; i++) {
-        mhc_expand(X + i * hc * D, o + i * D, &mix_f[i], hc, (int)D);
-        memcpy(pi + i * hc, mix_f[i].pre, (size_t)hc * sizeof *pi); /* carried to the next block */
-    }
+    rows.step = ROWS_FFN_OUT;
+    model_for_rows(m, n, block_rows, &rows);
     rc = 0;
 done:
     free(mix_a);

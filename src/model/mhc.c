@@ -34,6 +34,34 @@ static void sinkhorn(float *c, int hc, int iters, float eps) {
     }
 }
 
+typedef struct {
+    const HcSite *site;
+    const float *X, *mu;
+    HcMix *out;
+} MixRows;
+
+/* Rows r0..r1-1 of §5.4 steps 3-6 from their projections mu. */
+static void mix_rows(void *ctx, int64_t r0, int64_t r1) {
+    const MixRows *j = ctx;
+    const HcSite *site = j->site;
+    int hc = site->hc;
+    int64_t flat = (int64_t)hc * site->dim, nmix = (int64_t)(2 + hc) * hc;
+    for (int64_t t = r0; t < r1; t++) {
+        const float *v = j->X + t * flat;
+        float ss = 0;
+        for (int64_t i = 0; i < flat; i++) ss += v[i] * v[i];
+        float rho = 1.0f / sqrtf(ss / (float)flat + site->eps);
+        const float *mu = j->mu + t * nmix;
+        HcMix *o = &j->out[t];
+        for (int k = 0; k < hc; k++) {
+            o->pre[k] = op_sigmoid(mu[k] * rho * site->scale[0] + site->base[k]) + site->hc_eps;
+            o->post[k] = 2.0f * op_sigmoid(mu[hc + k] * rho * site->scale[1] + site->base[hc + k]);
+        }
+        for (int c = 0; c < hc * hc; c++) o->comb[c] = mu[2 * hc + c] * rho * site->scale[2] + site->base[2 * hc + c];
+        sinkhorn(o->comb, hc, site->sinkhorn_iters, site->hc_eps);
+    }
+}
+
 int mhc_mixes(const Model *m, const HcSite *site, const float *X, int64_t n, HcMix *out) {
     int hc = site->hc;
     int64_t flat = (int64_t)hc * site->dim, nmix = (int64_t)(2 + hc) * hc;
@@ -47,20 +75,8 @@ int mhc_mixes(const Model *m, const HcSite *site, const float *X, int64_t n, HcM
         free(mu);
         return -1;
     }
-    for (int64_t t = 0; t < n; t++) {
-        const float *v = X + t * flat;
-        float ss = 0;
-        for (int64_t i = 0; i < flat; i++) ss += v[i] * v[i];
-        float rho = 1.0f / sqrtf(ss / (float)flat + site->eps);
-        float *m = mu + t * nmix;
-        HcMix *o = &out[t];
-        for (int k = 0; k < hc; k++) {
-            o->pre[k] = op_sigmoid(m[k] * rho * site->scale[0] + site->base[k]) + site->hc_eps;
-            o->post[k] = 2.0f * op_sigmoid(m[hc + k] * rho * site->scale[1] + site->base[hc + k]);
-        }
-        for (int c = 0; c < hc * hc; c++) o->comb[c] = m[2 * hc + c] * rho * site->scale[2] + site->base[2 * hc + c];
-        sinkhorn(o->comb, hc, site->sinkhorn_iters, site->hc_eps);
-    }
+    MixRows job = {site, X, mu, out};
+    model_for_rows(m, n, mix_rows, &job);
     free(mu);
     return 0;
 }

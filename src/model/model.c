@@ -34,6 +34,31 @@ int model_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, f
     return m->ref_kernels ? di_matmul_ref(w, x, n, y) : di_matmul(m->pool, w, x, n, y);
 }
 
+typedef struct {
+    ModelRowsFn fn;
+    void *ctx;
+    int64_t n;
+    int parts;
+} RowsJob;
+
+static void rows_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const RowsJob *j = ctx;
+    int64_t r0 = j->n * task / j->parts, r1 = j->n * (task + 1) / j->parts;
+    if (r1 > r0) j->fn(j->ctx, r0, r1);
+}
+
+void model_for_rows(const Model *m, int64_t n, ModelRowsFn fn, void *ctx) {
+    if (n <= 0 || !fn) return;
+    int threads = m && m->pool ? di_pool_threads(m->pool) : 1;
+    if (threads <= 1 || n == 1) {
+        fn(ctx, 0, n);
+        return;
+    }
+    RowsJob j = {fn, ctx, n, (int)(n < threads ? n : threads)};
+    di_pool_run(m->pool, j.parts, rows_task, &j);
+}
+
 int model_linear(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y, bool act_quant) {
     if (!w || !x || !y || n < 0) return di_errorf("linear: invalid arguments");
     if (!act_quant) return model_matmul(m, w, x, n, y);

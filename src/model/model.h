@@ -74,4 +74,10 @@ int model_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, f
 int model_linear(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y, bool act_quant);
 bool model_kv_quant(const Model *m);
 
+/* fn(ctx, r0, r1) over contiguous ranges covering rows 0..n-1, split across the model's pool.
+ * For per-row work that is independent row to row (mHC, norms): a row's result does not
+ * depend on the split, so batched and single-request outputs stay bit-identical. */
+typedef void (*ModelRowsFn)(void *ctx, int64_t r0, int64_t r1);
+void model_for_rows(const Model *m, int64_t n, ModelRowsFn fn, void *ctx);
+
 #endif

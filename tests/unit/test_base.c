@@ -7,7 +7,9 @@
 #include "base/mem.h"
 #include "base/threadpool.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 TEST(error_wrap_prefixes_context) {
@@ -93,11 +95,51 @@ TEST(pool_runs_every_task_once) {
     di_pool_destroy(pool);
 }
 
+typedef struct {
+    _Atomic int64_t sum;
+    _Atomic int calls;
+} CountJob;
+
+static void count_task(void *ctx, int task, int thread) {
+    (void)thread;
+    CountJob *j = ctx;
+    atomic_fetch_add(&j->sum, task + 1);
+    atomic_fetch_add(&j->calls, 1);
+}
+
+/* Many short jobs back to back, now and then after the pool has idled: every task runs exactly
+ * once, with more threads than tasks too, and a pool that never ran a job shuts down. */
+TEST(pool_runs_short_jobs_back_to_back) {
+    for (int threads = 2; threads <= 4; threads++) {
+        DiThreadPool *pool = di_pool_create(threads);
+        CHECK(pool != NULL);
+        int bad = 0;
+        for (int round = 0; round < 20000; round++) {
+            CountJob job = {0, 0};
+            int n = 2 + round % 7;
+            di_pool_run(pool, n, count_task, &job);
+            bad += job.calls != n || job.sum != (int64_t)n * (n + 1) / 2;
+            if (round % 5000 == 4999) {
+                struct timespec idle = {0, 5 * 1000 * 1000};
+                nanosleep(&idle, NULL);
+            }
+        }
+        CHECK_EQ_INT(bad, 0);
+        di_pool_destroy(pool);
+    }
+    DiThreadPool *sleeping = di_pool_create(2);
+    CHECK(sleeping != NULL);
+    struct timespec idle = {0, 5 * 1000 * 1000};
+    nanosleep(&idle, NULL);
+    di_pool_destroy(sleeping);
+}
+
 int main(void) {
     RUN_TEST(error_wrap_prefixes_context);
     RUN_TEST(calloc_rejects_overflow);
     RUN_TEST(json_errors_name_the_field);
     RUN_TEST(atomic_write_then_map_roundtrip);
     RUN_TEST(pool_runs_every_task_once);
+    RUN_TEST(pool_runs_short_jobs_back_to_back);
     return TEST_SUMMARY();
 }
