@@ -9,8 +9,8 @@
  *    in async mode (where planning and output overlap the forward: the fraction is then what the
  *    main thread spends outside waiting, relative to the step).
  * 3. The same two figures on the real V4.1 forward (golden tiny-a checkpoint of SHARED_DIR, its
- *    Engram maps from the golden set): the model's forward runs one sequence at a time today, so
- *    its batch ratios show what a batched model forward would add.
+ *    Engram maps from the golden set), batched through model_forward_batch like the engine runs
+ *    it (bench_decode measures the same forward on the medium checkpoint, against its ceilings).
  * Parts 1 and 2 use the synthetic model of bench_engine_synth.h. */
 #include "bench_engine_synth.h"
 
