@@ -41,7 +41,7 @@ void *di_realloc_array(void *ptr, size_t n, size_t size, const char *what) {
     return p;
 }
 
-void *di_aligned_calloc(size_t n, size_t size, const char *what) {
+void *di_aligned_malloc(size_t n, size_t size, const char *what) {
     size_t bytes;
     if (!di_mul_size(n, size, &bytes) || bytes > SIZE_MAX - 64) {
         di_errorf("allocating %s: %zu x %zu bytes overflows", what ? what : "memory", n, size);
@@ -49,11 +49,14 @@ void *di_aligned_calloc(size_t n, size_t size, const char *what) {
     }
     size_t rounded = (bytes + 63) & ~(size_t)63;
     void *p = aligned_alloc(64, rounded ? rounded : 64);
-    if (!p) {
-        di_errorf("out of memory allocating %s (%zu bytes)", what ? what : "memory", bytes);
-        return NULL;
-    }
-    memset(p, 0, rounded ? rounded : 64);
+    if (!p) di_errorf("out of memory allocating %s (%zu bytes)", what ? what : "memory", bytes);
+    return p;
+}
+
+void *di_aligned_calloc(size_t n, size_t size, const char *what) {
+    void *p = di_aligned_malloc(n, size, what);
+    size_t bytes = n * size; /* no overflow: di_aligned_malloc checked it */
+    if (p) memset(p, 0, bytes > 0 ? (bytes + 63) & ~(size_t)63 : 64);
     return p;
 }
 

@@ -14,6 +14,8 @@ void *di_malloc(size_t size, const char *what);
 void *di_realloc_array(void *ptr, size_t n, size_t size, const char *what);
 /* 64-byte aligned (SIMD loads, cache lines), zeroed. Free with di_aligned_free. */
 void *di_aligned_calloc(size_t n, size_t size, const char *what);
+/* The same, not zeroed: scratch that is written before it is read. */
+void *di_aligned_malloc(size_t n, size_t size, const char *what);
 void di_aligned_free(void *ptr);
 char *di_strdup(const char *s);
 /* a * b without overflow; false when it would overflow. */

@@ -2,8 +2,11 @@
 #include "kernels/numformats.h"
 
 #include "base/error.h"
+#include "kernels/cpu/matmul_simd.h"
+#include "kernels/cpu/roundtrip_simd.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 float di_e4m3_to_f32(uint8_t code) {
@@ -83,13 +86,34 @@ uint16_t di_f32_to_bf16(float x) {
     return (uint16_t)(bits >> 16);
 }
 
+/* The largest |x|, NaN ignored (quiet or signalling: glibc's fmaxf returns NaN for a
+ * signalling NaN, which would reset the maximum). */
 static float block_amax(const float *x, size_t n) {
     float amax = 0.0f;
-    for (size_t j = 0; j < n; j++) amax = fmaxf(amax, fabsf(x[j]));
+    for (size_t j = 0; j < n; j++) {
+        float a = fabsf(x[j]);
+        if (a > amax) amax = a;
+    }
     return amax;
 }
 
+/* The AVX2 version gives the same bits (roundtrip_avx2.c); DEEPINFER_KERNELS=ref keeps this
+ * scalar one, like the matmuls. */
+static bool use_simd_roundtrip(void) {
+    const char *env = getenv("DEEPINFER_KERNELS");
+    return di_simd_available() && !(env && strcmp(env, "ref") == 0);
+}
+
 int di_roundtrip_fp8_block32(float *x, size_t n) {
+    if (!x || n % 32) return di_errorf("fp8 round trip: length %zu is not a multiple of 32", n);
+    if (use_simd_roundtrip()) {
+        di_simd_roundtrip_fp8_block32(x, n);
+        return 0;
+    }
+    return di_roundtrip_fp8_block32_ref(x, n);
+}
+
+int di_roundtrip_fp8_block32_ref(float *x, size_t n) {
     if (!x || n % 32) return di_errorf("fp8 round trip: length %zu is not a multiple of 32", n);
     for (size_t b = 0; b < n; b += 32) {
         float a = fmaxf(block_amax(x + b, 32), 1e-4f);

@@ -2,9 +2,14 @@
  * against the real checkpoint bytes of §3.10 and against hand-derived rounding cases. */
 #include "test.h"
 
+#include "kernels/cpu/matmul_simd.h"
+#include "kernels/cpu/roundtrip_simd.h"
 #include "kernels/numformats.h"
 
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 TEST(e4m3_decodes_real_checkpoint_bytes) {
     /* layers.0.attn.wkv.weight row 0 of the release, block scale 0x73 = 2^-12 (§3.10) */
@@ -98,6 +103,66 @@ TEST(fp8_roundtrip_block32_follows_4_3) {
     CHECK_EQ_INT(di_roundtrip_fp8_block32(zero, 31), -1);
 }
 
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float f32_of(uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* The AVX2 round trip against the scalar definition, bit for bit (memcmp), on blocks built to hit
+ * every case: each block's maximum picks the scale, the other values land on E4M3 codes, exactly
+ * half-way between neighbouring codes (ties, both parities), just either side of a half-way
+ * point, across the subnormal/normal boundary 2^-6, above 448 (saturation), on zeros of both
+ * signs, infinities, NaN and random bit patterns. */
+TEST(fp8_roundtrip_simd_equals_the_scalar_definition) {
+    if (!di_simd_available()) return; /* nothing to compare on a CPU without AVX2 */
+    enum { BLOCKS = 20000 };
+    float *a = malloc(sizeof(float) * 32 * BLOCKS), *b = malloc(sizeof(float) * 32 * BLOCKS);
+    CHECK(a && b);
+    if (!a || !b) return;
+    for (int blk = 0; blk < BLOCKS; blk++) {
+        float *x = a + 32 * blk;
+        int k = (int)(rnd32() % 60) - 30;           /* scale 2^k of the block's codes */
+        float s = ldexpf(1.0f, k);
+        for (int j = 0; j < 32; j++) {
+            uint8_t c = (uint8_t)(rnd32() & 0xFF), c2 = (uint8_t)(c + 1);
+            if ((c & 0x7F) >= 0x7E) c = 0x7D, c2 = 0x7E; /* finite codes and their upper neighbour */
+            float lo = di_e4m3_to_f32(c), hi = di_e4m3_to_f32(c2), mid = 0.5f * (lo + hi);
+            switch (rnd32() % 10) {
+            case 0: x[j] = lo * s; break;
+            case 1: x[j] = mid * s; break;                               /* tie */
+            case 2: x[j] = nextafterf(mid, INFINITY) * s; break;
+            case 3: x[j] = nextafterf(mid, -INFINITY) * s; break;
+            case 4: x[j] = (rnd32() & 1 ? 1 : -1) * ldexpf(1.0f + (float)(rnd32() % 64) / 64, -6 + (int)(rnd32() % 3) - 1) * s;
+                break;                                                   /* around 2^-6 */
+            case 5: x[j] = (rnd32() & 1 ? 1 : -1) * (448.0f + (float)(rnd32() % 64)) * s; break; /* saturation */
+            case 6: x[j] = rnd32() & 1 ? 0.0f : -0.0f; break;
+            case 7: x[j] = f32_of(rnd32() * 2654435761u); break;         /* any bits, NaN included */
+            default: x[j] = ((float)(rnd32() % 20001) - 10000.0f) * 1e-4f * s; break;
+            }
+        }
+        if (blk % 97 == 0) x[rnd32() % 32] = rnd32() & 1 ? INFINITY : -INFINITY;
+        if (blk % 89 == 0) x[rnd32() % 32] = NAN;
+        if (blk % 83 == 0) memset(x, 0, 32 * sizeof *x);                 /* amax 0: the 1e-4 floor */
+    }
+    memcpy(b, a, sizeof(float) * 32 * BLOCKS);
+    CHECK_EQ_INT(di_roundtrip_fp8_block32_ref(a, 32 * BLOCKS), 0);
+    di_simd_roundtrip_fp8_block32(b, 32 * BLOCKS);
+    int differ = 0;
+    for (int i = 0; i < 32 * BLOCKS; i++) differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    CHECK_EQ_INT(differ, 0);
+    free(a);
+    free(b);
+}
+
 TEST(fp4_roundtrips_follow_4_5) {
     float x[32];
     for (int j = 0; j < 32; j++) x[j] = 0.1f * (float)(j % 7) - 0.25f;
@@ -126,6 +191,7 @@ int main(void) {
     RUN_TEST(ue8m0_ceil_uses_exponent_bits);
     RUN_TEST(bf16_round_to_nearest_even);
     RUN_TEST(fp8_roundtrip_block32_follows_4_3);
+    RUN_TEST(fp8_roundtrip_simd_equals_the_scalar_definition);
     RUN_TEST(fp4_roundtrips_follow_4_5);
     return TEST_SUMMARY();
 }
