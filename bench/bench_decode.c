@@ -168,20 +168,20 @@ static double mat_madds(const DiMatrix *w) {
 static double expert_cost(const ExpertWeights *e, MatMeasure f) { return f(&e->w1) + f(&e->w2) + f(&e->w3); }
 static double expert_bytes(const ExpertWeights *e) { return expert_cost(e, mat_bytes); }
 
-static double active_cost(const Model *m, MatMeasure cost);
+static double active_cost(const Model *m, MatMeasure cost, bool vector_bytes);
 
 /* Weight bytes one decode token reads; idx_wk runs once per emitted entry (every ratio tokens). */
-static double active_bytes(const Model *m) { return active_cost(m, mat_bytes); }
+static double active_bytes(const Model *m) { return active_cost(m, mat_bytes, true); }
 
 /* The matrix multiply-adds of one decode token (the same matrices as active_bytes; the vector
  * terms there are bytes only, and attention over an 8..40-token context adds < 1 %). */
-static double active_madds(const Model *m) { return active_cost(m, mat_madds); }
+static double active_madds(const Model *m) { return active_cost(m, mat_madds, false); }
 
-/* `cost` summed over the matrices one token uses, plus the bytes of the vectors it reads when
- * the cost is bytes. */
-static double active_cost(const Model *m, MatMeasure cost) {
+/* `cost` summed over the matrices one token uses, plus (vector_bytes) the bytes of the vectors
+ * it reads. */
+static double active_cost(const Model *m, MatMeasure cost, bool vector_bytes) {
     const ModelDims *d = &m->d;
-    const double vec = cost == mat_bytes ? 1.0 : 0.0; /* vector bytes count for bandwidth only */
+    const double vec = vector_bytes ? 1.0 : 0.0;
     double D4 = vec * 4.0 * d->dim, b = vec * (double)d->dim * 2; /* embedding row, BF16 */
     for (int L = 0; L < d->n_layers; L++) {
         const LayerWeights *lw = &m->w.layers[L];

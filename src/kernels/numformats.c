@@ -2,11 +2,11 @@
 #include "kernels/numformats.h"
 
 #include "base/error.h"
-#include "kernels/cpu/matmul_simd.h"
 #include "kernels/cpu/roundtrip_simd.h"
+#include "kernels/matmul.h"
 
 #include <math.h>
-#include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 
 float di_e4m3_to_f32(uint8_t code) {
@@ -97,11 +97,11 @@ static float block_amax(const float *x, size_t n) {
     return amax;
 }
 
-/* The AVX2 version gives the same bits (roundtrip_avx2.c); DEEPINFER_KERNELS=ref keeps this
- * scalar one, like the matmuls. */
+/* The AVX2 version gives the same bits (roundtrip_avx2.c); it runs where the matmuls take their
+ * AVX2 kernels, so DEEPINFER_KERNELS=ref keeps this scalar one too. */
 static bool use_simd_roundtrip(void) {
-    const char *env = getenv("DEEPINFER_KERNELS");
-    return di_simd_available() && !(env && strcmp(env, "ref") == 0);
+    const char *backend = di_matmul_backend(); /* NULL on a bad DEEPINFER_KERNELS: the matmul reports it */
+    return backend && strcmp(backend, "avx2-fma") == 0;
 }
 
 int di_roundtrip_fp8_block32(float *x, size_t n) {

@@ -6,6 +6,7 @@ shapes, the token accounting and seeded determinism, never the content.  The pro
 oracle is independent of the server: the prompt string that `deepinfer render` prints, encoded
 by Hugging Face `tokenizers` with the model's own tokenizer.json (added tokens recognized), and
 for raw prompts BOS + the plain encoding (Hugging Face add_special_tokens)."""
+import itertools
 import json
 import os
 import socket
@@ -308,8 +309,7 @@ def leave_a_long_request(server, stream):
     tries another seed."""
     aborted = server.metrics()["deepinfer_requests_aborted_total"]
     body = {"model": MODEL, "messages": USER, "max_tokens": CONTEXT // 2, "stream": stream,
-            "seed": leave_a_long_request.seed}
-    leave_a_long_request.seed += 1
+            "seed": next(LONG_REQUEST_SEEDS)}
     s = post_stream(server.port, "/v1/chat/completions", body)
     if stream:
         got = b""
@@ -330,7 +330,7 @@ def leave_a_long_request(server, stream):
     return m["deepinfer_requests_aborted_total"] == aborted + 1, idle_after
 
 
-leave_a_long_request.seed = 1000
+LONG_REQUEST_SEEDS = itertools.count(1000)
 
 
 def test_disconnect_mid_stream_aborts_the_request(server):

@@ -5,6 +5,7 @@
 #define DI_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,15 @@ static int test_passed_count, test_failed_count, test_current_failed;
 static inline const char *test_shared_dir(void) {
     const char *d = getenv("SHARED_DIR");
     return (d && *d) ? d : "../shared";
+}
+
+/* A fixed xorshift64 stream: the same test data on every run and machine. */
+static uint64_t test_rng_state = 0x9E3779B97F4A7C15ull;
+static inline uint32_t test_rand32(void) {
+    test_rng_state ^= test_rng_state << 13;
+    test_rng_state ^= test_rng_state >> 7;
+    test_rng_state ^= test_rng_state << 17;
+    return (uint32_t)(test_rng_state >> 11);
 }
 
 #endif

@@ -17,13 +17,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
-}
+static uint32_t rnd(void) { return test_rand32(); }
+
 static float rnd_float(void) { return ((float)(rnd() % 2000001) - 1000000.0f) / 1000000.0f; }
 
 /* A random matrix of the format with its own storage (codes avoid the NaN encodings). */

@@ -103,14 +103,6 @@ TEST(fp8_roundtrip_block32_follows_4_3) {
     CHECK_EQ_INT(di_roundtrip_fp8_block32(zero, 31), -1);
 }
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-
 static float f32_of(uint32_t bits) {
     float f;
     memcpy(&f, &bits, sizeof f);
@@ -130,27 +122,27 @@ TEST(fp8_roundtrip_simd_equals_the_scalar_definition) {
     if (!a || !b) return;
     for (int blk = 0; blk < BLOCKS; blk++) {
         float *x = a + 32 * blk;
-        int k = (int)(rnd32() % 60) - 30;           /* scale 2^k of the block's codes */
+        int k = (int)(test_rand32() % 60) - 30;           /* scale 2^k of the block's codes */
         float s = ldexpf(1.0f, k);
         for (int j = 0; j < 32; j++) {
-            uint8_t c = (uint8_t)(rnd32() & 0xFF), c2 = (uint8_t)(c + 1);
+            uint8_t c = (uint8_t)(test_rand32() & 0xFF), c2 = (uint8_t)(c + 1);
             if ((c & 0x7F) >= 0x7E) c = 0x7D, c2 = 0x7E; /* finite codes and their upper neighbour */
             float lo = di_e4m3_to_f32(c), hi = di_e4m3_to_f32(c2), mid = 0.5f * (lo + hi);
-            switch (rnd32() % 10) {
+            switch (test_rand32() % 10) {
             case 0: x[j] = lo * s; break;
             case 1: x[j] = mid * s; break;                               /* tie */
             case 2: x[j] = nextafterf(mid, INFINITY) * s; break;
             case 3: x[j] = nextafterf(mid, -INFINITY) * s; break;
-            case 4: x[j] = (rnd32() & 1 ? 1 : -1) * ldexpf(1.0f + (float)(rnd32() % 64) / 64, -6 + (int)(rnd32() % 3) - 1) * s;
+            case 4: x[j] = (test_rand32() & 1 ? 1 : -1) * ldexpf(1.0f + (float)(test_rand32() % 64) / 64, -6 + (int)(test_rand32() % 3) - 1) * s;
                 break;                                                   /* around 2^-6 */
-            case 5: x[j] = (rnd32() & 1 ? 1 : -1) * (448.0f + (float)(rnd32() % 64)) * s; break; /* saturation */
-            case 6: x[j] = rnd32() & 1 ? 0.0f : -0.0f; break;
-            case 7: x[j] = f32_of(rnd32() * 2654435761u); break;         /* any bits, NaN included */
-            default: x[j] = ((float)(rnd32() % 20001) - 10000.0f) * 1e-4f * s; break;
+            case 5: x[j] = (test_rand32() & 1 ? 1 : -1) * (448.0f + (float)(test_rand32() % 64)) * s; break; /* saturation */
+            case 6: x[j] = test_rand32() & 1 ? 0.0f : -0.0f; break;
+            case 7: x[j] = f32_of(test_rand32() * 2654435761u); break;         /* any bits, NaN included */
+            default: x[j] = ((float)(test_rand32() % 20001) - 10000.0f) * 1e-4f * s; break;
             }
         }
-        if (blk % 97 == 0) x[rnd32() % 32] = rnd32() & 1 ? INFINITY : -INFINITY;
-        if (blk % 89 == 0) x[rnd32() % 32] = NAN;
+        if (blk % 97 == 0) x[test_rand32() % 32] = test_rand32() & 1 ? INFINITY : -INFINITY;
+        if (blk % 89 == 0) x[test_rand32() % 32] = NAN;
         if (blk % 83 == 0) memset(x, 0, 32 * sizeof *x);                 /* amax 0: the 1e-4 floor */
     }
     memcpy(b, a, sizeof(float) * 32 * BLOCKS);

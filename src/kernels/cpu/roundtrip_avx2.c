@@ -12,7 +12,7 @@
  *             the reference's mantissa 8 -> exponent + 1 does)
  *   x = (a with v's sign) * s      exact: a has at most 4 significant bits
  * NaN in gives the reference's NaN out (code 0x7F decodes to NAN, NAN * s is NAN); the block
- * maximum ignores NaN as fmaxf does. */
+ * maximum ignores NaN, as the reference's does. */
 #if !defined(__clang__) /* clang (the fuzz build) compiles this file for -march=native as is */
 #pragma GCC target("avx2,fma,f16c,no-avx512f")
 #endif
