@@ -16,7 +16,7 @@ OPT      ?= -O2
 SAN      ?=
 CFLAGS_ALL = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter $(OPT) $(ARCH) -g \
              -fPIC -pthread -Iinclude -Isrc $(SAN) $(EXTRA_CFLAGS)
-LDLIBS_ALL = -ljansson -lpcre2-8 -lutf8proc -lxxhash -lmicrohttpd -lm -lpthread
+LDLIBS_ALL = -ljansson -lpcre2-8 -lutf8proc -lxxhash -lmicrohttpd -lmvec -lm -lpthread
 BENCH_LIBS = -lopenblas
 
 LIB_SRC   := $(shell find src -name '*.c' -not -path 'src/kernels/cuda/*' | sort)

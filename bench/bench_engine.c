@@ -11,6 +11,9 @@
  * 3. The same two figures on the real V4.1 forward (golden tiny-a checkpoint of SHARED_DIR, its
  *    Engram maps from the golden set), batched through model_forward_batch like the engine runs
  *    it (bench_decode measures the same forward on the medium checkpoint, against its ceilings).
+ * 4. The overhead at batch 64 on the built-in tiny model (the one `deepinfer` runs when no
+ *    checkpoint is given: make-tiny, hidden 64, vocabulary 297), through the public
+ *    di_engine_create: its own tokenizer detokenises, as for a user.  This is the issue's figure.
  * Parts 1 and 2 use the synthetic model of bench_engine_synth.h. */
 #include "bench_engine_synth.h"
 
@@ -18,6 +21,7 @@
 #include "engine/engine.h"
 #include "engine/runner_v41.h"
 #include "model/golden.h"
+#include "model/tiny.h"
 
 #include <stdio.h>
 #include <time.h>
@@ -33,7 +37,8 @@ typedef struct {
     DiEngineMetrics m;
 } RunResult;
 
-static Model *v41_model; /* part 3: when set, run_batch uses the real model instead of cfg */
+static Model *v41_model;        /* part 3: when set, run_batch uses the real model instead of cfg */
+static const char *builtin_dir; /* part 4: when set, run_batch creates the engine from this directory */
 
 static RunResult run_batch(const SynthConfig *cfg, int batch, int prompt_len, int gen, int async, float temperature) {
     DiEngineOptions o;
@@ -43,11 +48,21 @@ static RunResult run_batch(const SynthConfig *cfg, int batch, int prompt_len, in
     o.async_scheduling = async;
     o.state_memory_bytes = (size_t)64 << 20;
     RunResult r = {0};
-    DiRunner *runner = v41_model ? di_v41_runner_create(v41_model, 0, 0) : synth_runner_create(cfg, o.max_batch_tokens);
-    int vocab = runner->vocab_size;
-    DiEngine *e = di_engine_create_with_runner(runner, &o);
-    DiTextHooks text = {NULL, synth_token_bytes, NULL, NULL, NULL, -1};
-    if (!e || di_engine_set_text_hooks(e, &text) != 0) {
+    DiEngine *e;
+    int vocab = 256; /* the built-in model's byte tokens: plain text, no special tokens */
+    if (builtin_dir) {
+        e = di_engine_create(builtin_dir, &o);
+    } else {
+        DiRunner *runner = v41_model ? di_v41_runner_create(v41_model, 0, 0) : synth_runner_create(cfg, o.max_batch_tokens);
+        vocab = runner->vocab_size;
+        e = di_engine_create_with_runner(runner, &o);
+        DiTextHooks text = {NULL, synth_token_bytes, NULL, NULL, NULL, -1};
+        if (e && di_engine_set_text_hooks(e, &text) != 0) {
+            di_engine_destroy(e);
+            e = NULL;
+        }
+    }
+    if (!e) {
         fprintf(stderr, "bench_engine: %s\n", di_last_error());
         exit(1);
     }
@@ -109,19 +124,17 @@ static void throughput(void) {
            median[2] / median[0] >= 6.0 ? "ok" : "BELOW TARGET");
 }
 
-static void overhead(void) {
-    printf("overhead at batch 64, tiny synthetic model (hidden %d, %d layers, vocab %d), 16 prompt + 64 generated, "
-           "T=0.8 top_p=0.95:\n",
-           SYNTH_TINY.hidden, SYNTH_TINY.layers, SYNTH_TINY.vocab);
+/* Sync and async runs of 64 requests (16 prompt + 64 generated tokens) on cfg (or the model
+ * selected by v41_model / builtin_dir): scheduler + sampler + detokeniser time over the run's
+ * wall time, median of ROUNDS. */
+static void overhead_at_batch_64(const SynthConfig *cfg) {
     for (int async = 0; async < 2; async++) {
         double frac[ROUNDS];
         RunResult last = {0};
         for (int round = 0; round < ROUNDS; round++) {
-            RunResult r = run_batch(&SYNTH_TINY, 64, 16, 64, async, 0.8f);
-            const DiEngineMetrics *m = &r.m;
-            double overhead = m->time_schedule_s + m->time_sample_s + m->time_output_s;
-            frac[round] = overhead / r.seconds;
-            last = r;
+            last = run_batch(cfg, 64, 16, 64, async, 0.8f);
+            const DiEngineMetrics *m = &last.m;
+            frac[round] = (m->time_schedule_s + m->time_sample_s + m->time_output_s) / last.seconds;
         }
         qsort(frac, ROUNDS, sizeof(double), compare_double);
         const DiEngineMetrics *m = &last.m;
@@ -131,6 +144,13 @@ static void overhead(void) {
                1e3 * m->time_output_s / m->steps, 1e3 * m->time_forward_s / m->steps, (unsigned long long)m->steps,
                100 * frac[ROUNDS / 2], ROUNDS, frac[ROUNDS / 2] <= 0.05 ? "ok" : "ABOVE TARGET");
     }
+}
+
+static void overhead(void) {
+    printf("overhead at batch 64, tiny synthetic model (hidden %d, %d layers, vocab %d), 16 prompt + 64 generated, "
+           "T=0.8 top_p=0.95:\n",
+           SYNTH_TINY.hidden, SYNTH_TINY.layers, SYNTH_TINY.vocab);
+    overhead_at_batch_64(&SYNTH_TINY);
 }
 
 static int load_golden_model(void) {
@@ -178,12 +198,26 @@ static void real_model(void) {
     v41_model = NULL;
 }
 
-/* No argument: every part; "throughput", "overhead" or "real": that part only. */
+/* Part 4: the overhead at batch 64 on the built-in tiny model. */
+static void builtin_model(void) {
+    char dir[4096];
+    if (di_builtin_model_dir(dir, sizeof dir) != 0 || di_tiny_ensure(dir) != 0) {
+        printf("built-in tiny model: skipped (%s)\n", di_last_error());
+        return;
+    }
+    printf("overhead at batch 64, built-in tiny model %s, 16 prompt + 64 generated, T=0.8 top_p=0.95:\n", dir);
+    builtin_dir = dir;
+    overhead_at_batch_64(NULL);
+    builtin_dir = NULL;
+}
+
+/* No argument: every part; "throughput", "overhead", "real" or "builtin": that part only. */
 int main(int argc, char **argv) {
     openblas_set_num_threads(1); /* one core for the model: the machine's cores are shared */
     const char *only = argc > 1 ? argv[1] : "";
     if (!*only || strcmp(only, "throughput") == 0) throughput();
     if (!*only || strcmp(only, "overhead") == 0) overhead();
     if (!*only || strcmp(only, "real") == 0) real_model();
+    if (!*only || strcmp(only, "builtin") == 0) builtin_model();
     return 0;
 }

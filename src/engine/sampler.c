@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "kernels/expf_row.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -16,6 +17,8 @@ struct DiSampler {
     int32_t *cand;      /* surviving token ids */
     int32_t *counts;    /* occurrences of each token in the output (zeroed after use) */
     uint8_t *seen;      /* token occurs in prompt or output (zeroed after use) */
+    int32_t *kept;      /* nucleus: candidates of the octaves kept, then of the boundary octave */
+    uint8_t *octaves;   /* nucleus: octave of each candidate */
 };
 
 DiSampler *di_sampler_create(int32_t vocab_size) {
@@ -31,7 +34,9 @@ DiSampler *di_sampler_create(int32_t vocab_size) {
     s->cand = di_calloc((size_t)vocab_size, sizeof *s->cand, "sampler candidates");
     s->counts = di_calloc((size_t)vocab_size, sizeof *s->counts, "sampler counts");
     s->seen = di_calloc((size_t)vocab_size, sizeof *s->seen, "sampler seen set");
-    if (!s->work || !s->prob || !s->cand || !s->counts || !s->seen) {
+    s->kept = di_calloc((size_t)vocab_size, sizeof *s->kept, "sampler nucleus");
+    s->octaves = di_calloc((size_t)vocab_size, sizeof *s->octaves, "sampler octaves");
+    if (!s->work || !s->prob || !s->cand || !s->counts || !s->seen || !s->kept || !s->octaves) {
         di_sampler_destroy(s);
         return NULL;
     }
@@ -45,6 +50,8 @@ void di_sampler_destroy(DiSampler *s) {
     free(s->cand);
     free(s->counts);
     free(s->seen);
+    free(s->kept);
+    free(s->octaves);
     free(s);
 }
 
@@ -206,25 +213,31 @@ static size_t nucleus_size(const float *prob, int32_t *ids, size_t n, double lim
 /* The nucleus in two stages: a histogram of mass per octave of probability finds the octave
  * where the mass reaches the limit; every token of a higher octave is in, and only the boundary
  * octave's tokens go through the exact quickselect (few, for a peaked distribution).  The k kept
- * end up in ids[0, k). */
-static size_t nucleus_by_octaves(const float *prob, int32_t *ids, size_t n, double limit) {
+ * end up in ids[0, k).  The octaves are computed once and the kept ids copied without branches
+ * (a branch per token mispredicts on every other token of a flat distribution). */
+static size_t nucleus_by_octaves(DiSampler *s, int32_t *ids, size_t n, double limit) {
+    const float *prob = s->prob;
+    uint8_t *oct = s->octaves;
     double mass[64] = {0};
-    for (size_t i = 0; i < n; i++) mass[octave(prob[ids[i]])] += prob[ids[i]];
+    for (size_t i = 0; i < n; i++) {
+        float p = prob[ids[i]];
+        oct[i] = (uint8_t)octave(p);
+        mass[oct[i]] += p;
+    }
     int boundary = 0;
     double above = 0;
     while (boundary < 63 && above + mass[boundary] < limit) above += mass[boundary++];
-    size_t k = 0; /* ids[0, k): octaves above the boundary, then the boundary octave's tokens */
-    for (size_t i = 0; i < n; i++)
-        if (octave(prob[ids[i]]) < boundary) {
-            int32_t t = ids[k]; ids[k] = ids[i]; ids[i] = t;
-            k++;
-        }
-    size_t m = k;
-    for (size_t i = k; i < n; i++)
-        if (octave(prob[ids[i]]) == boundary) {
-            int32_t t = ids[m]; ids[m] = ids[i]; ids[i] = t;
-            m++;
-        }
+    size_t k = 0; /* kept[0, k): octaves above the boundary */
+    for (size_t i = 0; i < n; i++) {
+        s->kept[k] = ids[i];
+        k += oct[i] < boundary;
+    }
+    size_t m = k; /* kept[k, m): the boundary octave */
+    for (size_t i = 0; i < n; i++) {
+        s->kept[m] = ids[i];
+        m += oct[i] == boundary;
+    }
+    memcpy(ids, s->kept, m * sizeof *ids);
     if (m == k) return k > 0 ? k : 1; /* rounding: the mass ran out above the boundary */
     return k + nucleus_size(prob, ids + k, m - k, limit - above);
 }
@@ -251,7 +264,7 @@ static size_t filter_candidates(DiSampler *s, const DiSamplingParams *p, size_t 
         for (size_t i = 0; i < n; i++) total += prob[cand[i]];
         /* keep the shortest prefix whose mass reaches top_p (a token is kept when the mass ranked
          * strictly above it is below top_p) */
-        n = nucleus_by_octaves(prob, cand, n, (double)p->top_p * total);
+        n = nucleus_by_octaves(s, cand, n, (double)p->top_p * total);
         *reordered = true;
     }
     return n;
@@ -268,13 +281,15 @@ static int32_t draw_token(DiSampler *s, size_t n, bool reordered, uint64_t seed,
     if (reordered && n * 16 < (size_t)s->vocab) {
         qsort(s->cand, n, sizeof *s->cand, compare_id);
     } else if (reordered) {
-        for (size_t i = 0; i < n; i++) s->seen[s->cand[i]] = 1;
+        uint8_t *seen = s->seen;
+        int32_t *cand = s->cand;
+        for (size_t i = 0; i < n; i++) seen[cand[i]] = 1;
         size_t m = 0;
-        for (int32_t v = 0; v < s->vocab; v++)
-            if (s->seen[v]) {
-                s->cand[m++] = v;
-                s->seen[v] = 0;
-            }
+        for (int32_t v = 0; v < s->vocab; v++) { /* without branches: see nucleus_by_octaves */
+            cand[m] = v;
+            m += seen[v];
+            seen[v] = 0;
+        }
     }
     double total = 0;
     for (size_t i = 0; i < n; i++) total += s->prob[s->cand[i]];
@@ -330,27 +345,28 @@ int di_sampler_sample(DiSampler *s, const DiSamplingParams *p, const DiSampleCon
         apply_penalties(s, p, c);
         x = s->work;
     }
-    /* one pass: reject NaN / +inf, find the argmax (ties stay with the lower id) */
-    int32_t best = 0;
+    /* reject NaN / +inf and find the maximum without a branch per token, then its first id */
     float max = -INFINITY;
+    bool bad = false;
     for (int32_t v = 0; v < V; v++) {
         float f = x[v];
-        if (isnan(f) || f == INFINITY)
-            return di_errorf("sampler: logits row has %s at token %d", isnan(f) ? "NaN" : "+inf", v);
-        if (f > max) {
-            max = f;
-            best = v;
-        }
+        bad |= isnan(f) | (f == INFINITY);
+        max = f > max ? f : max;
     }
+    if (bad)
+        for (int32_t v = 0; v < V; v++)
+            if (isnan(x[v]) || x[v] == INFINITY)
+                return di_errorf("sampler: logits row has %s at token %d", isnan(x[v]) ? "NaN" : "+inf", v);
     if (max == -INFINITY) return di_errorf("sampler: every token is masked");
-    int32_t token = best;
+    int32_t token = 0; /* the argmax; ties stay with the lower id */
+    while (x[token] != max) token++;
     if (p->temperature >= DI_SAMPLER_GREEDY_EPS) {
         float inv_t = 1.0f / p->temperature;
         size_t n = 0;
-        for (int32_t v = 0; v < V; v++) {
-            if (x[v] == -INFINITY) continue;
-            s->prob[v] = expf((x[v] - max) * inv_t);
-            s->cand[n++] = v;
+        di_expf_row(x, (size_t)V, max, inv_t, s->prob);
+        for (int32_t v = 0; v < V; v++) { /* masked tokens (-inf) are no candidates */
+            s->cand[n] = v;
+            n += x[v] != -INFINITY;
         }
         bool reordered = false;
         n = filter_candidates(s, p, n, &reordered);
