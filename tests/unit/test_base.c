@@ -134,6 +134,38 @@ TEST(pool_runs_short_jobs_back_to_back) {
     di_pool_destroy(sleeping);
 }
 
+typedef struct {
+    int round;
+    int out[16];
+} PlainJob;
+
+static void plain_task(void *ctx, int task, int thread) {
+    (void)thread;
+    PlainJob *j = ctx;
+    j->out[task] = j->round * 16 + task; /* plain stores: di_pool_run must publish them */
+}
+
+/* What the tasks wrote without atomics is what the caller reads when di_pool_run returns, job
+ * after job, whether the workers were spinning or asleep when it was posted; a pool destroyed
+ * right after a job (its workers still spinning) shuts down. */
+TEST(pool_publishes_plain_writes_of_each_job) {
+    DiThreadPool *pool = di_pool_create(2);
+    CHECK(pool != NULL);
+    int bad = 0;
+    PlainJob job;
+    for (int round = 0; round < 20000; round++) {
+        job.round = round;
+        di_pool_run(pool, 16, plain_task, &job);
+        for (int t = 0; t < 16; t++) bad += job.out[t] != round * 16 + t;
+        if (round % 4000 == 3999) {
+            struct timespec idle = {0, 2 * 1000 * 1000}; /* past the spin: the workers sleep */
+            nanosleep(&idle, NULL);
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+    di_pool_destroy(pool);
+}
+
 int main(void) {
     RUN_TEST(error_wrap_prefixes_context);
     RUN_TEST(calloc_rejects_overflow);
@@ -141,5 +173,6 @@ int main(void) {
     RUN_TEST(atomic_write_then_map_roundtrip);
     RUN_TEST(pool_runs_every_task_once);
     RUN_TEST(pool_runs_short_jobs_back_to_back);
+    RUN_TEST(pool_publishes_plain_writes_of_each_job);
     return TEST_SUMMARY();
 }
