@@ -33,16 +33,28 @@ static void select_experts(const float *score, const float *bias, int E, int k, 
  * All experts a forward touches (the routed ones with at least one row, ascending id, then the
  * shared expert) run as two thread-pool jobs instead of three matmuls per expert: job A computes
  * the SwiGLU hidden rows (w1 and w3) of every expert, job B the down projection (w2).  A task
- * is one expert x one slice of its output rows (slice_rows), computed by the single-thread kernel
- * over all of that expert's rows, so each expert's weights are read once per forward and
- * the pool synchronises twice per layer (decode at batch 1 ran ~15 small matmuls per layer,
- * each a pool wake-up).  The kernel computes every output row whole with the same n_tokens as a
- * whole-matrix call (matmul.h: bit-identical for any row split), and the expert sums below run
- * in the same order as before, so results are unchanged bit for bit. */
+ * is one expert x one slice of its output rows, computed by the single-thread kernel over all of
+ * that expert's rows, so each expert's weights are read once per forward and the pool
+ * synchronises twice per layer (decode at batch 1 ran ~15 small matmuls per layer, each a pool
+ * wake-up).  The kernel computes every output row whole with the same n_tokens as a whole-matrix
+ * call (matmul.h: bit-identical for any row split), and the expert sums below run in the same
+ * order whatever the schedule, so results are unchanged bit for bit.
+ *
+ * Balance: an expert gets slices in proportion to its share of the job's cost (expert_cost), and
+ * the tasks run largest first.  In a batched step the shared expert sees every row while a
+ * routed one sees one or two; with equal slices per expert and the shared one last in the task
+ * order, one thread ran it alone at the end while the other waited (at batch 16 on the medium
+ * checkpoint the worker thread ran none of the experts' GEMMs). */
 
 /* Tasks per pool thread a job aims for: enough to balance a few experts over the threads, few
  * enough that each kernel call stays large (a call costs a few microseconds of setup). */
 #define TASKS_PER_THREAD 4
+
+/* Relative cost of an expert matrix applied to `tokens` rows: decoding its weights, which costs
+ * about as much as EXPERT_DECODE_TOKENS tokens' multiply-adds (bench_kernels: the decode-bound
+ * GEMV at n = 1 runs ~15-18 GFLOP/s, the panel GEMM ~40-50), plus each token's multiply-adds. */
+#define EXPERT_DECODE_TOKENS 3
+static double expert_cost(int64_t tokens) { return (double)(EXPERT_DECODE_TOKENS + tokens); }
 
 typedef struct {
     const ExpertWeights *ex;
@@ -50,10 +62,15 @@ typedef struct {
 } ExpertSlot;
 
 typedef struct {
+    int slot;
+    int64_t r0, len; /* output rows r0 .. r0+len-1 of the slot's matrix; r0 a multiple of 32 */
+    double cost;
+} ExpertTask;
+
+typedef struct {
     const Model *m;
     const ExpertSlot *slots;
-    int parts_a, parts_b;
-    int64_t slice_a, slice_b; /* rows per task of w1/w3 and of w2: multiples of 32 (§3.4 FP8 blocks) */
+    const ExpertTask *tasks_a, *tasks_b; /* w1/w3 and w2 slices, largest first */
     int64_t D, F;
     const float *xb, *rw; /* gathered inputs [total][D], routing weight per gathered row */
     float *hidden, *ga, *ua; /* [total][F]; ga/ua: per-task scratch of the same size */
@@ -85,28 +102,41 @@ static int task_matmul(const Model *m, const DiMatrix *w, const float *x, int64_
     return m->ref_kernels ? di_matmul_ref(w, x, n, y) : di_matmul(NULL, w, x, n, y);
 }
 
-static void slice_bounds(int64_t rows, int64_t slice, int part, int64_t *r0, int64_t *len) {
-    *r0 = (int64_t)part * slice;
-    *len = rows - *r0 < slice ? rows - *r0 : slice;
+static int compare_task_cost(const void *pa, const void *pb) {
+    const ExpertTask *a = pa, *b = pb;
+    if (a->cost != b->cost) return a->cost < b->cost ? 1 : -1;
+    if (a->slot != b->slot) return a->slot < b->slot ? -1 : 1;
+    return (a->r0 > b->r0) - (a->r0 < b->r0);
 }
 
-/* Rows per slice so that n_slots experts give about `target` tasks: a multiple of 32, so an
- * FP8 slice starts on a scale block (§3.4); whole matrices when the experts alone are enough. */
-static int64_t slice_rows(int64_t rows, int n_slots, int target) {
-    int64_t parts = (target + n_slots - 1) / n_slots;
-    if (parts < 1) parts = 1;
-    int64_t s = (rows + parts - 1) / parts;
-    s = (s + 31) / 32 * 32;
-    return s < rows ? s : rows;
+/* Slices of `rows` output rows for every slot, about `target` in all and each slot's share in
+ * proportion to its cost, into tasks (room for n_slots + target); sorted largest first.  Slices
+ * are multiples of 32 rows, so an FP8 slice starts on a scale block (§3.4). */
+static int plan_tasks(const ExpertSlot *slots, int n_slots, int64_t rows, int target, ExpertTask *tasks) {
+    double total = 0;
+    for (int i = 0; i < n_slots; i++) total += expert_cost(slots[i].cnt);
+    int n = 0;
+    for (int i = 0; i < n_slots; i++) {
+        double cost = expert_cost(slots[i].cnt);
+        int64_t parts = (int64_t)ceil(target * cost / total - 1e-9);
+        if (parts < 1) parts = 1;
+        int64_t slice = ((rows + parts - 1) / parts + 31) / 32 * 32;
+        for (int64_t r0 = 0; r0 < rows; r0 += slice) {
+            int64_t len = rows - r0 < slice ? rows - r0 : slice;
+            tasks[n++] = (ExpertTask){i, r0, len, cost * (double)len / (double)rows};
+        }
+    }
+    qsort(tasks, (size_t)n, sizeof *tasks, compare_task_cost);
+    return n;
 }
 
 /* Job A task: hidden[r][i] = silu(min(w1 x, L)) · clamp(w3 x, ±L) · weight[r] for one row slice. */
 static void hidden_task(void *ctx, int task, int thread) {
     (void)thread;
     ExpertJob *j = ctx;
-    const ExpertSlot *s = &j->slots[task / j->parts_a];
-    int64_t r0, len, F = j->F, cnt = s->cnt;
-    slice_bounds(F, j->slice_a, task % j->parts_a, &r0, &len);
+    const ExpertTask *t = &j->tasks_a[task];
+    const ExpertSlot *s = &j->slots[t->slot];
+    int64_t r0 = t->r0, len = t->len, F = j->F, cnt = s->cnt;
     DiMatrix w1 = row_slice(&s->ex->w1, r0, len), w3 = row_slice(&s->ex->w3, r0, len);
     float *g = j->ga + s->off * F + cnt * r0, *u = j->ua + s->off * F + cnt * r0; /* this task's [cnt][len] */
     const float *x = j->xb + s->off * j->D;
@@ -130,9 +160,9 @@ static void hidden_task(void *ctx, int task, int thread) {
 static void down_task(void *ctx, int task, int thread) {
     (void)thread;
     ExpertJob *j = ctx;
-    const ExpertSlot *s = &j->slots[task / j->parts_b];
-    int64_t r0, len, D = j->D, cnt = s->cnt;
-    slice_bounds(D, j->slice_b, task % j->parts_b, &r0, &len);
+    const ExpertTask *t = &j->tasks_b[task];
+    const ExpertSlot *s = &j->slots[t->slot];
+    int64_t r0 = t->r0, len = t->len, D = j->D, cnt = s->cnt;
     DiMatrix w2 = row_slice(&s->ex->w2, r0, len);
     float *o = j->obs + s->off * D + cnt * r0;
     if (task_matmul(j->m, &w2, j->hidden + s->off * j->F, cnt, o) != 0) {
@@ -159,16 +189,27 @@ static int run_experts(const Model *m, ExpertJob *j, int n_slots, int64_t total)
      * block-32 round trip is the per-row one model_linear applies) */
     if (aq && di_roundtrip_fp8_block32((float *)j->xb, (size_t)(total * j->D)) != 0) return -1;
     int target = TASKS_PER_THREAD * (m->pool ? di_pool_threads(m->pool) : 1);
-    j->slice_a = slice_rows(j->F, n_slots, target);
-    j->slice_b = slice_rows(j->D, n_slots, target);
-    j->parts_a = (int)((j->F + j->slice_a - 1) / j->slice_a);
-    j->parts_b = (int)((j->D + j->slice_b - 1) / j->slice_b);
-    di_pool_run(m->pool, n_slots * j->parts_a, hidden_task, j);
-    if (j->failed) return di_errorf("expert up-projection failed");
-    if (aq && di_roundtrip_fp8_block32(j->hidden, (size_t)(total * j->F)) != 0) return -1;
-    di_pool_run(m->pool, n_slots * j->parts_b, down_task, j);
-    if (j->failed) return di_errorf("expert down-projection failed");
-    return 0;
+    ExpertTask *tasks = di_malloc(2 * (size_t)(n_slots + target) * sizeof *tasks, "expert tasks");
+    if (!tasks) return -1;
+    int rc = -1, n_a = plan_tasks(j->slots, n_slots, j->F, target, tasks),
+        n_b = plan_tasks(j->slots, n_slots, j->D, target, tasks + n_slots + target);
+    j->tasks_a = tasks;
+    j->tasks_b = tasks + n_slots + target;
+    di_pool_run(m->pool, n_a, hidden_task, j);
+    if (j->failed) {
+        di_errorf("expert up-projection failed");
+        goto done;
+    }
+    if (aq && di_roundtrip_fp8_block32(j->hidden, (size_t)(total * j->F)) != 0) goto done;
+    di_pool_run(m->pool, n_b, down_task, j);
+    if (j->failed) {
+        di_errorf("expert down-projection failed");
+        goto done;
+    }
+    rc = 0;
+done:
+    free(tasks);
+    return rc;
 }
 
 /* Router (§5.7 steps 1-3): ids [n][top_k] best first and their weights. */
