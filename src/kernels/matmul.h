@@ -15,6 +15,7 @@
 
 #include "base/threadpool.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef enum {
@@ -56,5 +57,10 @@ int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_
 /* Which path di_matmul takes on this machine: "avx2-fma" or "reference" (DEEPINFER_KERNELS =
  * auto | ref | simd overrides the cpuid choice); NULL with an error for a bad DEEPINFER_KERNELS. */
 const char *di_matmul_backend(void);
+
+/* True when di_matmul takes the SIMD kernels.  The other kernels with an AVX2 version (the FP8
+ * round trip, di_expf_row) follow the same choice, so DEEPINFER_KERNELS=ref makes every kernel
+ * the scalar definition.  False on a bad DEEPINFER_KERNELS too (the matmul reports it). */
+bool di_kernels_use_simd(void);
 
 #endif

@@ -6,7 +6,6 @@
 #include "kernels/matmul.h"
 
 #include <math.h>
-#include <stdbool.h>
 #include <string.h>
 
 float di_e4m3_to_f32(uint8_t code) {
@@ -97,16 +96,9 @@ static float block_amax(const float *x, size_t n) {
     return amax;
 }
 
-/* The AVX2 version gives the same bits (roundtrip_avx2.c); it runs where the matmuls take their
- * AVX2 kernels, so DEEPINFER_KERNELS=ref keeps this scalar one too. */
-static bool use_simd_roundtrip(void) {
-    const char *backend = di_matmul_backend(); /* NULL on a bad DEEPINFER_KERNELS: the matmul reports it */
-    return backend && strcmp(backend, "avx2-fma") == 0;
-}
-
 int di_roundtrip_fp8_block32(float *x, size_t n) {
     if (!x || n % 32) return di_errorf("fp8 round trip: length %zu is not a multiple of 32", n);
-    if (use_simd_roundtrip()) {
+    if (di_kernels_use_simd()) { /* the same bits (roundtrip_avx2.c) */
         di_simd_roundtrip_fp8_block32(x, n);
         return 0;
     }

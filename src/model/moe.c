@@ -54,7 +54,7 @@ static void select_experts(const float *score, const float *bias, int E, int k, 
  * about as much as EXPERT_DECODE_TOKENS tokens' multiply-adds (bench_kernels: the decode-bound
  * GEMV at n = 1 runs ~15-18 GFLOP/s, the panel GEMM ~40-50), plus each token's multiply-adds. */
 #define EXPERT_DECODE_TOKENS 3
-static double expert_cost(int64_t tokens) { return (double)(EXPERT_DECODE_TOKENS + tokens); }
+static int64_t expert_cost(int64_t tokens) { return EXPERT_DECODE_TOKENS + tokens; }
 
 typedef struct {
     const ExpertWeights *ex;
@@ -64,7 +64,7 @@ typedef struct {
 typedef struct {
     int slot;
     int64_t r0, len; /* output rows r0 .. r0+len-1 of the slot's matrix; r0 a multiple of 32 */
-    double cost;
+    int64_t cost;    /* expert_cost x len: comparable between tasks of one job */
 } ExpertTask;
 
 typedef struct {
@@ -113,17 +113,15 @@ static int compare_task_cost(const void *pa, const void *pb) {
  * proportion to its cost, into tasks (room for n_slots + target); sorted largest first.  Slices
  * are multiples of 32 rows, so an FP8 slice starts on a scale block (§3.4). */
 static int plan_tasks(const ExpertSlot *slots, int n_slots, int64_t rows, int target, ExpertTask *tasks) {
-    double total = 0;
+    int64_t total = 0;
     for (int i = 0; i < n_slots; i++) total += expert_cost(slots[i].cnt);
     int n = 0;
     for (int i = 0; i < n_slots; i++) {
-        double cost = expert_cost(slots[i].cnt);
-        int64_t parts = (int64_t)ceil(target * cost / total - 1e-9);
-        if (parts < 1) parts = 1;
+        int64_t cost = expert_cost(slots[i].cnt), parts = (target * cost + total - 1) / total; /* >= 1 */
         int64_t slice = ((rows + parts - 1) / parts + 31) / 32 * 32;
         for (int64_t r0 = 0; r0 < rows; r0 += slice) {
             int64_t len = rows - r0 < slice ? rows - r0 : slice;
-            tasks[n++] = (ExpertTask){i, r0, len, cost * (double)len / (double)rows};
+            tasks[n++] = (ExpertTask){i, r0, len, cost * len};
         }
     }
     qsort(tasks, (size_t)n, sizeof *tasks, compare_task_cost);

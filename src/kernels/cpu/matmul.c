@@ -52,6 +52,11 @@ const char *di_matmul_backend(void) {
     return b == BACKEND_SIMD ? "avx2-fma" : "reference";
 }
 
+bool di_kernels_use_simd(void) {
+    Backend b;
+    return choose_backend(&b) == 0 && b == BACKEND_SIMD;
+}
+
 typedef struct {
     const DiMatrix *w;
     DiSimdActs acts;
