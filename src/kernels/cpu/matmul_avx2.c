@@ -15,8 +15,9 @@
  *       code * scale with a single rounding (scale byte b <= 246; above, two multiplies).
  *       The obvious float32 trick (bits << 20) turns E4M3 subnormals into float32 subnormals,
  *       and multiplying those costs ~100 cycles each on x86: 6x slower on random codes.
- *   E2M1 (§3.3, §3.5): a 16-entry byte shuffle maps each nibble to twice its value as a signed
- *       integer {0,1,2,3,4,6,8,12, -0..-12}, converted exactly and multiplied by 2^(b-128).
+ *   E2M1 (§3.3, §3.5): twice the code's value {0,1,2,3,4,6,8,12, -0..-12} times 2^(b-128),
+ *       exact; the panel decoder looks the magnitude up with vpermps, the GEMV's decoder reads
+ *       the same floats' two high bytes from a per-scale table with byte shuffles.
  *   BF16: the upper half of a float32.
  * NaN codes (E4M3 0x7F/0xFF) and the NaN scale byte 0xFF do not occur in checkpoints; the SIMD
  * decoders give finite values for them where the reference gives NaN.
@@ -33,6 +34,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #define GROUP 8        /* floats per ymm register: the lane count of the reduction order */
@@ -76,9 +78,9 @@ bool di_simd_available(void) {
 
 int64_t di_simd_scratch_floats(int64_t cols, bool gemm) {
     /* GEMM: the panel chunk, then the accumulators of one token block (8 lanes each);
-     * GEMV: two rows of scaled activations (k32 floats each) */
+     * GEMV: FP8's scaled activations of two tokens or FP4's permuted ones of four (k32 floats each) */
     if (gemm) return (int64_t)PANEL_ROWS * PANEL_K + (int64_t)PANEL_ROWS * TOKEN_BLOCK * GROUP;
-    return 2 * ((cols + BLOCK - 1) / BLOCK * BLOCK); /* GEMV: scaled activations of two tokens */
+    return 4 * ((cols + BLOCK - 1) / BLOCK * BLOCK);
 }
 
 /* ---- scale factors (as float32 bit patterns, so no libm call in the inner loops) ---------- */
@@ -118,6 +120,28 @@ static const union {
     uint32_t bits;
     float value;
 } fp4_half_scales[256] = {FP4_S64(0), FP4_S64(64), FP4_S64(128), FP4_S64(192)};
+
+/* The GEMV's FP4 decoder (decode_fp4_block_lanes) looks weights up byte-wise: for scale byte b and
+ * code n, bytes 2 and 3 of the float32 that decode_fp4_block produces (the doubled E2M1 value of
+ * n times the factor above, negated for n >= 8).  Those floats have at most two significant bits,
+ * so their low two bytes are zero for every b (subnormals and inf included), and the two bytes
+ * are the whole weight.  Row b: 16 bytes "2", then 16 bytes "3"; filled once from the same
+ * multiplies, so the table holds exactly decode_fp4_block's weights. */
+static uint8_t fp4_weight_bytes[256][32] __attribute__((aligned(32)));
+static pthread_once_t fp4_weight_bytes_once = PTHREAD_ONCE_INIT;
+
+static void fill_fp4_weight_bytes(void) {
+    static const float doubled[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+    for (int b = 0; b < 256; b++)
+        for (int n = 0; n < 16; n++) {
+            float v = doubled[n & 7] * fp4_half_scales[b].value;
+            uint32_t u;
+            memcpy(&u, &v, sizeof u);
+            u |= (uint32_t)(n >> 3) << 31;
+            fp4_weight_bytes[b][n] = (uint8_t)(u >> 16);
+            fp4_weight_bytes[b][16 + n] = (uint8_t)(u >> 24);
+        }
+}
 
 /* ---- decoders: one 32-column block of one row into four ymm registers --------------------- */
 
@@ -191,6 +215,32 @@ static inline void decode_fp4_block(const uint8_t *p, uint8_t b, __m256 out[4]) 
     }
 }
 
+/* The GEMV's FP4 decoder: the same 32 weights as decode_fp4_block, from in-lane shuffles only.
+ * Lane-crossing shuffles (vpermps, vpermq, vextracti128) cost ~1.3 cycles each on Zen 3 against
+ * 0.5 for in-lane ones, and decode_fp4_block's four vpermps and eight variable shifts per block
+ * bound the GEMV there: FP4 GEMV 4096x4096 n = 1 ~16 GFLOP/s before, ~27 after (one thread,
+ * warm, bench harness).  The 16 bytes go to both lanes; lane 0 keeps the low nibbles (even
+ * columns), lane 1 the high ones (odd columns); two byte shuffles read bytes 2 and 3 of each
+ * weight's float from fp4_weight_bytes; unpacking with zero bytes assembles the floats.
+ * Register g then holds columns 8g .. 8g+7 in the lane order FP4_LANE_ORDER instead of 0 .. 7,
+ * so the activations are permuted the same way (fp4_permute_acts) and lane_sum_fp4 adds the
+ * lanes in matmul_simd.h's fixed order: every lane carries exactly the terms, in exactly the
+ * order, it carries in the panel GEMM, and the sums are bit-identical. */
+#define FP4_LANE_ORDER 0, 2, 4, 6, 1, 3, 5, 7
+
+static inline void decode_fp4_block_lanes(const uint8_t *p, uint8_t b, __m256 out[4]) {
+    __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    __m256i codes = _mm256_and_si256(_mm256_blend_epi32(x, _mm256_srli_epi16(x, 4), 0xF0), _mm256_set1_epi8(0x0F));
+    __m256i byte2 = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)fp4_weight_bytes[b]));
+    __m256i byte3 = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(fp4_weight_bytes[b] + 16)));
+    __m256i lo = _mm256_shuffle_epi8(byte2, codes), hi = _mm256_shuffle_epi8(byte3, codes);
+    __m256i w0 = _mm256_unpacklo_epi8(lo, hi), w1 = _mm256_unpackhi_epi8(lo, hi), zero = _mm256_setzero_si256();
+    out[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w0));
+    out[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w0));
+    out[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w1));
+    out[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w1));
+}
+
 static inline void decode_bf16_block(const uint16_t *p, __m256 out[4]) {
     #pragma GCC unroll 16
     for (int i = 0; i < 4; i++) {
@@ -257,6 +307,14 @@ static inline float lane_sum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+
+/* lane_sum for accumulators in FP4_LANE_ORDER: lane j holds what lane FP4_LANE_ORDER[j] holds in
+ * natural order, so the same sum is ((l0+l2)+(l1+l3)) + ((l4+l6)+(l5+l7)). */
+static inline float lane_sum_fp4(__m256 v) {
+    __m256 u = _mm256_add_ps(v, _mm256_permute_ps(v, 0x4E)); /* per lane: l0+l2, l1+l3 */
+    u = _mm256_add_ps(u, _mm256_permute_ps(u, 0xB1));
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1)));
 }
 
 /* Software prefetch of the same block one row tile ahead.  A weight row of the release shapes
@@ -422,13 +480,13 @@ static inline __attribute__((always_inline)) void gemv_fp4_tile(const DiMatrix *
             const uint8_t *p = row[i] + kb * (BLOCK / 2);
             if (prefetch) _mm_prefetch((const char *)p + ahead, PF_HINT);
             __m256 wv[4];
-            decode_fp4_block(p, srow[i][kb], wv);
+            decode_fp4_block_lanes(p, srow[i][kb], wv);
             #pragma GCC unroll 16
             for (int g = 0; g < 4; g++) acc[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xb + GROUP * g), acc[i]);
         }
     }
     #pragma GCC unroll 16
-    for (int i = 0; i < nr; i++) y[r0 + i] = lane_sum(acc[i]);
+    for (int i = 0; i < nr; i++) y[r0 + i] = lane_sum_fp4(acc[i]);
 }
 
 /* Two tokens at once for the few-token case (routed experts): each block is decoded once and
@@ -451,7 +509,7 @@ static inline __attribute__((always_inline)) void gemv_fp4_pair_tile(const DiMat
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
             __m256 wv[4];
-            decode_fp4_block(row[i] + kb * (BLOCK / 2), srow[i][kb], wv);
+            decode_fp4_block_lanes(row[i] + kb * (BLOCK / 2), srow[i][kb], wv);
             #pragma GCC unroll 16
             for (int g = 0; g < 4; g++) {
                 a0[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xb0 + GROUP * g), a0[i]);
@@ -461,8 +519,8 @@ static inline __attribute__((always_inline)) void gemv_fp4_pair_tile(const DiMat
     }
     #pragma GCC unroll 16
     for (int i = 0; i < nr; i++) {
-        y0[r0 + i] = lane_sum(a0[i]);
-        y1[r0 + i] = lane_sum(a1[i]);
+        y0[r0 + i] = lane_sum_fp4(a0[i]);
+        y1[r0 + i] = lane_sum_fp4(a1[i]);
     }
 }
 
@@ -486,7 +544,7 @@ static inline __attribute__((always_inline)) void gemv_fp4_quad_tile(const DiMat
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
             __m256 wv[4];
-            decode_fp4_block(row[i] + kb * (BLOCK / 2), srow[i][kb], wv);
+            decode_fp4_block_lanes(row[i] + kb * (BLOCK / 2), srow[i][kb], wv);
             #pragma GCC unroll 16
             for (int t = 0; t < 4; t++)
                 #pragma GCC unroll 16
@@ -497,31 +555,41 @@ static inline __attribute__((always_inline)) void gemv_fp4_quad_tile(const DiMat
     #pragma GCC unroll 16
     for (int i = 0; i < nr; i++)
         #pragma GCC unroll 16
-        for (int t = 0; t < 4; t++) y[t * w->rows + r0 + i] = lane_sum(acc[i][t]);
+        for (int t = 0; t < 4; t++) y[t * w->rows + r0 + i] = lane_sum_fp4(acc[i][t]);
 }
 
-static void gemv_fp4_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1) {
-    int64_t t = 0;
+/* Activations of `n` tokens in FP4_LANE_ORDER within each group of eight (see
+ * decode_fp4_block_lanes), n * k32 floats into xp. */
+static void fp4_permute_acts(const float *x, int64_t k32, int n, float *xp) {
+    const __m256i order = _mm256_setr_epi32(FP4_LANE_ORDER);
+    for (int64_t i = 0; i < n * k32; i += GROUP)
+        _mm256_store_ps(xp + i, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + i), order));
+}
+
+/* xp: 4 * k32 floats of scratch for the permuted activations of up to four tokens. */
+static void gemv_fp4_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xp) {
+    pthread_once(&fp4_weight_bytes_once, fill_fp4_weight_bytes);
+    int64_t t = 0, k32 = a->k32;
     for (; t + 4 <= a->n_tokens; t += 4) {
-        const float *x = a->x + t * a->k32;
+        fp4_permute_acts(a->x + t * k32, k32, 4, xp);
         float *yt = y + t * w->rows;
         int64_t r = r0;
-        for (; r + QUAD_ROWS <= r1; r += QUAD_ROWS) gemv_fp4_quad_tile(w, x, a->k32, r, QUAD_ROWS, yt);
-        for (; r < r1; r++) gemv_fp4_quad_tile(w, x, a->k32, r, 1, yt);
+        for (; r + QUAD_ROWS <= r1; r += QUAD_ROWS) gemv_fp4_quad_tile(w, xp, k32, r, QUAD_ROWS, yt);
+        for (; r < r1; r++) gemv_fp4_quad_tile(w, xp, k32, r, 1, yt);
     }
     for (; t + 2 <= a->n_tokens; t += 2) {
-        const float *x0 = a->x + t * a->k32, *x1 = x0 + a->k32;
+        fp4_permute_acts(a->x + t * k32, k32, 2, xp);
         float *y0 = y + t * w->rows, *y1 = y0 + w->rows;
         int64_t r = r0;
-        for (; r + PAIR_ROWS <= r1; r += PAIR_ROWS) gemv_fp4_pair_tile(w, x0, x1, r, PAIR_ROWS, y0, y1);
-        for (; r < r1; r++) gemv_fp4_pair_tile(w, x0, x1, r, 1, y0, y1);
+        for (; r + PAIR_ROWS <= r1; r += PAIR_ROWS) gemv_fp4_pair_tile(w, xp, xp + k32, r, PAIR_ROWS, y0, y1);
+        for (; r < r1; r++) gemv_fp4_pair_tile(w, xp, xp + k32, r, 1, y0, y1);
     }
     for (; t < a->n_tokens; t++) {
-        const float *x = a->x + t * a->k32;
+        fp4_permute_acts(a->x + t * k32, k32, 1, xp);
         float *yt = y + t * w->rows;
         int64_t r = r0;
-        for (; r + GEMV_ROWS <= r1; r += GEMV_ROWS) gemv_fp4_tile(w, x, r, GEMV_ROWS, yt);
-        for (; r < r1; r++) gemv_fp4_tile(w, x, r, 1, yt);
+        for (; r + GEMV_ROWS <= r1; r += GEMV_ROWS) gemv_fp4_tile(w, xp, r, GEMV_ROWS, yt);
+        for (; r < r1; r++) gemv_fp4_tile(w, xp, r, 1, yt);
     }
 }
 
@@ -634,7 +702,7 @@ void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t
     case DI_MAT_F32: gemv_rows(DI_MAT_F32, w, a, y, r0, r1); break;
     case DI_MAT_BF16: gemv_rows(DI_MAT_BF16, w, a, y, r0, r1); break;
     case DI_MAT_FP8_BLOCK: gemv_fp8_rows(w, a, y, r0, r1, scratch); break;
-    case DI_MAT_FP4_ROW32: gemv_fp4_rows(w, a, y, r0, r1); break;
+    case DI_MAT_FP4_ROW32: gemv_fp4_rows(w, a, y, r0, r1, scratch); break;
     }
 }
 
