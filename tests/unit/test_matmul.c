@@ -236,7 +236,7 @@ static void check_batch_invariance(DiMatFormat f, int64_t rows, int64_t cols) {
     float *y = malloc(sizeof(float) * max_batch * rows);
     DiThreadPool *pool = di_pool_create(2);
     CHECK(di_matmul_simd(NULL, w, probe, 1, alone) == 0);
-    const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 13, 64, 65, 70};
+    const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 12, 13, 31, 32, 64, 65, 70}; /* both sides of each GEMV/GEMM switch */
     for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
         int64_t n = batches[bi];
         for (int64_t pos = 0; pos < n; pos += (n > 8 ? n / 3 : 1)) {

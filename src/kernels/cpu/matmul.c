@@ -23,9 +23,17 @@
  * ~36-44 GFLOP/s for n = 2..6, while the panel GEMM gives ~22-31 at n = 8, ~37 at 12, ~37-50 at 16
  * (EPYC build machine).  On the Intel machine of a later session FP4 takes fours: ~26-36 for
  * n = 4..12 against ~36 for the GEMM at 13, ~40 at 16; the threshold stays.
+ * FP4 since the in-lane GEMV decoder, on the issue's Zen 3 (wall clock, two interleaved rounds):
+ * the GEMV's four-token tiles give 45-60 GFLOP/s for n = 8..20 against 15-34 for the GEMM, 40-50
+ * against 27-36 at 24, and about level from 32 to 64 (43-56 against 30-52); the GEMM wins from
+ * ~128 (the GEMV reads the matrix once per four tokens).  So FP4 moves to the GEMM at 32.
  * F32/BF16 GEMV re-reads the weights per token, so the GEMM wins earlier.  Same bits either way. */
 static int64_t gemm_min_tokens(DiMatFormat format) {
-    return format == DI_MAT_FP8_BLOCK || format == DI_MAT_FP4_ROW32 ? 13 : 8;
+    switch (format) {
+    case DI_MAT_FP4_ROW32: return 32;
+    case DI_MAT_FP8_BLOCK: return 13;
+    default: return 8;
+    }
 }
 
 typedef enum { BACKEND_REF, BACKEND_SIMD } Backend;
