@@ -27,6 +27,8 @@
  * the GEMV's four-token tiles give 45-60 GFLOP/s for n = 8..20 against 15-34 for the GEMM, 40-50
  * against 27-36 at 24, and about level from 32 to 64 (43-56 against 30-52); the GEMM wins from
  * ~128 (the GEMV reads the matrix once per four tokens).  So FP4 moves to the GEMM at 32.
+ * FP8 with four-token tiles too: about level with the GEMM from 13 to 32 tokens (29-41 against
+ * 23-41 GFLOP/s, noisy), ahead below; its switch stays at 13.
  * F32/BF16 GEMV re-reads the weights per token, so the GEMM wins earlier.  Same bits either way. */
 static int64_t gemm_min_tokens(DiMatFormat format) {
     switch (format) {

@@ -620,32 +620,34 @@ static void fp8_rowblock_one(const DiMatrix *w, const float *x, int64_t k32, Act
     for (; r < rb_end; r++) gemv_fp8_prescaled_tile(w, x, xs, k32, r, 1, yt);
 }
 
-/* Two tokens, both with exact scaled activations: each block decoded once for both. */
-static inline __attribute__((always_inline)) void gemv_fp8_pair_tile(const DiMatrix *w, const float *x0,
-                                                                     const float *x1, const float *xs0,
-                                                                     const float *xs1, int64_t k32, int64_t r0,
-                                                                     int nr, float *y0, float *y1) {
-    const uint8_t *row[PAIR_ROWS];
-    uint16_t stage[PAIR_ROWS][BLOCK] __attribute__((aligned(32)));
+/* NT tokens (2 or 4), all with exact scaled activations: each block decoded once for all of
+ * them.  Rows per tile: PAIR_ROWS for two tokens, QUAD_ROWS for four (8 accumulators either way).
+ * x[t]: the token's activations (the partial last block), xs[t]: its scaled ones. */
+static inline __attribute__((always_inline)) void gemv_fp8_group_tile(const DiMatrix *w, int nt,
+                                                                      const float *const *x, const float *const *xs,
+                                                                      int64_t k32, int64_t r0, int nr, float *const *y) {
+    enum { MAX_TILE_ROWS = PAIR_ROWS > QUAD_ROWS ? PAIR_ROWS : QUAD_ROWS };
+    const uint8_t *row[MAX_TILE_ROWS];
+    uint16_t stage[MAX_TILE_ROWS][BLOCK] __attribute__((aligned(32)));
     int64_t full = w->cols / BLOCK;
-    __m256 a0[PAIR_ROWS], a1[PAIR_ROWS];
+    int tile_rows = nt == 4 ? QUAD_ROWS : PAIR_ROWS;
+    __m256 acc[MAX_TILE_ROWS][4];
     #pragma GCC unroll 16
-    for (int i = 0; i < PAIR_ROWS; i++) {
-        a0[i] = a1[i] = _mm256_setzero_ps();
+    for (int i = 0; i < tile_rows; i++) {
+        #pragma GCC unroll 16
+        for (int t = 0; t < nt; t++) acc[i][t] = _mm256_setzero_ps();
         row[i] = (const uint8_t *)w->data + (r0 + (i < nr ? i : 0)) * w->cols;
     }
     for (int64_t kb = 0; kb < full; kb++) {
-        const float *b0 = xs0 + kb * BLOCK, *b1 = xs1 + kb * BLOCK;
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
-            const uint8_t *p = row[i] + kb * BLOCK;
             __m256 wv[4];
-            e4m3_block_widen(p, stage[i], wv);
+            e4m3_block_widen(row[i] + kb * BLOCK, stage[i], wv);
             #pragma GCC unroll 16
-            for (int g = 0; g < 4; g++) {
-                a0[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(b0 + GROUP * g), a0[i]);
-                a1[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(b1 + GROUP * g), a1[i]);
-            }
+            for (int t = 0; t < nt; t++)
+                #pragma GCC unroll 16
+                for (int g = 0; g < 4; g++)
+                    acc[i][t] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xs[t] + kb * BLOCK + GROUP * g), acc[i][t]);
         }
     }
     if (full < k32 / BLOCK) { /* the partial last block: the plain decode, unscaled x */
@@ -654,41 +656,54 @@ static inline __attribute__((always_inline)) void gemv_fp8_pair_tile(const DiMat
             __m256 wv[4];
             decode_block(DI_MAT_FP8_BLOCK, w, r0 + i, full, wv);
             #pragma GCC unroll 16
-            for (int g = 0; g < 4; g++) {
-                a0[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(x0 + full * BLOCK + GROUP * g), a0[i]);
-                a1[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(x1 + full * BLOCK + GROUP * g), a1[i]);
-            }
+            for (int t = 0; t < nt; t++)
+                #pragma GCC unroll 16
+                for (int g = 0; g < 4; g++)
+                    acc[i][t] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(x[t] + full * BLOCK + GROUP * g), acc[i][t]);
         }
     }
     #pragma GCC unroll 16
-    for (int i = 0; i < nr; i++) {
-        y0[r0 + i] = lane_sum(a0[i]);
-        y1[r0 + i] = lane_sum(a1[i]);
+    for (int i = 0; i < nr; i++)
+        #pragma GCC unroll 16
+        for (int t = 0; t < nt; t++) y[t][r0 + i] = lane_sum(acc[i][t]);
+}
+
+/* Tokens t0 .. t0+nt-1 (nt = 2 or 4) against rows [r0, r1): per 32-row scale block, the group
+ * tile when every token's scaled activations are exact there, else each token alone. */
+static inline __attribute__((always_inline)) void fp8_token_group(const DiMatrix *w, const DiSimdActs *a, int64_t t0,
+                                                                  int nt, float *y, int64_t r0, int64_t r1,
+                                                                  float *xs_scratch) {
+    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, k32 = a->k32;
+    const float *x[4], *xs[4];
+    float *yt[4];
+    ActRange range[4];
+    for (int t = 0; t < nt; t++) {
+        x[t] = a->x + (t0 + t) * k32;
+        xs[t] = xs_scratch + t * k32;
+        yt[t] = y + (t0 + t) * w->rows;
+        range[t] = act_range(x[t], w->cols);
+    }
+    int tile_rows = nt == 4 ? QUAD_ROWS : PAIR_ROWS;
+    for (int64_t rb = r0; rb < r1; rb += BLOCK) { /* r0 is a multiple of 32 */
+        int64_t rb_end = rb + BLOCK < r1 ? rb + BLOCK : r1, r = rb;
+        const uint8_t *scales = w->scale + (rb / BLOCK) * kblocks;
+        bool exact = true;
+        for (int t = 0; t < nt; t++) exact = exact && fp8_prescale_exact(scales, kblocks, range[t]);
+        if (!exact) {
+            for (int t = 0; t < nt; t++) fp8_rowblock_one(w, x[t], k32, range[t], rb, rb_end, xs_scratch, yt[t]);
+            continue;
+        }
+        for (int t = 0; t < nt; t++) fp8_scale_acts(x[t], scales, w->cols / BLOCK, xs_scratch + t * k32);
+        for (; r + tile_rows <= rb_end; r += tile_rows) gemv_fp8_group_tile(w, nt, x, xs, k32, r, tile_rows, yt);
+        for (; r < rb_end; r++) gemv_fp8_group_tile(w, nt, x, xs, k32, r, 1, yt);
     }
 }
 
-/* xs: 2 * k32 floats of scratch. */
+/* xs: 4 * k32 floats of scratch. */
 static void gemv_fp8_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
-    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, k32 = a->k32, t = 0;
-    for (; t + 2 <= a->n_tokens; t += 2) {
-        const float *x0 = a->x + t * k32, *x1 = x0 + k32;
-        float *y0 = y + t * w->rows, *y1 = y0 + w->rows;
-        ActRange g0 = act_range(x0, w->cols), g1 = act_range(x1, w->cols);
-        for (int64_t rb = r0; rb < r1; rb += BLOCK) { /* r0 is a multiple of 32 */
-            int64_t rb_end = rb + BLOCK < r1 ? rb + BLOCK : r1, r = rb;
-            const uint8_t *scales = w->scale + (rb / BLOCK) * kblocks;
-            if (!fp8_prescale_exact(scales, kblocks, g0) || !fp8_prescale_exact(scales, kblocks, g1)) {
-                fp8_rowblock_one(w, x0, k32, g0, rb, rb_end, xs, y0);
-                fp8_rowblock_one(w, x1, k32, g1, rb, rb_end, xs, y1);
-                continue;
-            }
-            fp8_scale_acts(x0, scales, w->cols / BLOCK, xs);
-            fp8_scale_acts(x1, scales, w->cols / BLOCK, xs + k32);
-            for (; r + PAIR_ROWS <= rb_end; r += PAIR_ROWS)
-                gemv_fp8_pair_tile(w, x0, x1, xs, xs + k32, k32, r, PAIR_ROWS, y0, y1);
-            for (; r < rb_end; r++) gemv_fp8_pair_tile(w, x0, x1, xs, xs + k32, k32, r, 1, y0, y1);
-        }
-    }
+    int64_t k32 = a->k32, t = 0;
+    for (; t + 4 <= a->n_tokens; t += 4) fp8_token_group(w, a, t, 4, y, r0, r1, xs);
+    for (; t + 2 <= a->n_tokens; t += 2) fp8_token_group(w, a, t, 2, y, r0, r1, xs);
     for (; t < a->n_tokens; t++) {
         const float *x = a->x + t * k32;
         ActRange range = act_range(x, w->cols);

@@ -34,7 +34,7 @@ bool di_simd_available(void);
 int64_t di_simd_scratch_floats(int64_t cols, bool gemm);
 
 /* y[t][r] for r in [r0, r1) and every token: weights decoded in registers, a token at a time
- * (FP8: two at a time; FP4: four, then two) -- the decode-bound few-token case.  r0 is a multiple of
+ * (FP8 and FP4: four, then two, then one) -- the decode-bound few-token case.  r0 is a multiple of
  * DI_SIMD_ROW_CHUNK. */
 void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1,
                        float *scratch);
