@@ -47,6 +47,22 @@ TEST(e4m3_encode_inverts_decode_on_every_code) {
     CHECK(isnan(di_e4m3_to_f32(0x7F)) && isnan(di_e4m3_to_f32(0xFF)));
 }
 
+/* §3.3 by the formula, in double with ldexp, for every byte: the decoders must give these floats. */
+TEST(e4m3_and_ue8m0_decode_every_code_to_its_value) {
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7F) == 0x7F) continue; /* NaN, checked above */
+        int e = (c >> 3) & 0xF, m = c & 7;
+        double mag = e == 0 ? ldexp(m / 8.0, -6) : ldexp(1.0 + m / 8.0, e - 7);
+        float expect = (float)((c & 0x80) ? -mag : mag), got = di_e4m3_to_f32((uint8_t)c);
+        CHECK_MSG(memcmp(&got, &expect, sizeof got) == 0, "e4m3 0x%02x: %a, expected %a", c, got, expect);
+    }
+    for (int b = 0; b < 255; b++) {
+        float expect = (float)ldexp(1.0, b - 127), got = di_ue8m0_to_f32((uint8_t)b);
+        CHECK_MSG(memcmp(&got, &expect, sizeof got) == 0, "ue8m0 %d: %a, expected %a", b, got, expect);
+    }
+    CHECK(isnan(di_ue8m0_to_f32(0xFF)));
+}
+
 TEST(e4m3_rounds_to_nearest_even) {
     /* between 1 (0x38) and 1.125 (0x39): the midpoint 1.0625 goes to the even mantissa (1) */
     CHECK_EQ_INT(di_f32_to_e4m3(1.0625f), 0x38);
@@ -178,6 +194,7 @@ int main(void) {
     RUN_TEST(e4m3_decodes_real_checkpoint_bytes);
     RUN_TEST(e2m1_decodes_real_checkpoint_bytes);
     RUN_TEST(e4m3_encode_inverts_decode_on_every_code);
+    RUN_TEST(e4m3_and_ue8m0_decode_every_code_to_its_value);
     RUN_TEST(e4m3_rounds_to_nearest_even);
     RUN_TEST(e2m1_rounding_table);
     RUN_TEST(ue8m0_ceil_uses_exponent_bits);
