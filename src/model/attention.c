@@ -275,30 +275,31 @@ done:
 
 /* ---------------------------------------------------------------- attention core (§4.8) */
 
+void attn_head(const Model *m, const LayerWeights *lw, int64_t h, const float *qh, const float *const *keys, int64_t nk,
+               float *oh, float *z) {
+    int64_t Dh = m->d.head_dim;
+    float scale = 1.0f / sqrtf((float)Dh);
+    float sink = lw->attn_sink[h], mx = sink;
+    for (int64_t j = 0; j < nk; j++) {
+        float dot = 0;
+        for (int64_t c = 0; c < Dh; c++) dot += qh[c] * keys[j][c];
+        z[j] = dot * scale;
+        mx = fmaxf(mx, z[j]);
+    }
+    float den = expf(sink - mx); /* the sink adds to the denominator only */
+    memset(oh, 0, (size_t)Dh * sizeof *oh);
+    for (int64_t j = 0; j < nk; j++) {
+        float e = expf(z[j] - mx);
+        den += e;
+        for (int64_t c = 0; c < Dh; c++) oh[c] += e * keys[j][c];
+    }
+    for (int64_t c = 0; c < Dh; c++) oh[c] /= den;
+}
+
 void attn_heads(const Model *m, const LayerWeights *lw, const float *q, const float *const *keys, int64_t nk, float *o,
                 float *z) {
-    const ModelDims *d = &m->d;
-    int64_t H = d->n_heads, Dh = d->head_dim;
-    float scale = 1.0f / sqrtf((float)Dh);
-    for (int64_t h = 0; h < H; h++) {
-        const float *qh = q + h * Dh;
-        float *oh = o + h * Dh;
-        float sink = lw->attn_sink[h], mx = sink;
-        for (int64_t j = 0; j < nk; j++) {
-            float dot = 0;
-            for (int64_t c = 0; c < Dh; c++) dot += qh[c] * keys[j][c];
-            z[j] = dot * scale;
-            mx = fmaxf(mx, z[j]);
-        }
-        float den = expf(sink - mx); /* the sink adds to the denominator only */
-        memset(oh, 0, (size_t)Dh * sizeof *oh);
-        for (int64_t j = 0; j < nk; j++) {
-            float e = expf(z[j] - mx);
-            den += e;
-            for (int64_t c = 0; c < Dh; c++) oh[c] += e * keys[j][c];
-        }
-        for (int64_t c = 0; c < Dh; c++) oh[c] /= den;
-    }
+    int64_t Dh = m->d.head_dim;
+    for (int64_t h = 0; h < m->d.n_heads; h++) attn_head(m, lw, h, q + h * Dh, keys, nk, o + h * Dh, z);
 }
 
 int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, float *o, int64_t n, const int64_t *pos, float *out) {
@@ -333,6 +334,9 @@ done:
 
 /* ---------------------------------------------------------------- the sub-layer */
 
+/* One task per (row, head): at batch 1 a row alone would keep every other thread idle, and a
+ * head's result depends only on its row's query and keys.  Scores go to the thread's own slice
+ * of z (kw floats each). */
 typedef struct {
     const Model *m;
     const LayerWeights *lw;
@@ -340,14 +344,14 @@ typedef struct {
     const float *const *keys;
     const int64_t *nkeys;
     float *o, *z;
-    int64_t kw, qw; /* key slots per row, query / output floats per row */
+    int64_t kw; /* key slots per row */
 } RowHeadsJob;
 
-static void row_heads_task(void *ctx, int task, int thread) {
-    (void)thread;
+static void row_head_task(void *ctx, int task, int thread) {
     const RowHeadsJob *j = ctx;
-    int64_t i = task;
-    attn_heads(j->m, j->lw, j->q + i * j->qw, j->keys + i * j->kw, j->nkeys[i], j->o + i * j->qw, j->z + i * j->kw);
+    int64_t H = j->m->d.n_heads, Dh = j->m->d.head_dim, i = task / H, h = task % H;
+    attn_head(j->m, j->lw, h, j->q + (i * H + h) * Dh, j->keys + i * j->kw, j->nkeys[i], j->o + (i * H + h) * Dh,
+              j->z + thread * j->kw);
 }
 
 int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a, AttnShared *sh, float *out) {
@@ -365,7 +369,7 @@ int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a,
     ALLOC(qr, n * d->q_rank, "low-rank queries");
     ALLOC(kv, n * Dh, "window KV");
     ALLOC(o, n * H * Dh, "attention output");
-    ALLOC(z, n * KW, "attention scores");
+    ALLOC(z, di_pool_threads(m->pool) * KW, "attention scores"); /* one row of scores per thread */
     ALLOC(keys, n * KW, "attention keys");
     ALLOC(nkeys, n, "attention key counts");
     if (!q || !qr || !kv || !o || !z || !keys || !nkeys) goto done;
@@ -429,8 +433,8 @@ int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a,
         }
     }
     /* every row's heads on the pool: a row reads only its own keys and writes only its output */
-    RowHeadsJob job = {m, lw, q, keys, nkeys, o, z, KW, H * Dh};
-    di_pool_run(m->pool, (int)n, row_heads_task, &job);
+    RowHeadsJob job = {m, lw, q, keys, nkeys, o, z, KW};
+    di_pool_run(m->pool, (int)(n * H), row_head_task, &job);
     if (attn_output(m, lw, rope, o, n, rb->pos, out) != 0) goto done;
     /* each ring keeps its request's last W rows; earlier chunk rows were only needed inside the chunk */
     for (int b = 0; b < rb->n_seqs; b++) {

@@ -50,7 +50,11 @@ int attn_query(const Model *m, const LayerWeights *lw, const RopeTable *rope, co
 /* kv[n][Dh] = RMSNorm(wkv·a), RoPE at pos[i], FP8 round trip in kvq/ref modes (§5.6.2). */
 int attn_window_kv(const Model *m, const LayerWeights *lw, const RopeTable *rope, const float *a, int64_t n, const int64_t *pos,
                    float *kv);
-/* One query row over nk key rows (key = value), every head, with the sink (§4.8): o[H·Dh]. */
+/* Head h of one query row over nk key rows (key = value), with the sink (§4.8): oh[Dh] from
+ * qh[Dh]; z: nk floats of scratch. */
+void attn_head(const Model *m, const LayerWeights *lw, int64_t h, const float *qh, const float *const *keys, int64_t nk,
+               float *oh, float *z);
+/* Every head of one query row: o[H·Dh]. */
 void attn_heads(const Model *m, const LayerWeights *lw, const float *q, const float *const *keys, int64_t nk, float *o,
                 float *zbuf);
 /* Inverse RoPE of o[n][H·Dh] at pos[i], grouped wo_a, wo_b: out[n][D] (§5.6.8). */
