@@ -14,7 +14,7 @@ SHARED_DIR ?= $(abspath ../shared)
 ARCH     ?= -march=native
 OPT      ?= -O2
 SAN      ?=
-CFLAGS_ALL = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter $(OPT) $(ARCH) -g \
+CFLAGS_ALL = -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter $(OPT) $(ARCH) -g \
              -fPIC -pthread -Iinclude -Isrc $(SAN) $(EXTRA_CFLAGS)
 LDLIBS_ALL = -ljansson -lpcre2-8 -lutf8proc -lxxhash -lmicrohttpd -lmvec -lm -lpthread
 BENCH_LIBS = -lopenblas

@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "kernels/numformats.h"
+#include "kernels/vec.h"
 #include "model/ops.h"
 
 #include <math.h>
@@ -291,7 +292,7 @@ void attn_head(const Model *m, const LayerWeights *lw, int64_t h, const float *q
     for (int64_t j = 0; j < nk; j++) {
         float e = expf(z[j] - mx);
         den += e;
-        for (int64_t c = 0; c < Dh; c++) oh[c] += e * keys[j][c];
+        di_vec_add_scaled(oh, e, keys[j], Dh);
     }
     for (int64_t c = 0; c < Dh; c++) oh[c] /= den;
 }
