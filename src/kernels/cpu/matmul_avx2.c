@@ -127,14 +127,16 @@ static const union {
  * so their low two bytes are zero for every b (subnormals and inf included), and the two bytes
  * are the whole weight.  Row b: 16 bytes "2", then 16 bytes "3"; filled once from the same
  * multiplies, so the table holds exactly decode_fp4_block's weights. */
+/* Twice the E2M1 magnitudes of codes 0..7 (§3.3): the one table both FP4 decoders start from. */
+static const float fp4_doubled[8] __attribute__((aligned(32))) = {0, 1, 2, 3, 4, 6, 8, 12};
+
 static uint8_t fp4_weight_bytes[256][32] __attribute__((aligned(32)));
 static pthread_once_t fp4_weight_bytes_once = PTHREAD_ONCE_INIT;
 
 static void fill_fp4_weight_bytes(void) {
-    static const float doubled[8] = {0, 1, 2, 3, 4, 6, 8, 12};
     for (int b = 0; b < 256; b++)
         for (int n = 0; n < 16; n++) {
-            float v = doubled[n & 7] * fp4_half_scales[b].value;
+            float v = fp4_doubled[n & 7] * fp4_half_scales[b].value;
             uint32_t u;
             memcpy(&u, &v, sizeof u);
             u |= (uint32_t)(n >> 3) << 31;
@@ -203,8 +205,7 @@ static inline void decode_fp4_block(const uint8_t *p, uint8_t b, __m256 out[4]) 
     const __m256i down = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
     const __m256i up = _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0);
     const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
-    const __m256 doubled = _mm256_setr_ps(0, 1, 2, 3, 4, 6, 8, 12);
-    __m256 table = _mm256_mul_ps(doubled, _mm256_broadcast_ss(&fp4_half_scales[b].value));
+    __m256 table = _mm256_mul_ps(_mm256_load_ps(fp4_doubled), _mm256_broadcast_ss(&fp4_half_scales[b].value));
     #pragma GCC unroll 4
     for (int g = 0; g < 4; g++) {
         int32_t word;
