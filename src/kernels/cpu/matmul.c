@@ -73,11 +73,29 @@ typedef struct {
     float *y;
     float *scratch; /* GEMM only: one region of scratch_floats per thread */
     int64_t scratch_floats;
+    int64_t chunk; /* rows per task (row_chunk) */
 } MatmulJob;
 
+/* GEMV tasks aim at this many per thread, so a matrix of a few hundred rows still keeps every
+ * thread streaming to the end (with 96-row tasks a 128-row matrix split 96 + 32, and the
+ * 24 x 4096 mHC projection ran on one thread while the others waited). */
+#define GEMV_TASKS_PER_THREAD 2
+
+/* Rows per task.  The GEMM keeps DI_SIMD_ROW_CHUNK (two whole panels).  A GEMV matrix with few
+ * rows is cut finer, down to a granule that keeps an FP8 scale row-block in one task (32 rows,
+ * §3.4) and, for the other formats, half a GEMV register tile.  Rows are computed whole either
+ * way, so the chunk never changes a result bit. */
+static int64_t row_chunk(const DiMatrix *w, bool gemm, int threads) {
+    if (gemm || threads <= 1) return DI_SIMD_ROW_CHUNK;
+    int64_t granule = w->format == DI_MAT_FP8_BLOCK ? 32 : 4;
+    int64_t tasks = (int64_t)threads * GEMV_TASKS_PER_THREAD;
+    int64_t chunk = ((w->rows + tasks - 1) / tasks + granule - 1) / granule * granule;
+    return chunk < DI_SIMD_ROW_CHUNK ? chunk : DI_SIMD_ROW_CHUNK;
+}
+
 static void rows_range(const MatmulJob *job, int task, int64_t *r0, int64_t *r1) {
-    *r0 = (int64_t)task * DI_SIMD_ROW_CHUNK;
-    *r1 = *r0 + DI_SIMD_ROW_CHUNK < job->w->rows ? *r0 + DI_SIMD_ROW_CHUNK : job->w->rows;
+    *r0 = (int64_t)task * job->chunk;
+    *r1 = *r0 + job->chunk < job->w->rows ? *r0 + job->chunk : job->w->rows;
 }
 
 static void gemv_task(void *ctx, int task, int thread) {
@@ -119,9 +137,10 @@ int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_
     MatmulJob job = {.w = w, .y = y};
     float *owned;
     if (padded_acts(x, n_tokens, w->cols, &job.acts, &owned) != 0) return di_error_wrap("matmul");
-    int n_tasks = (int)((w->rows + DI_SIMD_ROW_CHUNK - 1) / DI_SIMD_ROW_CHUNK);
     int threads = pool ? di_pool_threads(pool) : 1;
     bool gemm = n_tokens >= gemm_min_tokens(w->format);
+    job.chunk = row_chunk(w, gemm, threads);
+    int n_tasks = (int)((w->rows + job.chunk - 1) / job.chunk);
     job.scratch_floats = di_simd_scratch_floats(w->cols, gemm);
     /* not zeroed: the kernels write every scratch float they read (a GEMM's is ~240 KB a thread,
      * and zeroing it was ~3 % of a batched decode step) */

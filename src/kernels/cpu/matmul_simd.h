@@ -16,8 +16,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Rows handed to one task: a multiple of 32 so an FP8 scale row-block (§3.4) never straddles
- * two tasks and of the row tiles of both kernels below. */
+/* Rows handed to one task (at most; GEMV tasks of small matrices are finer, matmul.c): a
+ * multiple of 32 so an FP8 scale row-block (§3.4) never straddles two tasks and of the row
+ * tiles of both kernels below. */
 #define DI_SIMD_ROW_CHUNK 96
 
 /* The activations as the kernels read them: n rows of k32 floats, zero beyond cols. */
@@ -34,8 +35,8 @@ bool di_simd_available(void);
 int64_t di_simd_scratch_floats(int64_t cols, bool gemm);
 
 /* y[t][r] for r in [r0, r1) and every token: weights decoded in registers, a token at a time
- * (FP8 and FP4: four, then two, then one) -- the decode-bound few-token case.  r0 is a multiple of
- * DI_SIMD_ROW_CHUNK. */
+ * (FP8 and FP4: four, then two, then one) -- the decode-bound few-token case.  For FP8, r0 is a multiple
+ * of 32 (a scale row-block); other formats take any r0. */
 void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1,
                        float *scratch);
 
