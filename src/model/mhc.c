@@ -102,13 +102,17 @@ void mhc_expand(float *X, const float *o, const HcMix *mix, int hc, int dim) {
     for (int d0 = 0; d0 < dim; d0 += EXPAND_CHUNK) {
         int w = dim - d0 < EXPAND_CHUNK ? dim - d0 : EXPAND_CHUNK;
         for (int a = 0; a < hc; a++) memcpy(old[a], X + a * dim + d0, (size_t)w * sizeof(float));
+        const float *restrict od = o + d0;
         for (int b = 0; b < hc; b++) {
-            float *xb = X + b * dim + d0;
+            /* restrict: o is the sublayer's output, never a row of X; without it gcc kept these
+             * loops scalar (one vmovss per element, 2-3 % of a decode step's samples) */
+            float *restrict xb = X + b * dim + d0;
             float post = mix->post[b];
-            for (int d = 0; d < w; d++) xb[d] = post * o[d0 + d];
+            for (int d = 0; d < w; d++) xb[d] = post * od[d];
             for (int a = 0; a < hc; a++) {
                 float c = mix->comb[a * hc + b];
-                for (int d = 0; d < w; d++) xb[d] += c * old[a][d];
+                const float *restrict oa = old[a];
+                for (int d = 0; d < w; d++) xb[d] += c * oa[d];
             }
         }
     }
