@@ -166,15 +166,34 @@ static inline __m256 cvtph_from_memory(const uint16_t *p) {
     return r;
 }
 
-/* 32 E4M3 codes -> four ymm of code * 2^-8 in column order.  The FP16 patterns are staged in
- * memory (64 bytes, 32-byte aligned) and widened from there: on the Intel cores measured this
- * cut the shuffle-port uops of a 32-weight block from 8 to 2 (vpmovsxbw only), and the FP8 GEMV
- * went from 8 to ~5 cycles per block (bench_kernels).  Same values, same order as before. */
+/* 32 E4M3 codes -> four ymm of code * 2^-8 in column order.  Two ways to widen the FP16
+ * patterns, the same values in the same order:
+ *   registers (default): vextracti128 for the upper halves, vcvtph2ps from registers.  On Zen 3
+ *       the multi-token GEMV tiles run 4-11 % faster this way (FP8 1024x1024, n = 4 and 12, 25
+ *       alternating pairs in one process; n = 1 and the panel GEMM level);
+ *   FP8_STAGED_WIDEN=1: staged in memory (64 bytes, 32-byte aligned) and widened from there.  On
+ *       the Intel cores of an earlier session this cut the shuffle-port uops of a block from 8
+ *       to 2 (vpmovsxbw only), and the FP8 GEMV went from 8 to ~5 cycles per block. */
+#ifndef FP8_STAGED_WIDEN
+#define FP8_STAGED_WIDEN 0
+#endif
 static inline void e4m3_block_widen(const uint8_t *p, uint16_t *stage, __m256 out[4]) {
+#if !FP8_STAGED_WIDEN
+    (void)stage;
+    __m256i h0 = e4m3_to_fp16_bits(p), h1 = e4m3_to_fp16_bits(p + 16);
+    __m128i u0, u1; /* asm: gcc would otherwise turn the extract back into a store and reload */
+    __asm__("vextracti128 $1, %1, %0" : "=x"(u0) : "x"(h0));
+    __asm__("vextracti128 $1, %1, %0" : "=x"(u1) : "x"(h1));
+    out[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h0));
+    out[1] = _mm256_cvtph_ps(u0);
+    out[2] = _mm256_cvtph_ps(_mm256_castsi256_si128(h1));
+    out[3] = _mm256_cvtph_ps(u1);
+#else
     _mm256_store_si256((__m256i *)stage, e4m3_to_fp16_bits(p));
     _mm256_store_si256((__m256i *)(stage + 16), e4m3_to_fp16_bits(p + 16));
     #pragma GCC unroll 16
     for (int g = 0; g < 4; g++) out[g] = cvtph_from_memory(stage + GROUP * g);
+#endif
 }
 
 static inline void decode_fp8_block(const uint8_t *p, uint8_t b, __m256 out[4]) {
