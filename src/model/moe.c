@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "kernels/expf_row.h"
 #include "kernels/numformats.h"
 #include "model/ops.h"
 
@@ -128,6 +129,9 @@ static int plan_tasks(const ExpertSlot *slots, int n_slots, int64_t rows, int ta
     return n;
 }
 
+/* Gate values per di_expf_row call in hidden_task (stack buffers). */
+#define SILU_CHUNK 256
+
 /* Job A task: hidden[r][i] = silu(min(w1 x, L)) · clamp(w3 x, ±L) · weight[r] for one row slice. */
 static void hidden_task(void *ctx, int task, int thread) {
     (void)thread;
@@ -144,13 +148,24 @@ static void hidden_task(void *ctx, int task, int thread) {
     }
     float lim = j->m->d.swiglu_limit;
     for (int64_t t = 0; t < cnt; t++)
-        for (int64_t i = 0; i < len; i++) {
-            float gv = g[t * len + i], uv = u[t * len + i];
-            if (lim > 0) {
-                gv = fminf(gv, lim);
-                uv = fminf(fmaxf(uv, -lim), lim);
+        for (int64_t i0 = 0; i0 < len; i0 += SILU_CHUNK) {
+            int64_t n = len - i0 < SILU_CHUNK ? len - i0 : SILU_CHUNK;
+            float gc[SILU_CHUNK], uc[SILU_CHUNK], e[SILU_CHUNK];
+            for (int64_t i = 0; i < n; i++) {
+                float gv = g[t * len + i0 + i], uv = u[t * len + i0 + i];
+                if (lim > 0) {
+                    gv = fminf(gv, lim);
+                    uv = fminf(fmaxf(uv, -lim), lim);
+                }
+                gc[i] = gv, uc[i] = uv;
             }
-            j->hidden[(s->off + t) * F + r0 + i] = op_silu(gv) * uv * j->rw[s->off + t];
+            float *out = j->hidden + (s->off + t) * F + r0 + i0, rw = j->rw[s->off + t];
+            if (j->m->ref_kernels) {
+                for (int64_t i = 0; i < n; i++) out[i] = op_silu(gc[i]) * uc[i] * rw;
+            } else { /* op_silu with expf(-g) eight at a time (kernels/expf_row.h: within 3 ulp) */
+                di_expf_row(gc, (size_t)n, 0.0f, -1.0f, e);
+                for (int64_t i = 0; i < n; i++) out[i] = gc[i] * (1.0f / (1.0f + e[i])) * uc[i] * rw;
+            }
         }
 }
 
