@@ -1,7 +1,8 @@
 /* test_moe.c — the MoE sub-layer (moe.c, §5.7) on the golden tiny-a weights against a plain
  * re-derivation written here from the spec: router sqrt(softplus(logit / T)), top-k of the
  * biased scores (ties to the lower id), renormalised weights x route scale, each chosen expert
- * as whole-matrix matmuls (SwiGLU with the gate / up clamps), routed outputs summed in ascending
+ * as whole-matrix matmuls (SwiGLU with the gate / up clamps; the sigmoid's exp is expf with the
+ * reference kernels, di_expf_row's vector expf otherwise), routed outputs summed in ascending
  * expert id and the shared expert last.  moe_forward groups rows by expert and splits every
  * expert into row slices run as thread-pool tasks; the kernel contract (matmul.h: each output
  * row bit-identical for any row split and token count) makes the two agree bit for bit
@@ -12,6 +13,7 @@
 #include "base/error.h"
 #include "base/file.h"
 #include "base/threadpool.h"
+#include "kernels/expf_row.h"
 #include "kernels/numformats.h"
 #include "model/golden.h"
 #include "model/model.h"
@@ -48,7 +50,13 @@ static void expert_ref(const ExpertWeights *ex, const float *x, float weight, fl
             gv = fminf(gv, lim);
             uv = fminf(fmaxf(uv, -lim), lim);
         }
-        g[i] = op_silu(gv) * uv * weight;
+        if (model->ref_kernels) {
+            g[i] = op_silu(gv) * uv * weight;
+        } else { /* the optimised path's exp is di_expf_row's (vector expf): value by value */
+            float e;
+            di_expf_row(&gv, 1, 0.0f, -1.0f, &e);
+            g[i] = gv * (1.0f / (1.0f + e)) * uv * weight;
+        }
     }
     linear(&ex->w2, g, 1, out);
     free(g);
