@@ -35,7 +35,7 @@ struct DiEngine {
     DiScheduler sched;
     DiSampler **samplers; /* one per pool thread */
     int n_samplers;
-    DiThreadPool *threads; /* parallel sampling of a step's rows */
+    DiThreadPool *threads; /* the step's sampling, and the model's kernels (di_engine_threads) */
     DiStepExecutor exec;
     DiWorker worker;
     DiStep steps[2];
@@ -161,6 +161,8 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     e->threads = di_pool_create(0); /* DEEPINFER_NUM_THREADS, else every online CPU */
     if (!e->threads) goto fail;
     e->n_samplers = di_pool_threads(e->threads);
+    /* Only the thread executing a step drives the pool: the runner's forward, then sampling. */
+    if (runner->ops->use_threads) runner->ops->use_threads(runner, e->threads);
     e->samplers = di_calloc((size_t)e->n_samplers, sizeof *e->samplers, "samplers");
     if (!e->samplers) goto fail;
     for (int i = 0; i < e->n_samplers; i++)

@@ -27,6 +27,8 @@
 #ifndef DI_ENGINE_RUNNER_H
 #define DI_ENGINE_RUNNER_H
 
+#include "base/threadpool.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -56,6 +58,10 @@ typedef struct {
     /* Run the batch; on failure record the cause (di_errorf) and return -1. */
     int (*forward)(DiRunner *runner, const DiRunnerBatch *batch);
     void (*destroy)(DiRunner *runner);
+    /* Optional (NULL: the runner computes on the calling thread): the engine lends its thread
+     * pool (DEEPINFER_NUM_THREADS, else every online CPU) for the runner's forwards; it stays
+     * valid until destroy, and only the thread calling forward uses it. */
+    void (*use_threads)(DiRunner *runner, DiThreadPool *pool);
 } DiRunnerOps;
 
 /* A runner's built-in byte-level text, used when the engine was given no text hooks

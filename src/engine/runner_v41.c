@@ -21,6 +21,8 @@ typedef struct {
     DiRunner base;
     Model *model;
     int own_model;
+    bool lent_pool;           /* the engine's pool is in model->pool (v41_use_threads) */
+    DiThreadPool *model_pool; /* what model->pool was before, restored on destroy */
     int32_t eos[1];
     StateLayout layout;
     ForwardSeq *fseqs; /* scratch: the batch as model_forward_batch takes it */
@@ -72,8 +74,18 @@ static int v41_forward(DiRunner *base, const DiRunnerBatch *batch) {
     return 0;
 }
 
+/* The model's kernels run on the engine's threads.  The model may outlive the runner (own_model
+ * 0, as in tests), so destroy gives back the pool it had. */
+static void v41_use_threads(DiRunner *base, DiThreadPool *pool) {
+    V41Runner *r = (V41Runner *)base;
+    if (!r->lent_pool) r->model_pool = r->model->pool;
+    r->lent_pool = true;
+    r->model->pool = pool;
+}
+
 static void v41_destroy(DiRunner *base) {
     V41Runner *r = (V41Runner *)base;
+    if (r->lent_pool) r->model->pool = r->model_pool;
     if (r->own_model) model_free(r->model);
     for (int i = 0; i < r->cap_seqs; i++) state_free(r->views[i]);
     free(r->views);
@@ -81,7 +93,7 @@ static void v41_destroy(DiRunner *base) {
     free(r);
 }
 
-static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy};
+static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads};
 
 DiRunner *di_v41_runner_create(Model *model, int own_model, size_t page_bytes) {
     if (!model) {

@@ -224,6 +224,42 @@ TEST(a_cached_conversation_state_gives_bit_identical_logits) {
     free(cached);
 }
 
+/* The model's kernels run on the engine's thread pool (DEEPINFER_NUM_THREADS, else every CPU):
+ * the engine lends it to the runner, and the model gets back its own pool when the engine goes.
+ * (The engine's model once had no pool at all: generate, serve and Python ran on one core.) */
+TEST(the_engine_lends_its_threads_to_the_model) {
+    setenv("DEEPINFER_NUM_THREADS", "2", 1);
+    CHECK(model->pool == NULL); /* the direct references above ran single-threaded */
+    DiEngineOptions opts;
+    di_engine_options_init(&opts);
+    DiEngine *e = di_engine_create_with_runner(di_v41_runner_create(model, 0, PAGE), &opts);
+    CHECK(e != NULL);
+    if (e) {
+        CHECK(model->pool != NULL);
+        if (model->pool) CHECK_EQ_INT(di_pool_threads(model->pool), 2);
+        /* two threads give the single-threaded reference tokens and logits, bit for bit */
+        DiSamplingParams p;
+        di_sampling_params_init(&p);
+        p.temperature = 0;
+        p.max_tokens = GEN;
+        p.ignore_eos = 1;
+        Observed o = {{UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX}, 0, 0};
+        di_engine_set_logits_observer(e, observe, &o);
+        DiRequestInput in = {.prompt_ids = prompts[0], .n_prompt_ids = n_prompt[0]};
+        CHECK_EQ_INT(di_engine_add_request(e, &in, &p, NULL, NULL, &o.ids[0]), 0);
+        CHECK_EQ_INT(di_engine_run(e), 0);
+        DiRequestOutput res;
+        CHECK_EQ_INT(di_engine_get_output(e, o.ids[0], &res), 0);
+        CHECK_EQ_INT(res.n_tokens, GEN);
+        CHECK(memcmp(res.token_ids, ref_tokens[0], sizeof(int32_t) * GEN) == 0);
+        CHECK_EQ_INT(o.seen_rows, GEN);
+        CHECK_EQ_INT(o.mismatched_rows, 0);
+        di_engine_destroy(e);
+    }
+    CHECK(model->pool == NULL);
+    unsetenv("DEEPINFER_NUM_THREADS");
+}
+
 int main(void) {
     if (load() != 0) {
         fprintf(stderr, "loading golden tiny-a: %s\n", di_last_error());
@@ -232,6 +268,7 @@ int main(void) {
     }
     RUN_TEST(engine_matches_direct_forward_in_any_batch_and_chunking);
     RUN_TEST(a_cached_conversation_state_gives_bit_identical_logits);
+    RUN_TEST(the_engine_lends_its_threads_to_the_model);
     free(ref_rows);
     model_free(model);
     return TEST_SUMMARY();
