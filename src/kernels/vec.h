@@ -29,23 +29,22 @@ static inline void di_vec_add_scaled(float *restrict y, float a, const float *re
 /* The 8 x 8 block rows[l][c0 .. c0+7] (l < 8) as eight vectors of one column each: out[k][l] =
  * rows[l][c0 + k].  Unpacks within 128-bit lanes, then lane swaps: 24 shuffles. */
 static inline void di_vec_transpose8(const float *const rows[8], int64_t c0, DiVec8 out[8]) {
-    typedef int32_t DiIdx8 __attribute__((vector_size(32)));
     DiVec8 r[8], t[8], u[8];
     for (int l = 0; l < 8; l++) memcpy(&r[l], rows[l] + c0, sizeof r[l]);
     for (int i = 0; i < 4; i++) {
-        t[2 * i] = __builtin_shuffle(r[2 * i], r[2 * i + 1], (DiIdx8){0, 8, 1, 9, 4, 12, 5, 13});
-        t[2 * i + 1] = __builtin_shuffle(r[2 * i], r[2 * i + 1], (DiIdx8){2, 10, 3, 11, 6, 14, 7, 15});
+        t[2 * i] = __builtin_shufflevector(r[2 * i], r[2 * i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        t[2 * i + 1] = __builtin_shufflevector(r[2 * i], r[2 * i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
     }
     for (int i = 0; i < 2; i++) {
         for (int h = 0; h < 2; h++) { /* h: pairs (t0,t2)/(t1,t3) for rows 0-3, (t4,t6)/(t5,t7) for 4-7 */
             DiVec8 a = t[4 * i + h], b = t[4 * i + h + 2];
-            u[4 * i + 2 * h] = __builtin_shuffle(a, b, (DiIdx8){0, 1, 8, 9, 4, 5, 12, 13});
-            u[4 * i + 2 * h + 1] = __builtin_shuffle(a, b, (DiIdx8){2, 3, 10, 11, 6, 7, 14, 15});
+            u[4 * i + 2 * h] = __builtin_shufflevector(a, b, 0, 1, 8, 9, 4, 5, 12, 13);
+            u[4 * i + 2 * h + 1] = __builtin_shufflevector(a, b, 2, 3, 10, 11, 6, 7, 14, 15);
         }
     }
     for (int k = 0; k < 4; k++) { /* u[k]: columns k and k+4 of rows 0-3, u[4+k]: of rows 4-7 */
-        out[k] = __builtin_shuffle(u[k], u[4 + k], (DiIdx8){0, 1, 2, 3, 8, 9, 10, 11});
-        out[k + 4] = __builtin_shuffle(u[k], u[4 + k], (DiIdx8){4, 5, 6, 7, 12, 13, 14, 15});
+        out[k] = __builtin_shufflevector(u[k], u[4 + k], 0, 1, 2, 3, 8, 9, 10, 11);
+        out[k + 4] = __builtin_shufflevector(u[k], u[4 + k], 4, 5, 6, 7, 12, 13, 14, 15);
     }
 }
 

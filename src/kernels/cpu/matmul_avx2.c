@@ -156,6 +156,21 @@ static inline __m256i e4m3_to_fp16_bits(const uint8_t *p) {
     return _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16((short)0xBFFF));
 }
 
+/* 32 E4M3 codes -> four ymm of code * 2^-8 in column order.  Two ways to widen the FP16
+ * patterns, the same values in the same order:
+ *   registers (default): vextracti128 for the upper halves, vcvtph2ps from registers.  On Zen 3
+ *       the multi-token GEMV tiles run 4-11 % faster this way (FP8 1024x1024, n = 4 and 12, 25
+ *       alternating pairs in one process; n = 1 and the panel GEMM level);
+ *   FP8_STAGED_WIDEN=1: staged in memory (64 bytes, 32-byte aligned) and widened from there.  On
+ *       the Intel cores of an earlier session this cut the shuffle-port uops of a block from 8
+ *       to 2 (vpmovsxbw only), and the FP8 GEMV went from 8 to ~5 cycles per block.
+ * (Tried on Zen 3 and dropped: float32 patterns straight from the byte, (code << 20) masked,
+ * times 2^112 -- the same values, E4M3 subnormals passing through float32 subnormals -- ran at
+ * 0.70-0.76x of this in the GEMV.) */
+#ifndef FP8_STAGED_WIDEN
+#define FP8_STAGED_WIDEN 0
+#endif
+#if FP8_STAGED_WIDEN
 /* vcvtph2ps with a memory operand.  The register form needs the FP16 half in an xmm register,
  * i.e. a vextracti128 for the upper half, and is itself a p0+p5 pair on Intel cores; the memory
  * form is one p0 uop plus a load.  Written as asm so the compiler cannot turn the store and
@@ -165,17 +180,6 @@ static inline __m256 cvtph_from_memory(const uint16_t *p) {
     __asm__("vcvtph2ps %1, %0" : "=x"(r) : "m"(*(const uint16_t(*)[GROUP])p));
     return r;
 }
-
-/* 32 E4M3 codes -> four ymm of code * 2^-8 in column order.  Two ways to widen the FP16
- * patterns, the same values in the same order:
- *   registers (default): vextracti128 for the upper halves, vcvtph2ps from registers.  On Zen 3
- *       the multi-token GEMV tiles run 4-11 % faster this way (FP8 1024x1024, n = 4 and 12, 25
- *       alternating pairs in one process; n = 1 and the panel GEMM level);
- *   FP8_STAGED_WIDEN=1: staged in memory (64 bytes, 32-byte aligned) and widened from there.  On
- *       the Intel cores of an earlier session this cut the shuffle-port uops of a block from 8
- *       to 2 (vpmovsxbw only), and the FP8 GEMV went from 8 to ~5 cycles per block. */
-#ifndef FP8_STAGED_WIDEN
-#define FP8_STAGED_WIDEN 0
 #endif
 static inline void e4m3_block_widen(const uint8_t *p, uint16_t *stage, __m256 out[4]) {
 #if !FP8_STAGED_WIDEN
