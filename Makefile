@@ -1,11 +1,13 @@
-# deepinfer build.  `make` builds the library, the CLI and the tools; `make test` builds and runs
-# every test (plus an ASan+UBSan build of the unit tests); `make bench` runs the benchmarks.
+# deepinfer build.  `make` builds the library, the CLI, the tools, the unit tests and the
+# benchmarks; `make test` builds and runs every test (plus an ASan+UBSan build of the unit
+# tests); `make bench` runs the benchmarks.
 #
 # Sources are found by directory, so adding a file needs no edit here:
 #   src/**/*.c            -> build/libdeepinfer.{a,so}   (src/kernels/cuda is built only with CUDA=1)
 #   tools/deepinfer/*.c   -> build/deepinfer             (the CLI)
 #   tests/unit/test_*.c   -> build/tests/test_*          (one binary per file, linked with the library)
-#   bench/bench_*.c       -> build/bench/bench_*     (bench/bench_*.py run with python3 too)
+#   bench/bench_*.c       -> build/bench/bench_*         (bench/bench_*.py run with python3 too)
+#   tools/kernel_ab.c     -> build/kernel_ab             (two builds' kernels A/B in one process)
 #   fuzz/fuzz_*.c         -> build-fuzz/fuzz_*           (clang libFuzzer, `make fuzz`)
 
 CC       ?= gcc
@@ -35,13 +37,20 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 BENCH_PY  := $(sort $(wildcard bench/bench_*.py))
 FUZZ_SRC  := $(sort $(wildcard fuzz/fuzz_*.c))
 
-.PHONY: all lib cli examples unit-tests bench-bins test test-unit test-asan bench fuzz fuzz-run clean
-all: lib cli examples
+.PHONY: all lib cli examples tools unit-tests bench-bins test test-unit test-asan bench fuzz fuzz-run clean
+# Everything, tests and benchmarks included, so no test or bench binary is ever older than the
+# library it measures (a stale binary once passed a test the new library failed).
+all: lib cli examples tools unit-tests bench-bins
 
 lib: $(BUILD)/libdeepinfer.a $(BUILD)/libdeepinfer.so
 cli: $(BUILD)/deepinfer
 unit-tests: $(TEST_BIN)
 examples: $(BUILD)/offline_inference
+tools: $(BUILD)/kernel_ab
+
+$(BUILD)/kernel_ab: tools/kernel_ab.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< -ldl
 
 $(BUILD)/offline_inference: examples/offline_inference.c $(BUILD)/libdeepinfer.a
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libdeepinfer.a $(LDLIBS_ALL)

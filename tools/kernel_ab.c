@@ -1,0 +1,159 @@
+/* kernel_ab.c — A/B of the matmul kernels of two builds of libdeepinfer.so in one process.
+ *
+ * On a shared, noisy machine two benchmark runs minutes apart can differ by 30 % or more, which
+ * hides the few-percent effects of a kernel change.  This tool loads two builds side by side
+ * (dlopen, RTLD_LOCAL: each keeps its own symbols), runs the same GEMV or GEMM on the same
+ * matrix and activations alternately in 20 ms windows of thread CPU time, and reports the
+ * median of the per-pair ratios B/A with its quartiles, plus whether the two outputs are the
+ * same bits (they must be for a pure speed change).
+ *
+ *     make BUILD=/tmp/a lib     (old tree)      make BUILD=/tmp/b lib     (new tree)
+ *     build/kernel_ab /tmp/a/libdeepinfer.so /tmp/b/libdeepinfer.so fp8 1024 1024 gemv 1 4 16
+ *
+ * Formats: f32, bf16, fp8, fp4.  Kernels: gemv (weights decoded in registers) or gemm (panels),
+ * called directly on all rows by one thread, whatever di_matmul would choose for the token count.
+ * The weights are random codes (no NaN codes) with scale bytes 116..123, the activations random
+ * in [-1, 1]: the same for both builds. */
+#include "kernels/cpu/matmul_simd.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { PAIRS = 25, MAX_TOKENS = 256 };
+#define WINDOW_S 0.02
+
+typedef void (*RowsFn)(const DiMatrix *, const DiSimdActs *, float *, int64_t, int64_t, float *);
+typedef int64_t (*ScratchFn)(int64_t, bool);
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)rng_state;
+}
+
+static double thread_cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: kernel_ab OLD.so NEW.so f32|bf16|fp8|fp4 ROWS COLS gemv|gemm N [N ...]\n"
+                    "  N: token counts, 1..%d; ROWS, COLS: 1..65536 (fp4: COLS a multiple of 32)\n",
+            MAX_TOKENS);
+    return 2;
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static int parse_format(const char *s, DiMatFormat *f) {
+    static const char *const names[] = {"f32", "bf16", "fp8", "fp4"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, names[i]) == 0) return *f = (DiMatFormat)i, 0;
+    return -1;
+}
+
+/* Random weights in the format's storage (see matmul.h), owned by the caller (free data, scale). */
+static int random_matrix(DiMatrix *m, DiMatFormat f, int64_t rows, int64_t cols) {
+    *m = (DiMatrix){.format = f, .rows = rows, .cols = cols};
+    int64_t bytes = f == DI_MAT_FP4_ROW32 ? rows * cols / 2 : f == DI_MAT_FP8_BLOCK ? rows * cols : rows * cols * (f == DI_MAT_BF16 ? 2 : 4);
+    int64_t sbytes = f == DI_MAT_FP4_ROW32 ? rows * (cols / 32) : f == DI_MAT_FP8_BLOCK ? ((rows + 31) / 32) * ((cols + 31) / 32) : 0;
+    uint8_t *d = malloc((size_t)bytes), *s = malloc((size_t)sbytes + 1);
+    if (!d || !s) {
+        free(d);
+        free(s);
+        return -1;
+    }
+    for (int64_t i = 0; i < bytes; i++) {
+        uint8_t v = (uint8_t)rnd();
+        d[i] = f == DI_MAT_FP8_BLOCK && (v & 0x7F) == 0x7F ? 0x7E : v; /* no NaN codes */
+    }
+    if (f == DI_MAT_BF16)
+        for (int64_t i = 0; i < rows * cols; i++) ((uint16_t *)d)[i] = (uint16_t)(0x3F80 + (rnd() & 0x7F) + ((rnd() & 1) << 15));
+    if (f == DI_MAT_F32)
+        for (int64_t i = 0; i < rows * cols; i++) ((float *)d)[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+    for (int64_t i = 0; i < sbytes; i++) s[i] = (uint8_t)(116 + rnd() % 8);
+    m->data = d;
+    m->scale = s;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 8) return usage();
+    DiMatFormat format;
+    long rows, cols;
+    if (parse_format(argv[3], &format) != 0 || !parse_int(argv[4], 1, 65536, &rows) || !parse_int(argv[5], 1, 65536, &cols) ||
+        (format == DI_MAT_FP4_ROW32 && cols % 32 != 0) || (strcmp(argv[6], "gemv") != 0 && strcmp(argv[6], "gemm") != 0))
+        return usage();
+    bool gemm = strcmp(argv[6], "gemm") == 0;
+    RowsFn fn[2];
+    ScratchFn scratch_floats = NULL;
+    for (int i = 0; i < 2; i++) {
+        void *h = dlopen(argv[1 + i], RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            fprintf(stderr, "kernel_ab: %s\n", dlerror());
+            return 1;
+        }
+        fn[i] = (RowsFn)dlsym(h, gemm ? "di_simd_gemm_rows" : "di_simd_gemv_rows");
+        ScratchFn sf = (ScratchFn)dlsym(h, "di_simd_scratch_floats");
+        if (!fn[i] || !sf) {
+            fprintf(stderr, "kernel_ab: %s lacks the SIMD kernel entry points\n", argv[1 + i]);
+            return 1;
+        }
+        if (!scratch_floats || sf(cols, gemm) > scratch_floats(cols, gemm)) scratch_floats = sf;
+    }
+    DiMatrix m;
+    int64_t k32 = (cols + 31) / 32 * 32;
+    float *x = calloc((size_t)(MAX_TOKENS * k32), sizeof *x);
+    float *y[2] = {malloc(sizeof(float) * (size_t)(MAX_TOKENS * rows)), malloc(sizeof(float) * (size_t)(MAX_TOKENS * rows))};
+    float *scratch = aligned_alloc(32, (size_t)(scratch_floats(cols, gemm) + 64) * sizeof(float));
+    if (random_matrix(&m, format, rows, cols) != 0 || !x || !y[0] || !y[1] || !scratch) {
+        fprintf(stderr, "kernel_ab: out of memory\n");
+        return 1;
+    }
+    for (int64_t t = 0; t < MAX_TOKENS; t++)
+        for (int64_t c = 0; c < cols; c++) x[t * k32 + c] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+    for (int ai = 7; ai < argc; ai++) {
+        long n;
+        if (!parse_int(argv[ai], 1, MAX_TOKENS, &n)) return usage();
+        DiSimdActs acts = {x, n, k32};
+        double rate[2][PAIRS], ratio[PAIRS];
+        for (int p = 0; p < PAIRS; p++)
+            for (int v = 0; v < 2; v++) {
+                double t0 = thread_cpu_s(), dt;
+                long calls = 0;
+                do {
+                    fn[v](&m, &acts, y[v], 0, rows, scratch);
+                    calls++;
+                } while ((dt = thread_cpu_s() - t0) < WINDOW_S);
+                rate[v][p] = 2.0 * (double)rows * (double)cols * (double)n * (double)calls / dt * 1e-9;
+                if (v == 1) ratio[p] = rate[1][p] / rate[0][p];
+            }
+        bool same = memcmp(y[0], y[1], sizeof(float) * (size_t)(n * rows)) == 0;
+        qsort(rate[0], PAIRS, sizeof(double), cmp_double);
+        qsort(rate[1], PAIRS, sizeof(double), cmp_double);
+        qsort(ratio, PAIRS, sizeof(double), cmp_double);
+        printf("%s %ldx%ld %s n=%3ld  A %6.1f  B %6.1f GFLOP/s (medians of %d)  B/A %.3f [quartiles %.3f %.3f]  %s\n", argv[3], rows, cols,
+               argv[6], n, rate[0][PAIRS / 2], rate[1][PAIRS / 2], PAIRS, ratio[PAIRS / 2], ratio[PAIRS / 4], ratio[3 * PAIRS / 4],
+               same ? "same bits" : "DIFFERENT BITS");
+    }
+    return 0;
+}
