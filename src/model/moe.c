@@ -153,9 +153,11 @@ static void hidden_task(void *ctx, int task, int thread) {
             float gc[SILU_CHUNK], uc[SILU_CHUNK], e[SILU_CHUNK];
             for (int64_t i = 0; i < n; i++) {
                 float gv = g[t * len + i0 + i], uv = u[t * len + i0 + i];
-                if (lim > 0) {
-                    gv = fminf(gv, lim);
-                    uv = fminf(fmaxf(uv, -lim), lim);
+                if (lim > 0) { /* fminf / fmaxf written as compares (a NaN gives the limit either
+                                * way); gcc called libm for them, one call per value */
+                    gv = gv < lim ? gv : lim;
+                    uv = uv > -lim ? uv : -lim;
+                    uv = uv < lim ? uv : lim;
                 }
                 gc[i] = gv, uc[i] = uv;
             }
