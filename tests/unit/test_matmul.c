@@ -144,10 +144,12 @@ TEST(simd_matches_reference_with_extreme_scales) {
     TestMatrix b = make_matrix(DI_MAT_FP8_BLOCK, 70, 90, 134, 150);
     TestMatrix c = make_matrix(DI_MAT_FP4_ROW32, 70, 96, 0, 20);
     TestMatrix d = make_matrix(DI_MAT_FP4_ROW32, 70, 96, 134, 150);
-    check_against_reference(&a, 16, NULL); /* panel GEMM (FP8/FP4 from 13 tokens) */
+    check_against_reference(&a, 40, NULL); /* panel GEMM (FP8 from 17 tokens, FP4 from 32) */
+    check_against_reference(&a, 16, NULL); /* GEMV, four-token tiles */
     check_against_reference(&a, 5, NULL);  /* GEMV, tokens in pairs, plain path (tiny scales) */
     check_against_reference(&b, 1, NULL);
     check_against_reference(&c, 16, NULL);
+    check_against_reference(&c, 40, NULL);
     check_against_reference(&d, 1, NULL);
     check_against_reference(&d, 5, NULL); /* FP4 GEMV, tokens in pairs */
     free_matrix(&a);
@@ -158,7 +160,7 @@ TEST(simd_matches_reference_with_extreme_scales) {
 
 /* With x = e_c (one-hot), y[r] = W[r][c] exactly: one exact product, the rest adds zeros.
  * 1 token takes the register-decoding GEMV, GEMM_TOKENS tokens the panel GEMM (matmul.c). */
-#define GEMM_TOKENS 16
+#define GEMM_TOKENS 40 /* above both switches (FP8 17, FP4 32) */
 static void check_one_hot_decode(const TestMatrix *t, int64_t n_check_cols) {
     const DiMatrix *w = &t->m;
     float *x = calloc(w->cols, sizeof(float));
@@ -236,7 +238,7 @@ static void check_batch_invariance(DiMatFormat f, int64_t rows, int64_t cols) {
     float *y = malloc(sizeof(float) * max_batch * rows);
     DiThreadPool *pool = di_pool_create(2);
     CHECK(di_matmul_simd(NULL, w, probe, 1, alone) == 0);
-    const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 12, 13, 31, 32, 64, 65, 70}; /* both sides of each GEMV/GEMM switch */
+    const int64_t batches[] = {1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 17, 31, 32, 64, 65, 70}; /* both sides of each GEMV/GEMM switch */
     for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
         int64_t n = batches[bi];
         for (int64_t pos = 0; pos < n; pos += (n > 8 ? n / 3 : 1)) {

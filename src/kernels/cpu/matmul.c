@@ -28,12 +28,15 @@
  * against 27-36 at 24, and about level from 32 to 64 (43-56 against 30-52); the GEMM wins from
  * ~128 (the GEMV reads the matrix once per four tokens).  So FP4 moves to the GEMM at 32.
  * FP8 with four-token tiles too: about level with the GEMM from 13 to 32 tokens (29-41 against
- * 23-41 GFLOP/s, noisy), ahead below; its switch stays at 13.
+ * 23-41 GFLOP/s, noisy), ahead below.  Since the FP16 widening from registers (Zen 3, kernel_ab,
+ * GEMM / GEMV medians of 25 alternating pairs): at 16 tokens 0.86-0.95 for 1024x1024, 1024x256,
+ * 512x512 and 4096x4096, 0.96-1.10 for 256x1024; at 20-24 tokens 0.87-1.13, mixed.  So FP8
+ * moves to the GEMM at 17.
  * F32/BF16 GEMV re-reads the weights per token, so the GEMM wins earlier.  Same bits either way. */
 static int64_t gemm_min_tokens(DiMatFormat format) {
     switch (format) {
     case DI_MAT_FP4_ROW32: return 32;
-    case DI_MAT_FP8_BLOCK: return 13;
+    case DI_MAT_FP8_BLOCK: return 17;
     default: return 8;
     }
 }
