@@ -548,11 +548,12 @@ static inline __attribute__((always_inline)) void gemv_fp4_pair_tile(const DiMat
     }
 }
 
-/* Four tokens at once (routed experts at batch sizes of a few tokens per expert): a block is
- * decoded once for four tokens instead of twice for two pairs.  QUAD_ROWS x 4 = 8 accumulators,
- * the four decoded registers of the current row, and activations read from memory by the FMAs. */
+/* Four (or three) tokens at once (routed experts at batch sizes of a few tokens per expert): a
+ * block is decoded once for all of them instead of once per pair (and once more for a third).
+ * QUAD_ROWS x nt accumulators, the four decoded registers of the current row, and activations
+ * read from memory by the FMAs.  nt is a constant at every call (3 or 4). */
 static inline __attribute__((always_inline)) void gemv_fp4_quad_tile(const DiMatrix *w, const float *x, int64_t k32,
-                                                                     int64_t r0, int nr, float *y) {
+                                                                     int nt, int64_t r0, int nr, float *y) {
     const uint8_t *row[QUAD_ROWS], *srow[QUAD_ROWS];
     int64_t kblocks = w->cols / BLOCK;
     __m256 acc[QUAD_ROWS][4];
@@ -560,7 +561,7 @@ static inline __attribute__((always_inline)) void gemv_fp4_quad_tile(const DiMat
     for (int i = 0; i < QUAD_ROWS; i++) {
         int64_t r = r0 + (i < nr ? i : 0);
         #pragma GCC unroll 16
-        for (int t = 0; t < 4; t++) acc[i][t] = _mm256_setzero_ps();
+        for (int t = 0; t < nt; t++) acc[i][t] = _mm256_setzero_ps();
         row[i] = (const uint8_t *)w->data + r * (w->cols / 2);
         srow[i] = w->scale + r * kblocks;
     }
@@ -570,7 +571,7 @@ static inline __attribute__((always_inline)) void gemv_fp4_quad_tile(const DiMat
             __m256 wv[4];
             decode_fp4_block_lanes(row[i] + kb * (BLOCK / 2), srow[i][kb], wv);
             #pragma GCC unroll 16
-            for (int t = 0; t < 4; t++)
+            for (int t = 0; t < nt; t++)
                 #pragma GCC unroll 16
                 for (int g = 0; g < 4; g++)
                     acc[i][t] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(x + t * k32 + kb * BLOCK + GROUP * g), acc[i][t]);
@@ -579,7 +580,7 @@ static inline __attribute__((always_inline)) void gemv_fp4_quad_tile(const DiMat
     #pragma GCC unroll 16
     for (int i = 0; i < nr; i++)
         #pragma GCC unroll 16
-        for (int t = 0; t < 4; t++) y[t * w->rows + r0 + i] = lane_sum_fp4(acc[i][t]);
+        for (int t = 0; t < nt; t++) y[t * w->rows + r0 + i] = lane_sum_fp4(acc[i][t]);
 }
 
 /* Activations of `n` tokens in FP4_LANE_ORDER within each group of eight (see
@@ -590,16 +591,24 @@ static void fp4_permute_acts(const float *x, int64_t k32, int n, float *xp) {
         _mm256_store_ps(xp + i, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + i), order));
 }
 
+/* Tokens t .. t+nt-1 (nt = 3 or 4, a constant) against rows [r0, r1), four-token tiles. */
+static inline __attribute__((always_inline)) void gemv_fp4_group(const DiMatrix *w, const DiSimdActs *a, int64_t t,
+                                                                 int nt, float *y, int64_t r0, int64_t r1, float *xp) {
+    fp4_permute_acts(a->x + t * a->k32, a->k32, nt, xp);
+    float *yt = y + t * w->rows;
+    int64_t r = r0;
+    for (; r + QUAD_ROWS <= r1; r += QUAD_ROWS) gemv_fp4_quad_tile(w, xp, a->k32, nt, r, QUAD_ROWS, yt);
+    for (; r < r1; r++) gemv_fp4_quad_tile(w, xp, a->k32, nt, r, 1, yt);
+}
+
 /* xp: 4 * k32 floats of scratch for the permuted activations of up to four tokens. */
 static void gemv_fp4_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xp) {
     pthread_once(&fp4_weight_bytes_once, fill_fp4_weight_bytes);
     int64_t t = 0, k32 = a->k32;
-    for (; t + 4 <= a->n_tokens; t += 4) {
-        fp4_permute_acts(a->x + t * k32, k32, 4, xp);
-        float *yt = y + t * w->rows;
-        int64_t r = r0;
-        for (; r + QUAD_ROWS <= r1; r += QUAD_ROWS) gemv_fp4_quad_tile(w, xp, k32, r, QUAD_ROWS, yt);
-        for (; r < r1; r++) gemv_fp4_quad_tile(w, xp, k32, r, 1, yt);
+    for (; t + 4 <= a->n_tokens; t += 4) gemv_fp4_group(w, a, t, 4, y, r0, r1, xp);
+    if (a->n_tokens - t == 3) { /* one decode for three tokens, not a pair and a single */
+        gemv_fp4_group(w, a, t, 3, y, r0, r1, xp);
+        t += 3;
     }
     for (; t + 2 <= a->n_tokens; t += 2) {
         fp4_permute_acts(a->x + t * k32, k32, 2, xp);
@@ -644,7 +653,7 @@ static void fp8_rowblock_one(const DiMatrix *w, const float *x, int64_t k32, Act
     for (; r < rb_end; r++) gemv_fp8_prescaled_tile(w, x, xs, k32, r, 1, yt);
 }
 
-/* NT tokens (2 or 4), all with exact scaled activations: each block decoded once for all of
+/* NT tokens (2, 3 or 4), all with exact scaled activations: each block decoded once for all of
  * them.  Rows per tile: PAIR_ROWS for two tokens, QUAD_ROWS for four (8 accumulators either way).
  * x[t]: the token's activations (the partial last block), xs[t]: its scaled ones. */
 static inline __attribute__((always_inline)) void gemv_fp8_group_tile(const DiMatrix *w, int nt,
@@ -654,7 +663,7 @@ static inline __attribute__((always_inline)) void gemv_fp8_group_tile(const DiMa
     const uint8_t *row[MAX_TILE_ROWS];
     uint16_t stage[MAX_TILE_ROWS][BLOCK] __attribute__((aligned(32)));
     int64_t full = w->cols / BLOCK;
-    int tile_rows = nt == 4 ? QUAD_ROWS : PAIR_ROWS;
+    int tile_rows = nt >= 3 ? QUAD_ROWS : PAIR_ROWS;
     __m256 acc[MAX_TILE_ROWS][4];
     #pragma GCC unroll 16
     for (int i = 0; i < tile_rows; i++) {
@@ -692,7 +701,7 @@ static inline __attribute__((always_inline)) void gemv_fp8_group_tile(const DiMa
         for (int t = 0; t < nt; t++) y[t][r0 + i] = lane_sum(acc[i][t]);
 }
 
-/* Tokens t0 .. t0+nt-1 (nt = 2 or 4) against rows [r0, r1): per 32-row scale block, the group
+/* Tokens t0 .. t0+nt-1 (nt = 2, 3 or 4) against rows [r0, r1): per 32-row scale block, the group
  * tile when every token's scaled activations are exact there, else each token alone. */
 static inline __attribute__((always_inline)) void fp8_token_group(const DiMatrix *w, const DiSimdActs *a, int64_t t0,
                                                                   int nt, float *y, int64_t r0, int64_t r1,
@@ -707,7 +716,7 @@ static inline __attribute__((always_inline)) void fp8_token_group(const DiMatrix
         yt[t] = y + (t0 + t) * w->rows;
         range[t] = act_range(x[t], w->cols);
     }
-    int tile_rows = nt == 4 ? QUAD_ROWS : PAIR_ROWS;
+    int tile_rows = nt >= 3 ? QUAD_ROWS : PAIR_ROWS;
     for (int64_t rb = r0; rb < r1; rb += BLOCK) { /* r0 is a multiple of 32 */
         int64_t rb_end = rb + BLOCK < r1 ? rb + BLOCK : r1, r = rb;
         const uint8_t *scales = w->scale + (rb / BLOCK) * kblocks;
@@ -727,6 +736,10 @@ static inline __attribute__((always_inline)) void fp8_token_group(const DiMatrix
 static void gemv_fp8_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
     int64_t k32 = a->k32, t = 0;
     for (; t + 4 <= a->n_tokens; t += 4) fp8_token_group(w, a, t, 4, y, r0, r1, xs);
+    if (a->n_tokens - t == 3) { /* one decode for three tokens, not a pair and a single */
+        fp8_token_group(w, a, t, 3, y, r0, r1, xs);
+        t += 3;
+    }
     for (; t + 2 <= a->n_tokens; t += 2) fp8_token_group(w, a, t, 2, y, r0, r1, xs);
     for (; t < a->n_tokens; t++) {
         const float *x = a->x + t * k32;
