@@ -32,7 +32,9 @@
  * GEMM / GEMV medians of 25 alternating pairs): at 16 tokens 0.86-0.95 for 1024x1024, 1024x256,
  * 512x512 and 4096x4096, 0.96-1.10 for 256x1024; at 20-24 tokens 0.87-1.13, mixed.  So FP8
  * moves to the GEMM at 17.
- * F32/BF16 GEMV re-reads the weights per token, so the GEMM wins earlier.  Same bits either way. */
+ * F32/BF16 have no decode to amortise, so the GEMM wins earlier: with the GEMV's two-to-four-token
+ * tiles (kernel_ab, GEMM / GEMV) 0.76-0.96 at 4 tokens, 1.01-1.32 at 8, 1.15-1.59 at 16 (BF16
+ * 256x512 and 297x1024, F32 24x4096).  Same bits either way. */
 static int64_t gemm_min_tokens(DiMatFormat format) {
     switch (format) {
     case DI_MAT_FP4_ROW32: return 32;

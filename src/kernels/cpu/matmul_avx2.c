@@ -380,10 +380,53 @@ static inline __attribute__((always_inline)) void gemv_tile(DiMatFormat format, 
     for (int i = 0; i < nr; i++) y[r0 + i] = lane_sum(acc[i]);
 }
 
-/* One format's GEMV, specialised by the constant `format` so no switch is left in the loops. */
+/* nt tokens (2, 3 or 4, a constant) against rows r0 .. r0+nr-1 (nr <= QUAD_ROWS): each block is
+ * read and decoded once for all of them (F32 and BF16 below their GEMM switch; a token at a time
+ * re-read the matrix per token).  Every (row, token) accumulator sees gemv_tile's sequence. */
+static inline __attribute__((always_inline)) void gemv_group_tile(DiMatFormat format, const DiMatrix *w, const float *x,
+                                                                  int64_t k32, int nt, int64_t r0, int nr, float *y) {
+    __m256 acc[QUAD_ROWS][4];
+    #pragma GCC unroll 16
+    for (int i = 0; i < QUAD_ROWS; i++)
+        #pragma GCC unroll 16
+        for (int t = 0; t < nt; t++) acc[i][t] = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < k32 / BLOCK; kb++) {
+        #pragma GCC unroll 16
+        for (int i = 0; i < nr; i++) {
+            if (PREFETCH && r0 + i + QUAD_ROWS < w->rows) prefetch_block(format, w, r0 + i + QUAD_ROWS, kb);
+            __m256 wv[4];
+            decode_block(format, w, r0 + i, kb, wv);
+            #pragma GCC unroll 16
+            for (int t = 0; t < nt; t++)
+                #pragma GCC unroll 16
+                for (int g = 0; g < 4; g++)
+                    acc[i][t] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(x + t * k32 + kb * BLOCK + GROUP * g), acc[i][t]);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++)
+        #pragma GCC unroll 16
+        for (int t = 0; t < nt; t++) y[t * w->rows + r0 + i] = lane_sum(acc[i][t]);
+}
+
+static inline __attribute__((always_inline)) void gemv_group(DiMatFormat format, const DiMatrix *w, const DiSimdActs *a,
+                                                             int64_t t, int nt, float *y, int64_t r0, int64_t r1) {
+    const float *x = a->x + t * a->k32;
+    float *yt = y + t * w->rows;
+    int64_t r = r0;
+    for (; r + QUAD_ROWS <= r1; r += QUAD_ROWS) gemv_group_tile(format, w, x, a->k32, nt, r, QUAD_ROWS, yt);
+    for (; r < r1; r++) gemv_group_tile(format, w, x, a->k32, nt, r, 1, yt);
+}
+
+/* One format's GEMV, specialised by the constant `format` so no switch is left in the loops:
+ * tokens in fours (three, twos), the rest one at a time. */
 static inline __attribute__((always_inline)) void gemv_rows(DiMatFormat format, const DiMatrix *w,
                                                             const DiSimdActs *a, float *y, int64_t r0, int64_t r1) {
-    for (int64_t t = 0; t < a->n_tokens; t++) {
+    int64_t t0 = 0;
+    for (; t0 + 4 <= a->n_tokens; t0 += 4) gemv_group(format, w, a, t0, 4, y, r0, r1);
+    if (a->n_tokens - t0 == 3) gemv_group(format, w, a, t0, 3, y, r0, r1), t0 += 3;
+    for (; t0 + 2 <= a->n_tokens; t0 += 2) gemv_group(format, w, a, t0, 2, y, r0, r1);
+    for (int64_t t = t0; t < a->n_tokens; t++) {
         const float *x = a->x + t * a->k32;
         float *yt = y + t * w->rows;
         int64_t r = r0;
