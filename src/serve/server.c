@@ -176,7 +176,16 @@ static void on_event(void *user, const DiApiEvent *ev) {
         if (ev->kind == DI_API_EV_FINISH) x->finished = true; /* never leave the client hanging */
     }
     bool finish = ev->kind == DI_API_EV_FINISH;
-    if (finish) x->finished = true;
+    if (finish) {
+        x->finished = true;
+        /* Counted before the connection resumes: once the client has its answer, /metrics
+         * includes it (counted after the unlock, a client reading /metrics right after its
+         * response could miss the request's tokens). */
+        const DiApiOutput *o = di_api_stream_output(x->stream);
+        di_metrics_tokens(srv->metrics, o->prompt_tokens, o->cache_hit_tokens, o->completion_tokens);
+        if (ev->finish == DI_API_FINISH_ABORT) di_metrics_aborted(srv->metrics);
+        di_metrics_in_flight(srv->metrics, -1);
+    }
     if (ev->kind == DI_API_EV_READY) x->seen_ready = true;
     if (finish && ev->finish == DI_API_FINISH_ERROR) x->error_status = ev->http_status ? ev->http_status : 500;
     x->seen_event = true;
@@ -186,10 +195,6 @@ static void on_event(void *user, const DiApiEvent *ev) {
     }
     pthread_mutex_unlock(&x->lock);
     if (finish) {
-        const DiApiOutput *o = di_api_stream_output(x->stream);
-        di_metrics_tokens(srv->metrics, o->prompt_tokens, o->cache_hit_tokens, o->completion_tokens);
-        if (ev->finish == DI_API_FINISH_ABORT) di_metrics_aborted(srv->metrics);
-        di_metrics_in_flight(srv->metrics, -1);
         live_remove(srv, x);
         exchange_release(x); /* the backend's reference */
     }
