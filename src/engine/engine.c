@@ -35,7 +35,7 @@ struct DiEngine {
     DiScheduler sched;
     DiSampler **samplers; /* one per pool thread */
     int n_samplers;
-    DiThreadPool *threads; /* the step's sampling, and the model's kernels (di_engine_threads) */
+    DiThreadPool *threads; /* the step's sampling, and the runner's forward (DiRunnerOps.use_threads) */
     DiStepExecutor exec;
     DiWorker worker;
     DiStep steps[2];

@@ -380,6 +380,14 @@ static inline __attribute__((always_inline)) void gemv_tile(DiMatFormat format, 
     for (int i = 0; i < nr; i++) y[r0 + i] = lane_sum(acc[i]);
 }
 
+/* acc[t] += the four decoded registers times token t's activations at x + t * k32, for t < nt:
+ * one block of one row in the multi-token GEMV tiles.  A macro, not an inline function: passed
+ * as an array argument the accumulators went through memory (kernel_ab: 0.85-0.89x). */
+#define ACCUMULATE_TOKENS(acc, wv, x, k32, nt)                                                             \
+    _Pragma("GCC unroll 16") for (int t_ = 0; t_ < (nt); t_++)                                           \
+        _Pragma("GCC unroll 16") for (int g_ = 0; g_ < 4; g_++)                                          \
+            (acc)[t_] = _mm256_fmadd_ps((wv)[g_], _mm256_loadu_ps((x) + t_ * (k32) + GROUP * g_), (acc)[t_])
+
 /* nt tokens (2, 3 or 4, a constant) against rows r0 .. r0+nr-1 (nr <= QUAD_ROWS): each block is
  * read and decoded once for all of them (F32 and BF16 below their GEMM switch; a token at a time
  * re-read the matrix per token).  Every (row, token) accumulator sees gemv_tile's sequence. */
@@ -396,11 +404,7 @@ static inline __attribute__((always_inline)) void gemv_group_tile(DiMatFormat fo
             if (PREFETCH && r0 + i + QUAD_ROWS < w->rows) prefetch_block(format, w, r0 + i + QUAD_ROWS, kb);
             __m256 wv[4];
             decode_block(format, w, r0 + i, kb, wv);
-            #pragma GCC unroll 16
-            for (int t = 0; t < nt; t++)
-                #pragma GCC unroll 16
-                for (int g = 0; g < 4; g++)
-                    acc[i][t] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(x + t * k32 + kb * BLOCK + GROUP * g), acc[i][t]);
+            ACCUMULATE_TOKENS(acc[i], wv, x + kb * BLOCK, k32, nt);
         }
     }
     #pragma GCC unroll 16
@@ -613,11 +617,7 @@ static inline __attribute__((always_inline)) void gemv_fp4_quad_tile(const DiMat
         for (int i = 0; i < nr; i++) {
             __m256 wv[4];
             decode_fp4_block_lanes(row[i] + kb * (BLOCK / 2), srow[i][kb], wv);
-            #pragma GCC unroll 16
-            for (int t = 0; t < nt; t++)
-                #pragma GCC unroll 16
-                for (int g = 0; g < 4; g++)
-                    acc[i][t] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(x + t * k32 + kb * BLOCK + GROUP * g), acc[i][t]);
+            ACCUMULATE_TOKENS(acc[i], wv, x + kb * BLOCK, k32, nt);
         }
     }
     #pragma GCC unroll 16
