@@ -264,15 +264,16 @@ static void check_batch_invariance(DiMatFormat f, int64_t rows, int64_t cols) {
  * with activations near the float32 limits takes the plain path.  Either way the token's
  * outputs alone (GEMV) equal its outputs inside a batch (panel GEMM), bit for bit. */
 TEST(fp8_gemv_with_extreme_activations_stays_batch_invariant) {
+    /* The factor is 2^(b-7) on the default float32-pattern route (2^(b-119) on the FP16 one). */
     TestMatrix t = make_matrix(DI_MAT_FP8_BLOCK, 64, 96, 110, 135);
     for (int kb = 0; kb < 3; kb++) {
-        t.scale[kb] = 110;     /* rows 0..31: 1e-38 * 2^-9 is subnormal -> plain path */
-        t.scale[3 + kb] = 127; /* rows 32..63: every product exact -> scaled activations */
+        t.scale[kb] = 110;    /* rows 0..31: 2e33 * 2^103 overflows -> plain path */
+        t.scale[3 + kb] = 20; /* rows 32..63: 2e33 * 2^13 and 1e-38 * 2^13 exact -> scaled activations */
     }
     float *x = rnd_acts(5 * 96), alone[64], batch[5 * 64], ref[64];
     float *probe = x + 2 * 96;
-    probe[3] = 1e-38f;    /* x * 2^(b-119) would be subnormal for the small scales */
-    probe[50] = 2e33f;    /* and beyond 2^126 for the largest ones */
+    probe[3] = 1e-38f;    /* near the bottom of the normal range */
+    probe[50] = 2e33f;    /* and near the top */
     probe[51] = -INFINITY; /* non-finite values scale exactly */
     probe[60] = 0.0f;
     CHECK(di_matmul_simd(NULL, &t.m, probe, 1, alone) == 0);

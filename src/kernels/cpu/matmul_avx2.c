@@ -13,8 +13,9 @@
  *       e4m3 * 2^-8 (the 4-bit exponent and 3-bit mantissa fit FP16's, subnormals included);
  *       vcvtph2ps widens it exactly and one multiply by 2^(b-119) = 2^8 * 2^(b-127) gives
  *       code * scale with a single rounding (scale byte b <= 246; above, two multiplies).
- *       The obvious float32 trick (bits << 20) turns E4M3 subnormals into float32 subnormals,
- *       and multiplying those costs ~100 cycles each on x86: 6x slower on random codes.
+ *       The float32 trick (bits << 20, masked) turns E4M3 subnormals into float32 subnormals:
+ *       ~100 cycles per multiply on the Intel cores of an earlier session, full speed on Zen 3,
+ *       where the FP8 GEMV tiles use it (e4m3_block_gemv_widen).
  *   E2M1 (§3.3, §3.5): twice the code's value {0,1,2,3,4,6,8,12, -0..-12} times 2^(b-128),
  *       exact; the panel decoder looks the magnitude up with vpermps, the GEMV's decoder reads
  *       the same floats' two high bytes from a per-scale table with byte shuffles.
@@ -43,7 +44,7 @@
 /* Tuning knobs (none changes a result bit; -D overrides them for experiments).  Values measured
  * on the build machine with bench_kernels and CPU-clock timings, see bench/ggml_comparison.md. */
 #ifndef PREFETCH
-#define PREFETCH 1     /* GEMV software prefetch one row tile ahead (prefetch_block) */
+#define PREFETCH 1     /* GEMV software prefetch one row tile ahead (prefetch_block, rows_prefetched) */
 #endif
 #ifndef PF_HINT
 #define PF_HINT _MM_HINT_T0
@@ -164,9 +165,10 @@ static inline __m256i e4m3_to_fp16_bits(const uint8_t *p) {
  *   FP8_STAGED_WIDEN=1: staged in memory (64 bytes, 32-byte aligned) and widened from there.  On
  *       the Intel cores of an earlier session this cut the shuffle-port uops of a block from 8
  *       to 2 (vpmovsxbw only), and the FP8 GEMV went from 8 to ~5 cycles per block.
- * (Tried on Zen 3 and dropped: float32 patterns straight from the byte, (code << 20) masked,
- * times 2^112 -- the same values, E4M3 subnormals passing through float32 subnormals -- ran at
- * 0.70-0.76x of this in the GEMV.) */
+ * (An earlier Zen 3 session tried float32 patterns straight from the byte, (code << 20) masked,
+ * times 2^112 per decoded register: 0.70-0.76x of this in the GEMV.  Without that multiply --
+ * the 2^120 moved onto the prescaled activations -- the same patterns are what the GEMV tiles now
+ * use; see e4m3_block_gemv_widen.) */
 #ifndef FP8_STAGED_WIDEN
 #define FP8_STAGED_WIDEN 0
 #endif
@@ -197,6 +199,41 @@ static inline void e4m3_block_widen(const uint8_t *p, uint16_t *stage, __m256 ou
     _mm256_store_si256((__m256i *)(stage + 16), e4m3_to_fp16_bits(p + 16));
     #pragma GCC unroll 16
     for (int g = 0; g < 4; g++) out[g] = cvtph_from_memory(stage + GROUP * g);
+#endif
+}
+
+/* The prescaled GEMV tiles (below) widen E4M3 codes to float32 bit patterns directly: the byte
+ * sign-extended to 32 bits, shifted left by 20 and masked (sign to bit 31, exponent to bits
+ * 26..23, mantissa to 22..20) is the float32 pattern of code * 2^-120, subnormal codes landing
+ * on float32 subnormals.  Three cheap uops per eight weights against the FP16 route's shuffle,
+ * shift, mask and two-uop vcvtph2ps: in L1, 16.9 against 12.2 G weights/s on Zen 3 (a standalone
+ * loop of 8 rows x 4096), the same with 25 % subnormal codes -- Zen 3 multiplies float32
+ * subnormal operands at full speed.  The Intel cores of an earlier session did not (~100 cycles
+ * per subnormal operand); FP8_GEMV_VIA_FP16=1 keeps the FP16 route there.  The 2^120 goes onto
+ * the activations with the block scale, so the prescale range check depends on the route. */
+#ifndef FP8_GEMV_VIA_FP16
+#define FP8_GEMV_VIA_FP16 0
+#endif
+#if FP8_GEMV_VIA_FP16
+#define FP8_GEMV_CODE_EXP (-8)   /* the widened weights are code * 2^FP8_GEMV_CODE_EXP */
+#else
+#define FP8_GEMV_CODE_EXP (-120)
+#endif
+
+/* The exponent of the factor 2^(b-127) / 2^FP8_GEMV_CODE_EXP that the prescaled activations carry. */
+static inline int fp8_gemv_factor_exp(uint8_t b) { return (int)b - 127 - FP8_GEMV_CODE_EXP; }
+
+static inline void e4m3_block_gemv_widen(const uint8_t *p, uint16_t *stage, __m256 out[4]) {
+#if FP8_GEMV_VIA_FP16
+    e4m3_block_widen(p, stage, out);
+#else
+    (void)stage;
+    const __m256i keep = _mm256_set1_epi32((int)0x87F00000u);
+    #pragma GCC unroll 16
+    for (int g = 0; g < 4; g++) {
+        __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + GROUP * g)));
+        out[g] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(v, 20), keep));
+    }
 #endif
 }
 
@@ -342,9 +379,18 @@ static inline float lane_sum_fp4(__m256 v) {
 }
 
 /* Software prefetch of the same block one row tile ahead.  A weight row of the release shapes
- * is 2-4 KiB, so every row starts a new 4 KiB page, where the hardware stream prefetchers stop;
- * without this the GEMV of a matrix larger than L3 is latency-bound at a third of the DRAM
- * bandwidth.  One tile ahead (16 KiB) is ~1 us at 15 GB/s: enough lead, still L2-resident. */
+ * is 1-4 KiB, so every row starts a new 4 KiB page, where the hardware stream prefetchers of
+ * the Intel cores of an earlier session stopped: without this their GEMV of a matrix larger
+ * than L3 was latency-bound at a third of the DRAM bandwidth.  On Zen 3 (kernel_ab, FP8 and FP4
+ * matrices of 64 MB, n = 1) it pays for rows of 1, 2 and 3 KiB (without it: 0.75, 0.75 and 0.82x
+ * for FP8, 0.83x for FP4 2 KiB rows) and costs for rows of 4 and 8 KiB (without it: 1.29 and
+ * 1.38x for FP8, 1.34x for FP4 4 KiB rows): rows a multiple of 4 KiB apart put the same column
+ * of every row, and of the row a tile ahead, in one L1 set (8 ways), so the prefetched lines
+ * evict the tile's own.  rows_prefetched() leaves those matrices to the hardware. */
+static inline bool rows_prefetched(const DiMatrix *w) {
+    return PREFETCH && di_matrix_data_bytes(w) / w->rows % 4096 != 0;
+}
+
 static inline __attribute__((always_inline)) void prefetch_block(DiMatFormat format, const DiMatrix *w, int64_t r,
                                                                  int64_t kb) {
     const char *p = w->data;
@@ -362,13 +408,14 @@ static inline __attribute__((always_inline)) void prefetch_block(DiMatFormat for
 static inline __attribute__((always_inline)) void gemv_tile(DiMatFormat format, const DiMatrix *w, const float *x,
                                                             int64_t k32, int64_t r0, int nr, float *y) {
     __m256 acc[GEMV_ROWS];
+    bool prefetch = rows_prefetched(w);
     #pragma GCC unroll 16
     for (int i = 0; i < GEMV_ROWS; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t kb = 0; kb < k32 / BLOCK; kb++) {
         const float *xb = x + kb * BLOCK;
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
-            if (PREFETCH && r0 + i + GEMV_ROWS < w->rows) /* see prefetch_block */
+            if (prefetch && r0 + i + GEMV_ROWS < w->rows) /* see prefetch_block */
                 prefetch_block(format, w, r0 + i + GEMV_ROWS, kb);
             __m256 wv[4];
             decode_block(format, w, r0 + i, kb, wv);
@@ -441,7 +488,8 @@ static inline __attribute__((always_inline)) void gemv_rows(DiMatFormat format, 
 
 /* ---- FP8 GEMV with the block scale moved onto the activations --------------------------------
  * An FP8 scale is shared by 32 rows (§3.4), so instead of multiplying every decoded weight
- * w' = code * 2^-8 by f = 2^(b-119), the GEMV multiplies the 32-row block's activations once:
+ * w' = code * 2^E (E = FP8_GEMV_CODE_EXP: -120 for the float32 patterns, -8 for the FP16
+ * route) by f = 2^(b-127-E), the GEMV multiplies the 32-row block's activations once:
  * fma(w', x * f, acc) rounds the same real number w' * x * f + acc as fma(w' * f, x, acc) does,
  * so the result is bit-identical to the panel GEMM -- provided x * f and w' * f are exact.
  * They are when f keeps every non-zero activation of the token a normal, finite float32 and
@@ -486,9 +534,10 @@ static bool fp8_prescale_exact(const uint8_t *scales, int64_t kblocks, ActRange 
         lo = scales[i] < lo ? scales[i] : lo;
         hi = scales[i] > hi ? scales[i] : hi;
     }
-    if (lo < 20 || hi > 240) return false; /* code * scale stays a finite, exact float32 */
-    if (x.max == 0.0f) return true;        /* all zero (or non-finite): exact */
-    return ldexp(x.max, hi - 119) < 0x1p126 && ldexp(x.min_nonzero, lo - 119) >= 0x1p-126;
+    if (lo < 20 || hi > 240) return false;            /* code * scale stays a finite, exact float32 */
+    if (fp8_gemv_factor_exp(hi) > 126) return false;  /* the factor itself a normal float32 */
+    if (x.max == 0.0f) return true;                   /* all zero (or non-finite): exact */
+    return ldexp(x.max, fp8_gemv_factor_exp(hi)) < 0x1p126 && ldexp(x.min_nonzero, fp8_gemv_factor_exp(lo)) >= 0x1p-126;
 }
 
 /* Rows r0 .. r0+nr-1 of one 32-row block; xs = x * f per column block (full blocks only). */
@@ -498,7 +547,7 @@ static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const 
     const uint8_t *row[GEMV_ROWS];
     uint16_t stage[GEMV_ROWS][BLOCK] __attribute__((aligned(32))); /* one per row: no false dependences */
     int64_t full = w->cols / BLOCK, ahead = GEMV_ROWS * w->cols; /* prefetch distance: one tile */
-    bool prefetch = PREFETCH && r0 + nr - 1 + GEMV_ROWS < w->rows;
+    bool prefetch = rows_prefetched(w) && r0 + nr - 1 + GEMV_ROWS < w->rows;
     __m256 acc[GEMV_ROWS];
     #pragma GCC unroll 16
     for (int i = 0; i < GEMV_ROWS; i++) {
@@ -512,7 +561,7 @@ static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const 
             const uint8_t *p = row[i] + kb * BLOCK;
             if (prefetch) _mm_prefetch((const char *)p + ahead, PF_HINT);
             __m256 wv[4];
-            e4m3_block_widen(p, stage[i], wv);
+            e4m3_block_gemv_widen(p, stage[i], wv);
             #pragma GCC unroll 16
             for (int g = 0; g < 4; g++) acc[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xb + GROUP * g), acc[i]);
         }
@@ -535,7 +584,7 @@ static inline __attribute__((always_inline)) void gemv_fp4_tile(const DiMatrix *
                                                                 float *y) {
     const uint8_t *row[GEMV_ROWS], *srow[GEMV_ROWS];
     int64_t kblocks = w->cols / BLOCK, ahead = GEMV_ROWS * (w->cols / 2);
-    bool prefetch = PREFETCH && r0 + nr - 1 + GEMV_ROWS < w->rows;
+    bool prefetch = rows_prefetched(w) && r0 + nr - 1 + GEMV_ROWS < w->rows;
     __m256 acc[GEMV_ROWS];
     #pragma GCC unroll 16
     for (int i = 0; i < GEMV_ROWS; i++) {
@@ -669,12 +718,11 @@ static void gemv_fp4_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int6
     }
 }
 
-/* xs = x * 2^(b-119) per full column block of one 32-row scale block (see above). */
+/* xs = x * 2^(b-127) / 2^FP8_GEMV_CODE_EXP per full column block of one 32-row scale block (see above). */
 static void fp8_scale_acts(const float *x, const uint8_t *scales, int64_t full, float *xs) {
     for (int64_t kb = 0; kb < full; kb++) {
-        float f = 1.0f;
-        fp8_single_factor(scales[kb], &f); /* always true: fp8_prescale_exact checked b <= 240 */
-        __m256 fv = _mm256_set1_ps(f);
+        /* a normal float32: fp8_prescale_exact checked the exponent */
+        __m256 fv = _mm256_set1_ps(f32_from_bits((uint32_t)(fp8_gemv_factor_exp(scales[kb]) + 127) << 23));
         #pragma GCC unroll 16
         for (int g = 0; g < 4; g++)
             _mm256_store_ps(xs + kb * BLOCK + GROUP * g, _mm256_mul_ps(_mm256_loadu_ps(x + kb * BLOCK + GROUP * g), fv));
@@ -718,7 +766,7 @@ static inline __attribute__((always_inline)) void gemv_fp8_group_tile(const DiMa
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
             __m256 wv[4];
-            e4m3_block_widen(row[i] + kb * BLOCK, stage[i], wv);
+            e4m3_block_gemv_widen(row[i] + kb * BLOCK, stage[i], wv);
             #pragma GCC unroll 16
             for (int t = 0; t < nt; t++)
                 #pragma GCC unroll 16
