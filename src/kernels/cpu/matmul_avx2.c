@@ -47,7 +47,10 @@
 #define PREFETCH 1     /* GEMV software prefetch one row tile ahead (prefetch_block, rows_prefetched) */
 #endif
 #ifndef PF_HINT
-#define PF_HINT _MM_HINT_T0
+#define PF_HINT _MM_HINT_T1 /* into L2, not L1: see prefetch_block */
+#endif
+#ifndef PF_SKIP_4K_ROWS
+#define PF_SKIP_4K_ROWS 0 /* 1: leave rows a multiple of 4 KiB apart to the hardware (the T0 rule) */
 #endif
 #ifndef GEMV_ROWS
 #define GEMV_ROWS 8    /* rows whose accumulators the GEMV keeps in registers: 8 independent FMA chains */
@@ -381,14 +384,29 @@ static inline float lane_sum_fp4(__m256 v) {
 /* Software prefetch of the same block one row tile ahead.  A weight row of the release shapes
  * is 1-4 KiB, so every row starts a new 4 KiB page, where the hardware stream prefetchers of
  * the Intel cores of an earlier session stopped: without this their GEMV of a matrix larger
- * than L3 was latency-bound at a third of the DRAM bandwidth.  On Zen 3 (kernel_ab, FP8 and FP4
- * matrices of 64 MB, n = 1) it pays for rows of 1, 2 and 3 KiB (without it: 0.75, 0.75 and 0.82x
- * for FP8, 0.83x for FP4 2 KiB rows) and costs for rows of 4 and 8 KiB (without it: 1.29 and
- * 1.38x for FP8, 1.34x for FP4 4 KiB rows): rows a multiple of 4 KiB apart put the same column
- * of every row, and of the row a tile ahead, in one L1 set (8 ways), so the prefetched lines
- * evict the tile's own.  rows_prefetched() leaves those matrices to the hardware. */
+ * than L3 was latency-bound at a third of the DRAM bandwidth.
+ * The hint is T1 (to L2).  With T0 (to L1), on Zen 3 (kernel_ab, FP8 and FP4 matrices of 64 MB,
+ * n = 1) the prefetch paid for rows of 1, 2 and 3 KiB (without it: 0.75, 0.75 and 0.82x for FP8,
+ * 0.83x for FP4 2 KiB rows) and cost for rows of 4 and 8 KiB (without it: 1.29 and 1.38x for
+ * FP8, 1.34x for FP4 4 KiB rows): rows a multiple of 4 KiB apart put the same column of every
+ * row, and of the row a tile ahead, in one L1 set (8 ways), so the prefetched lines evicted the
+ * tile's own, and those matrices were left to the hardware.  On Zen 4 (kernel_ab, medians of 25
+ * pairs, T1 for every row size against T0 with 4 KiB rows skipped): FP8 65536x1024 1.53x,
+ * 32768x2048 1.20x, 16384x4096 1.17x; FP4 32768x4096 1.08x, 16384x8192 1.02-1.03x, 4096x4096
+ * 1.05x; matrices in L2 0.99-1.00x; T2 measures as T1, and two or four tiles ahead as one.
+ * PF_HINT=_MM_HINT_T0 PF_SKIP_4K_ROWS=1 restores the earlier rule. */
 static inline bool rows_prefetched(const DiMatrix *w) {
-    return PREFETCH && di_matrix_data_bytes(w) / w->rows % 4096 != 0;
+    return PREFETCH && !(PF_SKIP_4K_ROWS && di_matrix_data_bytes(w) / w->rows % 4096 == 0);
+}
+
+/* Bytes from a block of row r to the same block GEMV_ROWS rows down (one one-token tile ahead),
+ * for the GEMV tiles of rows r0 .. r0+nr-1 whose rows are row_bytes long; 0 where that row does
+ * not exist or prefetching is off, so the tiles prefetch the block they are about to read (no
+ * effect).  The tiles issue the prefetch without a branch: a branch on it inside the unrolled
+ * loops cost the multi-token tiles on matrices in L2 0.70-0.92x (kernel_ab, Zen 4), the
+ * branch-free form 0.99-1.01x. */
+static inline int64_t prefetch_ahead(const DiMatrix *w, int64_t r0, int nr, int64_t row_bytes) {
+    return rows_prefetched(w) && r0 + nr - 1 + GEMV_ROWS < w->rows ? GEMV_ROWS * row_bytes : 0;
 }
 
 static inline __attribute__((always_inline)) void prefetch_block(DiMatFormat format, const DiMatrix *w, int64_t r,
@@ -546,8 +564,7 @@ static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const 
                                                                           int nr, float *y) {
     const uint8_t *row[GEMV_ROWS];
     uint16_t stage[GEMV_ROWS][BLOCK] __attribute__((aligned(32))); /* one per row: no false dependences */
-    int64_t full = w->cols / BLOCK, ahead = GEMV_ROWS * w->cols; /* prefetch distance: one tile */
-    bool prefetch = rows_prefetched(w) && r0 + nr - 1 + GEMV_ROWS < w->rows;
+    int64_t full = w->cols / BLOCK, ahead = prefetch_ahead(w, r0, nr, w->cols);
     __m256 acc[GEMV_ROWS];
     #pragma GCC unroll 16
     for (int i = 0; i < GEMV_ROWS; i++) {
@@ -559,7 +576,7 @@ static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const 
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
             const uint8_t *p = row[i] + kb * BLOCK;
-            if (prefetch) _mm_prefetch((const char *)p + ahead, PF_HINT);
+            _mm_prefetch((const char *)p + ahead, PF_HINT);
             __m256 wv[4];
             e4m3_block_gemv_widen(p, stage[i], wv);
             #pragma GCC unroll 16
@@ -583,8 +600,7 @@ static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const 
 static inline __attribute__((always_inline)) void gemv_fp4_tile(const DiMatrix *w, const float *x, int64_t r0, int nr,
                                                                 float *y) {
     const uint8_t *row[GEMV_ROWS], *srow[GEMV_ROWS];
-    int64_t kblocks = w->cols / BLOCK, ahead = GEMV_ROWS * (w->cols / 2);
-    bool prefetch = rows_prefetched(w) && r0 + nr - 1 + GEMV_ROWS < w->rows;
+    int64_t kblocks = w->cols / BLOCK, ahead = prefetch_ahead(w, r0, nr, w->cols / 2);
     __m256 acc[GEMV_ROWS];
     #pragma GCC unroll 16
     for (int i = 0; i < GEMV_ROWS; i++) {
@@ -598,7 +614,7 @@ static inline __attribute__((always_inline)) void gemv_fp4_tile(const DiMatrix *
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
             const uint8_t *p = row[i] + kb * (BLOCK / 2);
-            if (prefetch) _mm_prefetch((const char *)p + ahead, PF_HINT);
+            _mm_prefetch((const char *)p + ahead, PF_HINT);
             __m256 wv[4];
             decode_fp4_block_lanes(p, srow[i][kb], wv);
             #pragma GCC unroll 16
@@ -624,10 +640,12 @@ static inline __attribute__((always_inline)) void gemv_fp4_pair_tile(const DiMat
         row[i] = (const uint8_t *)w->data + r * (w->cols / 2);
         srow[i] = w->scale + r * kblocks;
     }
+    int64_t ahead = prefetch_ahead(w, r0, nr, w->cols / 2);
     for (int64_t kb = 0; kb < kblocks; kb++) {
         const float *xb0 = x0 + kb * BLOCK, *xb1 = x1 + kb * BLOCK;
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
+            _mm_prefetch((const char *)(row[i] + kb * (BLOCK / 2)) + ahead, PF_HINT);
             __m256 wv[4];
             decode_fp4_block_lanes(row[i] + kb * (BLOCK / 2), srow[i][kb], wv);
             #pragma GCC unroll 16
@@ -661,9 +679,11 @@ static inline __attribute__((always_inline)) void gemv_fp4_quad_tile(const DiMat
         row[i] = (const uint8_t *)w->data + r * (w->cols / 2);
         srow[i] = w->scale + r * kblocks;
     }
+    int64_t ahead = prefetch_ahead(w, r0, nr, w->cols / 2);
     for (int64_t kb = 0; kb < kblocks; kb++) {
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
+            _mm_prefetch((const char *)(row[i] + kb * (BLOCK / 2)) + ahead, PF_HINT);
             __m256 wv[4];
             decode_fp4_block_lanes(row[i] + kb * (BLOCK / 2), srow[i][kb], wv);
             ACCUMULATE_TOKENS(acc[i], wv, x + kb * BLOCK, k32, nt);
@@ -762,9 +782,11 @@ static inline __attribute__((always_inline)) void gemv_fp8_group_tile(const DiMa
         for (int t = 0; t < nt; t++) acc[i][t] = _mm256_setzero_ps();
         row[i] = (const uint8_t *)w->data + (r0 + (i < nr ? i : 0)) * w->cols;
     }
+    int64_t ahead = prefetch_ahead(w, r0, nr, w->cols);
     for (int64_t kb = 0; kb < full; kb++) {
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
+            _mm_prefetch((const char *)(row[i] + kb * BLOCK) + ahead, PF_HINT);
             __m256 wv[4];
             e4m3_block_gemv_widen(row[i] + kb * BLOCK, stage[i], wv);
             #pragma GCC unroll 16
