@@ -426,15 +426,14 @@ static inline __attribute__((always_inline)) void prefetch_block(DiMatFormat for
 static inline __attribute__((always_inline)) void gemv_tile(DiMatFormat format, const DiMatrix *w, const float *x,
                                                             int64_t k32, int64_t r0, int nr, float *y) {
     __m256 acc[GEMV_ROWS];
-    bool prefetch = rows_prefetched(w);
+    int64_t ahead_rows = prefetch_ahead(w, r0, nr, 1); /* GEMV_ROWS or 0, see prefetch_block */
     #pragma GCC unroll 16
     for (int i = 0; i < GEMV_ROWS; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t kb = 0; kb < k32 / BLOCK; kb++) {
         const float *xb = x + kb * BLOCK;
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
-            if (prefetch && r0 + i + GEMV_ROWS < w->rows) /* see prefetch_block */
-                prefetch_block(format, w, r0 + i + GEMV_ROWS, kb);
+            prefetch_block(format, w, r0 + i + ahead_rows, kb);
             __m256 wv[4];
             decode_block(format, w, r0 + i, kb, wv);
             #pragma GCC unroll 16
@@ -463,10 +462,11 @@ static inline __attribute__((always_inline)) void gemv_group_tile(DiMatFormat fo
     for (int i = 0; i < QUAD_ROWS; i++)
         #pragma GCC unroll 16
         for (int t = 0; t < nt; t++) acc[i][t] = _mm256_setzero_ps();
+    int64_t ahead_rows = prefetch_ahead(w, r0, nr, 1);
     for (int64_t kb = 0; kb < k32 / BLOCK; kb++) {
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
-            if (PREFETCH && r0 + i + QUAD_ROWS < w->rows) prefetch_block(format, w, r0 + i + QUAD_ROWS, kb);
+            prefetch_block(format, w, r0 + i + ahead_rows, kb);
             __m256 wv[4];
             decode_block(format, w, r0 + i, kb, wv);
             ACCUMULATE_TOKENS(acc[i], wv, x + kb * BLOCK, k32, nt);
