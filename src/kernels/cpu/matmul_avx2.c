@@ -399,14 +399,13 @@ static inline bool rows_prefetched(const DiMatrix *w) {
     return PREFETCH && !(PF_SKIP_4K_ROWS && di_matrix_data_bytes(w) / w->rows % 4096 == 0);
 }
 
-/* Bytes from a block of row r to the same block GEMV_ROWS rows down (one one-token tile ahead),
- * for the GEMV tiles of rows r0 .. r0+nr-1 whose rows are row_bytes long; 0 where that row does
- * not exist or prefetching is off, so the tiles prefetch the block they are about to read (no
- * effect).  The tiles issue the prefetch without a branch: a branch on it inside the unrolled
- * loops cost the multi-token tiles on matrices in L2 0.70-0.92x (kernel_ab, Zen 4), the
- * branch-free form 0.99-1.01x. */
-static inline int64_t prefetch_ahead(const DiMatrix *w, int64_t r0, int nr, int64_t row_bytes) {
-    return rows_prefetched(w) && r0 + nr - 1 + GEMV_ROWS < w->rows ? GEMV_ROWS * row_bytes : 0;
+/* How many rows below a block the GEMV tiles of rows r0 .. r0+nr-1 prefetch: GEMV_ROWS (one
+ * one-token tile ahead), or 0 where that row does not exist or prefetching is off, so the tiles
+ * prefetch the block they are about to read (no effect).  The tiles issue the prefetch without a
+ * branch: a branch on it inside the unrolled loops cost the multi-token tiles on matrices in L2
+ * 0.70-0.92x (kernel_ab, Zen 4), the branch-free form 0.99-1.01x. */
+static inline int64_t prefetch_rows_ahead(const DiMatrix *w, int64_t r0, int nr) {
+    return rows_prefetched(w) && r0 + nr - 1 + GEMV_ROWS < w->rows ? GEMV_ROWS : 0;
 }
 
 static inline __attribute__((always_inline)) void prefetch_block(DiMatFormat format, const DiMatrix *w, int64_t r,
@@ -426,7 +425,7 @@ static inline __attribute__((always_inline)) void prefetch_block(DiMatFormat for
 static inline __attribute__((always_inline)) void gemv_tile(DiMatFormat format, const DiMatrix *w, const float *x,
                                                             int64_t k32, int64_t r0, int nr, float *y) {
     __m256 acc[GEMV_ROWS];
-    int64_t ahead_rows = prefetch_ahead(w, r0, nr, 1); /* GEMV_ROWS or 0, see prefetch_block */
+    int64_t ahead_rows = prefetch_rows_ahead(w, r0, nr);
     #pragma GCC unroll 16
     for (int i = 0; i < GEMV_ROWS; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t kb = 0; kb < k32 / BLOCK; kb++) {
@@ -462,7 +461,7 @@ static inline __attribute__((always_inline)) void gemv_group_tile(DiMatFormat fo
     for (int i = 0; i < QUAD_ROWS; i++)
         #pragma GCC unroll 16
         for (int t = 0; t < nt; t++) acc[i][t] = _mm256_setzero_ps();
-    int64_t ahead_rows = prefetch_ahead(w, r0, nr, 1);
+    int64_t ahead_rows = prefetch_rows_ahead(w, r0, nr);
     for (int64_t kb = 0; kb < k32 / BLOCK; kb++) {
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
@@ -564,7 +563,7 @@ static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const 
                                                                           int nr, float *y) {
     const uint8_t *row[GEMV_ROWS];
     uint16_t stage[GEMV_ROWS][BLOCK] __attribute__((aligned(32))); /* one per row: no false dependences */
-    int64_t full = w->cols / BLOCK, ahead = prefetch_ahead(w, r0, nr, w->cols);
+    int64_t full = w->cols / BLOCK, ahead = prefetch_rows_ahead(w, r0, nr) * w->cols;
     __m256 acc[GEMV_ROWS];
     #pragma GCC unroll 16
     for (int i = 0; i < GEMV_ROWS; i++) {
@@ -600,7 +599,7 @@ static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const 
 static inline __attribute__((always_inline)) void gemv_fp4_tile(const DiMatrix *w, const float *x, int64_t r0, int nr,
                                                                 float *y) {
     const uint8_t *row[GEMV_ROWS], *srow[GEMV_ROWS];
-    int64_t kblocks = w->cols / BLOCK, ahead = prefetch_ahead(w, r0, nr, w->cols / 2);
+    int64_t kblocks = w->cols / BLOCK, ahead = prefetch_rows_ahead(w, r0, nr) * (w->cols / 2);
     __m256 acc[GEMV_ROWS];
     #pragma GCC unroll 16
     for (int i = 0; i < GEMV_ROWS; i++) {
@@ -640,14 +639,15 @@ static inline __attribute__((always_inline)) void gemv_fp4_pair_tile(const DiMat
         row[i] = (const uint8_t *)w->data + r * (w->cols / 2);
         srow[i] = w->scale + r * kblocks;
     }
-    int64_t ahead = prefetch_ahead(w, r0, nr, w->cols / 2);
+    int64_t ahead = prefetch_rows_ahead(w, r0, nr) * (w->cols / 2);
     for (int64_t kb = 0; kb < kblocks; kb++) {
         const float *xb0 = x0 + kb * BLOCK, *xb1 = x1 + kb * BLOCK;
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
-            _mm_prefetch((const char *)(row[i] + kb * (BLOCK / 2)) + ahead, PF_HINT);
+            const uint8_t *p = row[i] + kb * (BLOCK / 2);
+            _mm_prefetch((const char *)p + ahead, PF_HINT);
             __m256 wv[4];
-            decode_fp4_block_lanes(row[i] + kb * (BLOCK / 2), srow[i][kb], wv);
+            decode_fp4_block_lanes(p, srow[i][kb], wv);
             #pragma GCC unroll 16
             for (int g = 0; g < 4; g++) {
                 a0[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xb0 + GROUP * g), a0[i]);
@@ -679,13 +679,14 @@ static inline __attribute__((always_inline)) void gemv_fp4_quad_tile(const DiMat
         row[i] = (const uint8_t *)w->data + r * (w->cols / 2);
         srow[i] = w->scale + r * kblocks;
     }
-    int64_t ahead = prefetch_ahead(w, r0, nr, w->cols / 2);
+    int64_t ahead = prefetch_rows_ahead(w, r0, nr) * (w->cols / 2);
     for (int64_t kb = 0; kb < kblocks; kb++) {
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
-            _mm_prefetch((const char *)(row[i] + kb * (BLOCK / 2)) + ahead, PF_HINT);
+            const uint8_t *p = row[i] + kb * (BLOCK / 2);
+            _mm_prefetch((const char *)p + ahead, PF_HINT);
             __m256 wv[4];
-            decode_fp4_block_lanes(row[i] + kb * (BLOCK / 2), srow[i][kb], wv);
+            decode_fp4_block_lanes(p, srow[i][kb], wv);
             ACCUMULATE_TOKENS(acc[i], wv, x + kb * BLOCK, k32, nt);
         }
     }
@@ -782,13 +783,14 @@ static inline __attribute__((always_inline)) void gemv_fp8_group_tile(const DiMa
         for (int t = 0; t < nt; t++) acc[i][t] = _mm256_setzero_ps();
         row[i] = (const uint8_t *)w->data + (r0 + (i < nr ? i : 0)) * w->cols;
     }
-    int64_t ahead = prefetch_ahead(w, r0, nr, w->cols);
+    int64_t ahead = prefetch_rows_ahead(w, r0, nr) * w->cols;
     for (int64_t kb = 0; kb < full; kb++) {
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
-            _mm_prefetch((const char *)(row[i] + kb * BLOCK) + ahead, PF_HINT);
+            const uint8_t *p = row[i] + kb * BLOCK;
+            _mm_prefetch((const char *)p + ahead, PF_HINT);
             __m256 wv[4];
-            e4m3_block_gemv_widen(row[i] + kb * BLOCK, stage[i], wv);
+            e4m3_block_gemv_widen(p, stage[i], wv);
             #pragma GCC unroll 16
             for (int t = 0; t < nt; t++)
                 #pragma GCC unroll 16
