@@ -49,6 +49,9 @@
 #ifndef PF_HINT
 #define PF_HINT _MM_HINT_T1 /* into L2, not L1: see prefetch_block */
 #endif
+#ifndef PF_FP4_L1
+#define PF_FP4_L1 1    /* FP4 rows of at most 1 KiB prefetch to L1 (T0): see fp4_prefetch_to_l1 */
+#endif
 #ifndef PF_SKIP_4K_ROWS
 #define PF_SKIP_4K_ROWS 0 /* 1: leave rows a multiple of 4 KiB apart to the hardware (the T0 rule) */
 #endif
@@ -420,6 +423,32 @@ static inline __attribute__((always_inline)) void prefetch_block(DiMatFormat for
     _mm_prefetch(p, PF_HINT);
 }
 
+/* FP4 rows of at most 1 KiB are the exception: they prefetch to L1 (T0).  Kernel_ab on Zen 4,
+ * T0 against T1, medians of 25 pairs, matrices of 32 MB, n = 1 / 2 / 4 tokens:
+ *   rows of 256 B (65536x512)   1.02 / 1.03 / 1.07x
+ *        512 B (65536x1024)     1.04-1.08 / 1.16-1.17 / 1.06-1.07x
+ *        1 KiB (32768x2048)     0.99-1.01 / 1.06-1.10 / 1.06-1.09x
+ *        2 KiB (16384x4096)     0.92-1.00 / 1.01-1.08 / 1.03-1.04x
+ *        4 KiB (8192x8192)      0.76 / 0.96 / 1.01x (the set aliasing above)
+ *   in L2 (512x1024, 1024x512)  0.99-1.01x.
+ * Up to 1 KiB a tile and the tile it prefetches (16 rows) fill at most a third of an L1 set on
+ * Zen 4 (12 ways) or half of one on Zen 3 (8 ways); from 2 KiB on they fill them.  FP8 goes the
+ * other way (T0 at 512 B rows 0.58-0.65x) and keeps T1; why the two formats differ was not
+ * established (FP4's decoder reads ~10 GB/s of weights a core, FP8's ~20).  Not yet measured on
+ * Zen 3.  The tiles take the choice as a constant (gemv_fp4_rows instantiates both), so the
+ * unrolled loops carry no branch; the second copy moved code so that n = 3 in L2 measures
+ * 0.975-0.985x.  PF_FP4_L1=0 makes FP4 prefetch like the other formats. */
+static inline bool fp4_prefetch_to_l1(const DiMatrix *w) {
+    return PF_FP4_L1 && w->cols / 2 <= 1024;
+}
+
+static inline __attribute__((always_inline)) void prefetch_fp4(const uint8_t *p, bool to_l1) {
+    if (to_l1)
+        _mm_prefetch((const char *)p, _MM_HINT_T0);
+    else
+        _mm_prefetch((const char *)p, PF_HINT);
+}
+
 /* ---- GEMV: weights decoded in registers, GEMV_ROWS rows per pass over the activations ------ */
 
 static inline __attribute__((always_inline)) void gemv_tile(DiMatFormat format, const DiMatrix *w, const float *x,
@@ -597,7 +626,7 @@ static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const 
 
 /* FP4 rows r0 .. r0+nr-1: each row has its own scales (§3.5), so they stay on the weights. */
 static inline __attribute__((always_inline)) void gemv_fp4_tile(const DiMatrix *w, const float *x, int64_t r0, int nr,
-                                                                float *y) {
+                                                                float *y, bool to_l1) {
     const uint8_t *row[GEMV_ROWS], *srow[GEMV_ROWS];
     int64_t kblocks = w->cols / BLOCK, ahead = prefetch_rows_ahead(w, r0, nr) * (w->cols / 2);
     __m256 acc[GEMV_ROWS];
@@ -613,7 +642,7 @@ static inline __attribute__((always_inline)) void gemv_fp4_tile(const DiMatrix *
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
             const uint8_t *p = row[i] + kb * (BLOCK / 2);
-            _mm_prefetch((const char *)p + ahead, PF_HINT);
+            prefetch_fp4(p + ahead, to_l1);
             __m256 wv[4];
             decode_fp4_block_lanes(p, srow[i][kb], wv);
             #pragma GCC unroll 16
@@ -628,7 +657,7 @@ static inline __attribute__((always_inline)) void gemv_fp4_tile(const DiMatrix *
  * meets both tokens; every (row, token) accumulator sees the same sequence as alone. */
 static inline __attribute__((always_inline)) void gemv_fp4_pair_tile(const DiMatrix *w, const float *x0,
                                                                      const float *x1, int64_t r0, int nr,
-                                                                     float *y0, float *y1) {
+                                                                     float *y0, float *y1, bool to_l1) {
     const uint8_t *row[PAIR_ROWS], *srow[PAIR_ROWS];
     int64_t kblocks = w->cols / BLOCK;
     __m256 a0[PAIR_ROWS], a1[PAIR_ROWS];
@@ -645,7 +674,7 @@ static inline __attribute__((always_inline)) void gemv_fp4_pair_tile(const DiMat
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
             const uint8_t *p = row[i] + kb * (BLOCK / 2);
-            _mm_prefetch((const char *)p + ahead, PF_HINT);
+            prefetch_fp4(p + ahead, to_l1);
             __m256 wv[4];
             decode_fp4_block_lanes(p, srow[i][kb], wv);
             #pragma GCC unroll 16
@@ -667,7 +696,8 @@ static inline __attribute__((always_inline)) void gemv_fp4_pair_tile(const DiMat
  * QUAD_ROWS x nt accumulators, the four decoded registers of the current row, and activations
  * read from memory by the FMAs.  nt is a constant at every call (3 or 4). */
 static inline __attribute__((always_inline)) void gemv_fp4_quad_tile(const DiMatrix *w, const float *x, int64_t k32,
-                                                                     int nt, int64_t r0, int nr, float *y) {
+                                                                     int nt, int64_t r0, int nr, float *y,
+                                                                     bool to_l1) {
     const uint8_t *row[QUAD_ROWS], *srow[QUAD_ROWS];
     int64_t kblocks = w->cols / BLOCK;
     __m256 acc[QUAD_ROWS][4];
@@ -684,7 +714,7 @@ static inline __attribute__((always_inline)) void gemv_fp4_quad_tile(const DiMat
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
             const uint8_t *p = row[i] + kb * (BLOCK / 2);
-            _mm_prefetch((const char *)p + ahead, PF_HINT);
+            prefetch_fp4(p + ahead, to_l1);
             __m256 wv[4];
             decode_fp4_block_lanes(p, srow[i][kb], wv);
             ACCUMULATE_TOKENS(acc[i], wv, x + kb * BLOCK, k32, nt);
@@ -706,37 +736,47 @@ static void fp4_permute_acts(const float *x, int64_t k32, int n, float *xp) {
 
 /* Tokens t .. t+nt-1 (nt = 3 or 4, a constant) against rows [r0, r1), four-token tiles. */
 static inline __attribute__((always_inline)) void gemv_fp4_group(const DiMatrix *w, const DiSimdActs *a, int64_t t,
-                                                                 int nt, float *y, int64_t r0, int64_t r1, float *xp) {
+                                                                 int nt, float *y, int64_t r0, int64_t r1, float *xp,
+                                                                 bool to_l1) {
     fp4_permute_acts(a->x + t * a->k32, a->k32, nt, xp);
     float *yt = y + t * w->rows;
     int64_t r = r0;
-    for (; r + QUAD_ROWS <= r1; r += QUAD_ROWS) gemv_fp4_quad_tile(w, xp, a->k32, nt, r, QUAD_ROWS, yt);
-    for (; r < r1; r++) gemv_fp4_quad_tile(w, xp, a->k32, nt, r, 1, yt);
+    for (; r + QUAD_ROWS <= r1; r += QUAD_ROWS) gemv_fp4_quad_tile(w, xp, a->k32, nt, r, QUAD_ROWS, yt, to_l1);
+    for (; r < r1; r++) gemv_fp4_quad_tile(w, xp, a->k32, nt, r, 1, yt, to_l1);
 }
 
-/* xp: 4 * k32 floats of scratch for the permuted activations of up to four tokens. */
-static void gemv_fp4_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xp) {
-    pthread_once(&fp4_weight_bytes_once, fill_fp4_weight_bytes);
+/* xp: 4 * k32 floats of scratch for the permuted activations of up to four tokens; to_l1 a
+ * constant at both calls (gemv_fp4_rows). */
+static inline __attribute__((always_inline)) void gemv_fp4_rows_to(const DiMatrix *w, const DiSimdActs *a, float *y,
+                                                                   int64_t r0, int64_t r1, float *xp, bool to_l1) {
     int64_t t = 0, k32 = a->k32;
-    for (; t + 4 <= a->n_tokens; t += 4) gemv_fp4_group(w, a, t, 4, y, r0, r1, xp);
+    for (; t + 4 <= a->n_tokens; t += 4) gemv_fp4_group(w, a, t, 4, y, r0, r1, xp, to_l1);
     if (a->n_tokens - t == 3) { /* one decode for three tokens, not a pair and a single */
-        gemv_fp4_group(w, a, t, 3, y, r0, r1, xp);
+        gemv_fp4_group(w, a, t, 3, y, r0, r1, xp, to_l1);
         t += 3;
     }
     for (; t + 2 <= a->n_tokens; t += 2) {
         fp4_permute_acts(a->x + t * k32, k32, 2, xp);
         float *y0 = y + t * w->rows, *y1 = y0 + w->rows;
         int64_t r = r0;
-        for (; r + PAIR_ROWS <= r1; r += PAIR_ROWS) gemv_fp4_pair_tile(w, xp, xp + k32, r, PAIR_ROWS, y0, y1);
-        for (; r < r1; r++) gemv_fp4_pair_tile(w, xp, xp + k32, r, 1, y0, y1);
+        for (; r + PAIR_ROWS <= r1; r += PAIR_ROWS) gemv_fp4_pair_tile(w, xp, xp + k32, r, PAIR_ROWS, y0, y1, to_l1);
+        for (; r < r1; r++) gemv_fp4_pair_tile(w, xp, xp + k32, r, 1, y0, y1, to_l1);
     }
     for (; t < a->n_tokens; t++) {
         fp4_permute_acts(a->x + t * k32, k32, 1, xp);
         float *yt = y + t * w->rows;
         int64_t r = r0;
-        for (; r + GEMV_ROWS <= r1; r += GEMV_ROWS) gemv_fp4_tile(w, xp, r, GEMV_ROWS, yt);
-        for (; r < r1; r++) gemv_fp4_tile(w, xp, r, 1, yt);
+        for (; r + GEMV_ROWS <= r1; r += GEMV_ROWS) gemv_fp4_tile(w, xp, r, GEMV_ROWS, yt, to_l1);
+        for (; r < r1; r++) gemv_fp4_tile(w, xp, r, 1, yt, to_l1);
     }
+}
+
+static void gemv_fp4_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xp) {
+    pthread_once(&fp4_weight_bytes_once, fill_fp4_weight_bytes);
+    if (fp4_prefetch_to_l1(w))
+        gemv_fp4_rows_to(w, a, y, r0, r1, xp, true);
+    else
+        gemv_fp4_rows_to(w, a, y, r0, r1, xp, false);
 }
 
 /* xs = x * 2^(b-127) / 2^FP8_GEMV_CODE_EXP per full column block of one 32-row scale block (see above). */
