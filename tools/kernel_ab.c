@@ -13,7 +13,14 @@
  * Formats: f32, bf16, fp8, fp4.  Kernels: gemv (weights decoded in registers) or gemm (panels),
  * called directly on all rows by one thread, whatever di_matmul would choose for the token count.
  * The weights are random codes (no NaN codes) with scale bytes 116..123, the activations random
- * in [-1, 1]: the same for both builds. */
+ * in [-1, 1]: the same for both builds.
+ *
+ * Two environment variables bring it closer to a decode step, where each matrix comes from DRAM
+ * and a thread-pool task computes a slice of it:
+ *   KERNEL_AB_COLD_MB=M    identical copies of the matrix, at least M MB in all, used in turn
+ *                          (M larger than the L3 cache: every call reads its weights from DRAM);
+ *   KERNEL_AB_TASK_ROWS=R  each call is split into row slices of R rows, as matmul.c's tasks
+ *                          (fp8: R a multiple of 32). */
 #include "kernels/cpu/matmul_simd.h"
 
 #include <dlfcn.h>
@@ -28,6 +35,17 @@ enum { PAIRS = 25, MAX_TOKENS = 256 };
 
 typedef void (*RowsFn)(const DiMatrix *, const DiSimdActs *, float *, int64_t, int64_t, float *);
 typedef int64_t (*ScratchFn)(int64_t, bool);
+
+/* The bytes of data and scale of a matrix made by random_matrix (kernel_ab links no library). */
+static int64_t matrix_data_bytes(const DiMatrix *m) {
+    DiMatFormat f = m->format;
+    return f == DI_MAT_FP4_ROW32 ? m->rows * m->cols / 2 : f == DI_MAT_FP8_BLOCK ? m->rows * m->cols : m->rows * m->cols * (f == DI_MAT_BF16 ? 2 : 4);
+}
+
+static int64_t matrix_scale_bytes(const DiMatrix *m) {
+    DiMatFormat f = m->format;
+    return f == DI_MAT_FP4_ROW32 ? m->rows * (m->cols / 32) : f == DI_MAT_FP8_BLOCK ? ((m->rows + 31) / 32) * ((m->cols + 31) / 32) : 0;
+}
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 static uint32_t rnd(void) {
@@ -46,6 +64,16 @@ static double thread_cpu_s(void) {
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* An environment variable as a positive integer, `fallback` when unset; -1 when malformed. */
+static long env_long(const char *name, long fallback, long hi) {
+    const char *s = getenv(name);
+    if (!s || !*s) return fallback;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    return errno || *end || v < 1 || v > hi ? -1 : v;
 }
 
 static int usage(void) {
@@ -74,8 +102,7 @@ static int parse_format(const char *s, DiMatFormat *f) {
 /* Random weights in the format's storage (see matmul.h), owned by the caller (free data, scale). */
 static int random_matrix(DiMatrix *m, DiMatFormat f, int64_t rows, int64_t cols) {
     *m = (DiMatrix){.format = f, .rows = rows, .cols = cols};
-    int64_t bytes = f == DI_MAT_FP4_ROW32 ? rows * cols / 2 : f == DI_MAT_FP8_BLOCK ? rows * cols : rows * cols * (f == DI_MAT_BF16 ? 2 : 4);
-    int64_t sbytes = f == DI_MAT_FP4_ROW32 ? rows * (cols / 32) : f == DI_MAT_FP8_BLOCK ? ((rows + 31) / 32) * ((cols + 31) / 32) : 0;
+    int64_t bytes = matrix_data_bytes(m), sbytes = matrix_scale_bytes(m);
     uint8_t *d = malloc((size_t)bytes), *s = malloc((size_t)sbytes + 1);
     if (!d || !s) {
         free(d);
@@ -120,6 +147,11 @@ int main(int argc, char **argv) {
         }
         if (!scratch_floats || sf(cols, gemm) > scratch_floats(cols, gemm)) scratch_floats = sf;
     }
+    long cold_mb = env_long("KERNEL_AB_COLD_MB", 0, 65536), task_rows = env_long("KERNEL_AB_TASK_ROWS", rows, 65536);
+    if (cold_mb < 0 || task_rows < 0 || (format == DI_MAT_FP8_BLOCK && task_rows % 32 != 0 && task_rows < rows)) {
+        fprintf(stderr, "kernel_ab: KERNEL_AB_COLD_MB and KERNEL_AB_TASK_ROWS take positive integers (fp8 rows: a multiple of 32)\n");
+        return 2;
+    }
     DiMatrix m;
     int64_t k32 = (cols + 31) / 32 * 32;
     float *x = calloc((size_t)(MAX_TOKENS * k32), sizeof *x);
@@ -131,6 +163,24 @@ int main(int argc, char **argv) {
     }
     for (int64_t t = 0; t < MAX_TOKENS; t++)
         for (int64_t c = 0; c < cols; c++) x[t * k32 + c] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+    int64_t data_bytes = matrix_data_bytes(&m), scale_bytes = matrix_scale_bytes(&m);
+    int64_t n_copies = cold_mb ? (cold_mb * 1000000 + data_bytes - 1) / data_bytes : 1;
+    DiMatrix *copies = malloc((size_t)n_copies * sizeof *copies);
+    if (!copies) return 1;
+    copies[0] = m;
+    for (int64_t i = 1; i < n_copies; i++) {
+        uint8_t *d = malloc((size_t)data_bytes), *sc = malloc((size_t)scale_bytes + 1);
+        if (!d || !sc) {
+            fprintf(stderr, "kernel_ab: out of memory for %lld copies\n", (long long)n_copies);
+            return 1;
+        }
+        memcpy(d, m.data, (size_t)data_bytes);
+        memcpy(sc, m.scale, (size_t)scale_bytes);
+        copies[i] = m;
+        copies[i].data = d;
+        copies[i].scale = sc;
+    }
+    int64_t next_copy = 0;
     for (int ai = 7; ai < argc; ai++) {
         long n;
         if (!parse_int(argv[ai], 1, MAX_TOKENS, &n)) return usage();
@@ -141,7 +191,10 @@ int main(int argc, char **argv) {
                 double t0 = thread_cpu_s(), dt;
                 long calls = 0;
                 do {
-                    fn[v](&m, &acts, y[v], 0, rows, scratch);
+                    const DiMatrix *mc = &copies[next_copy];
+                    next_copy = (next_copy + 1) % n_copies;
+                    for (int64_t r = 0; r < rows; r += task_rows)
+                        fn[v](mc, &acts, y[v], r, r + task_rows < rows ? r + task_rows : rows, scratch);
                     calls++;
                 } while ((dt = thread_cpu_s() - t0) < WINDOW_S);
                 rate[v][p] = 2.0 * (double)rows * (double)cols * (double)n * (double)calls / dt * 1e-9;
