@@ -36,16 +36,7 @@ enum { PAIRS = 25, MAX_TOKENS = 256 };
 typedef void (*RowsFn)(const DiMatrix *, const DiSimdActs *, float *, int64_t, int64_t, float *);
 typedef int64_t (*ScratchFn)(int64_t, bool);
 
-/* The bytes of data and scale of a matrix made by random_matrix (kernel_ab links no library). */
-static int64_t matrix_data_bytes(const DiMatrix *m) {
-    DiMatFormat f = m->format;
-    return f == DI_MAT_FP4_ROW32 ? m->rows * m->cols / 2 : f == DI_MAT_FP8_BLOCK ? m->rows * m->cols : m->rows * m->cols * (f == DI_MAT_BF16 ? 2 : 4);
-}
-
-static int64_t matrix_scale_bytes(const DiMatrix *m) {
-    DiMatFormat f = m->format;
-    return f == DI_MAT_FP4_ROW32 ? m->rows * (m->cols / 32) : f == DI_MAT_FP8_BLOCK ? ((m->rows + 31) / 32) * ((m->cols + 31) / 32) : 0;
-}
+typedef int64_t (*BytesFn)(const DiMatrix *);
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 static uint32_t rnd(void) {
@@ -66,16 +57,6 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* An environment variable as a positive integer, `fallback` when unset; -1 when malformed. */
-static long env_long(const char *name, long fallback, long hi) {
-    const char *s = getenv(name);
-    if (!s || !*s) return fallback;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    return errno || *end || v < 1 || v > hi ? -1 : v;
-}
-
 static int usage(void) {
     fprintf(stderr, "usage: kernel_ab OLD.so NEW.so f32|bf16|fp8|fp4 ROWS COLS gemv|gemm N [N ...]\n"
                     "  N: token counts, 1..%d; ROWS, COLS: 1..65536 (fp4: COLS a multiple of 32)\n",
@@ -92,12 +73,23 @@ static bool parse_int(const char *s, long lo, long hi, long *out) {
     return true;
 }
 
+/* An environment variable as an integer in 1..hi, `fallback` when unset; -1 when malformed. */
+static long env_long(const char *name, long fallback, long hi) {
+    const char *s = getenv(name);
+    long v;
+    if (!s || !*s) return fallback;
+    return parse_int(s, 1, hi, &v) ? v : -1;
+}
+
 static int parse_format(const char *s, DiMatFormat *f) {
     static const char *const names[] = {"f32", "bf16", "fp8", "fp4"};
     for (int i = 0; i < 4; i++)
         if (strcmp(s, names[i]) == 0) return *f = (DiMatFormat)i, 0;
     return -1;
 }
+
+/* The library's byte counts of a matrix's data and scale (matmul.h), from the first build. */
+static BytesFn matrix_data_bytes, matrix_scale_bytes;
 
 /* Random weights in the format's storage (see matmul.h), owned by the caller (free data, scale). */
 static int random_matrix(DiMatrix *m, DiMatFormat f, int64_t rows, int64_t cols) {
@@ -141,7 +133,11 @@ int main(int argc, char **argv) {
         }
         fn[i] = (RowsFn)dlsym(h, gemm ? "di_simd_gemm_rows" : "di_simd_gemv_rows");
         ScratchFn sf = (ScratchFn)dlsym(h, "di_simd_scratch_floats");
-        if (!fn[i] || !sf) {
+        if (i == 0) {
+            matrix_data_bytes = (BytesFn)dlsym(h, "di_matrix_data_bytes");
+            matrix_scale_bytes = (BytesFn)dlsym(h, "di_matrix_scale_bytes");
+        }
+        if (!fn[i] || !sf || !matrix_data_bytes || !matrix_scale_bytes) {
             fprintf(stderr, "kernel_ab: %s lacks the SIMD kernel entry points\n", argv[1 + i]);
             return 1;
         }

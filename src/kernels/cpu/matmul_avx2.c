@@ -425,9 +425,9 @@ static inline __attribute__((always_inline)) void prefetch_block(DiMatFormat for
 
 /* FP4 rows of at most 1 KiB are the exception: they prefetch to L1 (T0).  Kernel_ab on Zen 4,
  * T0 against T1, medians of 25 pairs, matrices of 32 MB, n = 1 / 2 / 4 tokens:
- *   rows of 256 B (65536x512)   1.02 / 1.03 / 1.07x
- *        512 B (65536x1024)     1.04-1.08 / 1.16-1.17 / 1.06-1.07x
- *        1 KiB (32768x2048)     0.99-1.01 / 1.06-1.10 / 1.06-1.09x
+ *   rows of 256 B (65536x512)   1.02-1.03 / 1.02-1.03 / 1.05-1.07x
+ *        512 B (65536x1024)     1.01-1.08 / 1.16-1.19 / 1.03-1.07x
+ *        1 KiB (32768x2048)     0.98-1.01 / 1.03-1.10 / 1.06-1.09x
  *        2 KiB (16384x4096)     0.92-1.00 / 1.01-1.08 / 1.03-1.04x
  *        4 KiB (8192x8192)      0.76 / 0.96 / 1.01x (the set aliasing above)
  *   in L2 (512x1024, 1024x512)  0.99-1.01x.
