@@ -12,7 +12,7 @@
 
 CC       ?= gcc
 BUILD    ?= build
-SHARED_DIR ?= $(abspath ../shared)
+SHARED_DIR ?= $(shell tools/shared-dir.sh 2>/dev/null) # specs and golden sets, outside the repository
 ARCH     ?= -march=native
 # gcc 12's -O2 vectorises only loops with a known trip count and no alias check ("very cheap"
 # cost model), which left the model's element-wise loops (mHC expand and collapse, norms)

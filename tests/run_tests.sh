@@ -8,7 +8,8 @@
 # DI_TEST_ONLY=unit limits the run to the plain unit tests, DI_TEST_ONLY=fuzz to the fuzzers.
 set -u
 cd "$(dirname "$0")/.."
-export SHARED_DIR="${SHARED_DIR:-$(cd .. && pwd)/shared}"
+SHARED_DIR=$(tools/shared-dir.sh) || exit 2 # the golden sets and recipe data several tests read
+export SHARED_DIR
 passed=0
 failed=0
 failures=()
