@@ -14,8 +14,10 @@
  * The checkpoint is generated once into $DEEPINFER_BENCH_DIR (default
  * $XDG_CACHE_HOME/deepinfer/bench-medium, else ~/.cache/deepinfer/bench-medium) and reused.
  * Runs are interleaved and medians quoted; CPU time is printed next to wall time because the
- * machine is shared.  Numerics mode: exact (float32 activations; the weights are what counts).
- * DEEPINFER_BENCH_ONLY=batch1 or =batched runs one half (to profile it with perf). */
+ * machine is shared.  Numerics: batch 1 in both ref (the default) and exact, interleaved; the
+ * batched half in exact (float32 activations).
+ * DEEPINFER_BENCH_ONLY=batch1 or =batched runs one half, DEEPINFER_BENCH_MODE=ref or =exact
+ * runs batch 1 in that mode alone (both lines then show it), to profile them with perf. */
 #include "base/error.h"
 #include "base/threadpool.h"
 #include "model/forward.h"
@@ -33,6 +35,11 @@
 enum { PROMPT = 16, WARMUP = 2, DECODE_STEPS = 24, REPS = 3, BATCH_PROMPT = 8, BATCH_STEPS = 4 };
 
 static const int batch_sizes[] = {1, 4, 16, 64};
+
+/* Batch 1 runs under both numerics: ref (the default: §4.3 activation quantisation, the FP4
+ * experts in block order, matmul.h) and exact (float32 activations); the batched part runs exact. */
+static const NumericsMode bench_modes[] = {MODE_REF, MODE_EXACT};
+#define N_MODES ((int)(sizeof bench_modes / sizeof bench_modes[0]))
 #define N_BATCH ((int)(sizeof batch_sizes / sizeof batch_sizes[0]))
 
 static double wall_s(void) {
@@ -311,19 +318,26 @@ static BatchedStep decode_batched(Model *m, int B, double active) {
     return r;
 }
 
-static void print_batch1(const char *dir, double active, double *bw1, double *bw2, double *w1, double *c1, double *w2, double *c2) {
-    double B1 = median(bw1, REPS), B2 = median(bw2, REPS), W1 = median(w1, REPS), W2 = median(w2, REPS);
-    double C1 = median(c1, REPS), C2 = median(c2, REPS), bw = B1 > B2 ? B1 : B2;
-    printf("decode, medium synthetic checkpoint %s (exact numerics, %d-token prompt, median of %d x %d steps):\n", dir, PROMPT,
-           REPS, DECODE_STEPS);
+/* Batch-1 figures of one numerics mode: wall and CPU seconds per token, REPS each. */
+typedef struct {
+    double w1[REPS], c1[REPS], w2[REPS], c2[REPS];
+} Batch1Times;
+
+static void print_batch1(const char *dir, double active, double *bw1, double *bw2, const Batch1Times *t) {
+    double B1 = median(bw1, REPS), B2 = median(bw2, REPS), bw = B1 > B2 ? B1 : B2;
+    printf("decode, medium synthetic checkpoint %s (%d-token prompt, median of %d x %d steps):\n", dir, PROMPT, REPS,
+           DECODE_STEPS);
     printf("  active weight bytes per token   %.2f MB\n", active / 1e6);
     printf("  STREAM triad bandwidth          %.2f GB/s (1 thread)  %.2f GB/s (2 threads)\n", B1 / 1e9, B2 / 1e9);
     printf("  bandwidth bound                 %.1f tokens/s (best bandwidth %.2f GB/s)\n", bw / active, bw / 1e9);
-    printf("  batch 1, 1 thread               %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n", 1 / W1,
-           W1 * 1e3, C1 * 1e3, 100 * (1 / W1) / (bw / active));
-    printf("  batch 1, 2 threads              %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n", 1 / W2,
-           W2 * 1e3, C2 * 1e3, 100 * (1 / W2) / (bw / active));
-
+    for (int mi = 0; mi < N_MODES; mi++) {
+        double W1 = median((double *)t[mi].w1, REPS), W2 = median((double *)t[mi].w2, REPS);
+        double C1 = median((double *)t[mi].c1, REPS), C2 = median((double *)t[mi].c2, REPS);
+        printf("  %-5s batch 1, 1 thread         %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n",
+               numerics_mode_name(bench_modes[mi]), 1 / W1, W1 * 1e3, C1 * 1e3, 100 * (1 / W1) / (bw / active));
+        printf("  %-5s batch 1, 2 threads        %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n",
+               numerics_mode_name(bench_modes[mi]), 1 / W2, W2 * 1e3, C2 * 1e3, 100 * (1 / W2) / (bw / active));
+    }
 }
 
 /* The ratio column "bound" is what the throughput ratio to batch 1 would be if every step were
@@ -392,17 +406,27 @@ int main(void) {
         return 2;
     }
     double active = active_bytes(m);
-    double w1[REPS], c1[REPS], w2[REPS], c2[REPS];
-    for (int r = 0; r < REPS && run1; r++) { /* interleaved: bandwidth, 1 thread, 2 threads */
+    const char *mode_env = getenv("DEEPINFER_BENCH_MODE"); /* one numerics mode only (to profile it) */
+    NumericsMode only_mode = MODE_REF;
+    if (mode_env && *mode_env && numerics_mode_parse(mode_env, &only_mode) != 0) {
+        fprintf(stderr, "bench_decode: DEEPINFER_BENCH_MODE=%s: expected ref, kvq or exact\n", mode_env);
+        return 2;
+    }
+    Batch1Times times[N_MODES];
+    for (int r = 0; r < REPS && run1; r++) { /* interleaved: bandwidth, then each mode on 1 and 2 threads */
         bw1[r] = triad_bandwidth(pool1, a, bb, c, n, 3);
         bw2[r] = triad_bandwidth(pool2, a, bb, c, n, 3);
-        decode_batch1(m, pool1, &w1[r], &c1[r]);
-        decode_batch1(m, pool2, &w2[r], &c2[r]);
+        for (int mi = 0; mi < N_MODES; mi++) {
+            m->mode = mode_env && *mode_env ? only_mode : bench_modes[mi];
+            decode_batch1(m, pool1, &times[mi].w1[r], &times[mi].c1[r]);
+            decode_batch1(m, pool2, &times[mi].w2[r], &times[mi].c2[r]);
+        }
     }
+    m->mode = MODE_EXACT;
     free(a);
     free(bb);
     free(c);
-    if (run1) print_batch1(dir, active, bw1, bw2, w1, c1, w2, c2);
+    if (run1) print_batch1(dir, active, bw1, bw2, times);
     if (runb) run_batched(m, pool2, active);
     m->pool = NULL;
     di_pool_destroy(pool1);

@@ -6,17 +6,20 @@
  *        build/libdeepinfer.a -L$GGML/build/src -lggml -lggml-base -lggml-cpu \
  *        -Wl,-rpath,$GGML/build/src -ljansson -lpcre2-8 -lutf8proc -lxxhash -lmicrohttpd \
  *        -lmvec -lm -lpthread
- *     /tmp/ggml_ab q8_0|mxfp4 ROWS COLS N
+ *     /tmp/ggml_ab q8_0|mxfp4|q8_0-ref|mxfp4-ref ROWS COLS N
  *
  * Why one process: test-backend-ops and bench_kernels run minutes apart on a shared machine whose
  * speed drifts by 2x, so their ratio says little.  Here both sides run on one thread, alternating
  * 20 ms windows of thread CPU time on the same shape (ggml: q8_0 or mxfp4 weights, f32
  * activations, its own activation quantisation included; deepinfer: FP8 block-scaled or FP4
- * row32 weights with random codes and scales), and the median of the 25 per-pair ratios is
- * printed with its quartiles. */
+ * row32 weights with random codes and scales; with -ref, deepinfer's §4.3 activation round
+ * trip and di_matmul_qa, as under the reference numerics), and the median of the 25 per-pair
+ * ratios is printed with its quartiles. */
 #include "ggml.h"
 #include "ggml-cpu.h"
+#include "base/error.h"
 #include "kernels/matmul.h"
+#include "kernels/numformats.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -46,12 +49,26 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The deepinfer side of one call.  -ref: as the model's reference numerics run a quantised
+ * GEMM (model_linear): the activations rounded through FP8 per 32 (§4.3) into a copy, then
+ * di_matmul_qa (FP4: block order, matmul.h); ggml too quantises its activations inside the call. */
+static int deepinfer_side(const DiMatrix *w, const float *x, float *xq, long long n, float *y, int ref) {
+    if (!ref) return di_matmul_simd(NULL, w, x, n, y);
+    memcpy(xq, x, sizeof(float) * (size_t)(w->cols * n));
+    if (di_roundtrip_fp8_block32(xq, (size_t)(w->cols * n)) != 0) return -1;
+    return di_matmul_qa(NULL, w, xq, n, y);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 5 || (strcmp(argv[1], "q8_0") && strcmp(argv[1], "mxfp4"))) {
-        fprintf(stderr, "usage: ggml_ab q8_0|mxfp4 ROWS COLS N\n");
+    const char *kinds[] = {"q8_0", "mxfp4", "q8_0-ref", "mxfp4-ref"};
+    int kind = -1;
+    for (int i = 0; argc == 5 && i < 4; i++)
+        if (strcmp(argv[1], kinds[i]) == 0) kind = i;
+    if (kind < 0) {
+        fprintf(stderr, "usage: ggml_ab q8_0|mxfp4|q8_0-ref|mxfp4-ref ROWS COLS N\n");
         return 2;
     }
-    int q8 = strcmp(argv[1], "q8_0") == 0;
+    int q8 = kind % 2 == 0, ref = kind >= 2;
     long long rows = atoll(argv[2]), cols = atoll(argv[3]), n = atoll(argv[4]);
     if (rows < 1 || rows > 65536 || cols < 32 || cols > 65536 || cols % 32 || n < 1 || n > 1024) {
         fprintf(stderr, "ggml_ab: ROWS 1..65536, COLS 32..65536 (a multiple of 32), N 1..1024\n");
@@ -95,17 +112,19 @@ int main(int argc, char **argv) {
     w.data = data;
     w.scale = scale;
 
+    float *xq = malloc(sizeof(float) * cols * n);
+    if (!xq) return fprintf(stderr, "ggml_ab: out of memory\n"), 1;
     double ratio[PAIRS], gflops[2][PAIRS];
     for (int warm = 0; warm < 10; warm++) {
         ggml_graph_compute_with_ctx(ctx, graph, 1);
-        if (di_matmul_simd(NULL, &w, x, n, y)) return fprintf(stderr, "ggml_ab: di_matmul_simd failed\n"), 1;
+        if (deepinfer_side(&w, x, xq, n, y, ref)) return fprintf(stderr, "ggml_ab: %s\n", di_error_message()), 1;
     }
     for (int p = 0; p < PAIRS; p++)
         for (int side = 0; side < 2; side++) {
             double t0 = cpu_now(), t;
             long calls = 0;
             do {
-                if (side) di_matmul_simd(NULL, &w, x, n, y);
+                if (side) deepinfer_side(&w, x, xq, n, y, ref);
                 else ggml_graph_compute_with_ctx(ctx, graph, 1);
                 calls++;
             } while ((t = cpu_now() - t0) < 0.02);
@@ -117,11 +136,12 @@ int main(int argc, char **argv) {
     qsort(gflops[1], PAIRS, sizeof(double), cmp_double);
     printf("%s vs %s %lldx%lld n=%lld: ggml %.1f  deepinfer %.1f GFLOP/s (medians of %d)  "
            "deepinfer/ggml %.3f [quartiles %.3f %.3f]\n",
-           q8 ? "q8_0" : "mxfp4", q8 ? "FP8" : "FP4", rows, cols, n, gflops[0][PAIRS / 2], gflops[1][PAIRS / 2], PAIRS,
+           argv[1], q8 ? (ref ? "FP8 ref" : "FP8") : (ref ? "FP4 ref" : "FP4"), rows, cols, n, gflops[0][PAIRS / 2], gflops[1][PAIRS / 2], PAIRS,
            ratio[PAIRS / 2], ratio[PAIRS / 4], ratio[3 * PAIRS / 4]);
     free(data);
     free(scale);
     free(y);
+    free(xq);
     ggml_free(ctx);
     return 0;
 }

@@ -20,7 +20,13 @@
  *   KERNEL_AB_COLD_MB=M    identical copies of the matrix, at least M MB in all, used in turn
  *                          (M larger than the L3 cache: every call reads its weights from DRAM);
  *   KERNEL_AB_TASK_ROWS=R  each call is split into row slices of R rows, as matmul.c's tasks
- *                          (fp8: R a multiple of 32). */
+ *                          (fp8: R a multiple of 32).
+ * And two select what is compared:
+ *   KERNEL_AB_QUANTISED=1  the activations are rounded through FP8 per 32 (§4.3), as under the
+ *                          reference numerics;
+ *   KERNEL_AB_ENTRY_A=fp4q, KERNEL_AB_ENTRY_B=fp4q  that side runs di_matmul_qa's block-order
+ *                          FP4 kernel (di_simd_fp4q_rows) instead of the GEMV (fp4 gemv only;
+ *                          its bits differ from the GEMV's by design). */
 #include "kernels/cpu/matmul_simd.h"
 
 #include <dlfcn.h>
@@ -37,6 +43,8 @@ typedef void (*RowsFn)(const DiMatrix *, const DiSimdActs *, float *, int64_t, i
 typedef int64_t (*ScratchFn)(int64_t, bool);
 
 typedef int64_t (*BytesFn)(const DiMatrix *);
+typedef int64_t (*Fp4qScratchFn)(int64_t);
+typedef int (*QuantiseFn)(float *, size_t);
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 static uint32_t rnd(void) {
@@ -125,14 +133,35 @@ int main(int argc, char **argv) {
     bool gemm = strcmp(argv[6], "gemm") == 0;
     RowsFn fn[2];
     ScratchFn scratch_floats = NULL;
+    int64_t fp4q_scratch = 0;
+    QuantiseFn quantise = NULL;
     for (int i = 0; i < 2; i++) {
         void *h = dlopen(argv[1 + i], RTLD_NOW | RTLD_LOCAL);
         if (!h) {
             fprintf(stderr, "kernel_ab: %s\n", dlerror());
             return 1;
         }
-        fn[i] = (RowsFn)dlsym(h, gemm ? "di_simd_gemm_rows" : "di_simd_gemv_rows");
+        const char *entry = getenv(i == 0 ? "KERNEL_AB_ENTRY_A" : "KERNEL_AB_ENTRY_B");
+        bool fp4q = entry && strcmp(entry, "fp4q") == 0;
+        if (entry && !fp4q) {
+            fprintf(stderr, "kernel_ab: KERNEL_AB_ENTRY_%c=%s: the only other entry is fp4q\n", i == 0 ? 'A' : 'B', entry);
+            return 2;
+        }
+        if (fp4q && (format != DI_MAT_FP4_ROW32 || gemm)) {
+            fprintf(stderr, "kernel_ab: the fp4q entry takes fp4 gemv\n");
+            return 2;
+        }
+        fn[i] = (RowsFn)dlsym(h, fp4q ? "di_simd_fp4q_rows" : gemm ? "di_simd_gemm_rows" : "di_simd_gemv_rows");
         ScratchFn sf = (ScratchFn)dlsym(h, "di_simd_scratch_floats");
+        if (fp4q) {
+            Fp4qScratchFn qf = (Fp4qScratchFn)dlsym(h, "di_simd_fp4q_scratch_floats");
+            if (!qf) {
+                fprintf(stderr, "kernel_ab: %s lacks di_simd_fp4q_scratch_floats\n", argv[1 + i]);
+                return 1;
+            }
+            fp4q_scratch = qf(cols) > fp4q_scratch ? qf(cols) : fp4q_scratch;
+        }
+        if (i == 0) quantise = (QuantiseFn)dlsym(h, "di_roundtrip_fp8_block32");
         if (i == 0) {
             matrix_data_bytes = (BytesFn)dlsym(h, "di_matrix_data_bytes");
             matrix_scale_bytes = (BytesFn)dlsym(h, "di_matrix_scale_bytes");
@@ -152,13 +181,19 @@ int main(int argc, char **argv) {
     int64_t k32 = (cols + 31) / 32 * 32;
     float *x = calloc((size_t)(MAX_TOKENS * k32), sizeof *x);
     float *y[2] = {malloc(sizeof(float) * (size_t)(MAX_TOKENS * rows)), malloc(sizeof(float) * (size_t)(MAX_TOKENS * rows))};
-    float *scratch = aligned_alloc(32, (size_t)(scratch_floats(cols, gemm) + 64) * sizeof(float));
+    int64_t scratch_n = scratch_floats(cols, gemm) > fp4q_scratch ? scratch_floats(cols, gemm) : fp4q_scratch;
+    float *scratch = aligned_alloc(32, (size_t)(scratch_n + 64) * sizeof(float));
     if (random_matrix(&m, format, rows, cols) != 0 || !x || !y[0] || !y[1] || !scratch) {
         fprintf(stderr, "kernel_ab: out of memory\n");
         return 1;
     }
     for (int64_t t = 0; t < MAX_TOKENS; t++)
         for (int64_t c = 0; c < cols; c++) x[t * k32 + c] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+    long quantised = env_long("KERNEL_AB_QUANTISED", 0, 1);
+    if (quantised < 0 || (quantised && (!quantise || k32 != cols || quantise(x, (size_t)(MAX_TOKENS * k32)) != 0))) {
+        fprintf(stderr, "kernel_ab: KERNEL_AB_QUANTISED=1 needs cols a multiple of 32 and di_roundtrip_fp8_block32\n");
+        return 2;
+    }
     int64_t data_bytes = matrix_data_bytes(&m), scale_bytes = matrix_scale_bytes(&m);
     int64_t n_copies = cold_mb ? (cold_mb * 1000000 + data_bytes - 1) / data_bytes : 1;
     DiMatrix *copies = malloc((size_t)n_copies * sizeof *copies);

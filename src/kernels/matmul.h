@@ -54,6 +54,19 @@ int di_matmul(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_t
  * pool may be NULL (one thread). */
 int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
 
+/* The same product for activations the caller quantised per §4.3 (the reference numerics),
+ * with FP4 weights reduced in block order, the structure of the reference's fp4_gemm: output
+ * (t, r) keeps 8 lanes L = 4h + k (h < 2, k < 4); in every 32-column block lane L sums its
+ * columns c = 32kb + 8k + h + 2g (g = 0..3) as p = d*x, p = fma(d, x, p) (d: twice the E2M1
+ * code value), then acc_L = fma(p, 2^(b-128), acc_L) with b the block's scale byte; y = the lane
+ * sum ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).  On a quantised input each block sum is exact, so
+ * the kernels may compute it with integer multiply-adds (matmul_fp4q_avx2.c) -- any input gives
+ * the defined result, only slower.  Other formats: exactly di_matmul / di_matmul_ref.
+ * di_matmul_ref_qa is the readable definition; di_matmul_qa is bit-identical to it for FP4, for
+ * every n_tokens and thread count. */
+int di_matmul_ref_qa(const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
+int di_matmul_qa(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
+
 /* Which path di_matmul takes on this machine: "avx2-fma" or "reference" (DEEPINFER_KERNELS =
  * auto | ref | simd overrides the cpuid choice); NULL with an error for a bad DEEPINFER_KERNELS. */
 const char *di_matmul_backend(void);

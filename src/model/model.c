@@ -68,7 +68,7 @@ int model_linear(const Model *m, const DiMatrix *w, const float *x, int64_t n, f
     if (!q) return -1;
     memcpy(q, x, count * sizeof *q);
     int rc = di_roundtrip_fp8_block32(q, count);
-    if (rc == 0) rc = model_matmul(m, w, q, n, y);
+    if (rc == 0) rc = m->ref_kernels ? di_matmul_ref_qa(w, q, n, y) : di_matmul_qa(m->pool, w, q, n, y);
     free(q);
     return rc;
 }

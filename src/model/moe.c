@@ -98,8 +98,11 @@ static DiMatrix row_slice(const DiMatrix *w, int64_t r0, int64_t len) {
     return s;
 }
 
-/* One thread's matmul: the pool is busy running this job's tasks. */
+/* One thread's matmul: the pool is busy running this job's tasks.  Under the reference numerics
+ * the inputs were quantised (§4.3, run_experts), and FP4 experts take the block order
+ * (di_matmul_qa, matmul.h) that the reference's fp4_gemm has. */
 static int task_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y) {
+    if (model_act_quant(m)) return m->ref_kernels ? di_matmul_ref_qa(w, x, n, y) : di_matmul_qa(NULL, w, x, n, y);
     return m->ref_kernels ? di_matmul_ref(w, x, n, y) : di_matmul(NULL, w, x, n, y);
 }
 

@@ -110,6 +110,13 @@ static void gemv_task(void *ctx, int task, int thread) {
     di_simd_gemv_rows(job->w, &job->acts, job->y, r0, r1, job->scratch + thread * job->scratch_floats);
 }
 
+static void fp4q_task(void *ctx, int task, int thread) {
+    const MatmulJob *job = ctx;
+    int64_t r0, r1;
+    rows_range(job, task, &r0, &r1);
+    di_simd_fp4q_rows(job->w, &job->acts, job->y, r0, r1, job->scratch + thread * job->scratch_floats);
+}
+
 static void gemm_task(void *ctx, int task, int thread) {
     const MatmulJob *job = ctx;
     int64_t r0, r1;
@@ -133,7 +140,10 @@ static int padded_acts(const float *x, int64_t n_tokens, int64_t cols, DiSimdAct
     return 0;
 }
 
-int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
+/* block_order: the FP4 block-order kernels of di_matmul_qa (every token count: they have no
+ * panel GEMM), else the GEMV or the GEMM by token count. */
+static int matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y,
+                       bool block_order) {
     if (di_matrix_validate(w, "matmul weight") != 0) return -1;
     if (!x || !y || n_tokens < 0) return di_errorf("matmul: invalid activations (x %p, y %p, n_tokens %lld)",
                                                    (const void *)x, (void *)y, (long long)n_tokens);
@@ -143,10 +153,11 @@ int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_
     float *owned;
     if (padded_acts(x, n_tokens, w->cols, &job.acts, &owned) != 0) return di_error_wrap("matmul");
     int threads = pool ? di_pool_threads(pool) : 1;
-    bool gemm = n_tokens >= gemm_min_tokens(w->format);
+    block_order = block_order && w->format == DI_MAT_FP4_ROW32;
+    bool gemm = !block_order && n_tokens >= gemm_min_tokens(w->format);
     job.chunk = row_chunk(w, gemm, threads);
     int n_tasks = (int)((w->rows + job.chunk - 1) / job.chunk);
-    job.scratch_floats = di_simd_scratch_floats(w->cols, gemm);
+    job.scratch_floats = block_order ? di_simd_fp4q_scratch_floats(w->cols) : di_simd_scratch_floats(w->cols, gemm);
     /* not zeroed: the kernels write every scratch float they read (a GEMM's is ~240 KB a thread,
      * and zeroing it was ~3 % of a batched decode step) */
     job.scratch = di_aligned_malloc((size_t)threads, (size_t)job.scratch_floats * sizeof(float), "matmul scratch");
@@ -154,10 +165,14 @@ int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_
         di_aligned_free(owned);
         return di_error_wrap("matmul");
     }
-    di_pool_run(pool, n_tasks, gemm ? gemm_task : gemv_task, &job);
+    di_pool_run(pool, n_tasks, block_order ? fp4q_task : gemm ? gemm_task : gemv_task, &job);
     di_aligned_free(job.scratch);
     di_aligned_free(owned);
     return 0;
+}
+
+int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
+    return matmul_simd(pool, w, x, n_tokens, y, false);
 }
 
 int di_matmul(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
@@ -165,4 +180,11 @@ int di_matmul(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_t
     if (choose_backend(&b) != 0) return di_error_wrap("matmul");
     if (b == BACKEND_SIMD) return di_matmul_simd(pool, w, x, n_tokens, y);
     return di_matmul_ref(w, x, n_tokens, y);
+}
+
+int di_matmul_qa(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
+    Backend b;
+    if (choose_backend(&b) != 0) return di_error_wrap("matmul");
+    if (b == BACKEND_SIMD) return matmul_simd(pool, w, x, n_tokens, y, true);
+    return di_matmul_ref_qa(w, x, n_tokens, y);
 }

@@ -31,6 +31,7 @@
 #endif
 
 #include "kernels/cpu/matmul_simd.h"
+#include "kernels/cpu/fp4_lanes_avx2.h"
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -296,16 +297,9 @@ static inline void decode_fp4_block(const uint8_t *p, uint8_t b, __m256 out[4]) 
 #define FP4_LANE_ORDER 0, 2, 4, 6, 1, 3, 5, 7
 
 static inline void decode_fp4_block_lanes(const uint8_t *p, uint8_t b, __m256 out[4]) {
-    __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-    __m256i codes = _mm256_and_si256(_mm256_blend_epi32(x, _mm256_srli_epi16(x, 4), 0xF0), _mm256_set1_epi8(0x0F));
     __m256i byte2 = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)fp4_weight_bytes[b]));
     __m256i byte3 = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(fp4_weight_bytes[b] + 16)));
-    __m256i lo = _mm256_shuffle_epi8(byte2, codes), hi = _mm256_shuffle_epi8(byte3, codes);
-    __m256i w0 = _mm256_unpacklo_epi8(lo, hi), w1 = _mm256_unpackhi_epi8(lo, hi), zero = _mm256_setzero_si256();
-    out[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w0));
-    out[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w0));
-    out[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w1));
-    out[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w1));
+    fp4_lanes_decode(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)), byte2, byte3, out);
 }
 
 static inline void decode_bf16_block(const uint16_t *p, __m256 out[4]) {

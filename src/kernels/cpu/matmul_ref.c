@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "kernels/numformats.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -77,5 +78,36 @@ int di_matmul_ref(const DiMatrix *w, const float *x, int64_t n_tokens, float *y)
             for (int64_t c = 0; c < w->cols; c++) acc += weight_at(w, r, c) * x[t * w->cols + c];
             y[t * w->rows + r] = acc;
         }
+    return 0;
+}
+
+/* Block order for FP4 (matmul.h): per row, 8 lanes, each block's four-term sums first. */
+static float fp4_block_order_dot(const DiMatrix *w, int64_t r, const float *x) {
+    const uint8_t *row = (const uint8_t *)w->data + r * (w->cols / 2);
+    const uint8_t *scales = w->scale + r * (w->cols / 32);
+    float acc[8] = {0};
+    for (int64_t kb = 0; kb < w->cols / 32; kb++) {
+        float s = di_ue8m0_to_f32(scales[kb]) * 0.5f; /* 2^(b-128), exact; NaN for b = 255 */
+        for (int lane = 0; lane < 8; lane++) {
+            int h = lane / 4, k = lane % 4;
+            float p = 0.0f;
+            for (int g = 0; g < 4; g++) {
+                int64_t c = 32 * kb + 8 * k + h + 2 * g;
+                uint8_t nib = (c & 1) ? (uint8_t)(row[c / 2] >> 4) : (uint8_t)(row[c / 2] & 0xF);
+                float d = 2.0f * di_e2m1_to_f32(nib);
+                p = g == 0 ? d * x[c] : fmaf(d, x[c], p);
+            }
+            acc[lane] = fmaf(p, s, acc[lane]);
+        }
+    }
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+int di_matmul_ref_qa(const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
+    if (di_matrix_validate(w, "matmul weight") != 0) return -1;
+    if (w->format != DI_MAT_FP4_ROW32) return di_matmul_ref(w, x, n_tokens, y);
+    if (!x || !y || n_tokens < 0) return di_errorf("matmul: invalid activations");
+    for (int64_t t = 0; t < n_tokens; t++)
+        for (int64_t r = 0; r < w->rows; r++) y[t * w->rows + r] = fp4_block_order_dot(w, r, x + t * w->cols);
     return 0;
 }

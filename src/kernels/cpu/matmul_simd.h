@@ -7,7 +7,9 @@
  * g = 0, 1, ... in ascending order with one fused multiply-add per term; the 8 lanes are then
  * summed as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).  W[r][c] is decoded exactly as the reference
  * does (code value times scale, one float32 rounding), so only the summation order differs from
- * di_matmul_ref, and it never depends on n_tokens, on the row's neighbours or on the thread. */
+ * di_matmul_ref, and it never depends on n_tokens, on the row's neighbours or on the thread.
+ * The one exception is di_matmul_qa's FP4 product (di_simd_fp4q_rows, matmul_fp4q_avx2.c), which
+ * keeps the block order that matmul.h defines, bit-identical to di_matmul_ref_qa. */
 #ifndef DI_KERNELS_CPU_MATMUL_SIMD_H
 #define DI_KERNELS_CPU_MATMUL_SIMD_H
 
@@ -44,5 +46,16 @@ void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t
  * running a register-tiled product over the tokens. */
 void di_simd_gemm_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1,
                        float *scratch);
+
+/* Floats of per-thread scratch (32-byte aligned) di_simd_fp4q_rows needs for this many columns. */
+int64_t di_simd_fp4q_scratch_floats(int64_t cols);
+
+/* di_matmul_qa for an FP4 matrix (matmul_fp4q_avx2.c): y[t][r] for r in [r0, r1) and every token
+ * in block order, bit-identical to di_matmul_ref_qa for any token count and row range. */
+void di_simd_fp4q_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch);
+
+/* Row blocks di_simd_fp4q_rows has computed on its integer path since the process started (for
+ * tests: a quantised input must take it). */
+long long di_simd_fp4q_integer_blocks(void);
 
 #endif

@@ -1,0 +1,549 @@
+/* matmul_fp4q_avx2.c — the FP4 expert product in block order (di_matmul_qa, matmul.h) with
+ * AVX2+FMA: the few-token kernels behind the routed experts under the reference numerics.
+ *
+ * Block order (the definition is di_matmul_ref_qa in matmul_ref.c): output (t, r) keeps 8 lanes
+ * L = 4h + k (h = 0, 1; k = 0..3).  In every 32-column block kb, lane L first sums its four
+ * columns c = 32kb + 8k + h + 2g (g = 0..3) as p = d0*x0, then p = fma(d_g, x_g, p), where d is
+ * the doubled E2M1 code value (0, ±1, ±2, ±3, ±4, ±6, ±8, ±12); then acc_L = fma(p, s, acc_L)
+ * with s = 2^(b-128) for the row's scale byte b of the block; y = ((l0+l4)+(l2+l6)) +
+ * ((l1+l5)+(l3+l7)).  This is the structure of the reference's fp4_gemm (§4.3: a sum of code
+ * products per block, then the block's scales).
+ *
+ * Why the order pays: when a block of x is a power of two u times integers A of at most 15 bits
+ * -- always so for most blocks of an input quantised per §4.3, whose E4M3 values are multiples
+ * of 2^-6 of the block scale from 1/8 up to 448 -- every partial sum of p is an integer below
+ * 2^24 times u, so p is exact whatever the order of its four terms.  One token then runs on
+ * integer multiply-adds: the codes index a 16-byte table of 256*d with vpshufb, vpmaddwd
+ * multiplies them with the 16-bit A and adds pairs, and the block's p*s goes in with one
+ * fma(float(P), s*u/256, acc).  That is the float path's fma(p, s, acc) bit for bit (the same
+ * real product, rounded once), so a token's result never depends on which path a block took.
+ * Per block 2 shuffles of the codes (against 8 for the float decoder) and one multiply-add
+ * instead of four: FP4 GEMV n = 1 measured ~1.26x the float kernels' speed on Zen 4 (kernel_ab,
+ * 1024x1024 to 4096x4096).  Blocks that do not qualify (a value below 1/8 of the E4M3 range,
+ * non-finite values, extreme scales) take the float path, block by block or tile by tile.
+ *
+ * Several tokens (routed experts with 2+ tokens) take the float path only: each block's codes
+ * are decoded once into floats for all of them, as in matmul_avx2.c, but in block order. */
+#if !defined(__clang__) /* clang (the fuzz build) compiles this file for -march=native as is */
+#pragma GCC target("avx2,fma,f16c,no-avx512f")
+#endif
+
+#include "kernels/cpu/matmul_simd.h"
+#include "kernels/cpu/fp4_lanes_avx2.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define BLOCK 32          /* FP4 scale block along the input (§3.5) */
+#define INT_ROWS 8        /* rows of the one-token tile: 8 accumulator chains */
+#define PAIR_TILE_ROWS 4  /* rows of the two-token float tile (8 accumulators) */
+#define QUAD_TILE_ROWS 2  /* rows of the three/four-token float tile (8 accumulators) */
+#define MAX_INT_A 32767   /* |A| of the integer path: int16 activations */
+#define F_EXP_MIN (-126)  /* the factor s*u/256 of the integer path must be a normal float32 */
+#define F_EXP_MAX 127
+#define UNIT_EXP_LIMIT 96 /* |log2 u| bound: keeps every partial sum and x itself finite */
+
+/* ---- tables -------------------------------------------------------------------------------- */
+
+/* 2^(b-128) for every scale byte (b = 1 and 0: the subnormals 2^-127 and 2^-128; 255: NaN). */
+static float half_scale[256];
+/* The integer path's factors 2^(b + f_off) for scale byte b < 255 and a block offset f_off:
+ * factor_base(f_off)[b].  The table spans every f_off the range check admits (b + f_off in
+ * F_EXP_MIN .. F_EXP_MAX for some b in 0..254), so the base pointer itself stays inside it;
+ * entries outside the normal range are 0 and never read. */
+#define F_OFF_LOWEST (F_EXP_MIN - 254)
+static float pow2_factor[F_EXP_MAX - F_OFF_LOWEST + 1];
+static inline const float *factor_base(int f_off) { return pow2_factor + (f_off - F_OFF_LOWEST); }
+/* Bytes 2 and 3 of float(d(n)) for the 16 codes: d has at most two significant bits, so the
+ * low two bytes of its float32 are zero and these two bytes are the whole value. */
+static uint8_t d_byte2[16] __attribute__((aligned(16))), d_byte3[16] __attribute__((aligned(16)));
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+/* Row blocks the integer path has computed (di_simd_fp4q_integer_blocks): one relaxed add per tile. */
+static atomic_llong integer_blocks;
+
+long long di_simd_fp4q_integer_blocks(void) { return atomic_load_explicit(&integer_blocks, memory_order_relaxed); }
+
+static float f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static const int8_t doubled_code[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static void fill_tables(void) {
+    for (int b = 0; b < 256; b++)
+        half_scale[b] = b == 255 ? NAN /* UE8M0 0xFF is NaN (numformats.c) */
+                                 : f32_from_bits(b >= 2 ? (uint32_t)(b - 1) << 23 : b ? 0x00400000u : 0x00200000u);
+    for (int e = F_EXP_MIN; e <= F_EXP_MAX; e++) pow2_factor[e - F_OFF_LOWEST] = f32_from_bits((uint32_t)(e + 127) << 23);
+    for (int n = 0; n < 16; n++) {
+        float d = (float)doubled_code[n];
+        uint32_t u;
+        memcpy(&u, &d, sizeof u);
+        if (n == 8) u = 0x80000000u; /* -0: as the float decoder of matmul_avx2.c */
+        d_byte2[n] = (uint8_t)(u >> 16);
+        d_byte3[n] = (uint8_t)(u >> 24);
+    }
+}
+
+/* ---- the activations of one token, as both paths read them ---------------------------------- */
+
+/* Per token: xp, the floats in the float decoder's lane order; and per block either a 16-bit
+ * integer image A = x / u (int_ok) or nothing. */
+typedef struct {
+    const float *xp;      /* k32 floats: xp[32kb + 8g + 4h + k] = x[32kb + 8k + h + 2g] */
+    const int16_t *a;     /* k32 int16: per block 16 for the vpshufb image "A", 16 for "B" */
+    const uint8_t *int_ok;/* per block: 1 = the integer path is exact here */
+    const int16_t *f_off; /* per block: log2(u) - 8 - 128 (exponent of s*u/256 is b + f_off) */
+} TokenActs;
+
+/* 1 to 4 tokens computed together: each block's codes are decoded once for all of them. */
+enum { MAX_GROUP = 4 };
+typedef struct {
+    int nt;
+    TokenActs tk[MAX_GROUP];
+    const int32_t *next_float; /* per block: the first block at or after it where a token is not int_ok */
+    int f_off_min, f_off_max;  /* over the tokens' int_ok blocks (an empty range when there is none) */
+    int64_t n_int_blocks;      /* blocks where every token is int_ok */
+} TokenGroup;
+
+/* One block of 32 floats into the float path's lane order: register g, lane 4h + k = column
+ * 8k + h + 2g.  With v_k = columns 8k .. 8k+7 as four pairs (2g, 2g+1), that is a 4x4
+ * transpose of the pairs (unpack, then swap halves) and, per register, [a0 b0 c0 d0 a1 b1 c1 d1]
+ * from [a0 a1 b0 b1 c0 c1 d0 d1]. */
+static inline void reorder_block(const float *x, __m256 out[4]) {
+    const __m256i spread = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    __m256d v0 = _mm256_castps_pd(_mm256_loadu_ps(x)), v1 = _mm256_castps_pd(_mm256_loadu_ps(x + 8));
+    __m256d v2 = _mm256_castps_pd(_mm256_loadu_ps(x + 16)), v3 = _mm256_castps_pd(_mm256_loadu_ps(x + 24));
+    __m256d t0 = _mm256_unpacklo_pd(v0, v1), t1 = _mm256_unpackhi_pd(v0, v1); /* pairs (0,0)(1,0)(0,2)(1,2) ... */
+    __m256d t2 = _mm256_unpacklo_pd(v2, v3), t3 = _mm256_unpackhi_pd(v2, v3);
+    __m256d g0 = _mm256_permute2f128_pd(t0, t2, 0x20), g1 = _mm256_permute2f128_pd(t1, t3, 0x20);
+    __m256d g2 = _mm256_permute2f128_pd(t0, t2, 0x31), g3 = _mm256_permute2f128_pd(t1, t3, 0x31);
+    out[0] = _mm256_permutevar8x32_ps(_mm256_castpd_ps(g0), spread);
+    out[1] = _mm256_permutevar8x32_ps(_mm256_castpd_ps(g1), spread);
+    out[2] = _mm256_permutevar8x32_ps(_mm256_castpd_ps(g2), spread);
+    out[3] = _mm256_permutevar8x32_ps(_mm256_castpd_ps(g3), spread);
+}
+
+/* The integer image of one reordered block when it is exact: the largest |x| fixes the unit
+ * u = 2^(e - 14) (e its binary exponent), the smallest power of two for which every |x| / u
+ * stays below 2^15, so any unit that works is a multiple of it; the block qualifies when every
+ * x / u is an integer (NaN and infinity do not; a subnormal quotient is no integer either).
+ * Words as int_block's vpmaddwd reads them: image "A" half 0 word j = column 4j+2, half 1 =
+ * 4j+3, i.e. registers 1 and 3 of the reorder interleaved; "B" the same of registers 0 and 2. */
+static inline int block_integer_image(const __m256 xr[4], int16_t *a, int *unit_out) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(xr[0], abs_mask), _mm256_and_ps(xr[1], abs_mask)),
+                             _mm256_max_ps(_mm256_and_ps(xr[2], abs_mask), _mm256_and_ps(xr[3], abs_mask)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1)); /* NaN lanes may drop out here: the check below sees them */
+    uint32_t bits;
+    float mx = _mm_cvtss_f32(h);
+    memcpy(&bits, &mx, sizeof bits);
+    int e = (int)((bits >> 23) & 0xFF) - 127; /* the exponent of a normal max (all zero: see below) */
+    int unit = mx == 0.0f ? 0 : e - 14;
+    if (bits >= 0x7F800000u || (mx != 0.0f && bits < 0x00800000u) || unit < -UNIT_EXP_LIMIT || unit > UNIT_EXP_LIMIT)
+        return 0;
+    const __m256 inv_u = _mm256_set1_ps(f32_from_bits((uint32_t)(127 - unit) << 23)), lim = _mm256_set1_ps(MAX_INT_A);
+    __m256i q[4];
+    int ok = 0xFF;
+    for (int g = 0; g < 4; g++) {
+        __m256 v = _mm256_mul_ps(xr[g], inv_u); /* exact where the quotient is an integer */
+        __m256 r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256 good = _mm256_and_ps(_mm256_cmp_ps(v, r, _CMP_EQ_OQ), _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), lim, _CMP_LE_OQ));
+        ok &= _mm256_movemask_ps(good);
+        q[g] = _mm256_cvtps_epi32(v);
+    }
+    if (ok != 0xFF) return 0;
+    /* packs: lane half 0 words = q1[0..3], q3[0..3] (columns 2,10,18,26, 6,14,22,30); the byte
+     * shuffle interleaves them to 2,6,10,...,30 (half 1 likewise with the odd columns) */
+    const __m256i inter = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
+                                           0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
+    _mm256_store_si256((__m256i *)a, _mm256_shuffle_epi8(_mm256_packs_epi32(q[1], q[3]), inter));
+    _mm256_store_si256((__m256i *)(a + 16), _mm256_shuffle_epi8(_mm256_packs_epi32(q[0], q[2]), inter));
+    *unit_out = unit;
+    return 1;
+}
+
+/* Prepares one token (k32 columns, a multiple of 32 for FP4); returns the f_off range of its
+ * int_ok blocks through lo / hi. */
+static void prepare_token(const float *x, int64_t k32, float *xp, int16_t *a, uint8_t *int_ok, int16_t *f_off,
+                          TokenActs *tk, int *lo, int *hi) {
+    int64_t kblocks = k32 / BLOCK;
+    *tk = (TokenActs){xp, a, int_ok, f_off};
+    for (int64_t kb = 0; kb < kblocks; kb++) {
+        __m256 xr[4];
+        reorder_block(x + kb * BLOCK, xr);
+        for (int g = 0; g < 4; g++) _mm256_store_ps(xp + kb * BLOCK + 8 * g, xr[g]);
+        int unit = 0;
+        int_ok[kb] = (uint8_t)block_integer_image(xr, a + kb * BLOCK, &unit);
+        f_off[kb] = (int16_t)(unit - 8 - 128);
+        if (int_ok[kb]) {
+            *lo = f_off[kb] < *lo ? f_off[kb] : *lo;
+            *hi = f_off[kb] > *hi ? f_off[kb] : *hi;
+        }
+    }
+}
+
+/* Scratch of one task: four token slots, then the group's run ends. */
+typedef struct {
+    float *xp[MAX_GROUP];
+    int16_t *img[MAX_GROUP], *f_off[MAX_GROUP];
+    uint8_t *int_ok[MAX_GROUP];
+    int32_t *next_float;
+} Scratch;
+
+static Scratch carve_scratch(float *scratch, int64_t k32) {
+    int64_t kblocks = k32 / BLOCK;
+    Scratch sc;
+    int16_t *img = (int16_t *)(scratch + MAX_GROUP * k32); /* 32-byte aligned: k32 % 32 == 0 */
+    int16_t *f_off = img + MAX_GROUP * k32;
+    sc.next_float = (int32_t *)(f_off + MAX_GROUP * ((kblocks + 1) / 2 * 2));
+    uint8_t *int_ok = (uint8_t *)(sc.next_float + kblocks);
+    for (int j = 0; j < MAX_GROUP; j++) {
+        sc.xp[j] = scratch + j * k32;
+        sc.img[j] = img + j * k32;
+        sc.f_off[j] = f_off + j * ((kblocks + 1) / 2 * 2);
+        sc.int_ok[j] = int_ok + j * kblocks;
+    }
+    return sc;
+}
+
+int64_t di_simd_fp4q_scratch_floats(int64_t cols) {
+    int64_t k32 = (cols + BLOCK - 1) / BLOCK * BLOCK, kblocks = k32 / BLOCK;
+    /* per slot: k32 floats, k32 int16, kblocks (even) int16 and kblocks bytes; kblocks int32; a
+     * multiple of 8 floats, so that every thread's region stays 32-byte aligned */
+    int64_t n = MAX_GROUP * k32 + MAX_GROUP * k32 / 2 + MAX_GROUP * ((kblocks + 1) / 2) + kblocks + MAX_GROUP * (kblocks + 3) / 4 + 4;
+    return (n + 7) / 8 * 8;
+}
+
+/* Tokens x[0 .. nt-1] (rows of k32) into a group. */
+static void prepare_group(const float *x, int64_t k32, int nt, const Scratch *sc, TokenGroup *g) {
+    int64_t kblocks = k32 / BLOCK;
+    g->nt = nt;
+    g->f_off_min = 1 << 20;
+    g->f_off_max = -(1 << 20);
+    for (int j = 0; j < nt; j++)
+        prepare_token(x + j * k32, k32, sc->xp[j], sc->img[j], sc->int_ok[j], sc->f_off[j], &g->tk[j], &g->f_off_min,
+                      &g->f_off_max);
+    g->next_float = sc->next_float;
+    g->n_int_blocks = 0;
+    for (int64_t kb = kblocks - 1, next = kblocks; kb >= 0; kb--) {
+        bool all = true;
+        for (int j = 0; j < nt; j++) all = all && g->tk[j].int_ok[kb];
+        if (!all) next = kb;
+        g->n_int_blocks += all;
+        sc->next_float[kb] = (int32_t)next;
+    }
+}
+
+/* ---- decoders -------------------------------------------------------------------------------- */
+
+/* Float path: the 32 codes of one block as d(n) in four registers, register g lane 4h + k =
+ * column 8k + h + 2g.  The bytes are first transposed 4x4 (byte position 4g + k takes byte
+ * 4k + g, whose nibbles are columns 8k + 2g and 8k + 2g + 1), then decoded in lanes
+ * (fp4_lanes_avx2.h) as matmul_avx2.c's GEMV decodes them. */
+static inline __attribute__((always_inline)) void decode_block_order(const uint8_t *p, __m256i b2, __m256i b3,
+                                                                     __m256 out[4]) {
+    const __m256i transpose = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                               0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    fp4_lanes_decode(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)), transpose), b2,
+                     b3, out);
+}
+
+/* The block sum p of one token: the four registers against the token's 32 reordered floats. */
+static inline __attribute__((always_inline)) __m256 block_sum(const __m256 wv[4], const float *xpb) {
+    __m256 p = _mm256_mul_ps(wv[0], _mm256_load_ps(xpb));
+    p = _mm256_fmadd_ps(wv[1], _mm256_load_ps(xpb + 8), p);
+    p = _mm256_fmadd_ps(wv[2], _mm256_load_ps(xpb + 16), p);
+    return _mm256_fmadd_ps(wv[3], _mm256_load_ps(xpb + 24), p);
+}
+
+/* Integer path, the codes of one row's block: the 16 bytes as 8 words, word j = columns
+ * 4j..4j+3 (nibbles n0..n3).  Image "A" takes n2 (half 0) or n3 (half 1) into the high byte of
+ * each word, "B" n0 or n1; the low bytes are 0, which vpshufb maps to d(0) = 0, so the words are
+ * 256 * d. */
+static inline __attribute__((always_inline)) void int_codes(const uint8_t *p, __m256i table, __m256i nib_hi, __m256i *ha,
+                                                            __m256i *hb) {
+    __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    __m256i ia = _mm256_and_si256(_mm256_blend_epi32(x, _mm256_srli_epi16(x, 4), 0xF0), nib_hi);
+    __m256i ib = _mm256_and_si256(_mm256_blend_epi32(_mm256_slli_epi16(x, 8), _mm256_slli_epi16(x, 4), 0xF0), nib_hi);
+    *ha = _mm256_shuffle_epi8(table, ia);
+    *hb = _mm256_shuffle_epi8(table, ib);
+}
+
+/* 256 * (the block sum in units of u) of one token, in int32 lanes: vpmaddwd against its image
+ * adds the word pairs (columns 8k+2, 8k+6 from "A" and 8k, 8k+4 from "B" in half 0; +1 in
+ * half 1), so lane 4h + k holds columns 8k + h + {0, 2, 4, 6}, the lane the block order gives
+ * them. */
+static inline __attribute__((always_inline)) __m256i int_block_sum(__m256i ha, __m256i hb, const int16_t *ab) {
+    return _mm256_add_epi32(_mm256_madd_epi16(ha, _mm256_load_si256((const __m256i *)ab)),
+                            _mm256_madd_epi16(hb, _mm256_load_si256((const __m256i *)(ab + 16))));
+}
+
+/* The fixed lane sum ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). */
+static inline float lane_sum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+
+/* Rows of at most 1 KiB prefetch to L1, longer ones to L2 (matmul_avx2.c, fp4_prefetch_to_l1). */
+static inline __attribute__((always_inline)) void prefetch_row(const uint8_t *p, bool to_l1) {
+    if (to_l1)
+        _mm_prefetch((const char *)p, _MM_HINT_T0);
+    else
+        _mm_prefetch((const char *)p, _MM_HINT_T1);
+}
+
+/* ---- tiles ------------------------------------------------------------------------------------ */
+
+/* The smallest and largest scale byte of rows r0 .. r0+nr-1. */
+static void scale_range(const DiMatrix *w, int64_t r0, int64_t nr, int *lo, int *hi) {
+    int64_t kblocks = w->cols / BLOCK, n = nr * kblocks;
+    const uint8_t *s = w->scale + r0 * kblocks;
+    __m256i mn = _mm256_set1_epi8((char)0xFF), mx = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(s + i));
+        mn = _mm256_min_epu8(mn, v);
+        mx = _mm256_max_epu8(mx, v);
+    }
+    /* fold 32 bytes to one: halves, then 8-, 4-, 2- and 1-byte shifts */
+    __m128i a = _mm_min_epu8(_mm256_castsi256_si128(mn), _mm256_extracti128_si256(mn, 1));
+    __m128i b = _mm_max_epu8(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+    a = _mm_min_epu8(a, _mm_srli_si128(a, 8)), b = _mm_max_epu8(b, _mm_srli_si128(b, 8));
+    a = _mm_min_epu8(a, _mm_srli_si128(a, 4)), b = _mm_max_epu8(b, _mm_srli_si128(b, 4));
+    a = _mm_min_epu8(a, _mm_srli_si128(a, 2)), b = _mm_max_epu8(b, _mm_srli_si128(b, 2));
+    a = _mm_min_epu8(a, _mm_srli_si128(a, 1)), b = _mm_max_epu8(b, _mm_srli_si128(b, 1));
+    int l = _mm_cvtsi128_si32(a) & 0xFF, h = _mm_cvtsi128_si32(b) & 0xFF;
+    for (; i < n; i++) {
+        l = s[i] < l ? s[i] : l;
+        h = s[i] > h ? s[i] : h;
+    }
+    *lo = l;
+    *hi = h;
+}
+
+/* The float path of one block for rows r0 .. r0+nr-1 and the group's tokens, on accumulators in
+ * memory (acc[i * nt + t]). */
+static inline __attribute__((always_inline)) void float_block_body(const DiMatrix *w, const TokenGroup *g, int nt,
+                                                                   int64_t r0, int nr, int64_t kb, __m256 *acc) {
+    const int64_t kblocks = w->cols / BLOCK, row_bytes = w->cols / 2;
+    const __m256i b2 = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)d_byte2));
+    const __m256i b3 = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)d_byte3));
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++) {
+        __m256 wv[4];
+        decode_block_order((const uint8_t *)w->data + (r0 + i) * row_bytes + kb * (BLOCK / 2), b2, b3, wv);
+        __m256 s = _mm256_broadcast_ss(&half_scale[w->scale[(r0 + i) * kblocks + kb]]);
+        #pragma GCC unroll 16
+        for (int t = 0; t < nt; t++)
+            acc[i * nt + t] = _mm256_fmadd_ps(block_sum(wv, g->tk[t].xp + kb * BLOCK), s, acc[i * nt + t]);
+    }
+}
+
+/* Out of line, so that the integer loop around it keeps its accumulators in registers; one copy
+ * per tile shape of group_rows (the unrolled loops ran ~4x slower per block as one generic
+ * function: 3.8 % of a ref-mode decode for the 6 % of blocks that take it), and a generic one for
+ * the single-row remainder tiles. */
+#define FLOAT_BLOCK_FN(NT, NR)                                                                               \
+    static __attribute__((noinline)) void float_block_##NT##x##NR(const DiMatrix *w, const TokenGroup *g,    \
+                                                                  int64_t r0, int64_t kb, __m256 *acc) {     \
+        float_block_body(w, g, NT, r0, NR, kb, acc);                                                         \
+    }
+FLOAT_BLOCK_FN(1, 8)
+FLOAT_BLOCK_FN(2, 4)
+FLOAT_BLOCK_FN(3, 2)
+FLOAT_BLOCK_FN(4, 2)
+static __attribute__((noinline)) void float_block_any(const DiMatrix *w, const TokenGroup *g, int64_t r0, int nr,
+                                                      int64_t kb, __m256 *acc) {
+    for (int i = 0; i < nr; i++) float_block_body(w, g, g->nt, r0 + i, 1, kb, acc + i * g->nt);
+}
+
+static inline __attribute__((always_inline)) void float_block_rows(const DiMatrix *w, const TokenGroup *g, int nt,
+                                                                   int64_t r0, int nr, int64_t kb, __m256 *acc) {
+    if (nt == 1 && nr == 8) float_block_1x8(w, g, r0, kb, acc);
+    else if (nt == 2 && nr == 4) float_block_2x4(w, g, r0, kb, acc);
+    else if (nt == 3 && nr == 2) float_block_3x2(w, g, r0, kb, acc);
+    else if (nt == 4 && nr == 2) float_block_4x2(w, g, r0, kb, acc);
+    else float_block_any(w, g, r0, nr, kb, acc);
+}
+
+/* Rows of the tiles for nt tokens: 8 accumulators (the integer tile of one token keeps 8 rows). */
+#define INT_TILE_ROWS(nt) ((nt) == 1 ? 8 : (nt) == 2 ? 4 : 2)
+#define FLOAT_TILE_ROWS(nt) ((nt) <= 2 ? 4 : 2)
+#define MAX_TILE_ROWS 8
+
+/* The group's tokens, rows r0 .. r0+nr-1, when every factor 2^(b + f_off) of these rows is a
+ * normal float32: the integer path on blocks where every token is int_ok, the float path (out
+ * of line) on the others.  nt and nr are constants. */
+static inline __attribute__((always_inline)) void int_tile(const DiMatrix *w, const TokenGroup *g, int nt, int64_t r0,
+                                                           int nr, float *const *y, bool to_l1) {
+    const int64_t kblocks = w->cols / BLOCK, row_bytes = w->cols / 2;
+    const __m256i table = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                           0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i nib_hi = _mm256_set1_epi16(0x0F00);
+    const int tile_rows = INT_TILE_ROWS(nt);
+    int64_t ahead = r0 + nr + tile_rows <= w->rows ? tile_rows * row_bytes : 0;
+    const uint8_t *row[MAX_TILE_ROWS], *srow[MAX_TILE_ROWS]; /* pointers, as the float GEMV keeps them */
+    __m256 acc[MAX_TILE_ROWS][MAX_GROUP];
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++) {
+        #pragma GCC unroll 16
+        for (int t = 0; t < nt; t++) acc[i][t] = _mm256_setzero_ps();
+        row[i] = (const uint8_t *)w->data + (r0 + i) * row_bytes;
+        srow[i] = w->scale + (r0 + i) * kblocks;
+    }
+    for (int64_t kb = 0; kb < kblocks;) {
+        /* a run of integer blocks, then (rarely) one float block out of line */
+        for (int64_t end = g->next_float[kb]; kb < end; kb++) {
+            const int16_t *ab[MAX_GROUP];
+            const float *factor[MAX_GROUP]; /* [b]: a normal float (the caller checked) */
+            #pragma GCC unroll 16
+            for (int t = 0; t < nt; t++) {
+                ab[t] = g->tk[t].a + kb * BLOCK;
+                factor[t] = factor_base(g->tk[t].f_off[kb]);
+            }
+            #pragma GCC unroll 16
+            for (int i = 0; i < nr; i++) {
+                const uint8_t *p = row[i] + kb * (BLOCK / 2);
+                prefetch_row(p + ahead, to_l1);
+                __m256i ha, hb;
+                int_codes(p, table, nib_hi, &ha, &hb);
+                #pragma GCC unroll 16
+                for (int t = 0; t < nt; t++) {
+                    __m256i s32 = int_block_sum(ha, hb, ab[t]);
+                    acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_broadcast_ss(&factor[t][srow[i][kb]]), acc[i][t]);
+                }
+            }
+        }
+        if (kb < kblocks) {
+            __m256 spill[MAX_TILE_ROWS * MAX_GROUP];
+            #pragma GCC unroll 16
+            for (int i = 0; i < nr; i++)
+                #pragma GCC unroll 16
+                for (int t = 0; t < nt; t++) spill[i * nt + t] = acc[i][t];
+            float_block_rows(w, g, nt, r0, nr, kb, spill);
+            #pragma GCC unroll 16
+            for (int i = 0; i < nr; i++)
+                #pragma GCC unroll 16
+                for (int t = 0; t < nt; t++) acc[i][t] = spill[i * nt + t];
+            kb++;
+        }
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++)
+        #pragma GCC unroll 16
+        for (int t = 0; t < nt; t++) y[t][r0 + i] = lane_sum(acc[i][t]);
+    atomic_fetch_add_explicit(&integer_blocks, (long long)nr * nt * g->n_int_blocks, memory_order_relaxed);
+}
+
+/* The float path alone, rows r0 .. r0+nr-1: each block decoded once for the group's tokens. */
+static inline __attribute__((always_inline)) void float_tile(const DiMatrix *w, const TokenGroup *g, int nt, int64_t r0,
+                                                             int nr, float *const *y, bool to_l1) {
+    const int64_t kblocks = w->cols / BLOCK, row_bytes = w->cols / 2;
+    const uint8_t *data = (const uint8_t *)w->data + r0 * row_bytes, *scale = w->scale + r0 * kblocks;
+    const __m256i b2 = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)d_byte2));
+    const __m256i b3 = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)d_byte3));
+    int64_t ahead = r0 + 2 * nr <= w->rows ? nr * row_bytes : 0;
+    __m256 acc[MAX_TILE_ROWS][MAX_GROUP];
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++)
+        #pragma GCC unroll 16
+        for (int t = 0; t < nt; t++) acc[i][t] = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < kblocks; kb++) {
+        #pragma GCC unroll 16
+        for (int i = 0; i < nr; i++) {
+            const uint8_t *p = data + i * row_bytes + kb * (BLOCK / 2);
+            prefetch_row(p + ahead, to_l1);
+            __m256 wv[4];
+            decode_block_order(p, b2, b3, wv);
+            __m256 s = _mm256_broadcast_ss(&half_scale[scale[i * kblocks + kb]]);
+            #pragma GCC unroll 16
+            for (int t = 0; t < nt; t++) acc[i][t] = _mm256_fmadd_ps(block_sum(wv, g->tk[t].xp + kb * BLOCK), s, acc[i][t]);
+        }
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++)
+        #pragma GCC unroll 16
+        for (int t = 0; t < nt; t++) y[t][r0 + i] = lane_sum(acc[i][t]);
+}
+
+/* True when the integer path's factors 2^(b + f_off) are normal floats for rows r0 .. r0+nr-1. */
+static bool integer_path_fits(const DiMatrix *w, const TokenGroup *g, int64_t r0, int64_t nr) {
+    if (g->n_int_blocks == 0) return false;
+    int lo, hi;
+    scale_range(w, r0, nr, &lo, &hi);
+    return hi < 255 && lo + g->f_off_min >= F_EXP_MIN && hi + g->f_off_max <= F_EXP_MAX;
+}
+
+/* The group against rows [r0, r1): checked once for the whole range (the usual case: a
+ * checkpoint's scales sit near 2^0), else tile by tile.  nt is a constant. */
+static inline __attribute__((always_inline)) void group_rows(const DiMatrix *w, const TokenGroup *g, int nt,
+                                                             float *const *y, int64_t r0, int64_t r1, bool to_l1) {
+    const int ti = INT_TILE_ROWS(nt), tf = FLOAT_TILE_ROWS(nt); /* ti is a multiple of tf */
+    int64_t kblocks = w->cols / BLOCK, n_float = kblocks - g->n_int_blocks;
+    /* Which path is a matter of speed only (the bits are the same).  A float block inside the
+     * integer loop costs a call and the accumulators' round trip, ~3-4x an integer block, and in
+     * a group it is float when one token's block is: several tokens take the integer tile only
+     * when at most 1/16 of the blocks are float, one token when at most 1/4 are (kernel_ab,
+     * Zen 4: float tiles 0.84-0.93x of the matmul_avx2.c GEMV for 2-4 tokens, integer ones 0.88-1.0x
+     * without float blocks). */
+    if (n_float * (nt == 1 ? 4 : 16) > kblocks) {
+        int64_t r = r0;
+        for (; r + tf <= r1; r += tf) float_tile(w, g, nt, r, tf, y, to_l1);
+        for (; r < r1; r++) float_tile(w, g, nt, r, 1, y, to_l1);
+        return;
+    }
+    bool all_fit = integer_path_fits(w, g, r0, r1 - r0);
+    int64_t r = r0;
+    for (; r + ti <= r1; r += ti) {
+        if (all_fit || integer_path_fits(w, g, r, ti))
+            int_tile(w, g, nt, r, ti, y, to_l1);
+        else
+            for (int64_t q = r; q < r + ti; q += tf) float_tile(w, g, nt, q, tf, y, to_l1);
+    }
+    for (; r < r1; r++) {
+        if (all_fit || integer_path_fits(w, g, r, 1))
+            int_tile(w, g, nt, r, 1, y, to_l1);
+        else
+            float_tile(w, g, nt, r, 1, y, to_l1);
+    }
+}
+
+/* ---- rows of one task ------------------------------------------------------------------------- */
+
+static inline __attribute__((always_inline)) void fp4q_rows_to(const DiMatrix *w, const DiSimdActs *a, float *y,
+                                                               int64_t r0, int64_t r1, float *scratch, bool to_l1) {
+    const int64_t k32 = a->k32;
+    Scratch sc = carve_scratch(scratch, k32);
+    for (int64_t t = 0; t < a->n_tokens;) {
+        int64_t left = a->n_tokens - t;
+        int nt = left >= 4 ? 4 : (int)left; /* fours, then a three, a pair or one */
+        TokenGroup g;
+        prepare_group(a->x + t * k32, k32, nt, &sc, &g);
+        float *yt[MAX_GROUP];
+        for (int j = 0; j < nt; j++) yt[j] = y + (t + j) * w->rows;
+        switch (nt) {
+        case 1: group_rows(w, &g, 1, yt, r0, r1, to_l1); break;
+        case 2: group_rows(w, &g, 2, yt, r0, r1, to_l1); break;
+        case 3: group_rows(w, &g, 3, yt, r0, r1, to_l1); break;
+        default: group_rows(w, &g, 4, yt, r0, r1, to_l1); break;
+        }
+        t += nt;
+    }
+}
+
+void di_simd_fp4q_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch) {
+    pthread_once(&tables_once, fill_tables);
+    if (w->cols / 2 <= 1024)
+        fp4q_rows_to(w, a, y, r0, r1, scratch, true);
+    else
+        fp4q_rows_to(w, a, y, r0, r1, scratch, false);
+}
