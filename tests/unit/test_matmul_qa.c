@@ -4,7 +4,7 @@
  *    inputs (the integer path), on plain float inputs (the float path), on inputs mixing both
  *    block by block, and with scales at the ends of the UE8M0 range (NaN included);
  *  - a quantised input really takes the integer path (its counter moves);
- *  - a token's outputs are the same bits alone, at any position of batches of 1..33 tokens, on
+ *  - a token's outputs are the same bits alone, at any position of batches of 1..70 tokens, on
  *    1 or 2 threads;
  *  - the block order computes the same product as di_matmul_ref within the float32 summation
  *    bound (an independent check of the definition);
@@ -85,6 +85,9 @@ TEST(fp4_block_order_equals_its_definition_bit_for_bit) {
         Fp4Matrix t = make_fp4(shapes[s][0], shapes[s][1], 110, 135);
         for (int64_t n = 1; n <= 9; n++)
             for (int kind = ACTS_QUANTISED; kind <= ACTS_MIXED; kind++) check_bits(&t, n, (ActsKind)kind, n % 2 ? NULL : pool);
+        for (int64_t n = 15; n <= 17; n++) check_bits(&t, n, ACTS_MIXED, pool);
+        if (shapes[s][0] * shapes[s][1] <= 64 * 1024)
+            for (int kind = ACTS_QUANTISED; kind <= ACTS_MIXED; kind++) check_bits(&t, 70, (ActsKind)kind, kind == 1 ? NULL : pool);
         free_fp4(&t);
     }
     di_pool_destroy(pool);
@@ -95,6 +98,30 @@ TEST(extreme_scales_keep_the_definition) {
      * normal range take the float path, the rest the integer one; both give the definition. */
     Fp4Matrix t = make_fp4(40, 256, 0, 255);
     for (int64_t n = 1; n <= 5; n++) check_bits(&t, n, ACTS_QUANTISED, NULL);
+    check_bits(&t, 20, ACTS_QUANTISED, NULL);
+    free_fp4(&t);
+    t = make_fp4(100, 256, 118, 130);
+    {
+        /* many tokens, some of them near the float32 limits or not finite: every token gives
+         * the definition, whichever path its blocks take */
+        int64_t n = 24;
+        float *x = make_acts(n * 256, ACTS_QUANTISED), *y = malloc(sizeof(float) * 100 * n), *yr = malloc(sizeof(float) * 100 * n);
+        x[3 * 256 + 5] = 1e-39f;   /* subnormal */
+        x[7 * 256 + 9] = 3e37f;    /* 48 |x| s beyond 2^126 for s >= 1 */
+        x[11 * 256 + 2] = INFINITY;
+        memset(x + 13 * 256, 0, 256 * sizeof(float)); /* an all-zero token */
+        CHECK(di_matmul_qa(NULL, &t.m, x, n, y) == 0);
+        CHECK(di_matmul_ref_qa(&t.m, x, n, yr) == 0);
+        int bad = 0;
+        for (int64_t i = 0; i < n * 100 && bad < 3; i++)
+            if (!same_result(y[i], yr[i])) {
+                bad++;
+                CHECK_MSG(0, "out %lld (token %lld): %a vs %a", (long long)i, (long long)(i / 100), y[i], yr[i]);
+            }
+        free(x);
+        free(y);
+        free(yr);
+    }
     free_fp4(&t);
     t = make_fp4(40, 256, 0, 20); /* tiny scales: products in the subnormal range */
     check_bits(&t, 1, ACTS_QUANTISED, NULL);
@@ -137,12 +164,12 @@ TEST(quantised_input_takes_the_integer_path) {
 
 TEST(tokens_are_bit_identical_across_batches_and_threads) {
     Fp4Matrix t = make_fp4(96, 384, 115, 130);
-    const int64_t cols = 384, rows = 96, max_batch = 33;
+    const int64_t cols = 384, rows = 96, max_batch = 70;
     float *probe = make_acts(cols, ACTS_MIXED), alone[96];
     float *x = malloc(sizeof(float) * max_batch * cols), *y = malloc(sizeof(float) * max_batch * rows);
     DiThreadPool *pool = di_pool_create(2);
     CHECK(di_matmul_qa(NULL, &t.m, probe, 1, alone) == 0);
-    const int64_t batches[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33};
+    const int64_t batches[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 33, 70};
     for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
         int64_t n = batches[bi];
         float *fill = make_acts(n * cols, ACTS_QUANTISED);
