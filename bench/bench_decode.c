@@ -320,6 +320,7 @@ static BatchedStep decode_batched(Model *m, int B, double active) {
 
 /* Batch-1 figures of one numerics mode: wall and CPU seconds per token, REPS each. */
 typedef struct {
+    NumericsMode mode;
     double w1[REPS], c1[REPS], w2[REPS], c2[REPS];
 } Batch1Times;
 
@@ -334,9 +335,9 @@ static void print_batch1(const char *dir, double active, double *bw1, double *bw
         double W1 = median((double *)t[mi].w1, REPS), W2 = median((double *)t[mi].w2, REPS);
         double C1 = median((double *)t[mi].c1, REPS), C2 = median((double *)t[mi].c2, REPS);
         printf("  %-5s batch 1, 1 thread         %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n",
-               numerics_mode_name(bench_modes[mi]), 1 / W1, W1 * 1e3, C1 * 1e3, 100 * (1 / W1) / (bw / active));
+               numerics_mode_name(t[mi].mode), 1 / W1, W1 * 1e3, C1 * 1e3, 100 * (1 / W1) / (bw / active));
         printf("  %-5s batch 1, 2 threads        %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n",
-               numerics_mode_name(bench_modes[mi]), 1 / W2, W2 * 1e3, C2 * 1e3, 100 * (1 / W2) / (bw / active));
+               numerics_mode_name(t[mi].mode), 1 / W2, W2 * 1e3, C2 * 1e3, 100 * (1 / W2) / (bw / active));
     }
 }
 
@@ -417,7 +418,7 @@ int main(void) {
         bw1[r] = triad_bandwidth(pool1, a, bb, c, n, 3);
         bw2[r] = triad_bandwidth(pool2, a, bb, c, n, 3);
         for (int mi = 0; mi < N_MODES; mi++) {
-            m->mode = mode_env && *mode_env ? only_mode : bench_modes[mi];
+            m->mode = times[mi].mode = mode_env && *mode_env ? only_mode : bench_modes[mi];
             decode_batch1(m, pool1, &times[mi].w1[r], &times[mi].c1[r]);
             decode_batch1(m, pool2, &times[mi].w2[r], &times[mi].c2[r]);
         }
