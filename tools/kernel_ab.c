@@ -25,7 +25,8 @@
  *   KERNEL_AB_QUANTISED=1  the activations are rounded through FP8 per 32 (§4.3), as under the
  *                          reference numerics;
  *   KERNEL_AB_ENTRY_A=fp4q, KERNEL_AB_ENTRY_B=fp4q  that side runs di_matmul_qa's block-order
- *                          FP4 kernel (di_simd_fp4q_rows) instead of the GEMV (fp4 gemv only;
+ *                          FP4 kernel (di_simd_fp4q_prepare once per call, then
+ *                          di_simd_fp4q_rows per slice) instead of the GEMV (fp4 gemv only;
  *                          its bits differ from the GEMV's by design). */
 #include "kernels/cpu/matmul_simd.h"
 
@@ -44,6 +45,9 @@ typedef int64_t (*ScratchFn)(int64_t, bool);
 
 typedef int64_t (*BytesFn)(const DiMatrix *);
 typedef int64_t (*Fp4qScratchFn)(int64_t);
+typedef int64_t (*Fp4qPreparedFn)(int64_t, int64_t);
+typedef void (*Fp4qPrepareFn)(const DiSimdActs *, float *);
+typedef void (*Fp4qRowsFn)(const DiMatrix *, const DiSimdActs *, const float *, float *, int64_t, int64_t, float *);
 typedef int (*QuantiseFn)(float *, size_t);
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
@@ -133,7 +137,9 @@ int main(int argc, char **argv) {
     bool gemm = strcmp(argv[6], "gemm") == 0;
     RowsFn fn[2];
     ScratchFn scratch_floats = NULL;
-    int64_t fp4q_scratch = 0;
+    int64_t fp4q_scratch = 0, fp4q_prepared = 0;
+    Fp4qPrepareFn qprep[2] = {NULL, NULL};
+    Fp4qRowsFn qrows[2] = {NULL, NULL};
     QuantiseFn quantise = NULL;
     for (int i = 0; i < 2; i++) {
         void *h = dlopen(argv[1 + i], RTLD_NOW | RTLD_LOCAL);
@@ -151,15 +157,19 @@ int main(int argc, char **argv) {
             fprintf(stderr, "kernel_ab: the fp4q entry takes fp4 gemv\n");
             return 2;
         }
-        fn[i] = (RowsFn)dlsym(h, fp4q ? "di_simd_fp4q_rows" : gemm ? "di_simd_gemm_rows" : "di_simd_gemv_rows");
+        fn[i] = (RowsFn)dlsym(h, gemm ? "di_simd_gemm_rows" : "di_simd_gemv_rows");
         ScratchFn sf = (ScratchFn)dlsym(h, "di_simd_scratch_floats");
-        if (fp4q) {
+        if (fp4q) { /* prepared once per call, then the row slices, as matmul.c does */
             Fp4qScratchFn qf = (Fp4qScratchFn)dlsym(h, "di_simd_fp4q_scratch_floats");
-            if (!qf) {
-                fprintf(stderr, "kernel_ab: %s lacks di_simd_fp4q_scratch_floats\n", argv[1 + i]);
+            Fp4qPreparedFn pf = (Fp4qPreparedFn)dlsym(h, "di_simd_fp4q_prepared_floats");
+            qprep[i] = (Fp4qPrepareFn)dlsym(h, "di_simd_fp4q_prepare");
+            qrows[i] = (Fp4qRowsFn)dlsym(h, "di_simd_fp4q_rows");
+            if (!qf || !pf || !qprep[i] || !qrows[i]) {
+                fprintf(stderr, "kernel_ab: %s lacks the di_simd_fp4q entry points\n", argv[1 + i]);
                 return 1;
             }
             fp4q_scratch = qf(cols) > fp4q_scratch ? qf(cols) : fp4q_scratch;
+            fp4q_prepared = pf(MAX_TOKENS, cols) > fp4q_prepared ? pf(MAX_TOKENS, cols) : fp4q_prepared;
         }
         if (i == 0) quantise = (QuantiseFn)dlsym(h, "di_roundtrip_fp8_block32");
         if (i == 0) {
@@ -183,6 +193,11 @@ int main(int argc, char **argv) {
     float *y[2] = {malloc(sizeof(float) * (size_t)(MAX_TOKENS * rows)), malloc(sizeof(float) * (size_t)(MAX_TOKENS * rows))};
     int64_t scratch_n = scratch_floats(cols, gemm) > fp4q_scratch ? scratch_floats(cols, gemm) : fp4q_scratch;
     float *scratch = aligned_alloc(32, (size_t)(scratch_n + 64) * sizeof(float));
+    float *prepared = fp4q_prepared ? aligned_alloc(32, (size_t)(fp4q_prepared + 64) * sizeof(float)) : NULL;
+    if (fp4q_prepared && !prepared) {
+        fprintf(stderr, "kernel_ab: out of memory\n");
+        return 1;
+    }
     if (random_matrix(&m, format, rows, cols) != 0 || !x || !y[0] || !y[1] || !scratch) {
         fprintf(stderr, "kernel_ab: out of memory\n");
         return 1;
@@ -224,8 +239,12 @@ int main(int argc, char **argv) {
                 do {
                     const DiMatrix *mc = &copies[next_copy];
                     next_copy = (next_copy + 1) % n_copies;
-                    for (int64_t r = 0; r < rows; r += task_rows)
-                        fn[v](mc, &acts, y[v], r, r + task_rows < rows ? r + task_rows : rows, scratch);
+                    if (qrows[v]) qprep[v](&acts, prepared);
+                    for (int64_t r = 0; r < rows; r += task_rows) {
+                        int64_t r_end = r + task_rows < rows ? r + task_rows : rows;
+                        if (qrows[v]) qrows[v](mc, &acts, prepared, y[v], r, r_end, scratch);
+                        else fn[v](mc, &acts, y[v], r, r_end, scratch);
+                    }
                     calls++;
                 } while ((dt = thread_cpu_s() - t0) < WINDOW_S);
                 rate[v][p] = 2.0 * (double)rows * (double)cols * (double)n * (double)calls / dt * 1e-9;

@@ -76,7 +76,8 @@ typedef struct {
     const DiMatrix *w;
     DiSimdActs acts;
     float *y;
-    float *scratch; /* GEMM only: one region of scratch_floats per thread */
+    float *scratch; /* one region of scratch_floats per thread */
+    const float *prepared; /* di_matmul_qa's FP4 tasks: the activations as di_simd_fp4q_prepare left them */
     int64_t scratch_floats;
     int64_t chunk; /* rows per task (row_chunk) */
 } MatmulJob;
@@ -114,7 +115,7 @@ static void fp4q_task(void *ctx, int task, int thread) {
     const MatmulJob *job = ctx;
     int64_t r0, r1;
     rows_range(job, task, &r0, &r1);
-    di_simd_fp4q_rows(job->w, &job->acts, job->y, r0, r1, job->scratch + thread * job->scratch_floats);
+    di_simd_fp4q_rows(job->w, &job->acts, job->prepared, job->y, r0, r1, job->scratch + thread * job->scratch_floats);
 }
 
 static void gemm_task(void *ctx, int task, int thread) {
@@ -165,7 +166,20 @@ static int matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, in
         di_aligned_free(owned);
         return di_error_wrap("matmul");
     }
+    float *prepared = NULL;
+    if (block_order) {
+        prepared = di_aligned_malloc(1, (size_t)di_simd_fp4q_prepared_floats(n_tokens, w->cols) * sizeof(float),
+                                     "matmul prepared activations");
+        if (!prepared) {
+            di_aligned_free(job.scratch);
+            di_aligned_free(owned);
+            return di_error_wrap("matmul");
+        }
+        di_simd_fp4q_prepare(&job.acts, prepared);
+        job.prepared = prepared;
+    }
     di_pool_run(pool, n_tasks, block_order ? fp4q_task : gemm ? gemm_task : gemv_task, &job);
+    di_aligned_free(prepared);
     di_aligned_free(job.scratch);
     di_aligned_free(owned);
     return 0;

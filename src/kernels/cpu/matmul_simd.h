@@ -47,12 +47,17 @@ void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t
 void di_simd_gemm_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1,
                        float *scratch);
 
-/* Floats of per-thread scratch (32-byte aligned) di_simd_fp4q_rows needs for this many columns. */
+/* di_matmul_qa for an FP4 matrix (matmul_fp4q_avx2.c), in two steps: the activations are
+ * prepared once per call (reordered, and their 16-bit integer image where exact) into a buffer
+ * of di_simd_fp4q_prepared_floats floats (32-byte aligned), which every task then reads; each
+ * task computes y[t][r] for r in [r0, r1) and every token in block order, bit-identical to
+ * di_matmul_ref_qa for any token count and row range, with di_simd_fp4q_scratch_floats floats of
+ * its own scratch (32-byte aligned). */
+int64_t di_simd_fp4q_prepared_floats(int64_t n_tokens, int64_t cols);
+void di_simd_fp4q_prepare(const DiSimdActs *a, float *prepared);
 int64_t di_simd_fp4q_scratch_floats(int64_t cols);
-
-/* di_matmul_qa for an FP4 matrix (matmul_fp4q_avx2.c): y[t][r] for r in [r0, r1) and every token
- * in block order, bit-identical to di_matmul_ref_qa for any token count and row range. */
-void di_simd_fp4q_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch);
+void di_simd_fp4q_rows(const DiMatrix *w, const DiSimdActs *a, const float *prepared, float *y, int64_t r0, int64_t r1,
+                       float *scratch);
 
 /* Row blocks di_simd_fp4q_rows has computed on its integer path since the process started (for
  * tests: a quantised input must take it). */
