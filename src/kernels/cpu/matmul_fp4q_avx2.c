@@ -24,8 +24,11 @@
  * four 0.88-0.96x.  Blocks that do not qualify (a value below 1/8 of the E4M3 range, non-finite
  * values, extreme scales) take the float path, block by block or tile by tile.
  *
- * Several tokens (routed experts with 2+ tokens) take the float path only: each block's codes
- * are decoded once into floats for all of them, as in matmul_avx2.c, but in block order. */
+ * Two to four tokens (routed experts with several tokens) run together, each block's codes
+ * looked up once for all of them: on the integer path while at most 1/16 of their blocks need
+ * the float one, else on the float path, each block decoded once into floats as in
+ * matmul_avx2.c but in block order.  The activations are prepared once per call
+ * (di_simd_fp4q_prepare) and read by every task. */
 #if !defined(__clang__) /* clang (the fuzz build) compiles this file for -march=native as is */
 #pragma GCC target("avx2,fma,f16c,no-avx512f")
 #endif
