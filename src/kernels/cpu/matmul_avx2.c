@@ -401,8 +401,12 @@ static inline bool rows_prefetched(const DiMatrix *w) {
  * prefetch the block they are about to read (no effect).  The tiles issue the prefetch without a
  * branch: a branch on it inside the unrolled loops cost the multi-token tiles on matrices in L2
  * 0.70-0.92x (kernel_ab, Zen 4), the branch-free form 0.99-1.01x. */
+static inline int64_t prefetch_rows_ahead_by(const DiMatrix *w, int64_t r0, int nr, int ahead) {
+    return rows_prefetched(w) && r0 + nr - 1 + ahead < w->rows ? ahead : 0;
+}
+
 static inline int64_t prefetch_rows_ahead(const DiMatrix *w, int64_t r0, int nr) {
-    return rows_prefetched(w) && r0 + nr - 1 + GEMV_ROWS < w->rows ? GEMV_ROWS : 0;
+    return prefetch_rows_ahead_by(w, r0, nr, GEMV_ROWS);
 }
 
 static inline __attribute__((always_inline)) void prefetch_block(DiMatFormat format, const DiMatrix *w, int64_t r,
@@ -618,14 +622,22 @@ static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const 
     for (int i = 0; i < nr; i++) y[r0 + i] = lane_sum(acc[i]);
 }
 
-/* FP4 rows r0 .. r0+nr-1: each row has its own scales (§3.5), so they stay on the weights. */
+/* FP4 rows r0 .. r0+nr-1 (nr <= FP4_GEMV_ROWS): each row has its own scales (§3.5), so they stay
+ * on the weights.  Four rows, not GEMV_ROWS' eight: the decoder's temporaries, eight
+ * accumulators and sixteen row and scale pointers spilled (kernel_ab, Zen 4, n = 1, 4 against 8
+ * rows, prefetching a tile ahead either way: from DRAM 1.13x for 16384x1024 and 512x1024, 1.02x
+ * for 4096x4096; in cache 1.02-1.035x; same bits).  FP8 measured the other way (0.88-0.92x from
+ * DRAM), so the other tiles keep eight. */
+#ifndef FP4_GEMV_ROWS
+#define FP4_GEMV_ROWS 4
+#endif
 static inline __attribute__((always_inline)) void gemv_fp4_tile(const DiMatrix *w, const float *x, int64_t r0, int nr,
                                                                 float *y, bool to_l1) {
-    const uint8_t *row[GEMV_ROWS], *srow[GEMV_ROWS];
-    int64_t kblocks = w->cols / BLOCK, ahead = prefetch_rows_ahead(w, r0, nr) * (w->cols / 2);
-    __m256 acc[GEMV_ROWS];
+    const uint8_t *row[FP4_GEMV_ROWS], *srow[FP4_GEMV_ROWS];
+    int64_t kblocks = w->cols / BLOCK, ahead = prefetch_rows_ahead_by(w, r0, nr, FP4_GEMV_ROWS) * (w->cols / 2);
+    __m256 acc[FP4_GEMV_ROWS];
     #pragma GCC unroll 16
-    for (int i = 0; i < GEMV_ROWS; i++) {
+    for (int i = 0; i < FP4_GEMV_ROWS; i++) {
         int64_t r = r0 + (i < nr ? i : 0);
         acc[i] = _mm256_setzero_ps();
         row[i] = (const uint8_t *)w->data + r * (w->cols / 2);
@@ -760,7 +772,7 @@ static inline __attribute__((always_inline)) void gemv_fp4_rows_to(const DiMatri
         fp4_permute_acts(a->x + t * k32, k32, 1, xp);
         float *yt = y + t * w->rows;
         int64_t r = r0;
-        for (; r + GEMV_ROWS <= r1; r += GEMV_ROWS) gemv_fp4_tile(w, xp, r, GEMV_ROWS, yt, to_l1);
+        for (; r + FP4_GEMV_ROWS <= r1; r += FP4_GEMV_ROWS) gemv_fp4_tile(w, xp, r, FP4_GEMV_ROWS, yt, to_l1);
         for (; r < r1; r++) gemv_fp4_tile(w, xp, r, 1, yt, to_l1);
     }
 }
