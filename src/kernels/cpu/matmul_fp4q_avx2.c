@@ -43,9 +43,6 @@
 #include <string.h>
 
 #define BLOCK 32          /* FP4 scale block along the input (§3.5) */
-#define INT_ROWS 8        /* rows of the one-token tile: 8 accumulator chains */
-#define PAIR_TILE_ROWS 4  /* rows of the two-token float tile (8 accumulators) */
-#define QUAD_TILE_ROWS 2  /* rows of the three/four-token float tile (8 accumulators) */
 #define MAX_INT_A 32767   /* |A| of the integer path: int16 activations */
 #define F_EXP_MIN (-126)  /* the factor s*u/256 of the integer path must be a normal float32 */
 #define F_EXP_MAX 127
@@ -78,7 +75,9 @@ static float f32_from_bits(uint32_t u) {
     return f;
 }
 
-static const int8_t doubled_code[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+/* d(n), twice the E2M1 value of code n (§3.3): the integer path's vpshufb table, and the source
+ * of the float path's byte tables. */
+static const int8_t doubled_code[16] __attribute__((aligned(16))) = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 static void fill_tables(void) {
     for (int b = 0; b < 256; b++)
@@ -185,18 +184,24 @@ static int64_t prepared_stride(int64_t k32) {
     return (n + 7) / 8 * 8; /* 32-byte aligned tokens */
 }
 
-static TokenActs token_view(const float *prepared, int64_t k32, int64_t t, int *lo, int *hi) {
+/* Where token t's parts lie in the prepared buffer. */
+typedef struct {
+    float *xp;
+    int16_t *img, *f_off;
+    uint8_t *int_ok;
+    int32_t *range; /* [0] lowest, [1] highest f_off of the int_ok blocks */
+} PreparedToken;
+
+static PreparedToken prepared_token(const float *prepared, int64_t k32, int64_t t) {
     int64_t kblocks = k32 / BLOCK;
-    const float *base = prepared + t * prepared_stride(k32);
-    TokenActs tk;
-    tk.xp = base;
-    tk.a = (const int16_t *)(base + k32);
-    tk.f_off = (const int16_t *)(base + k32 + k32 / 2);
-    tk.int_ok = (const uint8_t *)(base + k32 + k32 / 2 + (kblocks + 1) / 2);
-    const int32_t *range = (const int32_t *)(base + k32 + k32 / 2 + (kblocks + 1) / 2 + (kblocks + 3) / 4);
-    *lo = range[0];
-    *hi = range[1];
-    return tk;
+    float *base = (float *)prepared + t * prepared_stride(k32);
+    PreparedToken pt;
+    pt.xp = base;
+    pt.img = (int16_t *)(base + k32);
+    pt.f_off = (int16_t *)(base + k32 + k32 / 2);
+    pt.int_ok = (uint8_t *)(base + k32 + k32 / 2 + (kblocks + 1) / 2);
+    pt.range = (int32_t *)(base + k32 + k32 / 2 + (kblocks + 1) / 2 + (kblocks + 3) / 4);
+    return pt;
 }
 
 int64_t di_simd_fp4q_prepared_floats(int64_t n_tokens, int64_t cols) {
@@ -206,10 +211,10 @@ int64_t di_simd_fp4q_prepared_floats(int64_t n_tokens, int64_t cols) {
 void di_simd_fp4q_prepare(const DiSimdActs *a, float *prepared) {
     const int64_t k32 = a->k32, kblocks = k32 / BLOCK;
     for (int64_t t = 0; t < a->n_tokens; t++) {
-        float *base = prepared + t * prepared_stride(k32), *xp = base;
-        int16_t *img = (int16_t *)(base + k32), *f_off = (int16_t *)(base + k32 + k32 / 2);
-        uint8_t *int_ok = (uint8_t *)(base + k32 + k32 / 2 + (kblocks + 1) / 2);
-        int32_t *range = (int32_t *)(base + k32 + k32 / 2 + (kblocks + 1) / 2 + (kblocks + 3) / 4);
+        PreparedToken pt = prepared_token(prepared, k32, t);
+        float *xp = pt.xp;
+        int16_t *img = pt.img, *f_off = pt.f_off;
+        uint8_t *int_ok = pt.int_ok;
         const float *x = a->x + t * k32;
         int lo = 1 << 20, hi = -(1 << 20);
         for (int64_t kb = 0; kb < kblocks; kb++) {
@@ -224,8 +229,8 @@ void di_simd_fp4q_prepare(const DiSimdActs *a, float *prepared) {
                 hi = f_off[kb] > hi ? f_off[kb] : hi;
             }
         }
-        range[0] = lo;
-        range[1] = hi;
+        pt.range[0] = lo;
+        pt.range[1] = hi;
     }
 }
 
@@ -241,10 +246,10 @@ static void group_of(const float *prepared, int64_t k32, int64_t t0, int nt, int
     g->f_off_min = 1 << 20;
     g->f_off_max = -(1 << 20);
     for (int j = 0; j < nt; j++) {
-        int lo, hi;
-        g->tk[j] = token_view(prepared, k32, t0 + j, &lo, &hi);
-        g->f_off_min = lo < g->f_off_min ? lo : g->f_off_min;
-        g->f_off_max = hi > g->f_off_max ? hi : g->f_off_max;
+        PreparedToken pt = prepared_token(prepared, k32, t0 + j);
+        g->tk[j] = (TokenActs){pt.xp, pt.img, pt.int_ok, pt.f_off};
+        g->f_off_min = pt.range[0] < g->f_off_min ? pt.range[0] : g->f_off_min;
+        g->f_off_max = pt.range[1] > g->f_off_max ? pt.range[1] : g->f_off_max;
     }
     g->next_float = next_float;
     g->n_int_blocks = 0;
@@ -401,8 +406,7 @@ static inline __attribute__((always_inline)) void float_block_rows(const DiMatri
 static inline __attribute__((always_inline)) void int_tile(const DiMatrix *w, const TokenGroup *g, int nt, int64_t r0,
                                                            int nr, float *const *y, bool to_l1) {
     const int64_t kblocks = w->cols / BLOCK, row_bytes = w->cols / 2;
-    const __m256i table = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
-                                           0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)doubled_code));
     const __m256i nib_hi = _mm256_set1_epi16(0x0F00);
     const int tile_rows = INT_TILE_ROWS(nt);
     int64_t ahead = r0 + nr + tile_rows <= w->rows ? tile_rows * row_bytes : 0;

@@ -43,6 +43,12 @@ int di_matrix_validate(const DiMatrix *w, const char *name) {
     return 0;
 }
 
+/* The E2M1 code of column c of FP4 row r (§3.3: low nibble = even column). */
+static uint8_t fp4_code_at(const DiMatrix *w, int64_t r, int64_t c) {
+    uint8_t byte = ((const uint8_t *)w->data)[r * (w->cols / 2) + c / 2];
+    return (c & 1) ? (uint8_t)(byte >> 4) : (uint8_t)(byte & 0xF);
+}
+
 static float weight_at(const DiMatrix *w, int64_t r, int64_t c) {
     switch (w->format) {
     case DI_MAT_F32: return ((const float *)w->data)[r * w->cols + c];
@@ -53,10 +59,8 @@ static float weight_at(const DiMatrix *w, int64_t r, int64_t c) {
         return di_e4m3_to_f32(code) * di_ue8m0_to_f32(s);
     }
     case DI_MAT_FP4_ROW32: {
-        uint8_t byte = ((const uint8_t *)w->data)[r * (w->cols / 2) + c / 2];
-        uint8_t nib = (c & 1) ? (uint8_t)(byte >> 4) : (uint8_t)(byte & 0xF);
         uint8_t s = w->scale[r * (w->cols / 32) + c / 32];
-        return di_e2m1_to_f32(nib) * di_ue8m0_to_f32(s);
+        return di_e2m1_to_f32(fp4_code_at(w, r, c)) * di_ue8m0_to_f32(s);
     }
     }
     return 0.0f;
@@ -83,7 +87,6 @@ int di_matmul_ref(const DiMatrix *w, const float *x, int64_t n_tokens, float *y)
 
 /* Block order for FP4 (matmul.h): per row, 8 lanes, each block's four-term sums first. */
 static float fp4_block_order_dot(const DiMatrix *w, int64_t r, const float *x) {
-    const uint8_t *row = (const uint8_t *)w->data + r * (w->cols / 2);
     const uint8_t *scales = w->scale + r * (w->cols / 32);
     float acc[8] = {0};
     for (int64_t kb = 0; kb < w->cols / 32; kb++) {
@@ -93,8 +96,7 @@ static float fp4_block_order_dot(const DiMatrix *w, int64_t r, const float *x) {
             float p = 0.0f;
             for (int g = 0; g < 4; g++) {
                 int64_t c = 32 * kb + 8 * k + h + 2 * g;
-                uint8_t nib = (c & 1) ? (uint8_t)(row[c / 2] >> 4) : (uint8_t)(row[c / 2] & 0xF);
-                float d = 2.0f * di_e2m1_to_f32(nib);
+                float d = 2.0f * di_e2m1_to_f32(fp4_code_at(w, r, c));
                 p = g == 0 ? d * x[c] : fmaf(d, x[c], p);
             }
             acc[lane] = fmaf(p, s, acc[lane]);
