@@ -171,8 +171,8 @@ int main(int argc, char **argv) {
             fp4q_scratch = qf(cols) > fp4q_scratch ? qf(cols) : fp4q_scratch;
             fp4q_prepared = pf(MAX_TOKENS, cols) > fp4q_prepared ? pf(MAX_TOKENS, cols) : fp4q_prepared;
         }
-        if (i == 0) quantise = (QuantiseFn)dlsym(h, "di_roundtrip_fp8_block32");
         if (i == 0) {
+            quantise = (QuantiseFn)dlsym(h, "di_roundtrip_fp8_block32");
             matrix_data_bytes = (BytesFn)dlsym(h, "di_matrix_data_bytes");
             matrix_scale_bytes = (BytesFn)dlsym(h, "di_matrix_scale_bytes");
         }
@@ -204,8 +204,13 @@ int main(int argc, char **argv) {
     }
     for (int64_t t = 0; t < MAX_TOKENS; t++)
         for (int64_t c = 0; c < cols; c++) x[t * k32 + c] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
-    long quantised = env_long("KERNEL_AB_QUANTISED", 0, 1);
-    if (quantised < 0 || (quantised && (!quantise || k32 != cols || quantise(x, (size_t)(MAX_TOKENS * k32)) != 0))) {
+    const char *q_env = getenv("KERNEL_AB_QUANTISED");
+    bool quantised = q_env && strcmp(q_env, "1") == 0;
+    if (q_env && *q_env && !quantised && strcmp(q_env, "0") != 0) {
+        fprintf(stderr, "kernel_ab: KERNEL_AB_QUANTISED=%s: expected 0 or 1\n", q_env);
+        return 2;
+    }
+    if (quantised && (!quantise || k32 != cols || quantise(x, (size_t)(MAX_TOKENS * k32)) != 0)) {
         fprintf(stderr, "kernel_ab: KERNEL_AB_QUANTISED=1 needs cols a multiple of 32 and di_roundtrip_fp8_block32\n");
         return 2;
     }

@@ -50,9 +50,6 @@
 #ifndef PF_HINT
 #define PF_HINT _MM_HINT_T1 /* into L2, not L1: see prefetch_block */
 #endif
-#ifndef PF_FP4_L1
-#define PF_FP4_L1 1    /* FP4 rows of at most 1 KiB prefetch to L1 (T0): see fp4_prefetch_to_l1 */
-#endif
 #ifndef PF_SKIP_4K_ROWS
 #define PF_SKIP_4K_ROWS 0 /* 1: leave rows a multiple of 4 KiB apart to the hardware (the T0 rule) */
 #endif
@@ -419,32 +416,6 @@ static inline __attribute__((always_inline)) void prefetch_block(DiMatFormat for
     case DI_MAT_FP4_ROW32: p += r * (w->cols / 2) + kb * (BLOCK / 2); break;
     }
     _mm_prefetch(p, PF_HINT);
-}
-
-/* FP4 rows of at most 1 KiB are the exception: they prefetch to L1 (T0).  Kernel_ab on Zen 4,
- * T0 against T1, medians of 25 pairs, matrices of 32 MB, n = 1 / 2 / 4 tokens:
- *   rows of 256 B (65536x512)   1.02-1.03 / 1.02-1.03 / 1.05-1.07x
- *        512 B (65536x1024)     1.01-1.08 / 1.16-1.19 / 1.03-1.07x
- *        1 KiB (32768x2048)     0.98-1.01 / 1.03-1.10 / 1.06-1.09x
- *        2 KiB (16384x4096)     0.92-1.00 / 1.01-1.08 / 1.03-1.04x
- *        4 KiB (8192x8192)      0.76 / 0.96 / 1.01x (the set aliasing above)
- *   in L2 (512x1024, 1024x512)  0.99-1.01x.
- * Up to 1 KiB a tile and the tile it prefetches (16 rows) fill at most a third of an L1 set on
- * Zen 4 (12 ways) or half of one on Zen 3 (8 ways); from 2 KiB on they fill them.  FP8 goes the
- * other way (T0 at 512 B rows 0.58-0.65x) and keeps T1; why the two formats differ was not
- * established (FP4's decoder reads ~10 GB/s of weights a core, FP8's ~20).  Not yet measured on
- * Zen 3.  The tiles take the choice as a constant (gemv_fp4_rows instantiates both), so the
- * unrolled loops carry no branch; the second copy moved code so that n = 3 in L2 measures
- * 0.975-0.985x.  PF_FP4_L1=0 makes FP4 prefetch like the other formats. */
-static inline bool fp4_prefetch_to_l1(const DiMatrix *w) {
-    return PF_FP4_L1 && w->cols / 2 <= 1024;
-}
-
-static inline __attribute__((always_inline)) void prefetch_fp4(const uint8_t *p, bool to_l1) {
-    if (to_l1)
-        _mm_prefetch((const char *)p, _MM_HINT_T0);
-    else
-        _mm_prefetch((const char *)p, PF_HINT);
 }
 
 /* ---- GEMV: weights decoded in registers, GEMV_ROWS rows per pass over the activations ------ */

@@ -313,14 +313,6 @@ static inline float lane_sum(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
 }
 
-/* Rows of at most 1 KiB prefetch to L1, longer ones to L2 (matmul_avx2.c, fp4_prefetch_to_l1). */
-static inline __attribute__((always_inline)) void prefetch_row(const uint8_t *p, bool to_l1) {
-    if (to_l1)
-        _mm_prefetch((const char *)p, _MM_HINT_T0);
-    else
-        _mm_prefetch((const char *)p, _MM_HINT_T1);
-}
-
 /* ---- tiles ------------------------------------------------------------------------------------ */
 
 /* The smallest and largest scale byte of rows r0 .. r0+nr-1. */
@@ -432,7 +424,7 @@ static inline __attribute__((always_inline)) void int_tile(const DiMatrix *w, co
             #pragma GCC unroll 16
             for (int i = 0; i < nr; i++) {
                 const uint8_t *p = row[i] + kb * (BLOCK / 2);
-                prefetch_row(p + ahead, to_l1);
+                prefetch_fp4(p + ahead, to_l1);
                 __m256i ha, hb;
                 int_codes(p, table, nib_hi, &ha, &hb);
                 #pragma GCC unroll 16
@@ -480,7 +472,7 @@ static inline __attribute__((always_inline)) void float_tile(const DiMatrix *w, 
         #pragma GCC unroll 16
         for (int i = 0; i < nr; i++) {
             const uint8_t *p = data + i * row_bytes + kb * (BLOCK / 2);
-            prefetch_row(p + ahead, to_l1);
+            prefetch_fp4(p + ahead, to_l1);
             __m256 wv[4];
             decode_block_order(p, b2, b3, wv);
             __m256 s = _mm256_broadcast_ss(&half_scale[scale[i * kblocks + kb]]);
@@ -563,7 +555,7 @@ static inline __attribute__((always_inline)) void fp4q_rows_to(const DiMatrix *w
 void di_simd_fp4q_rows(const DiMatrix *w, const DiSimdActs *a, const float *prepared, float *y, int64_t r0, int64_t r1,
                        float *scratch) {
     pthread_once(&tables_once, fill_tables);
-    if (w->cols / 2 <= 1024)
+    if (fp4_prefetch_to_l1(w))
         fp4q_rows_to(w, a, prepared, y, r0, r1, scratch, true);
     else
         fp4q_rows_to(w, a, prepared, y, r0, r1, scratch, false);
