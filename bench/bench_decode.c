@@ -324,7 +324,7 @@ typedef struct {
     double w1[REPS], c1[REPS], w2[REPS], c2[REPS];
 } Batch1Times;
 
-static void print_batch1(const char *dir, double active, double *bw1, double *bw2, const Batch1Times *t) {
+static void print_batch1(const char *dir, double active, double *bw1, double *bw2, Batch1Times *t) {
     double B1 = median(bw1, REPS), B2 = median(bw2, REPS), bw = B1 > B2 ? B1 : B2;
     printf("decode, medium synthetic checkpoint %s (%d-token prompt, median of %d x %d steps):\n", dir, PROMPT, REPS,
            DECODE_STEPS);
@@ -332,8 +332,8 @@ static void print_batch1(const char *dir, double active, double *bw1, double *bw
     printf("  STREAM triad bandwidth          %.2f GB/s (1 thread)  %.2f GB/s (2 threads)\n", B1 / 1e9, B2 / 1e9);
     printf("  bandwidth bound                 %.1f tokens/s (best bandwidth %.2f GB/s)\n", bw / active, bw / 1e9);
     for (int mi = 0; mi < N_MODES; mi++) {
-        double W1 = median((double *)t[mi].w1, REPS), W2 = median((double *)t[mi].w2, REPS);
-        double C1 = median((double *)t[mi].c1, REPS), C2 = median((double *)t[mi].c2, REPS);
+        double W1 = median(t[mi].w1, REPS), W2 = median(t[mi].w2, REPS);
+        double C1 = median(t[mi].c1, REPS), C2 = median(t[mi].c2, REPS);
         printf("  %-5s batch 1, 1 thread         %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n",
                numerics_mode_name(t[mi].mode), 1 / W1, W1 * 1e3, C1 * 1e3, 100 * (1 / W1) / (bw / active));
         printf("  %-5s batch 1, 2 threads        %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n",
