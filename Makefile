@@ -8,6 +8,7 @@
 #   tests/unit/test_*.c   -> build/tests/test_*          (one binary per file, linked with the library)
 #   bench/bench_*.c       -> build/bench/bench_*         (bench/bench_*.py run with python3 too)
 #   tools/kernel_ab.c     -> build/kernel_ab             (two builds' kernels A/B in one process)
+#   tools/decode_ab.c     -> build/decode_ab             (two builds' decode steps A/B in one process)
 #   fuzz/fuzz_*.c         -> build-fuzz/fuzz_*           (clang libFuzzer, `make fuzz`)
 
 CC       ?= gcc
@@ -46,11 +47,15 @@ lib: $(BUILD)/libdeepinfer.a $(BUILD)/libdeepinfer.so
 cli: $(BUILD)/deepinfer
 unit-tests: $(TEST_BIN)
 examples: $(BUILD)/offline_inference
-tools: $(BUILD)/kernel_ab
+tools: $(BUILD)/kernel_ab $(BUILD)/decode_ab
 
-$(BUILD)/kernel_ab: tools/kernel_ab.c
+$(BUILD)/kernel_ab: tools/kernel_ab.c tools/ab_common.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< -ldl
+	$(CC) $(CFLAGS_ALL) -o $@ $< -ldl -lm
+
+$(BUILD)/decode_ab: tools/decode_ab.c tools/ab_common.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< -ldl -lm
 
 $(BUILD)/offline_inference: examples/offline_inference.c $(BUILD)/libdeepinfer.a
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libdeepinfer.a $(LDLIBS_ALL)

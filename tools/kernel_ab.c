@@ -21,6 +21,8 @@
  *                          (M larger than the L3 cache: every call reads its weights from DRAM);
  *   KERNEL_AB_TASK_ROWS=R  each call is split into row slices of R rows, as matmul.c's tasks
  *                          (fp8: R a multiple of 32).
+ * KERNEL_AB_ACTS=swiglu draws the activations as silu(g) * u with g and u about N(0, 1), the
+ * heavy-tailed input of an expert's down projection (default: uniform in [-1, 1]).
  * And two select what is compared:
  *   KERNEL_AB_QUANTISED=1  the activations are rounded through FP8 per 32 (§4.3), as under the
  *                          reference numerics;
@@ -30,7 +32,10 @@
  *                          its bits differ from the GEMV's by design). */
 #include "kernels/cpu/matmul_simd.h"
 
+#include "ab_common.h"
+
 #include <dlfcn.h>
+#include <math.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,16 +63,6 @@ static uint32_t rnd(void) {
     return (uint32_t)rng_state;
 }
 
-static double thread_cpu_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static int usage(void) {
     fprintf(stderr, "usage: kernel_ab OLD.so NEW.so f32|bf16|fp8|fp4 ROWS COLS gemv|gemm N [N ...]\n"
@@ -202,8 +197,23 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kernel_ab: out of memory\n");
         return 1;
     }
+    const char *acts_env = getenv("KERNEL_AB_ACTS");
+    bool swiglu = acts_env && strcmp(acts_env, "swiglu") == 0;
+    if (acts_env && *acts_env && !swiglu && strcmp(acts_env, "uniform") != 0) {
+        fprintf(stderr, "kernel_ab: KERNEL_AB_ACTS=%s: expected uniform or swiglu\n", acts_env);
+        return 2;
+    }
     for (int64_t t = 0; t < MAX_TOKENS; t++)
-        for (int64_t c = 0; c < cols; c++) x[t * k32 + c] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+        for (int64_t c = 0; c < cols; c++) {
+            float v = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+            if (swiglu) { /* silu(g) * u, g and u about N(0, 1): the down projection's input */
+                float g = 0, u = 0;
+                for (int i = 0; i < 4; i++) g += (float)((int)(rnd() % 2001) - 1000) / 577.0f, u += (float)((int)(rnd() % 2001) - 1000) / 577.0f;
+                g /= 2, u /= 2;
+                v = g / (1.0f + expf(-g)) * u;
+            }
+            x[t * k32 + c] = v;
+        }
     const char *q_env = getenv("KERNEL_AB_QUANTISED");
     bool quantised = q_env && strcmp(q_env, "1") == 0;
     if (q_env && *q_env && !quantised && strcmp(q_env, "0") != 0) {
@@ -239,7 +249,7 @@ int main(int argc, char **argv) {
         double rate[2][PAIRS], ratio[PAIRS];
         for (int p = 0; p < PAIRS; p++)
             for (int v = 0; v < 2; v++) {
-                double t0 = thread_cpu_s(), dt;
+                double t0 = clock_s(CLOCK_THREAD_CPUTIME_ID), dt;
                 long calls = 0;
                 do {
                     const DiMatrix *mc = &copies[next_copy];
@@ -251,7 +261,7 @@ int main(int argc, char **argv) {
                         else fn[v](mc, &acts, y[v], r, r_end, scratch);
                     }
                     calls++;
-                } while ((dt = thread_cpu_s() - t0) < WINDOW_S);
+                } while ((dt = clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) < WINDOW_S);
                 rate[v][p] = 2.0 * (double)rows * (double)cols * (double)n * (double)calls / dt * 1e-9;
                 if (v == 1) ratio[p] = rate[1][p] / rate[0][p];
             }

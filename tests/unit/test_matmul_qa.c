@@ -3,7 +3,8 @@
  *  - the SIMD kernels equal the readable definition di_matmul_ref_qa bit for bit, on quantised
  *    inputs (the integer path), on plain float inputs (the float path), on inputs mixing both
  *    block by block, and with scales at the ends of the UE8M0 range (NaN included);
- *  - a quantised input really takes the integer path (its counter moves);
+ *  - a quantised input really takes the integer path (its counter moves), its blocks holding
+ *    values below 1/8 of the E4M3 range (wide blocks) included, alone and in pairs;
  *  - a token's outputs are the same bits alone, at any position of batches of 1..70 tokens, on
  *    1 or 2 threads;
  *  - the block order computes the same product as di_matmul_ref within the float32 summation
@@ -45,8 +46,9 @@ static void free_fp4(Fp4Matrix *t) {
 
 typedef enum { ACTS_QUANTISED, ACTS_PLAIN, ACTS_MIXED } ActsKind;
 
-/* n values: quantised per §4.3 (every block on the integer path, but for a value below 1/8 of
- * the E4M3 range now and then), plain floats, or quantised with some blocks made inexact. */
+/* n values: quantised per §4.3 (every block on the integer path: narrow, or wide for a value
+ * below 1/8 of the E4M3 range now and then), plain floats, or quantised with some blocks made
+ * inexact. */
 static float *make_acts(int64_t n, ActsKind kind) {
     float *x = malloc(sizeof(float) * (size_t)n);
     for (int64_t i = 0; i < n; i++) x[i] = rnd_float() * 3.0f;
@@ -152,12 +154,50 @@ TEST(quantised_input_takes_the_integer_path) {
     long long before = di_simd_fp4q_integer_blocks();
     CHECK(di_matmul_qa(NULL, &t.m, x, 1, y) == 0);
     long long taken = di_simd_fp4q_integer_blocks() - before;
-    /* 64 rows x 16 blocks; a block falls back only when it holds a value below 1/8 of the range */
-    CHECK_MSG(taken >= 64 * 12 && taken <= 64 * 16, "integer path took %lld of 1024 row blocks", taken);
+    CHECK_MSG(taken == 64 * 16, "integer path took %lld of 1024 row blocks", taken); /* 64 rows x 16 blocks */
     for (int i = 0; i < 512; i++) x[i] = rnd_float(); /* plain floats: 2^-20 steps, 20+ bit integers */
     before = di_simd_fp4q_integer_blocks();
     CHECK(di_matmul_qa(NULL, &t.m, x, 1, y) == 0);
     CHECK_EQ_INT(di_simd_fp4q_integer_blocks() - before, 0);
+    free(x);
+    free_fp4(&t);
+}
+
+/* Quantised blocks that each hold values far below their largest (down to 2^-9 of the scale,
+ * E4M3's smallest subnormal): no 16-bit image is exact, the two-half (wide) one is.  One and
+ * two tokens take the integer path on every block, a pair mixing a narrow and a wide token
+ * too; three or four run the float path; all give the definition's bits. */
+TEST(wide_blocks_take_the_integer_path) {
+    const int64_t rows = 24, cols = 256, kblocks = cols / 32;
+    Fp4Matrix t = make_fp4(rows, cols, 115, 130);
+    float *x = malloc(sizeof(float) * 4 * cols), y[4 * 24], yr[4 * 24];
+    for (int64_t i = 0; i < 4 * cols; i++) {
+        float v = rnd_float() * 3.0f;
+        x[i] = i % 32 == 5 ? v * 0x1p-14f : i % 32 == 17 ? v * 0x1p-9f : v; /* two tiny values per block */
+    }
+    CHECK(di_roundtrip_fp8_block32(x, (size_t)(4 * cols)) == 0);
+    for (int64_t b = 0; b < 4 * kblocks; b++) /* each block's tiny value survived the round trip */
+        CHECK_MSG(x[b * 32 + 5] != 0.0f, "block %lld lost its tiny value", (long long)b);
+    for (int64_t n = 1; n <= 4; n++) {
+        long long before = di_simd_fp4q_integer_blocks();
+        CHECK(di_matmul_qa(NULL, &t.m, x, n, y) == 0);
+        long long taken = di_simd_fp4q_integer_blocks() - before;
+        CHECK(di_matmul_ref_qa(&t.m, x, n, yr) == 0);
+        for (int64_t i = 0; i < n * rows; i++) CHECK_MSG(same_result(y[i], yr[i]), "n=%lld out %lld: %a vs %a", (long long)n, (long long)i, y[i], yr[i]);
+        long long want = n <= 2 ? n * rows * kblocks : 0;
+        CHECK_MSG(taken == want, "n=%lld: integer path took %lld of %lld row blocks, expected %lld", (long long)n, taken,
+                  (long long)(n * rows * kblocks), want);
+    }
+    /* a pair: token 0 narrow everywhere, token 1 wide everywhere */
+    float *pair = make_acts(2 * cols, ACTS_QUANTISED);
+    for (int64_t c = 0; c < cols; c++) pair[c] = (float)((c % 61) - 30); /* small integers: narrow */
+    memcpy(pair + cols, x, sizeof(float) * cols);
+    long long before = di_simd_fp4q_integer_blocks();
+    CHECK(di_matmul_qa(NULL, &t.m, pair, 2, y) == 0);
+    CHECK_EQ_INT(di_simd_fp4q_integer_blocks() - before, 2 * rows * kblocks);
+    CHECK(di_matmul_ref_qa(&t.m, pair, 2, yr) == 0);
+    for (int64_t i = 0; i < 2 * rows; i++) CHECK_MSG(same_result(y[i], yr[i]), "pair out %lld: %a vs %a", (long long)i, y[i], yr[i]);
+    free(pair);
     free(x);
     free_fp4(&t);
 }
@@ -261,6 +301,7 @@ int main(void) {
     RUN_TEST(extreme_scales_keep_the_definition);
     RUN_TEST(non_finite_and_zero_activations_keep_the_definition);
     RUN_TEST(quantised_input_takes_the_integer_path);
+    RUN_TEST(wide_blocks_take_the_integer_path);
     RUN_TEST(tokens_are_bit_identical_across_batches_and_threads);
     RUN_TEST(block_order_is_the_same_product);
     RUN_TEST(hand_computed_block);

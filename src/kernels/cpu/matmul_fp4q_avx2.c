@@ -21,12 +21,24 @@
  * instead of four: one token measured 1.18-1.24x the float GEMV of matmul_avx2.c in cache and
  * 1.10-1.14x from DRAM on Zen 4 (kernel_ab, 512x1024 to 4096x4096), 1.07-1.09x ggml's mxfp4
  * (ggml_ab, 4096x4096, activation quantisation included on both sides); two tokens 1.00-1.08x,
- * four 0.88-0.96x.  Blocks that do not qualify (a value below 1/8 of the E4M3 range, non-finite
- * values, extreme scales) take the float path, block by block or tile by tile.
+ * four 0.88-0.96x.
+ *
+ * A block holding a value below 1/8 of the E4M3 range has no exact 16-bit image, but it always
+ * has an 18-bit one, A' = x / (u/8) (E4M3 values are multiples of 2^-9 of their scale, up to
+ * 448): a wide block.  Its two halves hi = A' >> 9 and lo = A' & 511 each go through vpmaddwd
+ * with the same looked-up codes and are joined as 512 hi + lo in one fma, exact because a lane's
+ * sum stays below 2^24 units (and for the same reason the float path's partial sums round
+ * nothing either, so the bits agree).  In a decode step about 15 % of the blocks of the
+ * experts' down projection (whose input, the SwiGLU output, has many values near zero) were
+ * wide, and went to the float path before: with the wide path one or two tokens of SwiGLU-like
+ * input ran 1.03-1.07x (kernel_ab), a ref-mode decode step 1.03-1.08x (decode_ab).  What is
+ * neither narrow nor wide (non-finite values, inputs not quantised, extreme scales) takes the
+ * float path, block by block or tile by tile.
  *
  * Two to four tokens (routed experts with several tokens) run together, each block's codes
  * looked up once for all of them: on the integer path while at most 1/16 of their blocks need
- * the float one, else on the float path, each block decoded once into floats as in
+ * the float one (for three or four tokens a wide block counts as float: MAX_WIDE_GROUP), else
+ * on the float path, each block decoded once into floats as in
  * matmul_avx2.c but in block order.  The activations are prepared once per call
  * (di_simd_fp4q_prepare) and read by every task. */
 #if !defined(__clang__) /* clang (the fuzz build) compiles this file for -march=native as is */
@@ -43,7 +55,8 @@
 #include <string.h>
 
 #define BLOCK 32          /* FP4 scale block along the input (§3.5) */
-#define MAX_INT_A 32767   /* |A| of the integer path: int16 activations */
+#define MAX_INT_A 32767   /* |A| of a narrow block: int16 activations */
+#define MAX_WIDE_A 262143 /* |A'| of a wide block: 18 bits, two int16 halves */
 #define F_EXP_MIN (-126)  /* the factor s*u/256 of the integer path must be a normal float32 */
 #define F_EXP_MAX 127
 #define UNIT_EXP_LIMIT 96 /* |log2 u| bound: keeps every partial sum and x itself finite */
@@ -96,12 +109,22 @@ static void fill_tables(void) {
 
 /* ---- the activations of one token, as both paths read them ---------------------------------- */
 
-/* Per token: xp, the floats in the float decoder's lane order; and per block either a 16-bit
- * integer image A = x / u (int_ok) or nothing. */
+/* How a block of one token's activations can be computed (block_integer_image). */
+enum { BLOCK_FLOAT = 0, BLOCK_NARROW = 1, BLOCK_WIDE = 2 };
+/* Which blocks of a token get the wide image: none (in a group of more than MAX_WIDE_GROUP),
+ * those that are not narrow (a token alone), or all (a pair: a block narrow for one token may
+ * be wide for the other, and then runs wide for both). */
+enum { WIDE_NONE, WIDE_ONLY, WIDE_ALL };
+
+/* Per token: xp, the floats in the float decoder's lane order; and per block its kind, the
+ * 16-bit integer image A = x / u of a narrow block, and the two halves of the 18-bit image
+ * A' = x / (u/8) = 512 hi + lo of every narrow or wide block. */
 typedef struct {
     const float *xp;      /* k32 floats: xp[32kb + 8g + 4h + k] = x[32kb + 8k + h + 2g] */
     const int16_t *a;     /* k32 int16: per block 16 for the vpshufb image "A", 16 for "B" */
-    const uint8_t *int_ok;/* per block: 1 = the integer path is exact here */
+    const int16_t *a_hi;  /* k32 int16 each, in the same word order: hi = A' >> 9 */
+    const int16_t *a_lo;  /* lo = A' & 511 */
+    const uint8_t *kind;  /* per block: BLOCK_FLOAT, BLOCK_NARROW or BLOCK_WIDE */
     const int16_t *f_off; /* per block: log2(u) - 8 - 128 (exponent of s*u/256 is b + f_off) */
 } TokenActs;
 
@@ -110,9 +133,10 @@ enum { MAX_GROUP = 4 };
 typedef struct {
     int nt;
     TokenActs tk[MAX_GROUP];
-    const int32_t *next_float; /* per block: the first block at or after it where a token is not int_ok */
-    int f_off_min, f_off_max;  /* over the tokens' int_ok blocks (an empty range when there is none) */
-    int64_t n_int_blocks;      /* blocks where every token is int_ok */
+    const int32_t *run_end;    /* per block: the first block at or after it where a token's is not narrow */
+    const uint8_t *wide;       /* per block: 1 when a token's is wide (and none float) */
+    int f_off_min, f_off_max;  /* the offsets the integer blocks may use (an empty range when none) */
+    int64_t n_int_blocks;      /* blocks where no token's is float */
 } TokenGroup;
 
 /* One block of 32 floats into the float path's lane order: register g, lane 4h + k = column
@@ -133,13 +157,28 @@ static inline void reorder_block(const float *x, __m256 out[4]) {
     out[3] = _mm256_permutevar8x32_ps(_mm256_castpd_ps(g3), spread);
 }
 
-/* The integer image of one reordered block when it is exact: the largest |x| fixes the unit
+/* The integer images of one reordered block, and its kind.  The largest |x| fixes the unit
  * u = 2^(e - 14) (e its binary exponent), the smallest power of two for which every |x| / u
- * stays below 2^15, so any unit that works is a multiple of it; the block qualifies when every
- * x / u is an integer (NaN and infinity do not; a subnormal quotient is no integer either).
- * Words as int_block's vpmaddwd reads them: image "A" half 0 word j = column 4j+2, half 1 =
+ * stays below 2^15, so any unit that works is a multiple of it.  The block is narrow when every
+ * x / u is an integer, wide when every x / (u/8) is one (below 2^18 then), else float (NaN and
+ * infinity are neither; a subnormal quotient is no integer either).  Quantised per §4.3, a
+ * block is E4M3 codes times one power of two, multiples of 2^-9 of it up to 448: wide always,
+ * narrow unless it holds a value below 1/8 of the E4M3 range.  Every narrow block is wide too
+ * (A' = 8A); want_wide says whether its wide image is written, and whether a block that is not
+ * narrow is tried as wide at all.
+ * Words as int_block_sum's vpmaddwd reads them: image "A" half 0 word j = column 4j+2, half 1 =
  * 4j+3, i.e. registers 1 and 3 of the reorder interleaved; "B" the same of registers 0 and 2. */
-static inline int block_integer_image(const __m256 xr[4], int16_t *a, int *unit_out) {
+static inline void store_image(const __m256i q[4], int16_t *a) {
+    /* packs: lane half 0 words = q1[0..3], q3[0..3] (columns 2,10,18,26, 6,14,22,30); the byte
+     * shuffle interleaves them to 2,6,10,...,30 (half 1 likewise with the odd columns) */
+    const __m256i inter = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
+                                           0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
+    _mm256_store_si256((__m256i *)a, _mm256_shuffle_epi8(_mm256_packs_epi32(q[1], q[3]), inter));
+    _mm256_store_si256((__m256i *)(a + 16), _mm256_shuffle_epi8(_mm256_packs_epi32(q[0], q[2]), inter));
+}
+
+static inline int block_integer_image(const __m256 xr[4], int want_wide, int16_t *a, int16_t *a_hi, int16_t *a_lo,
+                                      int *unit_out) {
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
     __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(xr[0], abs_mask), _mm256_and_ps(xr[1], abs_mask)),
                              _mm256_max_ps(_mm256_and_ps(xr[2], abs_mask), _mm256_and_ps(xr[3], abs_mask)));
@@ -151,45 +190,80 @@ static inline int block_integer_image(const __m256 xr[4], int16_t *a, int *unit_
     memcpy(&bits, &mx, sizeof bits);
     int e = (int)((bits >> 23) & 0xFF) - 127; /* the exponent of a normal max (all zero: see below) */
     int unit = mx == 0.0f ? 0 : e - 14;
-    if (bits >= 0x7F800000u || (mx != 0.0f && bits < 0x00800000u) || unit < -UNIT_EXP_LIMIT || unit > UNIT_EXP_LIMIT)
-        return 0;
-    const __m256 inv_u = _mm256_set1_ps(f32_from_bits((uint32_t)(127 - unit) << 23)), lim = _mm256_set1_ps(MAX_INT_A);
-    __m256i q[4];
-    int ok = 0xFF;
-    for (int g = 0; g < 4; g++) {
-        __m256 v = _mm256_mul_ps(xr[g], inv_u); /* exact where the quotient is an integer */
-        __m256 r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m256 good = _mm256_and_ps(_mm256_cmp_ps(v, r, _CMP_EQ_OQ), _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), lim, _CMP_LE_OQ));
-        ok &= _mm256_movemask_ps(good);
-        q[g] = _mm256_cvtps_epi32(v);
-    }
-    if (ok != 0xFF) return 0;
-    /* packs: lane half 0 words = q1[0..3], q3[0..3] (columns 2,10,18,26, 6,14,22,30); the byte
-     * shuffle interleaves them to 2,6,10,...,30 (half 1 likewise with the odd columns) */
-    const __m256i inter = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
-                                           0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
-    _mm256_store_si256((__m256i *)a, _mm256_shuffle_epi8(_mm256_packs_epi32(q[1], q[3]), inter));
-    _mm256_store_si256((__m256i *)(a + 16), _mm256_shuffle_epi8(_mm256_packs_epi32(q[0], q[2]), inter));
     *unit_out = unit;
-    return 1;
+    if (bits >= 0x7F800000u || (mx != 0.0f && bits < 0x00800000u) || unit < -UNIT_EXP_LIMIT || unit > UNIT_EXP_LIMIT)
+        return BLOCK_FLOAT;
+    const __m256 inv_u = _mm256_set1_ps(f32_from_bits((uint32_t)(127 - unit) << 23)), lim = _mm256_set1_ps(MAX_INT_A);
+    __m256 v[4];
+    __m256i q[4], hi[4], lo[4];
+    int narrow = 0xFF;
+    for (int g = 0; g < 4; g++) {
+        v[g] = _mm256_mul_ps(xr[g], inv_u); /* exact where the quotient is an integer */
+        __m256 r = _mm256_round_ps(v[g], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256 good = _mm256_and_ps(_mm256_cmp_ps(v[g], r, _CMP_EQ_OQ), _mm256_cmp_ps(_mm256_and_ps(v[g], abs_mask), lim, _CMP_LE_OQ));
+        narrow &= _mm256_movemask_ps(good);
+        q[g] = _mm256_cvtps_epi32(v[g]);
+    }
+    if (narrow == 0xFF && want_wide != WIDE_ALL) {
+        store_image(q, a);
+        return BLOCK_NARROW;
+    }
+    if (want_wide == WIDE_NONE) return BLOCK_FLOAT;
+    if (narrow == 0xFF) {
+        store_image(q, a);
+        for (int g = 0; g < 4; g++) { /* A' = 8A: hi = A >> 6, lo = 8 (A & 63) */
+            hi[g] = _mm256_srai_epi32(q[g], 6);
+            lo[g] = _mm256_slli_epi32(_mm256_and_si256(q[g], _mm256_set1_epi32(63)), 3);
+        }
+    } else {
+        const __m256 eight = _mm256_set1_ps(8.0f), lim8 = _mm256_set1_ps(MAX_WIDE_A);
+        int wide = 0xFF;
+        for (int g = 0; g < 4; g++) {
+            __m256 v8 = _mm256_mul_ps(v[g], eight); /* exact: a power of two */
+            __m256 r8 = _mm256_round_ps(v8, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            wide &= _mm256_movemask_ps(
+                _mm256_and_ps(_mm256_cmp_ps(v8, r8, _CMP_EQ_OQ), _mm256_cmp_ps(_mm256_and_ps(v8, abs_mask), lim8, _CMP_LE_OQ)));
+            __m256i qw = _mm256_cvtps_epi32(v8);
+            hi[g] = _mm256_srai_epi32(qw, 9); /* |A'| < 2^18: hi in -512 .. 511 */
+            lo[g] = _mm256_and_si256(qw, _mm256_set1_epi32(511));
+        }
+        if (wide != 0xFF) return BLOCK_FLOAT;
+    }
+    store_image(hi, a_hi);
+    store_image(lo, a_lo);
+    return narrow == 0xFF ? BLOCK_NARROW : BLOCK_WIDE;
 }
+
+/* Tokens are computed in groups (fp4q_rows_to): fours, then a three, a pair or one.  The size
+ * of token t's group among n. */
+static int group_size_of(int64_t n, int64_t t) {
+    int64_t left = n - t / 4 * 4;
+    return left >= 4 ? 4 : (int)left;
+}
+
+/* Wide blocks run on the integer path for groups of at most this many tokens (the others get
+ * no wide image).  Per row and token a wide block costs two more vpmaddwd, an add, a
+ * conversion and an fma than a narrow one; from three tokens on, the float path's block decoded
+ * once for all of them was faster (kernel_ab, Zen 4, SwiGLU-like inputs: four tokens 0.82x on
+ * the integer path). */
+#define MAX_WIDE_GROUP 2
 
 /* The prepared activations of a call (di_simd_fp4q_prepare), token after token: the reordered
  * floats, the integer image, the per-block offsets and flags, and the range of the offsets of
- * the int_ok blocks.  Prepared once per call, read by every task (a task's own preparation had
+ * the integer blocks.  Prepared once per call, read by every task (a task's own preparation had
  * cost ~10 % of a 96-row task). */
 static int64_t prepared_stride(int64_t k32) {
     int64_t kblocks = k32 / BLOCK;
-    int64_t n = k32 + k32 / 2 + (kblocks + 1) / 2 + (kblocks + 3) / 4 + 2;
+    int64_t n = k32 + 3 * (k32 / 2) + (kblocks + 1) / 2 + (kblocks + 3) / 4 + 2;
     return (n + 7) / 8 * 8; /* 32-byte aligned tokens */
 }
 
 /* Where token t's parts lie in the prepared buffer. */
 typedef struct {
     float *xp;
-    int16_t *img, *f_off;
-    uint8_t *int_ok;
-    int32_t *range; /* [0] lowest, [1] highest f_off of the int_ok blocks */
+    int16_t *img, *img_hi, *img_lo, *f_off;
+    uint8_t *kind;
+    int32_t *range; /* [0] lowest, [1] highest factor offset the integer blocks may use */
 } PreparedToken;
 
 static PreparedToken prepared_token(const float *prepared, int64_t k32, int64_t t) {
@@ -198,9 +272,11 @@ static PreparedToken prepared_token(const float *prepared, int64_t k32, int64_t 
     PreparedToken pt;
     pt.xp = base;
     pt.img = (int16_t *)(base + k32);
-    pt.f_off = (int16_t *)(base + k32 + k32 / 2);
-    pt.int_ok = (uint8_t *)(base + k32 + k32 / 2 + (kblocks + 1) / 2);
-    pt.range = (int32_t *)(base + k32 + k32 / 2 + (kblocks + 1) / 2 + (kblocks + 3) / 4);
+    pt.img_hi = pt.img + k32;
+    pt.img_lo = pt.img_hi + k32;
+    pt.f_off = (int16_t *)(base + k32 + 3 * (k32 / 2));
+    pt.kind = (uint8_t *)(base + k32 + 3 * (k32 / 2) + (kblocks + 1) / 2);
+    pt.range = (int32_t *)(base + k32 + 3 * (k32 / 2) + (kblocks + 1) / 2 + (kblocks + 3) / 4);
     return pt;
 }
 
@@ -212,9 +288,10 @@ void di_simd_fp4q_prepare(const DiSimdActs *a, float *prepared) {
     const int64_t k32 = a->k32, kblocks = k32 / BLOCK;
     for (int64_t t = 0; t < a->n_tokens; t++) {
         PreparedToken pt = prepared_token(prepared, k32, t);
+        int size = group_size_of(a->n_tokens, t), want_wide = size == 1 ? WIDE_ONLY : size <= MAX_WIDE_GROUP ? WIDE_ALL : WIDE_NONE;
         float *xp = pt.xp;
-        int16_t *img = pt.img, *f_off = pt.f_off;
-        uint8_t *int_ok = pt.int_ok;
+        int16_t *f_off = pt.f_off;
+        uint8_t *kind = pt.kind;
         const float *x = a->x + t * k32;
         int lo = 1 << 20, hi = -(1 << 20);
         for (int64_t kb = 0; kb < kblocks; kb++) {
@@ -222,10 +299,11 @@ void di_simd_fp4q_prepare(const DiSimdActs *a, float *prepared) {
             reorder_block(x + kb * BLOCK, xr);
             for (int g = 0; g < 4; g++) _mm256_store_ps(xp + kb * BLOCK + 8 * g, xr[g]);
             int unit = 0;
-            int_ok[kb] = (uint8_t)block_integer_image(xr, img + kb * BLOCK, &unit);
+            kind[kb] = (uint8_t)block_integer_image(xr, want_wide, pt.img + kb * BLOCK, pt.img_hi + kb * BLOCK,
+                                                    pt.img_lo + kb * BLOCK, &unit);
             f_off[kb] = (int16_t)(unit - 8 - 128);
-            if (int_ok[kb]) {
-                lo = f_off[kb] < lo ? f_off[kb] : lo;
+            if (kind[kb] != BLOCK_FLOAT) { /* wide blocks use f_off - 3 (the unit u/8) */
+                lo = f_off[kb] - 3 < lo ? f_off[kb] - 3 : lo;
                 hi = f_off[kb] > hi ? f_off[kb] : hi;
             }
         }
@@ -236,29 +314,37 @@ void di_simd_fp4q_prepare(const DiSimdActs *a, float *prepared) {
 
 int64_t di_simd_fp4q_scratch_floats(int64_t cols) {
     int64_t kblocks = (cols + BLOCK - 1) / BLOCK;
-    return (kblocks + 7) / 8 * 8; /* a group's run ends (int32), a multiple of 8 floats */
+    return (kblocks + (kblocks + 3) / 4 + 7) / 8 * 8; /* a group's run ends (int32) and wide flags */
 }
 
-/* Tokens t0 .. t0+nt-1 into a group; its run ends go to next_float (scratch). */
-static void group_of(const float *prepared, int64_t k32, int64_t t0, int nt, int32_t *next_float, TokenGroup *g) {
+/* Tokens t0 .. t0+nt-1 into a group; its run ends and wide flags go to scratch. */
+static void group_of(const float *prepared, int64_t k32, int64_t t0, int nt, float *scratch, TokenGroup *g) {
     int64_t kblocks = k32 / BLOCK;
     g->nt = nt;
     g->f_off_min = 1 << 20;
     g->f_off_max = -(1 << 20);
     for (int j = 0; j < nt; j++) {
         PreparedToken pt = prepared_token(prepared, k32, t0 + j);
-        g->tk[j] = (TokenActs){pt.xp, pt.img, pt.int_ok, pt.f_off};
+        g->tk[j] = (TokenActs){pt.xp, pt.img, pt.img_hi, pt.img_lo, pt.kind, pt.f_off};
         g->f_off_min = pt.range[0] < g->f_off_min ? pt.range[0] : g->f_off_min;
         g->f_off_max = pt.range[1] > g->f_off_max ? pt.range[1] : g->f_off_max;
     }
-    g->next_float = next_float;
+    int32_t *run_end = (int32_t *)scratch;
+    uint8_t *wide = (uint8_t *)(run_end + kblocks);
+    g->run_end = run_end;
+    g->wide = wide;
     g->n_int_blocks = 0;
     for (int64_t kb = kblocks - 1, next = kblocks; kb >= 0; kb--) {
-        bool all = true;
-        for (int j = 0; j < nt; j++) all = all && g->tk[j].int_ok[kb];
-        if (!all) next = kb;
+        bool all = true, any_wide = false;
+        for (int j = 0; j < nt; j++) {
+            all = all && g->tk[j].kind[kb] != BLOCK_FLOAT;
+            any_wide = any_wide || g->tk[j].kind[kb] == BLOCK_WIDE;
+        }
+        all = all && !(any_wide && nt > MAX_WIDE_GROUP);
+        if (!all || any_wide) next = kb;
         g->n_int_blocks += all;
-        next_float[kb] = (int32_t)next;
+        run_end[kb] = (int32_t)next;
+        wide[kb] = all && any_wide;
     }
 }
 
@@ -392,9 +478,43 @@ static inline __attribute__((always_inline)) void float_block_rows(const DiMatri
 #define FLOAT_TILE_ROWS(nt) ((nt) <= 2 ? 4 : 2)
 #define MAX_TILE_ROWS 8
 
+/* One block of the integer path for rows row[0 .. nr-1] (wide a constant at every call).
+ * Narrow: per token vpmaddwd against its 16-bit image, then fma(P, s*u/256, acc).  Wide: the
+ * two halves of A' through the same looked-up codes, joined as 512 hi + lo in one fma -- exact,
+ * since the block sum is below 2^24 units u/8 (4 terms of |d| <= 12 and |A'| < 2^18 per lane),
+ * so the join rounds nothing -- then applied with the factor of the unit u/8. */
+static inline __attribute__((always_inline)) void int_block_rows(const TokenGroup *g, int nt, bool wide,
+                                                                 const uint8_t *const *row, const uint8_t *const *srow,
+                                                                 int nr, int64_t kb, int64_t ahead, bool to_l1,
+                                                                 __m256i table, __m256i nib_hi,
+                                                                 __m256 acc[][MAX_GROUP]) {
+    const __m256 join = _mm256_set1_ps(512.0f);
+    const int16_t *hi[MAX_GROUP], *lo[MAX_GROUP];
+    const float *factor[MAX_GROUP]; /* [b]: a normal float (the caller checked) */
+    #pragma GCC unroll 16
+    for (int t = 0; t < nt; t++) {
+        hi[t] = (wide ? g->tk[t].a_hi : g->tk[t].a) + kb * BLOCK;
+        lo[t] = g->tk[t].a_lo + kb * BLOCK;
+        factor[t] = factor_base(g->tk[t].f_off[kb] - (wide ? 3 : 0));
+    }
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++) {
+        const uint8_t *p = row[i] + kb * (BLOCK / 2);
+        prefetch_fp4(p + ahead, to_l1);
+        __m256i ha, hb;
+        int_codes(p, table, nib_hi, &ha, &hb);
+        #pragma GCC unroll 16
+        for (int t = 0; t < nt; t++) {
+            __m256 sum = _mm256_cvtepi32_ps(int_block_sum(ha, hb, hi[t]));
+            if (wide) sum = _mm256_fmadd_ps(sum, join, _mm256_cvtepi32_ps(int_block_sum(ha, hb, lo[t])));
+            acc[i][t] = _mm256_fmadd_ps(sum, _mm256_broadcast_ss(&factor[t][srow[i][kb]]), acc[i][t]);
+        }
+    }
+}
+
 /* The group's tokens, rows r0 .. r0+nr-1, when every factor 2^(b + f_off) of these rows is a
- * normal float32: the integer path on blocks where every token is int_ok, the float path (out
- * of line) on the others.  nt and nr are constants. */
+ * normal float32: the integer path on blocks where no token's is float (narrow or wide), the
+ * float path (out of line) on the others.  nt and nr are constants. */
 static inline __attribute__((always_inline)) void int_tile(const DiMatrix *w, const TokenGroup *g, int nt, int64_t r0,
                                                            int nr, float *const *y, bool to_l1) {
     const int64_t kblocks = w->cols / BLOCK, row_bytes = w->cols / 2;
@@ -412,29 +532,13 @@ static inline __attribute__((always_inline)) void int_tile(const DiMatrix *w, co
         srow[i] = w->scale + (r0 + i) * kblocks;
     }
     for (int64_t kb = 0; kb < kblocks;) {
-        /* a run of integer blocks, then (rarely) one float block out of line */
-        for (int64_t end = g->next_float[kb]; kb < end; kb++) {
-            const int16_t *ab[MAX_GROUP];
-            const float *factor[MAX_GROUP]; /* [b]: a normal float (the caller checked) */
-            #pragma GCC unroll 16
-            for (int t = 0; t < nt; t++) {
-                ab[t] = g->tk[t].a + kb * BLOCK;
-                factor[t] = factor_base(g->tk[t].f_off[kb]);
-            }
-            #pragma GCC unroll 16
-            for (int i = 0; i < nr; i++) {
-                const uint8_t *p = row[i] + kb * (BLOCK / 2);
-                prefetch_fp4(p + ahead, to_l1);
-                __m256i ha, hb;
-                int_codes(p, table, nib_hi, &ha, &hb);
-                #pragma GCC unroll 16
-                for (int t = 0; t < nt; t++) {
-                    __m256i s32 = int_block_sum(ha, hb, ab[t]);
-                    acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_broadcast_ss(&factor[t][srow[i][kb]]), acc[i][t]);
-                }
-            }
-        }
-        if (kb < kblocks) {
+        /* a run of narrow blocks, then a wide one, or (rarely) a float one out of line */
+        for (int64_t end = g->run_end[kb]; kb < end; kb++)
+            int_block_rows(g, nt, false, row, srow, nr, kb, ahead, to_l1, table, nib_hi, acc);
+        if (nt <= MAX_WIDE_GROUP && kb < kblocks && g->wide[kb]) { /* nt a constant: no code for larger groups */
+            int_block_rows(g, nt, true, row, srow, nr, kb, ahead, to_l1, table, nib_hi, acc);
+            kb++;
+        } else if (kb < kblocks) {
             __m256 spill[MAX_TILE_ROWS * MAX_GROUP];
             #pragma GCC unroll 16
             for (int i = 0; i < nr; i++)
@@ -536,10 +640,9 @@ static inline __attribute__((always_inline)) void fp4q_rows_to(const DiMatrix *w
                                                                float *scratch, bool to_l1) {
     const int64_t k32 = a->k32;
     for (int64_t t = 0; t < a->n_tokens;) {
-        int64_t left = a->n_tokens - t;
-        int nt = left >= 4 ? 4 : (int)left; /* fours, then a three, a pair or one */
+        int nt = group_size_of(a->n_tokens, t); /* fours, then a three, a pair or one */
         TokenGroup g;
-        group_of(prepared, k32, t, nt, (int32_t *)scratch, &g);
+        group_of(prepared, k32, t, nt, scratch, &g);
         float *yt[MAX_GROUP];
         for (int j = 0; j < nt; j++) yt[j] = y + (t + j) * w->rows;
         switch (nt) {

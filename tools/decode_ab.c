@@ -1,0 +1,217 @@
+/* decode_ab.c — A/B of whole batch-1 decode steps of two builds of libdeepinfer.so in one process.
+ *
+ * kernel_ab compares one kernel; a decode step also pays for everything between the kernels
+ * (norms, mHC, attention, routing, the thread pool's hand-offs), and on the shared, noisy
+ * machine two bench_decode runs minutes apart differ by 20-30 %.  This tool loads both builds
+ * (dlopen, RTLD_LOCAL), loads the same checkpoint in each, and runs them in alternating rounds
+ * on the same tokens at the same positions: a round is a fresh state, the same prompt and a run
+ * of decode steps for one build, then the same for the other (which goes first alternates).
+ * A round's ratio is A's time over B's for the timed steps (B's speed relative to A).  It reports the median of the rounds' ratios with the quartiles,
+ * each build's median tokens/s, and whether the two builds' logits were the same bits at every
+ * step (they must be for a pure speed change).
+ *
+ *     make BUILD=/tmp/a lib     (old tree)      make BUILD=/tmp/b lib     (new tree)
+ *     build/decode_ab /tmp/a/libdeepinfer.so /tmp/b/libdeepinfer.so [ref|kvq|exact] [THREADS]
+ *
+ * Checkpoint: $DEEPINFER_BENCH_DIR, else bench_decode's default (the medium synthetic checkpoint,
+ * generated there on first use).  Defaults: ref numerics, 2 threads.
+ * Both builds must share model.h's Model layout up to its `pool` field (the tool sets it), which
+ * holds for any two trees that do not change that struct. */
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/state.h"
+
+#include "ab_common.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { ROUNDS = 61, PROMPT = 16, WARMUP = 2, STEPS = 16 };
+
+typedef Model *(*LoadFn)(const char *, NumericsMode);
+typedef void (*FreeFn)(Model *);
+typedef int (*MapFn)(const int32_t **, int64_t *);
+typedef int (*SetMapFn)(Model *, const int32_t *, int64_t);
+typedef RunState *(*StateCreateFn)(const ModelDims *);
+typedef void (*StateFreeFn)(RunState *);
+typedef int (*ForwardFn)(const Model *, RunState *, const int32_t *, int64_t, int64_t, float *, bool, ForwardTrace *);
+typedef DiThreadPool *(*PoolCreateFn)(int);
+typedef void (*PoolDestroyFn)(DiThreadPool *);
+typedef int (*EnsureFn)(const char *, const char *, int);
+typedef const char *(*LastErrorFn)(void);
+
+/* One build: its entry points, its model, pool, state and logits. */
+typedef struct {
+    const char *path;
+    LoadFn load;
+    FreeFn free_model;
+    MapFn token_map;
+    SetMapFn set_map;
+    StateCreateFn state_create;
+    StateFreeFn state_free;
+    ForwardFn forward;
+    PoolCreateFn pool_create;
+    PoolDestroyFn pool_destroy;
+    EnsureFn ensure;
+    LastErrorFn last_error;
+    Model *m;
+    DiThreadPool *pool;
+    RunState *st;
+    float *logits;
+} Build;
+
+
+static double quantile(double *v, int n, double q) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[(int)(q * (n - 1) + 0.5)];
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: decode_ab OLD.so NEW.so [ref|kvq|exact] [THREADS]\n"
+                    "  checkpoint: $DEEPINFER_BENCH_DIR, else bench_decode's medium checkpoint\n");
+    return 2;
+}
+
+static void *symbol(void *h, const char *path, const char *name, int *missing) {
+    void *p = dlsym(h, name);
+    if (!p) {
+        fprintf(stderr, "decode_ab: %s: no symbol %s\n", path, name);
+        *missing = 1;
+    }
+    return p;
+}
+
+static int open_build(Build *b, const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "decode_ab: %s\n", dlerror());
+        return -1;
+    }
+    int missing = 0;
+    b->path = path;
+    b->load = (LoadFn)symbol(h, path, "model_load", &missing);
+    b->free_model = (FreeFn)symbol(h, path, "model_free", &missing);
+    b->token_map = (MapFn)symbol(h, path, "di_tiny_engram_token_map", &missing);
+    b->set_map = (SetMapFn)symbol(h, path, "model_set_engram_token_map", &missing);
+    b->state_create = (StateCreateFn)symbol(h, path, "state_create", &missing);
+    b->state_free = (StateFreeFn)symbol(h, path, "state_free", &missing);
+    b->forward = (ForwardFn)symbol(h, path, "model_forward", &missing);
+    b->pool_create = (PoolCreateFn)symbol(h, path, "di_pool_create", &missing);
+    b->pool_destroy = (PoolDestroyFn)symbol(h, path, "di_pool_destroy", &missing);
+    b->ensure = (EnsureFn)symbol(h, path, "di_tiny_ensure_preset", &missing);
+    b->last_error = (LastErrorFn)symbol(h, path, "di_error_message", &missing);
+    return missing ? -1 : 0;
+}
+
+static int fail(const Build *b, const char *what) {
+    fprintf(stderr, "decode_ab: %s: %s: %s\n", b->path, what, b->last_error());
+    return -1;
+}
+
+static int load_model(Build *b, const char *dir, NumericsMode mode, int threads) {
+    const int32_t *map;
+    int64_t map_len;
+    if (!(b->m = b->load(dir, mode))) return fail(b, "loading the checkpoint");
+    if (b->token_map(&map, &map_len) != 0 || b->set_map(b->m, map, map_len) != 0) return fail(b, "engram token map");
+    if (!(b->pool = b->pool_create(threads))) return fail(b, "thread pool");
+    b->m->pool = b->pool;
+    if (!(b->logits = malloc((size_t)b->m->d.vocab * sizeof *b->logits))) return fail(b, "logits");
+    return 0;
+}
+
+/* The bench's token stream: deterministic, inside the vocabulary. */
+static int32_t token_at(int i, int vocab) { return (int32_t)((7 + 13 * i) % vocab); }
+
+/* A fresh state and the prompt (not timed). */
+static int start_round(Build *b) {
+    if (b->st) b->state_free(b->st);
+    if (!(b->st = b->state_create(&b->m->d))) return fail(b, "state");
+    int32_t prompt[PROMPT];
+    for (int i = 0; i < PROMPT; i++) prompt[i] = token_at(i, b->m->d.vocab);
+    if (b->forward(b->m, b->st, prompt, PROMPT, 0, b->logits, false, NULL) != 0) return fail(b, "prefill");
+    return 0;
+}
+
+static int step(Build *b, int s, double *seconds) {
+    int32_t tok = token_at(PROMPT + s, b->m->d.vocab);
+    double t0 = clock_s(CLOCK_MONOTONIC);
+    if (b->forward(b->m, b->st, &tok, 1, PROMPT + s, b->logits, false, NULL) != 0) return fail(b, "decode");
+    *seconds = clock_s(CLOCK_MONOTONIC) - t0;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3 || argc > 5) return usage();
+    NumericsMode mode = MODE_REF;
+    if (argc >= 4) {
+        if (strcmp(argv[3], "ref") == 0) mode = MODE_REF;
+        else if (strcmp(argv[3], "kvq") == 0) mode = MODE_KVQ;
+        else if (strcmp(argv[3], "exact") == 0) mode = MODE_EXACT;
+        else return usage();
+    }
+    int threads = 2;
+    if (argc == 5) {
+        char *end;
+        long t = strtol(argv[4], &end, 10);
+        if (*end || t < 1 || t > 256) return usage();
+        threads = (int)t;
+    }
+    char dir[1000];
+    const char *env = getenv("DEEPINFER_BENCH_DIR"), *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (env && *env) snprintf(dir, sizeof dir, "%s", env);
+    else if (cache && *cache) snprintf(dir, sizeof dir, "%s/deepinfer/bench-medium", cache);
+    else snprintf(dir, sizeof dir, "%s/.cache/deepinfer/bench-medium", home ? home : ".");
+
+    Build b[2] = {{0}, {0}};
+    if (open_build(&b[0], argv[1]) != 0 || open_build(&b[1], argv[2]) != 0) return 1;
+    if (b[0].ensure(dir, "medium", 1) != 0) return fail(&b[0], "make-tiny --config medium"), 1;
+    for (int i = 0; i < 2; i++)
+        if (load_model(&b[i], dir, mode, threads) != 0) return 1;
+    if (b[0].m->d.vocab != b[1].m->d.vocab) return fprintf(stderr, "decode_ab: the builds disagree on the vocabulary\n"), 1;
+
+    /* Each round runs one build's steps back to back, then the other's (which goes first
+     * alternates): steps of the two builds interleaved one by one had each build's idle pool
+     * threads spinning through the other's step, which favours the build that spins longer. */
+    int64_t V = b[0].m->d.vocab;
+    float *first = malloc((size_t)(WARMUP + STEPS) * (size_t)V * sizeof *first);
+    if (!first) return fprintf(stderr, "decode_ab: out of memory\n"), 1;
+    double ratio[ROUNDS], tps[2][ROUNDS];
+    long long steps_differing = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        double total[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            int i = r % 2 ? 1 - k : k;
+            if (start_round(&b[i]) != 0) return 1;
+            for (int s = 0; s < WARMUP + STEPS; s++) {
+                double t;
+                if (step(&b[i], s, &t) != 0) return 1;
+                if (s >= WARMUP) total[i] += t;
+                float *keep = first + (int64_t)s * V;
+                if (k == 0) memcpy(keep, b[i].logits, (size_t)V * sizeof *keep);
+                else steps_differing += memcmp(keep, b[i].logits, (size_t)V * sizeof *keep) != 0;
+            }
+        }
+        ratio[r] = total[0] / total[1];
+        tps[0][r] = STEPS / total[0];
+        tps[1][r] = STEPS / total[1];
+    }
+    free(first);
+    double q1 = quantile(ratio, ROUNDS, 0.25), med = quantile(ratio, ROUNDS, 0.5), q3 = quantile(ratio, ROUNDS, 0.75);
+    printf("decode batch 1, %s numerics, %d thread%s, %s (%d rounds x %d steps after a %d-token prompt):\n",
+           mode == MODE_REF ? "ref" : mode == MODE_KVQ ? "kvq" : "exact", threads, threads == 1 ? "" : "s", dir, ROUNDS,
+           STEPS, PROMPT);
+    printf("  A %.1f tokens/s  B %.1f tokens/s (medians)  B/A %.3f [quartiles %.3f %.3f]  %s\n",
+           quantile(tps[0], ROUNDS, 0.5), quantile(tps[1], ROUNDS, 0.5), med, q1, q3,
+           steps_differing ? "DIFFERENT LOGITS" : "same logits (bits) at every step");
+    for (int i = 0; i < 2; i++) {
+        b[i].state_free(b[i].st);
+        b[i].m->pool = NULL;
+        b[i].pool_destroy(b[i].pool);
+        b[i].free_model(b[i].m);
+        free(b[i].logits);
+    }
+    return 0;
+}
