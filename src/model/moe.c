@@ -172,6 +172,15 @@ static void hidden_task(void *ctx, int task, int thread) {
                 for (int64_t i = 0; i < n; i++) out[i] = gc[i] * (1.0f / (1.0f + e[i])) * uc[i] * rw;
             }
         }
+    /* §4.3: w2's input rows go through FP8 here, slice by slice, instead of after the job on one
+     * thread: r0 and len are multiples of 32 (plan_tasks; F is one, config.c), so
+     * the slices' blocks are the rows' blocks */
+    if (model_act_quant(j->m))
+        for (int64_t t = 0; t < cnt; t++)
+            if (di_roundtrip_fp8_block32(j->hidden + (s->off + t) * F + r0, (size_t)len) != 0) {
+                j->failed = 1;
+                return;
+            }
 }
 
 /* Job B task: out = w2 · hidden for one row slice of w2. */
@@ -218,7 +227,6 @@ static int run_experts(const Model *m, ExpertJob *j, int n_slots, int64_t total)
         di_errorf("expert up-projection failed");
         goto done;
     }
-    if (aq && di_roundtrip_fp8_block32(j->hidden, (size_t)(total * j->F)) != 0) goto done;
     di_pool_run(m->pool, n_b, down_task, j);
     if (j->failed) {
         di_errorf("expert down-projection failed");
