@@ -13,8 +13,10 @@
  *     make BUILD=/tmp/a lib     (old tree)      make BUILD=/tmp/b lib     (new tree)
  *     build/decode_ab /tmp/a/libdeepinfer.so /tmp/b/libdeepinfer.so [ref|kvq|exact] [THREADS]
  *
- * Checkpoint: $DEEPINFER_BENCH_DIR, else bench_decode's default (the medium synthetic checkpoint,
- * generated there on first use).  Defaults: ref numerics, 2 threads.
+ * Checkpoint: $DECODE_AB_MODEL as it is (one that make-tiny wrote, any preset: the tool uses the
+ * tiny tokenizer's Engram token map), else $DEEPINFER_BENCH_DIR, else bench_decode's default
+ * (the medium synthetic checkpoint, generated there on first use).  Defaults: ref numerics, 2
+ * threads.
  * Both builds must share model.h's Model layout up to its `pool` field (the tool sets it), which
  * holds for any two trees that do not change that struct. */
 #include "model/forward.h"
@@ -61,6 +63,7 @@ typedef struct {
     DiThreadPool *pool;
     RunState *st;
     float *logits;
+    int64_t n_tokens; /* token ids 0 .. n_tokens-1 are in both the vocabulary and the Engram map */
 } Build;
 
 
@@ -71,7 +74,8 @@ static double quantile(double *v, int n, double q) {
 
 static int usage(void) {
     fprintf(stderr, "usage: decode_ab OLD.so NEW.so [ref|kvq|exact] [THREADS]\n"
-                    "  checkpoint: $DEEPINFER_BENCH_DIR, else bench_decode's medium checkpoint\n");
+                    "  checkpoint: $DECODE_AB_MODEL (a make-tiny one, used as is), else $DEEPINFER_BENCH_DIR,\n"
+                    "  else bench_decode's medium checkpoint\n");
     return 2;
 }
 
@@ -116,27 +120,28 @@ static int load_model(Build *b, const char *dir, NumericsMode mode, int threads)
     int64_t map_len;
     if (!(b->m = b->load(dir, mode))) return fail(b, "loading the checkpoint");
     if (b->token_map(&map, &map_len) != 0 || b->set_map(b->m, map, map_len) != 0) return fail(b, "engram token map");
+    b->n_tokens = map_len < b->m->d.vocab ? map_len : b->m->d.vocab;
     if (!(b->pool = b->pool_create(threads))) return fail(b, "thread pool");
     b->m->pool = b->pool;
     if (!(b->logits = malloc((size_t)b->m->d.vocab * sizeof *b->logits))) return fail(b, "logits");
     return 0;
 }
 
-/* The bench's token stream: deterministic, inside the vocabulary. */
-static int32_t token_at(int i, int vocab) { return (int32_t)((7 + 13 * i) % vocab); }
+/* The token stream: deterministic, inside the vocabulary and the Engram map. */
+static int32_t token_at(int i, int64_t n_tokens) { return (int32_t)((7 + 13 * i) % n_tokens); }
 
 /* A fresh state and the prompt (not timed). */
 static int start_round(Build *b) {
     if (b->st) b->state_free(b->st);
     if (!(b->st = b->state_create(&b->m->d))) return fail(b, "state");
     int32_t prompt[PROMPT];
-    for (int i = 0; i < PROMPT; i++) prompt[i] = token_at(i, b->m->d.vocab);
+    for (int i = 0; i < PROMPT; i++) prompt[i] = token_at(i, b->n_tokens);
     if (b->forward(b->m, b->st, prompt, PROMPT, 0, b->logits, false, NULL) != 0) return fail(b, "prefill");
     return 0;
 }
 
 static int step(Build *b, int s, double *seconds) {
-    int32_t tok = token_at(PROMPT + s, b->m->d.vocab);
+    int32_t tok = token_at(PROMPT + s, b->n_tokens);
     double t0 = clock_s(CLOCK_MONOTONIC);
     if (b->forward(b->m, b->st, &tok, 1, PROMPT + s, b->logits, false, NULL) != 0) return fail(b, "decode");
     *seconds = clock_s(CLOCK_MONOTONIC) - t0;
@@ -160,17 +165,20 @@ int main(int argc, char **argv) {
         threads = (int)t;
     }
     char dir[1000];
-    const char *env = getenv("DEEPINFER_BENCH_DIR"), *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (env && *env) snprintf(dir, sizeof dir, "%s", env);
+    const char *model = getenv("DECODE_AB_MODEL"), *env = getenv("DEEPINFER_BENCH_DIR"), *cache = getenv("XDG_CACHE_HOME"),
+               *home = getenv("HOME");
+    if (model && *model) snprintf(dir, sizeof dir, "%s", model);
+    else if (env && *env) snprintf(dir, sizeof dir, "%s", env);
     else if (cache && *cache) snprintf(dir, sizeof dir, "%s/deepinfer/bench-medium", cache);
     else snprintf(dir, sizeof dir, "%s/.cache/deepinfer/bench-medium", home ? home : ".");
 
     Build b[2] = {{0}, {0}};
     if (open_build(&b[0], argv[1]) != 0 || open_build(&b[1], argv[2]) != 0) return 1;
-    if (b[0].ensure(dir, "medium", 1) != 0) return fail(&b[0], "make-tiny --config medium"), 1;
+    if (!(model && *model) && b[0].ensure(dir, "medium", 1) != 0) return fail(&b[0], "make-tiny --config medium"), 1;
     for (int i = 0; i < 2; i++)
         if (load_model(&b[i], dir, mode, threads) != 0) return 1;
-    if (b[0].m->d.vocab != b[1].m->d.vocab) return fprintf(stderr, "decode_ab: the builds disagree on the vocabulary\n"), 1;
+    if (b[0].m->d.vocab != b[1].m->d.vocab || b[0].n_tokens != b[1].n_tokens)
+        return fprintf(stderr, "decode_ab: the builds disagree on the vocabulary\n"), 1;
 
     /* Each round runs one build's steps back to back, then the other's (which goes first
      * alternates): steps of the two builds interleaved one by one had each build's idle pool
