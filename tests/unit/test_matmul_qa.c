@@ -198,6 +198,16 @@ TEST(wide_blocks_take_the_integer_path) {
     CHECK(di_matmul_ref_qa(&t.m, pair, 2, yr) == 0);
     for (int64_t i = 0; i < 2 * rows; i++) CHECK_MSG(same_result(y[i], yr[i]), "pair out %lld: %a vs %a", (long long)i, y[i], yr[i]);
     free(pair);
+    /* scale bytes over the whole UE8M0 range: the tiles whose wide factor 2^(b + f_off - 3)
+     * would leave the normal range take the float path; the bits stay the definition's */
+    Fp4Matrix e = make_fp4(rows, cols, 0, 255);
+    for (int64_t n = 1; n <= 2; n++) {
+        CHECK(di_matmul_qa(NULL, &e.m, x, n, y) == 0);
+        CHECK(di_matmul_ref_qa(&e.m, x, n, yr) == 0);
+        for (int64_t i = 0; i < n * rows; i++)
+            CHECK_MSG(same_result(y[i], yr[i]), "extreme scales n=%lld out %lld: %a vs %a", (long long)n, (long long)i, y[i], yr[i]);
+    }
+    free_fp4(&e);
     free(x);
     free_fp4(&t);
 }
