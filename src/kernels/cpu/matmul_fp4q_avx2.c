@@ -204,18 +204,15 @@ static inline int block_integer_image(const __m256 xr[4], int want_wide, int16_t
         narrow &= _mm256_movemask_ps(good);
         q[g] = _mm256_cvtps_epi32(v[g]);
     }
-    if (narrow == 0xFF && want_wide != WIDE_ALL) {
-        store_image(q, a);
-        return BLOCK_NARROW;
-    }
-    if (want_wide == WIDE_NONE) return BLOCK_FLOAT;
     if (narrow == 0xFF) {
         store_image(q, a);
+        if (want_wide != WIDE_ALL) return BLOCK_NARROW;
         for (int g = 0; g < 4; g++) { /* A' = 8A: hi = A >> 6, lo = 8 (A & 63) */
             hi[g] = _mm256_srai_epi32(q[g], 6);
             lo[g] = _mm256_slli_epi32(_mm256_and_si256(q[g], _mm256_set1_epi32(63)), 3);
         }
     } else {
+        if (want_wide == WIDE_NONE) return BLOCK_FLOAT;
         const __m256 eight = _mm256_set1_ps(8.0f), lim8 = _mm256_set1_ps(MAX_WIDE_A);
         int wide = 0xFF;
         for (int g = 0; g < 4; g++) {
@@ -340,7 +337,7 @@ static void group_of(const float *prepared, int64_t k32, int64_t t0, int nt, flo
             all = all && g->tk[j].kind[kb] != BLOCK_FLOAT;
             any_wide = any_wide || g->tk[j].kind[kb] == BLOCK_WIDE;
         }
-        all = all && !(any_wide && nt > MAX_WIDE_GROUP);
+        /* (prepare gave no token of a larger group than MAX_WIDE_GROUP a wide block) */
         if (!all || any_wide) next = kb;
         g->n_int_blocks += all;
         run_end[kb] = (int32_t)next;

@@ -8,7 +8,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -70,12 +69,9 @@ static float weight_at(const DiMatrix *w, int64_t r, int64_t c) {
 int di_matrix_row(const DiMatrix *w, int64_t r, float *out) {
     if (di_matrix_validate(w, "matrix") != 0) return -1;
     if (r < 0 || r >= w->rows || !out) return di_errorf("matrix row %lld out of range [0, %lld)", (long long)r, (long long)w->rows);
-    if (w->format == DI_MAT_BF16) { /* the embeddings, read every token: a bf16 is the top half of its float */
+    if (w->format == DI_MAT_BF16) { /* the embeddings, read every token: one loop, not weight_at's switch per value */
         const uint16_t *h = (const uint16_t *)w->data + r * w->cols;
-        for (int64_t c = 0; c < w->cols; c++) {
-            uint32_t bits = (uint32_t)h[c] << 16;
-            memcpy(&out[c], &bits, sizeof bits);
-        }
+        for (int64_t c = 0; c < w->cols; c++) out[c] = di_bf16_to_f32(h[c]);
         return 0;
     }
     for (int64_t c = 0; c < w->cols; c++) out[c] = weight_at(w, r, c);
