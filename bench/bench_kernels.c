@@ -289,8 +289,12 @@ int main(void) {
         printf("FP8 GEMM >= 50%% of this sgemm on one thread: %s\n", gemm_part(&s, pools) ? "met" : "NOT met");
         return 0;
     }
+    double subnormal_slowdown = 0;
+    const char *fp8_route = di_matmul_fp8_gemv_route(&subnormal_slowdown);
     printf("bench_kernels: backend %s, OpenBLAS core %s; medians of %d alternating kernel/baseline pairs\n",
            di_matmul_backend(), openblas_get_corename(), PAIRS);
+    printf("bench_kernels: FP8 GEMV route %s (float32 subnormal operands %.1fx slower than normal ones here)\n",
+           fp8_route ? fp8_route : "?", subnormal_slowdown);
     printf("%-34s %-9s %10s %10s %8s\n", "kernel", "threads", "kernel", "baseline", "ratio");
     settle(&s);
     for (int th = 0; th < 2; th++) {

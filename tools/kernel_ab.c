@@ -21,6 +21,9 @@
  *                          (M larger than the L3 cache: every call reads its weights from DRAM);
  *   KERNEL_AB_TASK_ROWS=R  each call is split into row slices of R rows, as matmul.c's tasks
  *                          (fp8: R a multiple of 32).
+ * KERNEL_AB_FP8_SUBNORMALS=RATE draws FP8 codes from the normal ones and makes each an E4M3
+ * subnormal with probability RATE (default: every code alike, 7 in 127 magnitudes subnormal; the
+ * checkpoints' block-scaled weights hold ~1e-4, see bench/ggml_comparison.md).
  * KERNEL_AB_ACTS=swiglu draws the activations as silu(g) * u with g and u about N(0, 1), the
  * heavy-tailed input of an expert's down projection (default: uniform in [-1, 1]).
  * And two select what is compared:
@@ -95,6 +98,10 @@ static int parse_format(const char *s, DiMatFormat *f) {
     return -1;
 }
 
+/* KERNEL_AB_FP8_SUBNORMALS=RATE: FP8 codes drawn from the normal ones, each replaced by an E4M3
+ * subnormal (exponent field 0, mantissa 1..7) with probability RATE; -1: every code alike. */
+static double fp8_subnormal_rate = -1;
+
 /* The library's byte counts of a matrix's data and scale (matmul.h), from the first build. */
 static BytesFn matrix_data_bytes, matrix_scale_bytes;
 
@@ -111,6 +118,11 @@ static int random_matrix(DiMatrix *m, DiMatFormat f, int64_t rows, int64_t cols)
     for (int64_t i = 0; i < bytes; i++) {
         uint8_t v = (uint8_t)rnd();
         d[i] = f == DI_MAT_FP8_BLOCK && (v & 0x7F) == 0x7F ? 0x7E : v; /* no NaN codes */
+        if (f == DI_MAT_FP8_BLOCK && fp8_subnormal_rate >= 0) { /* normal codes, subnormals at the rate */
+            bool subnormal = (double)rnd() / 4294967296.0 < fp8_subnormal_rate;
+            uint8_t magnitude = subnormal ? (uint8_t)(1 + rnd() % 7) : (uint8_t)(8 + rnd() % 0x77);
+            d[i] = (uint8_t)((v & 0x80) | magnitude);
+        }
     }
     if (f == DI_MAT_BF16)
         for (int64_t i = 0; i < rows * cols; i++) ((uint16_t *)d)[i] = (uint16_t)(0x3F80 + (rnd() & 0x7F) + ((rnd() & 1) << 15));
@@ -192,6 +204,16 @@ int main(int argc, char **argv) {
     if (fp4q_prepared && !prepared) {
         fprintf(stderr, "kernel_ab: out of memory\n");
         return 1;
+    }
+    const char *sub_env = getenv("KERNEL_AB_FP8_SUBNORMALS");
+    if (sub_env && *sub_env) {
+        char *end;
+        errno = 0;
+        fp8_subnormal_rate = strtod(sub_env, &end);
+        if (errno || *end || !(fp8_subnormal_rate >= 0 && fp8_subnormal_rate <= 1)) {
+            fprintf(stderr, "kernel_ab: KERNEL_AB_FP8_SUBNORMALS=%s: expected a rate in [0, 1]\n", sub_env);
+            return 2;
+        }
     }
     if (random_matrix(&m, format, rows, cols) != 0 || !x || !y[0] || !y[1] || !scratch) {
         fprintf(stderr, "kernel_ab: out of memory\n");

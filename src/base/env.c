@@ -75,6 +75,11 @@ static int check_kernels(const char *name, const char *v) {
     return di_errorf("%s='%s': expected auto, ref or simd", name, v);
 }
 
+static int check_fp8_gemv(const char *name, const char *v) {
+    if (strcmp(v, "auto") == 0 || strcmp(v, "f32") == 0 || strcmp(v, "fp16") == 0) return 0;
+    return di_errorf("%s='%s': expected auto, f32 or fp16", name, v);
+}
+
 static int check_any(const char *name, const char *v) {
     (void)name;
     (void)v;
@@ -97,6 +102,7 @@ static const EnvVar known[] = {
     {"DEEPINFER_LOG_LEVEL", check_log_level},
     {"DEEPINFER_NUM_THREADS", check_threads},
     {"DEEPINFER_KERNELS", check_kernels},
+    {"DEEPINFER_FP8_GEMV", check_fp8_gemv},
     {"DEEPINFER_API_KEY", check_any},
     {"DEEPINFER_LIB", check_any}, /* the Python binding's library override */
     {"DEEPINFER_BENCH_DIR", check_any},  /* bench_decode's checkpoint cache */

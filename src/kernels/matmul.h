@@ -71,6 +71,14 @@ int di_matmul_qa(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t 
  * auto | ref | simd overrides the cpuid choice); NULL with an error for a bad DEEPINFER_KERNELS. */
 const char *di_matmul_backend(void);
 
+/* How the SIMD FP8 GEMV widens E4M3 codes here: "f32" (float32 patterns, where float32 subnormal
+ * operands run at full speed) or "fp16" (through FP16, where they take an assist, as on Intel
+ * cores); "reference" under the scalar backend.  The same bits either way.  DEEPINFER_FP8_GEMV =
+ * auto | f32 | fp16 overrides the probe made once per process; NULL with an error for a bad
+ * DEEPINFER_KERNELS or DEEPINFER_FP8_GEMV.  *subnormal_slowdown (when not NULL, SIMD only): the
+ * probe's ratio of a multiply-add chain's time on a subnormal operand to its time on a normal one. */
+const char *di_matmul_fp8_gemv_route(double *subnormal_slowdown);
+
 /* True when di_matmul takes the SIMD kernels.  The other kernels with an AVX2 version (the FP8
  * round trip, di_expf_row) follow the same choice, so DEEPINFER_KERNELS=ref makes every kernel
  * the scalar definition.  False on a bad DEEPINFER_KERNELS too (the matmul reports it). */

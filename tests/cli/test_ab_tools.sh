@@ -15,6 +15,9 @@ build/kernel_ab >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "kernel_ab without ar
 KERNEL_AB_ACTS=gaussian build/kernel_ab $LIB $LIB fp4 64 64 gemv 1 >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "bad KERNEL_AB_ACTS must exit 2"
 out=$(KERNEL_AB_ACTS=swiglu KERNEL_AB_QUANTISED=1 KERNEL_AB_ENTRY_A=fp4q KERNEL_AB_ENTRY_B=fp4q build/kernel_ab $LIB $LIB fp4 64 256 gemv 1 2 2>&1)
 case "$out" in *"n=  1"*"same bits"*"n=  2"*"same bits"*) ok ;; *) bad "kernel_ab fp4q against itself: $out" ;; esac
+KERNEL_AB_FP8_SUBNORMALS=2 build/kernel_ab $LIB $LIB fp8 64 64 gemv 1 >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "KERNEL_AB_FP8_SUBNORMALS out of [0, 1] must exit 2"
+out=$(KERNEL_AB_FP8_SUBNORMALS=0.01 DEEPINFER_FP8_GEMV=fp16 build/kernel_ab $LIB $LIB fp8 64 256 gemv 1 3 2>&1)
+case "$out" in *"n=  1"*"same bits"*"n=  3"*"same bits"*) ok ;; *) bad "kernel_ab fp8 with subnormal codes against itself: $out" ;; esac
 
 build/decode_ab >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "decode_ab without arguments must exit 2"
 build/decode_ab $LIB $LIB fast >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "decode_ab with an unknown mode must exit 2"

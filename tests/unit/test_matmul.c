@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/threadpool.h"
 #include "kernels/matmul.h"
+#include "kernels/cpu/matmul_simd.h"
 #include "kernels/numformats.h"
 
 #include <stdint.h>
@@ -264,7 +265,8 @@ static void check_batch_invariance(DiMatFormat f, int64_t rows, int64_t cols) {
  * with activations near the float32 limits takes the plain path.  Either way the token's
  * outputs alone (GEMV) equal its outputs inside a batch (panel GEMM), bit for bit. */
 TEST(fp8_gemv_with_extreme_activations_stays_batch_invariant) {
-    /* The factor is 2^(b-7) on the default float32-pattern route (2^(b-119) on the FP16 one). */
+    /* The factor is 2^(b-7) on the float32-pattern route, 2^(b-119) on the FP16 one: either
+     * route this machine takes sees one row block on each path (fp8_gemv_routes_agree runs both). */
     TestMatrix t = make_matrix(DI_MAT_FP8_BLOCK, 64, 96, 110, 135);
     for (int kb = 0; kb < 3; kb++) {
         t.scale[kb] = 110;    /* rows 0..31: 2e33 * 2^103 overflows -> plain path */
@@ -290,6 +292,63 @@ TEST(fp8_gemv_with_extreme_activations_stays_batch_invariant) {
         if (isinf(ref[r])) CHECK(alone[r] == ref[r]); /* both overflow the same way */
         else CHECK_MSG(fabs((double)alone[r] - ref[r]) <= 2.0 * 96 * 0x1p-24 * mag, "row %d: %.9g vs %.9g", r, alone[r], ref[r]);
     }
+    free(x);
+    free_matrix(&t);
+}
+
+/* The FP8 GEMV's two ways of widening E4M3 (float32 patterns, or through FP16; the process takes
+ * one, di_matmul_fp8_gemv_route) give the same bits as each other and as the panel GEMM, on every
+ * code (subnormals included), for 1 to 5 tokens, full and partial column blocks, and scale bytes
+ * for which one route prescales the activations and the other takes the plain path. */
+static void check_fp8_routes(const TestMatrix *t, const float *x, int64_t n) {
+    int64_t rows = t->m.rows, k32 = (t->m.cols + 31) / 32 * 32;
+    float *xp = calloc((size_t)(n * k32), sizeof(float));
+    float *y[3], *scratch = aligned_alloc(32, sizeof(float) * (size_t)(di_simd_scratch_floats(t->m.cols, true) + 4 * k32));
+    for (int i = 0; i < 3; i++) y[i] = malloc(sizeof(float) * (size_t)(n * rows));
+    for (int64_t j = 0; j < n; j++) memcpy(xp + j * k32, x + j * t->m.cols, sizeof(float) * (size_t)t->m.cols);
+    DiSimdActs a = {.x = xp, .n_tokens = n, .k32 = k32};
+    di_simd_fp8_gemv_rows_on(DI_FP8_GEMV_F32, &t->m, &a, y[0], 0, rows, scratch);
+    di_simd_fp8_gemv_rows_on(DI_FP8_GEMV_FP16, &t->m, &a, y[1], 0, rows, scratch);
+    di_simd_gemm_rows(&t->m, &a, y[2], 0, rows, scratch);
+    CHECK_MSG(memcmp(y[0], y[1], sizeof(float) * (size_t)(n * rows)) == 0, "[%lld x %lld] n=%lld: f32 and fp16 routes differ",
+              (long long)rows, (long long)t->m.cols, (long long)n);
+    CHECK_MSG(memcmp(y[0], y[2], sizeof(float) * (size_t)(n * rows)) == 0, "[%lld x %lld] n=%lld: GEMV and GEMM differ",
+              (long long)rows, (long long)t->m.cols, (long long)n);
+    for (int i = 0; i < 3; i++) free(y[i]);
+    free(scratch);
+    free(xp);
+}
+
+TEST(fp8_gemv_routes_agree) {
+    const int64_t cols[] = {256, 300};
+    for (int ci = 0; ci < 2; ci++) {
+        /* scale bytes 100..150: the float32 route's factor 2^(b-7) overflows the prescale above
+         * b = 133, the FP16 route's 2^(b-119) never does here */
+        TestMatrix t = make_matrix(DI_MAT_FP8_BLOCK, 96, cols[ci], 100, 150);
+        float *x = rnd_acts(5 * cols[ci]);
+        x[7] = 3e-38f; /* prescaled to a subnormal on the FP16 route at small scale bytes */
+        for (int64_t n = 1; n <= 5; n++) check_fp8_routes(&t, x, n);
+        free(x);
+        free_matrix(&t);
+    }
+}
+
+TEST(fp8_gemv_route_follows_env) {
+    TestMatrix t = make_matrix(DI_MAT_FP8_BLOCK, 32, 64, 120, 125);
+    float *x = rnd_acts(64), y[32];
+    double slowdown = 0;
+    const char *route = di_matmul_fp8_gemv_route(&slowdown);
+    CHECK(route && (strcmp(route, "f32") == 0 || strcmp(route, "fp16") == 0));
+    CHECK_MSG(slowdown > 0 && isfinite(slowdown), "probe ratio %g", slowdown);
+    setenv("DEEPINFER_FP8_GEMV", "fastest", 1);
+    CHECK(di_matmul_fp8_gemv_route(NULL) == NULL);
+    CHECK(di_matmul(NULL, &t.m, x, 1, y) == -1);
+    CHECK(strstr(di_error_message(), "DEEPINFER_FP8_GEMV=fastest") != NULL);
+    setenv("DEEPINFER_KERNELS", "ref", 1); /* the scalar backend has no route to choose */
+    CHECK_STR(di_matmul_fp8_gemv_route(NULL), "reference");
+    unsetenv("DEEPINFER_KERNELS");
+    unsetenv("DEEPINFER_FP8_GEMV");
+    CHECK(di_matmul(NULL, &t.m, x, 1, y) == 0);
     free(x);
     free_matrix(&t);
 }
@@ -349,6 +408,8 @@ int main(void) {
     RUN_TEST(every_fp4_code_and_scale_decodes_exactly);
     RUN_TEST(bf16_and_f32_decode_exactly);
     RUN_TEST(fp8_gemv_with_extreme_activations_stays_batch_invariant);
+    RUN_TEST(fp8_gemv_routes_agree);
+    RUN_TEST(fp8_gemv_route_follows_env);
     RUN_TEST(rows_are_bit_identical_across_batches_and_threads);
     RUN_TEST(bad_input_is_an_error);
     RUN_TEST(backend_choice_follows_env);

@@ -140,7 +140,9 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     const char *backend = di_matmul_backend();
-    if (!backend) {
+    double subnormal_slowdown = 0;
+    const char *fp8_route = backend ? di_matmul_fp8_gemv_route(&subnormal_slowdown) : NULL;
+    if (!backend || !fp8_route) {
         fprintf(stderr, "deepinfer bench: %s\n", di_error_message());
         return 1;
     }
@@ -156,6 +158,9 @@ int cmd_bench(int argc, char **argv) {
     for (long long i = 0; i < tokens * cols; i++) x[i] = (float)((int)(i * 40503u % 2001u) - 1000) * 1e-3f;
     printf("deepinfer bench: kernels %s, %d threads, W [%lld x %lld], GEMM n = %lld, median of %d runs\n", backend,
            di_pool_threads(pool), rows, cols, tokens, RUNS);
+    if (strcmp(fp8_route, "reference") != 0)
+        printf("deepinfer bench: FP8 GEMV widens through %s (float32 subnormal operands %.1fx slower than normal ones)\n",
+               fp8_route, subnormal_slowdown);
     printf("%-6s %10s %12s %12s\n", "format", "GEMV GF/s", "GEMV GB/s", "GEMM GF/s");
     static const struct { DiMatFormat f; const char *name; } formats[] = {
         {DI_MAT_FP8_BLOCK, "fp8"}, {DI_MAT_FP4_ROW32, "fp4"}, {DI_MAT_BF16, "bf16"}, {DI_MAT_F32, "f32"}};

@@ -58,6 +58,21 @@ static int choose_backend(Backend *out) {
     } else {
         return di_errorf("DEEPINFER_KERNELS=%s: expected auto, ref or simd", env);
     }
+    DiFp8GemvRoute route;
+    if (*out == BACKEND_SIMD && di_fp8_gemv_route_from_env(&route) != 0) return -1;
+    return 0;
+}
+
+int di_fp8_gemv_route_from_env(DiFp8GemvRoute *route) {
+    const char *env = getenv("DEEPINFER_FP8_GEMV");
+    if (!env || !*env || strcmp(env, "auto") == 0)
+        *route = DI_FP8_GEMV_AUTO;
+    else if (strcmp(env, "f32") == 0)
+        *route = DI_FP8_GEMV_F32;
+    else if (strcmp(env, "fp16") == 0)
+        *route = DI_FP8_GEMV_FP16;
+    else
+        return di_errorf("DEEPINFER_FP8_GEMV=%s: expected auto, f32 or fp16", env);
     return 0;
 }
 
@@ -65,6 +80,13 @@ const char *di_matmul_backend(void) {
     Backend b;
     if (choose_backend(&b) != 0) return NULL;
     return b == BACKEND_SIMD ? "avx2-fma" : "reference";
+}
+
+const char *di_matmul_fp8_gemv_route(double *subnormal_slowdown) {
+    Backend b;
+    if (choose_backend(&b) != 0) return NULL;
+    if (b != BACKEND_SIMD) return "reference";
+    return di_simd_fp8_gemv_route(subnormal_slowdown) == DI_FP8_GEMV_FP16 ? "fp16" : "f32";
 }
 
 bool di_kernels_use_simd(void) {

@@ -38,6 +38,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #define GROUP 8        /* floats per ymm register: the lane count of the reduction order */
 #define BLOCK 32       /* scale block along the input (§3.4, §3.5) */
@@ -206,39 +207,94 @@ static inline void e4m3_block_widen(const uint8_t *p, uint16_t *stage, __m256 ou
 #endif
 }
 
-/* The prescaled GEMV tiles (below) widen E4M3 codes to float32 bit patterns directly: the byte
- * sign-extended to 32 bits, shifted left by 20 and masked (sign to bit 31, exponent to bits
- * 26..23, mantissa to 22..20) is the float32 pattern of code * 2^-120, subnormal codes landing
- * on float32 subnormals.  Three cheap uops per eight weights against the FP16 route's shuffle,
- * shift, mask and two-uop vcvtph2ps: in L1, 16.9 against 12.2 G weights/s on Zen 3 (a standalone
- * loop of 8 rows x 4096), the same with 25 % subnormal codes -- Zen 3 multiplies float32
- * subnormal operands at full speed.  The Intel cores of an earlier session did not (~100 cycles
- * per subnormal operand); FP8_GEMV_VIA_FP16=1 keeps the FP16 route there.  The 2^120 goes onto
- * the activations with the block scale, so the prescale range check depends on the route. */
-#ifndef FP8_GEMV_VIA_FP16
-#define FP8_GEMV_VIA_FP16 0
-#endif
-#if FP8_GEMV_VIA_FP16
-#define FP8_GEMV_CODE_EXP (-8)   /* the widened weights are code * 2^FP8_GEMV_CODE_EXP */
-#else
-#define FP8_GEMV_CODE_EXP (-120)
-#endif
+/* The prescaled GEMV tiles (below) widen E4M3 codes one of two ways, the same products either way:
+ *   float32 route: the byte sign-extended to 32 bits, shifted left by 20 and masked (sign to bit
+ *       31, exponent to bits 26..23, mantissa to 22..20) is the float32 pattern of code * 2^-120,
+ *       subnormal codes landing on float32 subnormals.  Three cheap uops per eight weights
+ *       against the FP16 route's shuffle, shift, mask and two-uop vcvtph2ps: in L1, 16.9 against
+ *       12.2 G weights/s on Zen 3 (a standalone loop of 8 rows x 4096), the same with 25 %
+ *       subnormal codes -- Zen 3 multiplies float32 subnormal operands at full speed;
+ *   FP16 route (e4m3_block_widen): code * 2^-8, subnormal codes landing on normal float32.
+ * Intel cores take a microcode assist of ~100 cycles for every float32 subnormal operand.  On the
+ * Intel Xeon (AVX-512, AMX) of the 2026-12-05 session, FP8 GEMV 4096x4096, one token, one thread
+ * (kernel_ab, KERNEL_AB_FP8_SUBNORMALS), float32 route against FP16 route in GFLOP/s:
+ *   random codes (7 of 127 magnitudes subnormal)           1.4 against 30.2
+ *   1e-3 of the codes subnormal                            24.3 against 30.8
+ *   1e-4 (block-scaled Gaussian weights: the medium bench   37.9 against 30.7
+ *         checkpoint holds 1.2e-4)
+ *   none                                                   40.6 against 30.6
+ * So the route is chosen per process (di_simd_fp8_gemv_route): the float32
+ * route where a probe finds subnormal operands at full speed, else the FP16 route, whose speed
+ * never depends on the codes.  DEEPINFER_FP8_GEMV=f32|fp16 overrides the probe.  The 2^-code_exp
+ * goes onto the activations with the block scale, so the prescale range check depends on the
+ * route. */
+#define FP8_CODE_EXP_F32 (-120) /* the widened weights are code * 2^code_exp */
+#define FP8_CODE_EXP_FP16 (-8)
 
-/* The exponent of the factor 2^(b-127) / 2^FP8_GEMV_CODE_EXP that the prescaled activations carry. */
-static inline int fp8_gemv_factor_exp(uint8_t b) { return (int)b - 127 - FP8_GEMV_CODE_EXP; }
+static inline int fp8_code_exp(bool via_fp16) { return via_fp16 ? FP8_CODE_EXP_FP16 : FP8_CODE_EXP_F32; }
 
-static inline void e4m3_block_gemv_widen(const uint8_t *p, uint16_t *stage, __m256 out[4]) {
-#if FP8_GEMV_VIA_FP16
-    e4m3_block_widen(p, stage, out);
-#else
-    (void)stage;
+/* The exponent of the factor 2^(b-127) / 2^code_exp that the prescaled activations carry. */
+static inline int fp8_gemv_factor_exp(uint8_t b, bool via_fp16) { return (int)b - 127 - fp8_code_exp(via_fp16); }
+
+/* via_fp16 is a constant in every caller (the two instantiations of gemv_fp8_rows). */
+static inline __attribute__((always_inline)) void e4m3_block_gemv_widen(const uint8_t *p, uint16_t *stage,
+                                                                        __m256 out[4], bool via_fp16) {
+    if (via_fp16) {
+        e4m3_block_widen(p, stage, out);
+        return;
+    }
     const __m256i keep = _mm256_set1_epi32((int)0x87F00000u);
     #pragma GCC unroll 16
     for (int g = 0; g < 4; g++) {
         __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + GROUP * g)));
         out[g] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(v, 20), keep));
     }
-#endif
+}
+
+/* ---- which FP8 GEMV route this process takes -------------------------------------------------
+ * The probe times a dependent chain of multiply-adds whose operand is a float32 subnormal
+ * (x * 2^120, the float32 route's product) against the same chain on a normal operand, best of
+ * five each.  Full-speed hardware gives a ratio near 1, an assist ~25x and more (4-cycle FMA
+ * latency against ~100+ cycles), so the threshold of 4 is far from both and the probe's noise. */
+enum { PROBE_CHAIN = 256, PROBE_TRIES = 5 };
+
+static double probe_seconds(float operand) {
+    volatile float sink_in = operand;
+    __m256 a = _mm256_set1_ps(sink_in), f = _mm256_set1_ps(0x1p120f), acc = _mm256_setzero_ps();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < PROBE_CHAIN; i++) acc = _mm256_fmadd_ps(a, f, acc);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    volatile float sink_out = _mm256_cvtss_f32(acc);
+    (void)sink_out;
+    return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+}
+
+double di_simd_subnormal_slowdown(void) {
+    double normal = 1e9, subnormal = 1e9;
+    for (int i = 0; i < PROBE_TRIES; i++) {
+        double n = probe_seconds(0x1p-100f), s = probe_seconds(0x1p-140f); /* 2^-140: a subnormal */
+        normal = n < normal ? n : normal;
+        subnormal = s < subnormal ? s : subnormal;
+    }
+    return subnormal / (normal > 0 ? normal : 1e-9);
+}
+
+static DiFp8GemvRoute fp8_route = DI_FP8_GEMV_AUTO;
+static double fp8_route_slowdown;
+static pthread_once_t fp8_route_once = PTHREAD_ONCE_INIT;
+
+static void choose_fp8_route(void) {
+    DiFp8GemvRoute want = DI_FP8_GEMV_AUTO;
+    if (di_fp8_gemv_route_from_env(&want) != 0) want = DI_FP8_GEMV_AUTO; /* matmul.c reports the error */
+    fp8_route_slowdown = di_simd_subnormal_slowdown();
+    fp8_route = want != DI_FP8_GEMV_AUTO ? want : fp8_route_slowdown < 4 ? DI_FP8_GEMV_F32 : DI_FP8_GEMV_FP16;
+}
+
+DiFp8GemvRoute di_simd_fp8_gemv_route(double *subnormal_slowdown) {
+    pthread_once(&fp8_route_once, choose_fp8_route);
+    if (subnormal_slowdown) *subnormal_slowdown = fp8_route_slowdown;
+    return fp8_route;
 }
 
 static inline void decode_fp8_block(const uint8_t *p, uint8_t b, __m256 out[4]) {
@@ -543,22 +599,23 @@ static ActRange act_range(const float *x, int64_t n) {
     return r;
 }
 
-static bool fp8_prescale_exact(const uint8_t *scales, int64_t kblocks, ActRange x) {
+static bool fp8_prescale_exact(const uint8_t *scales, int64_t kblocks, ActRange x, bool via_fp16) {
     uint8_t lo = 255, hi = 0;
     for (int64_t i = 0; i < kblocks; i++) {
         lo = scales[i] < lo ? scales[i] : lo;
         hi = scales[i] > hi ? scales[i] : hi;
     }
     if (lo < 20 || hi > 240) return false;            /* code * scale stays a finite, exact float32 */
-    if (fp8_gemv_factor_exp(hi) > 126) return false;  /* the factor itself a normal float32 */
-    if (x.max == 0.0f) return true;                   /* all zero (or non-finite): exact */
-    return ldexp(x.max, fp8_gemv_factor_exp(hi)) < 0x1p126 && ldexp(x.min_nonzero, fp8_gemv_factor_exp(lo)) >= 0x1p-126;
+    if (fp8_gemv_factor_exp(hi, via_fp16) > 126) return false;  /* the factor itself a normal float32 */
+    if (x.max == 0.0f) return true;                             /* all zero (or non-finite): exact */
+    return ldexp(x.max, fp8_gemv_factor_exp(hi, via_fp16)) < 0x1p126 &&
+           ldexp(x.min_nonzero, fp8_gemv_factor_exp(lo, via_fp16)) >= 0x1p-126;
 }
 
 /* Rows r0 .. r0+nr-1 of one 32-row block; xs = x * f per column block (full blocks only). */
 static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const DiMatrix *w, const float *x,
                                                                           const float *xs, int64_t k32, int64_t r0,
-                                                                          int nr, float *y) {
+                                                                          int nr, float *y, bool via_fp16) {
     const uint8_t *row[GEMV_ROWS];
     uint16_t stage[GEMV_ROWS][BLOCK] __attribute__((aligned(32))); /* one per row: no false dependences */
     int64_t full = w->cols / BLOCK, ahead = prefetch_rows_ahead(w, r0, nr) * w->cols;
@@ -575,7 +632,7 @@ static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const 
             const uint8_t *p = row[i] + kb * BLOCK;
             _mm_prefetch((const char *)p + ahead, PF_HINT);
             __m256 wv[4];
-            e4m3_block_gemv_widen(p, stage[i], wv);
+            e4m3_block_gemv_widen(p, stage[i], wv, via_fp16);
             #pragma GCC unroll 16
             for (int g = 0; g < 4; g++) acc[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xb + GROUP * g), acc[i]);
         }
@@ -756,11 +813,11 @@ static void gemv_fp4_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int6
         gemv_fp4_rows_to(w, a, y, r0, r1, xp, false);
 }
 
-/* xs = x * 2^(b-127) / 2^FP8_GEMV_CODE_EXP per full column block of one 32-row scale block (see above). */
-static void fp8_scale_acts(const float *x, const uint8_t *scales, int64_t full, float *xs) {
+/* xs = x * 2^(b-127) / 2^code_exp per full column block of one 32-row scale block (see above). */
+static void fp8_scale_acts(const float *x, const uint8_t *scales, int64_t full, float *xs, bool via_fp16) {
     for (int64_t kb = 0; kb < full; kb++) {
         /* a normal float32: fp8_prescale_exact checked the exponent */
-        __m256 fv = _mm256_set1_ps(f32_from_bits((uint32_t)(fp8_gemv_factor_exp(scales[kb]) + 127) << 23));
+        __m256 fv = _mm256_set1_ps(f32_from_bits((uint32_t)(fp8_gemv_factor_exp(scales[kb], via_fp16) + 127) << 23));
         #pragma GCC unroll 16
         for (int g = 0; g < 4; g++)
             _mm256_store_ps(xs + kb * BLOCK + GROUP * g, _mm256_mul_ps(_mm256_loadu_ps(x + kb * BLOCK + GROUP * g), fv));
@@ -768,18 +825,19 @@ static void fp8_scale_acts(const float *x, const uint8_t *scales, int64_t full, 
 }
 
 /* One token against rows [rb, rb_end) of one scale row block: scaled activations when exact. */
-static void fp8_rowblock_one(const DiMatrix *w, const float *x, int64_t k32, ActRange range, int64_t rb,
-                             int64_t rb_end, float *xs, float *yt) {
+static inline __attribute__((always_inline)) void fp8_rowblock_one(const DiMatrix *w, const float *x, int64_t k32,
+                                                                   ActRange range, int64_t rb, int64_t rb_end,
+                                                                   float *xs, float *yt, bool via_fp16) {
     int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, r = rb;
     const uint8_t *scales = w->scale + (rb / BLOCK) * kblocks;
-    if (!fp8_prescale_exact(scales, kblocks, range)) {
+    if (!fp8_prescale_exact(scales, kblocks, range, via_fp16)) {
         for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_tile(DI_MAT_FP8_BLOCK, w, x, k32, r, GEMV_ROWS, yt);
         for (; r < rb_end; r++) gemv_tile(DI_MAT_FP8_BLOCK, w, x, k32, r, 1, yt);
         return;
     }
-    fp8_scale_acts(x, scales, w->cols / BLOCK, xs);
-    for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_fp8_prescaled_tile(w, x, xs, k32, r, GEMV_ROWS, yt);
-    for (; r < rb_end; r++) gemv_fp8_prescaled_tile(w, x, xs, k32, r, 1, yt);
+    fp8_scale_acts(x, scales, w->cols / BLOCK, xs, via_fp16);
+    for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_fp8_prescaled_tile(w, x, xs, k32, r, GEMV_ROWS, yt, via_fp16);
+    for (; r < rb_end; r++) gemv_fp8_prescaled_tile(w, x, xs, k32, r, 1, yt, via_fp16);
 }
 
 /* NT tokens (2, 3 or 4), all with exact scaled activations: each block decoded once for all of
@@ -787,7 +845,8 @@ static void fp8_rowblock_one(const DiMatrix *w, const float *x, int64_t k32, Act
  * x[t]: the token's activations (the partial last block), xs[t]: its scaled ones. */
 static inline __attribute__((always_inline)) void gemv_fp8_group_tile(const DiMatrix *w, int nt,
                                                                       const float *const *x, const float *const *xs,
-                                                                      int64_t k32, int64_t r0, int nr, float *const *y) {
+                                                                      int64_t k32, int64_t r0, int nr, float *const *y,
+                                                                      bool via_fp16) {
     enum { MAX_TILE_ROWS = PAIR_ROWS > QUAD_ROWS ? PAIR_ROWS : QUAD_ROWS };
     const uint8_t *row[MAX_TILE_ROWS];
     uint16_t stage[MAX_TILE_ROWS][BLOCK] __attribute__((aligned(32)));
@@ -807,7 +866,7 @@ static inline __attribute__((always_inline)) void gemv_fp8_group_tile(const DiMa
             const uint8_t *p = row[i] + kb * BLOCK;
             _mm_prefetch((const char *)p + ahead, PF_HINT);
             __m256 wv[4];
-            e4m3_block_gemv_widen(p, stage[i], wv);
+            e4m3_block_gemv_widen(p, stage[i], wv, via_fp16);
             #pragma GCC unroll 16
             for (int t = 0; t < nt; t++)
                 #pragma GCC unroll 16
@@ -837,7 +896,7 @@ static inline __attribute__((always_inline)) void gemv_fp8_group_tile(const DiMa
  * tile when every token's scaled activations are exact there, else each token alone. */
 static inline __attribute__((always_inline)) void fp8_token_group(const DiMatrix *w, const DiSimdActs *a, int64_t t0,
                                                                   int nt, float *y, int64_t r0, int64_t r1,
-                                                                  float *xs_scratch) {
+                                                                  float *xs_scratch, bool via_fp16) {
     int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, k32 = a->k32;
     const float *x[4], *xs[4];
     float *yt[4];
@@ -853,32 +912,55 @@ static inline __attribute__((always_inline)) void fp8_token_group(const DiMatrix
         int64_t rb_end = rb + BLOCK < r1 ? rb + BLOCK : r1, r = rb;
         const uint8_t *scales = w->scale + (rb / BLOCK) * kblocks;
         bool exact = true;
-        for (int t = 0; t < nt; t++) exact = exact && fp8_prescale_exact(scales, kblocks, range[t]);
+        for (int t = 0; t < nt; t++) exact = exact && fp8_prescale_exact(scales, kblocks, range[t], via_fp16);
         if (!exact) {
-            for (int t = 0; t < nt; t++) fp8_rowblock_one(w, x[t], k32, range[t], rb, rb_end, xs_scratch, yt[t]);
+            for (int t = 0; t < nt; t++)
+                fp8_rowblock_one(w, x[t], k32, range[t], rb, rb_end, xs_scratch, yt[t], via_fp16);
             continue;
         }
-        for (int t = 0; t < nt; t++) fp8_scale_acts(x[t], scales, w->cols / BLOCK, xs_scratch + t * k32);
-        for (; r + tile_rows <= rb_end; r += tile_rows) gemv_fp8_group_tile(w, nt, x, xs, k32, r, tile_rows, yt);
-        for (; r < rb_end; r++) gemv_fp8_group_tile(w, nt, x, xs, k32, r, 1, yt);
+        for (int t = 0; t < nt; t++) fp8_scale_acts(x[t], scales, w->cols / BLOCK, xs_scratch + t * k32, via_fp16);
+        for (; r + tile_rows <= rb_end; r += tile_rows)
+            gemv_fp8_group_tile(w, nt, x, xs, k32, r, tile_rows, yt, via_fp16);
+        for (; r < rb_end; r++) gemv_fp8_group_tile(w, nt, x, xs, k32, r, 1, yt, via_fp16);
     }
 }
 
-/* xs: 4 * k32 floats of scratch. */
-static void gemv_fp8_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
+/* xs: 4 * k32 floats of scratch.  via_fp16: a constant, one instantiation per route (below). */
+static inline __attribute__((always_inline)) void gemv_fp8_rows_by(const DiMatrix *w, const DiSimdActs *a, float *y,
+                                                                   int64_t r0, int64_t r1, float *xs, bool via_fp16) {
     int64_t k32 = a->k32, t = 0;
-    for (; t + 4 <= a->n_tokens; t += 4) fp8_token_group(w, a, t, 4, y, r0, r1, xs);
+    for (; t + 4 <= a->n_tokens; t += 4) fp8_token_group(w, a, t, 4, y, r0, r1, xs, via_fp16);
     if (a->n_tokens - t == 3) { /* one decode for three tokens, not a pair and a single */
-        fp8_token_group(w, a, t, 3, y, r0, r1, xs);
+        fp8_token_group(w, a, t, 3, y, r0, r1, xs, via_fp16);
         t += 3;
     }
-    for (; t + 2 <= a->n_tokens; t += 2) fp8_token_group(w, a, t, 2, y, r0, r1, xs);
+    for (; t + 2 <= a->n_tokens; t += 2) fp8_token_group(w, a, t, 2, y, r0, r1, xs, via_fp16);
     for (; t < a->n_tokens; t++) {
         const float *x = a->x + t * k32;
         ActRange range = act_range(x, w->cols);
         for (int64_t rb = r0; rb < r1; rb += BLOCK)
-            fp8_rowblock_one(w, x, k32, range, rb, rb + BLOCK < r1 ? rb + BLOCK : r1, xs, y + t * w->rows);
+            fp8_rowblock_one(w, x, k32, range, rb, rb + BLOCK < r1 ? rb + BLOCK : r1, xs, y + t * w->rows, via_fp16);
     }
+}
+
+static void gemv_fp8_rows_f32(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
+    gemv_fp8_rows_by(w, a, y, r0, r1, xs, false);
+}
+
+static void gemv_fp8_rows_fp16(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
+    gemv_fp8_rows_by(w, a, y, r0, r1, xs, true);
+}
+
+void di_simd_fp8_gemv_rows_on(DiFp8GemvRoute route, const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0,
+                              int64_t r1, float *xs) {
+    if (route == DI_FP8_GEMV_FP16)
+        gemv_fp8_rows_fp16(w, a, y, r0, r1, xs);
+    else
+        gemv_fp8_rows_f32(w, a, y, r0, r1, xs);
+}
+
+static void gemv_fp8_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
+    di_simd_fp8_gemv_rows_on(di_simd_fp8_gemv_route(NULL), w, a, y, r0, r1, xs);
 }
 
 void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch) {
