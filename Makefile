@@ -49,13 +49,16 @@ unit-tests: $(TEST_BIN)
 examples: $(BUILD)/offline_inference
 tools: $(BUILD)/kernel_ab $(BUILD)/decode_ab
 
+# The A/B tools dlopen the library instead of linking it, so nothing else rebuilds them when a
+# header they read changes (a stale decode_ab once set the thread pool at an old offset of Model):
+# -MMD gives them their header dependencies (build/*_ab.d, included below).
 $(BUILD)/kernel_ab: tools/kernel_ab.c tools/ab_common.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< -ldl -lm
+	$(CC) $(CFLAGS_ALL) -MMD -MP -o $@ $< -ldl -lm
 
 $(BUILD)/decode_ab: tools/decode_ab.c tools/ab_common.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< -ldl -lm
+	$(CC) $(CFLAGS_ALL) -MMD -MP -o $@ $< -ldl -lm
 
 $(BUILD)/offline_inference: examples/offline_inference.c $(BUILD)/libdeepinfer.a
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libdeepinfer.a $(LDLIBS_ALL)
@@ -117,4 +120,4 @@ fuzz-run: fuzz
 clean:
 	rm -rf build build-asan build-fuzz
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null) $(wildcard $(BUILD)/*_ab.d)

@@ -104,13 +104,24 @@ int main(int argc, char **argv) {
     uint8_t *data = malloc(data_bytes), *scale = malloc(scale_bytes);
     float *y = malloc(sizeof(float) * rows * n);
     if (!data || !scale || !y) return fprintf(stderr, "ggml_ab: out of memory\n"), 1;
+    /* GGML_AB_FP8_SUBNORMALS=RATE: FP8 codes drawn from the normal ones, each made an E4M3
+     * subnormal with probability RATE (block-scaled Gaussian weights hold ~1e-4; random codes,
+     * the default, 7 magnitudes in 127), for CPUs that take an assist on float32 subnormals */
+    const char *sub_env = getenv("GGML_AB_FP8_SUBNORMALS");
+    double sub_rate = sub_env && *sub_env ? atof(sub_env) : -1;
     for (size_t i = 0; i < data_bytes; i++) {
         uint8_t v = (uint8_t)rnd();
         data[i] = (q8 && (v & 0x7f) == 0x7f) ? 0x7e : v;
+        if (q8 && sub_rate >= 0) {
+            uint8_t magnitude = (double)rnd() / 4294967296.0 < sub_rate ? (uint8_t)(1 + rnd() % 7) : (uint8_t)(8 + rnd() % 0x77);
+            data[i] = (uint8_t)((v & 0x80) | magnitude);
+        }
     }
     for (size_t i = 0; i < scale_bytes; i++) scale[i] = (uint8_t)(116 + rnd() % 8);
     w.data = data;
     w.scale = scale;
+    void *prepared = NULL; /* as the model readies each weight (matmul.h): the FP8 subnormal map where used */
+    if (di_matrix_prepare(&w, &prepared) != 0) return fprintf(stderr, "ggml_ab: %s\n", di_error_message()), 1;
 
     float *xq = malloc(sizeof(float) * cols * n);
     if (!xq) return fprintf(stderr, "ggml_ab: out of memory\n"), 1;
@@ -140,6 +151,7 @@ int main(int argc, char **argv) {
            ratio[PAIRS / 2], ratio[PAIRS / 4], ratio[3 * PAIRS / 4]);
     free(data);
     free(scale);
+    free(prepared);
     free(y);
     free(xq);
     ggml_free(ctx);

@@ -57,6 +57,7 @@ typedef int64_t (*Fp4qPreparedFn)(int64_t, int64_t);
 typedef void (*Fp4qPrepareFn)(const DiSimdActs *, float *);
 typedef void (*Fp4qRowsFn)(const DiMatrix *, const DiSimdActs *, const float *, float *, int64_t, int64_t, float *);
 typedef int (*QuantiseFn)(float *, size_t);
+typedef int (*PrepareFn)(DiMatrix *, void **);
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 static uint32_t rnd(void) {
@@ -148,6 +149,7 @@ int main(int argc, char **argv) {
     Fp4qPrepareFn qprep[2] = {NULL, NULL};
     Fp4qRowsFn qrows[2] = {NULL, NULL};
     QuantiseFn quantise = NULL;
+    PrepareFn prepare = NULL;
     for (int i = 0; i < 2; i++) {
         void *h = dlopen(argv[1 + i], RTLD_NOW | RTLD_LOCAL);
         if (!h) {
@@ -165,6 +167,8 @@ int main(int argc, char **argv) {
             return 2;
         }
         fn[i] = (RowsFn)dlsym(h, gemm ? "di_simd_gemm_rows" : "di_simd_gemv_rows");
+        PrepareFn pr = (PrepareFn)dlsym(h, "di_matrix_prepare"); /* B's when both have one */
+        if (pr) prepare = pr;
         ScratchFn sf = (ScratchFn)dlsym(h, "di_simd_scratch_floats");
         if (fp4q) { /* prepared once per call, then the row slices, as matmul.c does */
             Fp4qScratchFn qf = (Fp4qScratchFn)dlsym(h, "di_simd_fp4q_scratch_floats");
@@ -217,6 +221,13 @@ int main(int argc, char **argv) {
     }
     if (random_matrix(&m, format, rows, cols) != 0 || !x || !y[0] || !y[1] || !scratch) {
         fprintf(stderr, "kernel_ab: out of memory\n");
+        return 1;
+    }
+    /* as the model does for each weight (matmul.h): the FP8 subnormal map where this CPU's route
+     * uses one; both builds then see it (a build without the field reads the struct's prefix) */
+    void *map_owned = NULL; /* freed at exit */
+    if (prepare && prepare(&m, &map_owned) != 0) {
+        fprintf(stderr, "kernel_ab: di_matrix_prepare failed\n");
         return 1;
     }
     const char *acts_env = getenv("KERNEL_AB_ACTS");

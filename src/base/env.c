@@ -76,8 +76,8 @@ static int check_kernels(const char *name, const char *v) {
 }
 
 static int check_fp8_gemv(const char *name, const char *v) {
-    if (strcmp(v, "auto") == 0 || strcmp(v, "f32") == 0 || strcmp(v, "fp16") == 0) return 0;
-    return di_errorf("%s='%s': expected auto, f32 or fp16", name, v);
+    if (strcmp(v, "auto") == 0 || strcmp(v, "f32") == 0 || strcmp(v, "fp16") == 0 || strcmp(v, "mapped") == 0) return 0;
+    return di_errorf("%s='%s': expected auto, f32, fp16 or mapped", name, v);
 }
 
 static int check_any(const char *name, const char *v) {

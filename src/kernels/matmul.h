@@ -31,7 +31,25 @@ typedef struct {
     int64_t rows, cols; /* logical [out, in] */
     const void *data;
     const uint8_t *scale; /* FP8 / FP4 only */
+    /* Optional speed hint for the FP8 GEMV, set by di_matrix_prepare (NULL: none): one byte per
+     * 8-row group and 32-column block, map[(r / 8) * ceil(cols / 32) + c / 32], non-zero where a
+     * row of the group holds an E4M3 subnormal code (exponent 0, mantissa not 0) in the block.
+     * Results never depend on it: a wrong map costs speed, never a bit. */
+    const uint8_t *fp8_subnormal_map;
 } DiMatrix;
+
+/* Readies a weight matrix the model will multiply by, for this CPU's kernels: speed only, the
+ * results are the same with or without it.  Today: on CPUs that take an assist on float32
+ * subnormal operands (di_matmul_fp8_gemv_route "mapped"), an FP8 matrix gets its
+ * fp8_subnormal_map, so the GEMV widens only the blocks that hold subnormal codes through FP16
+ * (this reads every byte of the matrix once).  *owned: memory to free() after the last use of w,
+ * NULL when nothing was added.  -1 with an error for an invalid matrix or out of memory. */
+int di_matrix_prepare(DiMatrix *w, void **owned);
+
+/* Bytes of di_matrix_fp8_subnormal_map's map for an FP8 matrix, and the map itself (map: that many
+ * bytes), whatever the CPU. */
+int64_t di_matrix_fp8_subnormal_map_bytes(const DiMatrix *w);
+void di_matrix_fp8_subnormal_map(const DiMatrix *w, uint8_t *map);
 
 /* Checks the description (format, sizes, pointers, FP4 column count even and a multiple of 32). */
 int di_matrix_validate(const DiMatrix *w, const char *name);
@@ -72,9 +90,11 @@ int di_matmul_qa(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t 
 const char *di_matmul_backend(void);
 
 /* How the SIMD FP8 GEMV widens E4M3 codes here: "f32" (float32 patterns, where float32 subnormal
- * operands run at full speed) or "fp16" (through FP16, where they take an assist, as on Intel
- * cores); "reference" under the scalar backend.  The same bits either way.  DEEPINFER_FP8_GEMV =
- * auto | f32 | fp16 overrides the probe made once per process; NULL with an error for a bad
+ * operands run at full speed), "mapped" (where they take an assist, as on Intel cores: float32
+ * patterns except in the blocks a matrix's fp8_subnormal_map marks, which go through FP16; the
+ * whole matrix through FP16 when it has no map) or "fp16" (through FP16 everywhere); "reference"
+ * under the scalar backend.  The same bits every way.  DEEPINFER_FP8_GEMV = auto | f32 | fp16 |
+ * mapped overrides the probe made once per process; NULL with an error for a bad
  * DEEPINFER_KERNELS or DEEPINFER_FP8_GEMV.  *subnormal_slowdown (when not NULL, SIMD only): the
  * probe's ratio of a multiply-add chain's time on a subnormal operand to its time on a normal one. */
 const char *di_matmul_fp8_gemv_route(double *subnormal_slowdown);

@@ -39,8 +39,19 @@ static int bind_vec(Weights *w, DiCheckpoint *ck, const char *name, int64_t n, f
     return 0;
 }
 
-static int bind_mat(DiCheckpoint *ck, const char *name, int64_t rows, int64_t cols, DiMatrix *out) {
-    return di_checkpoint_matrix(ck, name, rows, cols, out);
+/* A matrix the forward pass multiplies by, readied for this CPU's kernels (di_matrix_prepare: on
+ * CPUs slow on float32 subnormals, an FP8 matrix's subnormal map, which reads its bytes once). */
+static int bind_mat(Weights *w, DiCheckpoint *ck, const char *name, int64_t rows, int64_t cols, DiMatrix *out) {
+    if (di_checkpoint_matrix(ck, name, rows, cols, out) != 0) return -1;
+    void *prepared;
+    if (di_matrix_prepare(out, &prepared) != 0) return di_error_wrap("'%s'", name);
+    if (prepared && own(w, prepared) != 0) {
+        free(prepared);
+        out->fp8_subnormal_map = NULL;
+        return -1;
+    }
+    if (prepared) w->prepared_bytes += di_matrix_data_bytes(out);
+    return 0;
 }
 
 #define NAME(buf, ...) snprintf(buf, sizeof buf, __VA_ARGS__)
@@ -48,7 +59,7 @@ static int bind_mat(DiCheckpoint *ck, const char *name, int64_t rows, int64_t co
 /* wo_a: FP8 block-scaled on disk, BF16 at run time (§3.8). */
 static int bind_wo_a(Weights *w, DiCheckpoint *ck, const char *name, int64_t rows, int64_t cols, LayerWeights *lw) {
     DiMatrix fp8;
-    if (bind_mat(ck, name, rows, cols, &fp8) != 0) return -1;
+    if (di_checkpoint_matrix(ck, name, rows, cols, &fp8) != 0) return -1;
     uint16_t *bf = di_malloc((size_t)(rows * cols) * sizeof *bf, name);
     float *row = di_malloc((size_t)cols * sizeof *row, "wo_a row");
     if (!bf || !row || own(w, bf) != 0) {
@@ -77,7 +88,7 @@ static int bind_layer(Weights *w, DiCheckpoint *ck, const ModelDims *d, int L, L
     int64_t D = d->dim, hc = d->hc_mult, nmix = (2 + hc) * hc;
     int64_t H = d->n_heads, Dh = d->head_dim, G = d->o_groups;
 #define V(field, len, ...) (NAME(n, __VA_ARGS__), bind_vec(w, ck, n, len, &lw->field))
-#define M(field, rows, cols, ...) (NAME(n, __VA_ARGS__), bind_mat(ck, n, rows, cols, &lw->field))
+#define M(field, rows, cols, ...) (NAME(n, __VA_ARGS__), bind_mat(w, ck, n, rows, cols, &lw->field))
     if (V(attn_norm, D, "%s.attn_norm.weight", p) || V(ffn_norm, D, "%s.ffn_norm.weight", p) ||
         M(hc_attn_fn, nmix, hc * D, "%s.hc_attn_fn", p) || M(hc_ffn_fn, nmix, hc * D, "%s.hc_ffn_fn", p) ||
         V(hc_attn_base, nmix, "%s.hc_attn_base", p) || V(hc_ffn_base, nmix, "%s.hc_ffn_base", p) ||
@@ -146,7 +157,7 @@ int weights_bind(Weights *w, DiCheckpoint *ck, const ModelDims *d) {
     memset(w, 0, sizeof *w);
     char n[160];
     int64_t D = d->dim, V = d->vocab;
-    if (bind_mat(ck, "embed.weight", V, D, &w->embed) || bind_mat(ck, "head.weight", V, D, &w->head) ||
+    if (bind_mat(w, ck, "embed.weight", V, D, &w->embed) || bind_mat(w, ck, "head.weight", V, D, &w->head) ||
         bind_vec(w, ck, "norm.weight", D, &w->norm))
         goto fail;
     int total = d->n_layers + d->n_mtp;
@@ -161,17 +172,17 @@ int weights_bind(Weights *w, DiCheckpoint *ck, const ModelDims *d) {
     if (d->n_mtp > 0) {
         int last = d->n_mtp - 1;
         w->has_dspark = true;
-        if (bind_mat(ck, "mtp.0.main_proj.weight", D, (int64_t)d->n_taps * D, &w->main_proj) ||
+        if (bind_mat(w, ck, "mtp.0.main_proj.weight", D, (int64_t)d->n_taps * D, &w->main_proj) ||
             bind_vec(w, ck, "mtp.0.main_norm.weight", D, &w->main_norm))
             goto fail;
         snprintf(n, sizeof n, "mtp.%d.norm.weight", last);
         if (bind_vec(w, ck, n, D, &w->mtp_norm)) goto fail;
         snprintf(n, sizeof n, "mtp.%d.markov_head.embed.weight", last);
-        if (bind_mat(ck, n, V, d->markov_rank, &w->markov_embed)) goto fail;
+        if (bind_mat(w, ck, n, V, d->markov_rank, &w->markov_embed)) goto fail;
         snprintf(n, sizeof n, "mtp.%d.markov_head.head.weight", last);
-        if (bind_mat(ck, n, V, d->markov_rank, &w->markov_head)) goto fail;
+        if (bind_mat(w, ck, n, V, d->markov_rank, &w->markov_head)) goto fail;
         snprintf(n, sizeof n, "mtp.%d.confidence_head.proj.weight", last);
-        if (bind_mat(ck, n, 1, D + d->markov_rank, &w->conf_proj)) goto fail;
+        if (bind_mat(w, ck, n, 1, D + d->markov_rank, &w->conf_proj)) goto fail;
     }
     return 0;
 fail:

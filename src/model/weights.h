@@ -63,6 +63,7 @@ typedef struct {
     /* every float copy made at bind time, freed by weights_free */
     void **owned;
     size_t n_owned, cap_owned;
+    int64_t prepared_bytes; /* weight bytes di_matrix_prepare read (FP8 subnormal maps) */
 } Weights;
 
 /* Bind all tensors of the text model (and the DSpark drafter when the config has stages). */

@@ -308,29 +308,87 @@ static void check_fp8_routes(const TestMatrix *t, const float *x, int64_t n) {
     for (int64_t j = 0; j < n; j++) memcpy(xp + j * k32, x + j * t->m.cols, sizeof(float) * (size_t)t->m.cols);
     DiSimdActs a = {.x = xp, .n_tokens = n, .k32 = k32};
     di_simd_fp8_gemv_rows_on(DI_FP8_GEMV_F32, &t->m, &a, y[0], 0, rows, scratch);
-    di_simd_fp8_gemv_rows_on(DI_FP8_GEMV_FP16, &t->m, &a, y[1], 0, rows, scratch);
     di_simd_gemm_rows(&t->m, &a, y[2], 0, rows, scratch);
-    CHECK_MSG(memcmp(y[0], y[1], sizeof(float) * (size_t)(n * rows)) == 0, "[%lld x %lld] n=%lld: f32 and fp16 routes differ",
-              (long long)rows, (long long)t->m.cols, (long long)n);
     CHECK_MSG(memcmp(y[0], y[2], sizeof(float) * (size_t)(n * rows)) == 0, "[%lld x %lld] n=%lld: GEMV and GEMM differ",
               (long long)rows, (long long)t->m.cols, (long long)n);
+    /* the mapped route with the true map, with none (FP16 throughout), with a map of zeros (float32
+     * patterns on the subnormal codes too) and of ones (FP16 throughout): a map is a speed hint */
+    int64_t map_bytes = di_matrix_fp8_subnormal_map_bytes(&t->m);
+    uint8_t *map = malloc((size_t)map_bytes);
+    const char *names[] = {"fp16", "mapped (true map)", "mapped (no map)", "mapped (zeros)", "mapped (ones)"};
+    for (int v = 0; v < 5; v++) {
+        DiMatrix m = t->m;
+        m.fp8_subnormal_map = v == 2 ? NULL : map;
+        if (v == 1) di_matrix_fp8_subnormal_map(&m, map);
+        if (v >= 3) memset(map, v == 3 ? 0 : 1, (size_t)map_bytes);
+        di_simd_fp8_gemv_rows_on(v == 0 ? DI_FP8_GEMV_FP16 : DI_FP8_GEMV_MAPPED, &m, &a, y[1], 0, rows, scratch);
+        CHECK_MSG(memcmp(y[0], y[1], sizeof(float) * (size_t)(n * rows)) == 0,
+                  "[%lld x %lld] n=%lld: route %s differs from f32", (long long)rows, (long long)t->m.cols, (long long)n,
+                  names[v]);
+    }
+    free(map);
     for (int i = 0; i < 3; i++) free(y[i]);
     free(scratch);
     free(xp);
 }
 
 TEST(fp8_gemv_routes_agree) {
-    const int64_t cols[] = {256, 300};
-    for (int ci = 0; ci < 2; ci++) {
+    const int64_t cols[] = {256, 300, 256, 300};
+    for (int ci = 0; ci < 4; ci++) {
         /* scale bytes 100..150: the float32 route's factor 2^(b-7) overflows the prescale above
-         * b = 133, the FP16 route's 2^(b-119) never does here */
-        TestMatrix t = make_matrix(DI_MAT_FP8_BLOCK, 96, cols[ci], 100, 150);
+         * b = 133, the FP16 route's 2^(b-119) never does here, so the routes take different
+         * paths; 115..130: both prescale, so the mapped route runs its mixed tiles */
+        TestMatrix t = ci < 2 ? make_matrix(DI_MAT_FP8_BLOCK, 96, cols[ci], 100, 150)
+                              : make_matrix(DI_MAT_FP8_BLOCK, 96, cols[ci], 115, 130);
+        if (ci >= 2) { /* as in real weights: normal codes, a subnormal in one byte of ~400, so the
+                        * mapped route mixes the two widenings within a tile */
+            uint8_t *d = t.data;
+            for (int64_t i = 0; i < 96 * cols[ci]; i++)
+                d[i] = (uint8_t)((d[i] & 0x80) | (rnd() % 400 == 0 ? 1 + rnd() % 7 : 8 + rnd() % 0x77));
+        }
         float *x = rnd_acts(5 * cols[ci]);
-        x[7] = 3e-38f; /* prescaled to a subnormal on the FP16 route at small scale bytes */
+        if (ci < 2) x[7] = 3e-38f; /* prescaled to a subnormal on the FP16 route at small scale bytes */
         for (int64_t n = 1; n <= 5; n++) check_fp8_routes(&t, x, n);
         free(x);
         free_matrix(&t);
     }
+}
+
+/* The map marks exactly the 8-row x 32-column blocks holding a byte whose magnitude bits are
+ * 1..7 (E4M3 exponent 0, mantissa not 0): zero codes (0x00, 0x80), the smallest normal (0x08)
+ * and negative subnormals checked one by one, on a matrix with a partial last row group and
+ * column block. */
+TEST(fp8_subnormal_map_marks_the_blocks_with_subnormal_codes) {
+    enum { ROWS = 21, COLS = 70 };
+    static uint8_t data[ROWS * COLS], scale[1 * 3];
+    DiMatrix m = {.format = DI_MAT_FP8_BLOCK, .rows = ROWS, .cols = COLS, .data = data, .scale = scale};
+    memset(scale, 127, sizeof scale);
+    for (int i = 0; i < ROWS * COLS; i++) data[i] = (uint8_t)(0x08 + i % 0x70) | (uint8_t)(i & 0x80); /* normal codes */
+    data[0 * COLS + 5] = 0x00;    /* zero: no mark */
+    data[3 * COLS + 40] = 0x80;   /* negative zero: no mark */
+    data[9 * COLS + 33] = 0x01;   /* row group 1, block 1 */
+    data[20 * COLS + 69] = 0x87;  /* row group 2 (a partial group), block 2 (partial), negative */
+    data[17 * COLS + 2] = 0x07;   /* row group 2, block 0 */
+    data[12 * COLS + 64] = 0x08;  /* the smallest normal: no mark */
+    CHECK(di_matrix_fp8_subnormal_map_bytes(&m) == 3 * 3);
+    uint8_t map[9];
+    di_matrix_fp8_subnormal_map(&m, map);
+    const uint8_t want[9] = {0, 0, 0, 0, 1, 0, 1, 0, 1};
+    for (int i = 0; i < 9; i++) CHECK_MSG((map[i] != 0) == (want[i] != 0), "map[%d] = %d, want %d", i, map[i], want[i]);
+    void *owned = (void *)1;
+    DiMatrix prepared = m;
+    CHECK(di_matrix_prepare(&prepared, &owned) == 0);
+    if (strcmp(di_matmul_fp8_gemv_route(NULL), "mapped") == 0) {
+        CHECK(owned != NULL && prepared.fp8_subnormal_map == owned);
+        CHECK(memcmp(prepared.fp8_subnormal_map, map, sizeof map) == 0);
+    } else {
+        CHECK(owned == NULL && prepared.fp8_subnormal_map == NULL); /* nothing to prepare on this CPU */
+    }
+    free(owned);
+    DiMatrix bad = m;
+    bad.rows = 0;
+    CHECK(di_matrix_prepare(&bad, &owned) == -1 && owned == NULL);
+    CHECK(di_matrix_prepare(NULL, &owned) == -1);
 }
 
 TEST(fp8_gemv_route_follows_env) {
@@ -338,7 +396,7 @@ TEST(fp8_gemv_route_follows_env) {
     float *x = rnd_acts(64), y[32];
     double slowdown = 0;
     const char *route = di_matmul_fp8_gemv_route(&slowdown);
-    CHECK(route && (strcmp(route, "f32") == 0 || strcmp(route, "fp16") == 0));
+    CHECK(route && (strcmp(route, "f32") == 0 || strcmp(route, "mapped") == 0)); /* the probe's two choices */
     CHECK_MSG(slowdown > 0 && isfinite(slowdown), "probe ratio %g", slowdown);
     setenv("DEEPINFER_FP8_GEMV", "fastest", 1);
     CHECK(di_matmul_fp8_gemv_route(NULL) == NULL);
@@ -409,6 +467,7 @@ int main(void) {
     RUN_TEST(bf16_and_f32_decode_exactly);
     RUN_TEST(fp8_gemv_with_extreme_activations_stays_batch_invariant);
     RUN_TEST(fp8_gemv_routes_agree);
+    RUN_TEST(fp8_subnormal_map_marks_the_blocks_with_subnormal_codes);
     RUN_TEST(fp8_gemv_route_follows_env);
     RUN_TEST(rows_are_bit_identical_across_batches_and_threads);
     RUN_TEST(bad_input_is_an_error);

@@ -71,8 +71,51 @@ int di_fp8_gemv_route_from_env(DiFp8GemvRoute *route) {
         *route = DI_FP8_GEMV_F32;
     else if (strcmp(env, "fp16") == 0)
         *route = DI_FP8_GEMV_FP16;
+    else if (strcmp(env, "mapped") == 0)
+        *route = DI_FP8_GEMV_MAPPED;
     else
-        return di_errorf("DEEPINFER_FP8_GEMV=%s: expected auto, f32 or fp16", env);
+        return di_errorf("DEEPINFER_FP8_GEMV=%s: expected auto, f32, fp16 or mapped", env);
+    return 0;
+}
+
+int64_t di_matrix_fp8_subnormal_map_bytes(const DiMatrix *w) {
+    return (w->rows + 7) / 8 * ((w->cols + 31) / 32);
+}
+
+/* A byte is an E4M3 subnormal when its magnitude bits are 1..7 (exponent 0, mantissa not 0). */
+void di_matrix_fp8_subnormal_map(const DiMatrix *w, uint8_t *map) {
+    int64_t kblocks = (w->cols + 31) / 32;
+    memset(map, 0, (size_t)di_matrix_fp8_subnormal_map_bytes(w));
+    for (int64_t r = 0; r < w->rows; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + r * w->cols;
+        uint8_t *group = map + (r / 8) * kblocks;
+        for (int64_t kb = 0; kb < kblocks; kb++) {
+            int64_t c1 = (kb + 1) * 32 < w->cols ? (kb + 1) * 32 : w->cols;
+            uint8_t any = 0;
+            for (int64_t c = kb * 32; c < c1; c++) any |= (uint8_t)((uint8_t)((row[c] & 0x7F) - 1) < 7);
+            group[kb] |= any;
+        }
+    }
+}
+
+/* FP8_MAP_PREPARE=0 (-D, for A/B runs): no maps, so the mapped route widens through FP16 throughout. */
+#ifndef FP8_MAP_PREPARE
+#define FP8_MAP_PREPARE 1
+#endif
+
+int di_matrix_prepare(DiMatrix *w, void **owned) {
+    if (!owned) return di_errorf("di_matrix_prepare: no output given");
+    *owned = NULL;
+    if (!w) return di_errorf("di_matrix_prepare: no matrix given");
+    if (di_matrix_validate(w, "prepared weight") != 0) return -1;
+    if (!FP8_MAP_PREPARE || w->format != DI_MAT_FP8_BLOCK || !di_kernels_use_simd() ||
+        di_simd_fp8_gemv_route(NULL) != DI_FP8_GEMV_MAPPED)
+        return 0;
+    uint8_t *map = di_malloc((size_t)di_matrix_fp8_subnormal_map_bytes(w), "FP8 subnormal map");
+    if (!map) return -1;
+    di_matrix_fp8_subnormal_map(w, map);
+    w->fp8_subnormal_map = map;
+    *owned = map;
     return 0;
 }
 
@@ -86,7 +129,11 @@ const char *di_matmul_fp8_gemv_route(double *subnormal_slowdown) {
     Backend b;
     if (choose_backend(&b) != 0) return NULL;
     if (b != BACKEND_SIMD) return "reference";
-    return di_simd_fp8_gemv_route(subnormal_slowdown) == DI_FP8_GEMV_FP16 ? "fp16" : "f32";
+    switch (di_simd_fp8_gemv_route(subnormal_slowdown)) {
+    case DI_FP8_GEMV_FP16: return "fp16";
+    case DI_FP8_GEMV_MAPPED: return "mapped";
+    default: return "f32";
+    }
 }
 
 bool di_kernels_use_simd(void) {

@@ -14,8 +14,9 @@
  *       vcvtph2ps widens it exactly and one multiply by 2^(b-119) = 2^8 * 2^(b-127) gives
  *       code * scale with a single rounding (scale byte b <= 246; above, two multiplies).
  *       The float32 trick (bits << 20, masked) turns E4M3 subnormals into float32 subnormals:
- *       ~100 cycles per multiply on the Intel cores of an earlier session, full speed on Zen 3,
- *       where the FP8 GEMV tiles use it (e4m3_block_gemv_widen).
+ *       ~100 cycles per multiply on Intel cores, full speed on Zen 3; the FP8 GEMV tiles use it
+ *       except where a per-process probe and a per-matrix map send them through FP16
+ *       (e4m3_block_gemv_widen, di_simd_fp8_gemv_route).
  *   E2M1 (§3.3, §3.5): twice the code's value {0,1,2,3,4,6,8,12, -0..-12} times 2^(b-128),
  *       exact; the panel decoder looks the magnitude up with vpermps, the GEMV's decoder reads
  *       the same floats' two high bytes from a per-scale table with byte shuffles.
@@ -84,9 +85,10 @@ bool di_simd_available(void) {
 
 int64_t di_simd_scratch_floats(int64_t cols, bool gemm) {
     /* GEMM: the panel chunk, then the accumulators of one token block (8 lanes each);
-     * GEMV: FP8's scaled activations of two tokens or FP4's permuted ones of four (k32 floats each) */
+     * GEMV: FP8's scaled activations of four tokens, two widenings each, or FP4's permuted ones of
+     * four tokens (k32 floats each) */
     if (gemm) return (int64_t)PANEL_ROWS * PANEL_K + (int64_t)PANEL_ROWS * TOKEN_BLOCK * GROUP;
-    return 4 * ((cols + BLOCK - 1) / BLOCK * BLOCK);
+    return 8 * ((cols + BLOCK - 1) / BLOCK * BLOCK);
 }
 
 /* ---- scale factors (as float32 bit patterns, so no libm call in the inner loops) ---------- */
@@ -223,11 +225,15 @@ static inline void e4m3_block_widen(const uint8_t *p, uint16_t *stage, __m256 ou
  *   1e-4 (block-scaled Gaussian weights: the medium bench   37.9 against 30.7
  *         checkpoint holds 1.2e-4)
  *   none                                                   40.6 against 30.6
- * So the route is chosen per process (di_simd_fp8_gemv_route): the float32
- * route where a probe finds subnormal operands at full speed, else the FP16 route, whose speed
- * never depends on the codes.  DEEPINFER_FP8_GEMV=f32|fp16 overrides the probe.  The 2^-code_exp
- * goes onto the activations with the block scale, so the prescale range check depends on the
- * route. */
+ * Real weights hold few subnormal codes, in few blocks (the medium bench checkpoint: 0.37 % of
+ * its 32-byte blocks), so where a probe finds subnormal operands slow the route is "mapped": each
+ * FP8 matrix carries a map of the 8-row x 32-column blocks that hold a subnormal code
+ * (fp8_subnormal_map, made once by di_matrix_prepare), and a tile widens those blocks through FP16
+ * and the rest as float32 patterns, one branch per 8 x 32 block.  Where the probe finds them at
+ * full speed the route is float32 throughout.  DEEPINFER_FP8_GEMV=f32|fp16|mapped overrides the
+ * probe (di_simd_fp8_gemv_route).  The 2^-code_exp goes onto the activations with the block
+ * scale, so the prescale range check depends on the widening, and the mapped route keeps both
+ * widenings' scaled activations. */
 #define FP8_CODE_EXP_F32 (-120) /* the widened weights are code * 2^code_exp */
 #define FP8_CODE_EXP_FP16 (-8)
 
@@ -236,7 +242,7 @@ static inline int fp8_code_exp(bool via_fp16) { return via_fp16 ? FP8_CODE_EXP_F
 /* The exponent of the factor 2^(b-127) / 2^code_exp that the prescaled activations carry. */
 static inline int fp8_gemv_factor_exp(uint8_t b, bool via_fp16) { return (int)b - 127 - fp8_code_exp(via_fp16); }
 
-/* via_fp16 is a constant in every caller (the two instantiations of gemv_fp8_rows). */
+/* via_fp16 is a constant in every caller (branches of the tiles, instantiations of gemv_fp8_rows_by). */
 static inline __attribute__((always_inline)) void e4m3_block_gemv_widen(const uint8_t *p, uint16_t *stage,
                                                                         __m256 out[4], bool via_fp16) {
     if (via_fp16) {
@@ -249,6 +255,26 @@ static inline __attribute__((always_inline)) void e4m3_block_gemv_widen(const ui
         __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + GROUP * g)));
         out[g] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(v, 20), keep));
     }
+}
+
+/* The bytes of w's fp8_subnormal_map for the row group holding row r (matmul.h). */
+#define FP8_MAP_ROWS 8
+_Static_assert(FP8_MAP_ROWS % GEMV_ROWS == 0 && FP8_MAP_ROWS % PAIR_ROWS == 0 && FP8_MAP_ROWS % QUAD_ROWS == 0 &&
+                   BLOCK % FP8_MAP_ROWS == 0,
+               "an FP8 GEMV tile must lie inside one row group of the subnormal map");
+static inline const uint8_t *fp8_map_row(const DiMatrix *w, int64_t r) {
+    return w->fp8_subnormal_map + (r / FP8_MAP_ROWS) * ((w->cols + BLOCK - 1) / BLOCK);
+}
+
+/* The first block at or after kb that the map marks (full when none): eight bytes at a time. */
+static inline int64_t fp8_next_marked(const uint8_t *map, int64_t kb, int64_t full) {
+    for (; kb + 8 <= full; kb += 8) {
+        uint64_t word;
+        memcpy(&word, map + kb, 8);
+        if (word) return kb + __builtin_ctzll(word) / 8;
+    }
+    while (kb < full && !map[kb]) kb++;
+    return kb;
 }
 
 /* ---- which FP8 GEMV route this process takes -------------------------------------------------
@@ -288,7 +314,7 @@ static void choose_fp8_route(void) {
     DiFp8GemvRoute want = DI_FP8_GEMV_AUTO;
     if (di_fp8_gemv_route_from_env(&want) != 0) want = DI_FP8_GEMV_AUTO; /* matmul.c reports the error */
     fp8_route_slowdown = di_simd_subnormal_slowdown();
-    fp8_route = want != DI_FP8_GEMV_AUTO ? want : fp8_route_slowdown < 4 ? DI_FP8_GEMV_F32 : DI_FP8_GEMV_FP16;
+    fp8_route = want != DI_FP8_GEMV_AUTO ? want : fp8_route_slowdown < 4 ? DI_FP8_GEMV_F32 : DI_FP8_GEMV_MAPPED;
 }
 
 DiFp8GemvRoute di_simd_fp8_gemv_route(double *subnormal_slowdown) {
@@ -612,30 +638,56 @@ static bool fp8_prescale_exact(const uint8_t *scales, int64_t kblocks, ActRange 
            ldexp(x.min_nonzero, fp8_gemv_factor_exp(lo, via_fp16)) >= 0x1p-126;
 }
 
-/* Rows r0 .. r0+nr-1 of one 32-row block; xs = x * f per column block (full blocks only). */
+/* One 32-column step of an FP8 tile: rows 0..nr-1 widened one way (via_fp16, a constant), each
+ * against the nt tokens' prescaled activations xs[t] for that way (acc[i][t]). */
+static inline __attribute__((always_inline)) void fp8_tile_step(const uint8_t *const *row, int nr, int nt,
+                                                                int64_t kb, int64_t ahead, const float *const *xs,
+                                                                uint16_t (*stage)[BLOCK], __m256 (*acc)[4],
+                                                                bool via_fp16) {
+    #pragma GCC unroll 16
+    for (int i = 0; i < nr; i++) {
+        const uint8_t *p = row[i] + kb * BLOCK;
+        _mm_prefetch((const char *)p + ahead, PF_HINT);
+        __m256 wv[4];
+        e4m3_block_gemv_widen(p, stage[i], wv, via_fp16);
+        #pragma GCC unroll 16
+        for (int t = 0; t < nt; t++)
+            #pragma GCC unroll 16
+            for (int g = 0; g < 4; g++)
+                acc[i][t] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xs[t] + kb * BLOCK + GROUP * g), acc[i][t]);
+    }
+}
+
+/* Rows r0 .. r0+nr-1 of one 32-row block (inside one FP8_MAP_ROWS group); xs32 / xs16: x * f
+ * per column block for the float32 / FP16 widening (full blocks only; the route reads the ones
+ * it needs). */
 static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const DiMatrix *w, const float *x,
-                                                                          const float *xs, int64_t k32, int64_t r0,
-                                                                          int nr, float *y, bool via_fp16) {
+                                                                          const float *xs32, const float *xs16,
+                                                                          int64_t k32, int64_t r0, int nr, float *y,
+                                                                          DiFp8GemvRoute route) {
     const uint8_t *row[GEMV_ROWS];
     uint16_t stage[GEMV_ROWS][BLOCK] __attribute__((aligned(32))); /* one per row: no false dependences */
     int64_t full = w->cols / BLOCK, ahead = prefetch_rows_ahead(w, r0, nr) * w->cols;
-    __m256 acc[GEMV_ROWS];
+    const uint8_t *map = route == DI_FP8_GEMV_MAPPED ? fp8_map_row(w, r0) : NULL;
+    __m256 acc[GEMV_ROWS][4]; /* [i][0]: the one token's (the step's layout); in registers after inlining */
     #pragma GCC unroll 16
     for (int i = 0; i < GEMV_ROWS; i++) {
-        acc[i] = _mm256_setzero_ps();
+        acc[i][0] = _mm256_setzero_ps();
         row[i] = (const uint8_t *)w->data + (r0 + (i < nr ? i : 0)) * w->cols;
     }
-    for (int64_t kb = 0; kb < full; kb++) {
-        const float *xb = xs + kb * BLOCK;
-        #pragma GCC unroll 16
-        for (int i = 0; i < nr; i++) {
-            const uint8_t *p = row[i] + kb * BLOCK;
-            _mm_prefetch((const char *)p + ahead, PF_HINT);
-            __m256 wv[4];
-            e4m3_block_gemv_widen(p, stage[i], wv, via_fp16);
-            #pragma GCC unroll 16
-            for (int g = 0; g < 4; g++) acc[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xb + GROUP * g), acc[i]);
+    const float *const x32[1] = {xs32}, *const x16[1] = {xs16};
+    if (route == DI_FP8_GEMV_MAPPED) { /* runs of float32 steps, each up to a marked block */
+        for (int64_t kb = 0; kb < full;) {
+            int64_t end = fp8_next_marked(map, kb, full);
+            for (; kb < end; kb++) fp8_tile_step(row, nr, 1, kb, ahead, x32, stage, acc, false);
+            if (kb < full) {
+                fp8_tile_step(row, nr, 1, kb, ahead, x16, stage, acc, true);
+                kb++;
+            }
         }
+    } else {
+        bool via_fp16 = route == DI_FP8_GEMV_FP16;
+        for (int64_t kb = 0; kb < full; kb++) fp8_tile_step(row, nr, 1, kb, ahead, via_fp16 ? x16 : x32, stage, acc, via_fp16);
     }
     if (full < k32 / BLOCK) { /* the partial last block: the plain decode, unscaled x */
         #pragma GCC unroll 16
@@ -643,11 +695,12 @@ static inline __attribute__((always_inline)) void gemv_fp8_prescaled_tile(const 
             __m256 wv[4];
             decode_block(DI_MAT_FP8_BLOCK, w, r0 + i, full, wv);
             #pragma GCC unroll 16
-            for (int g = 0; g < 4; g++) acc[i] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(x + full * BLOCK + GROUP * g), acc[i]);
+            for (int g = 0; g < 4; g++)
+                acc[i][0] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(x + full * BLOCK + GROUP * g), acc[i][0]);
         }
     }
     #pragma GCC unroll 16
-    for (int i = 0; i < nr; i++) y[r0 + i] = lane_sum(acc[i]);
+    for (int i = 0; i < nr; i++) y[r0 + i] = lane_sum(acc[i][0]);
 }
 
 /* FP4 rows r0 .. r0+nr-1 (nr <= FP4_GEMV_ROWS): each row has its own scales (§3.5), so they stay
@@ -824,34 +877,103 @@ static void fp8_scale_acts(const float *x, const uint8_t *scales, int64_t full, 
     }
 }
 
-/* One token against rows [rb, rb_end) of one scale row block: scaled activations when exact. */
+/* fp8_scale_acts through FP16, for nt tokens, of the column blocks that some row group of the
+ * 32-row block at rb marks in the subnormal map: the only ones the mapped route's FP16 steps read.
+ * The map is read eight blocks at a time; most words of it are zero. */
+static void fp8_scale_acts_marked(const DiMatrix *w, int64_t rb, const uint8_t *scales, int64_t full, int nt,
+                                  const float *const *x, float *const *xs16) {
+    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, rows_left = w->rows - rb;
+    int64_t groups = rows_left < BLOCK ? (rows_left + FP8_MAP_ROWS - 1) / FP8_MAP_ROWS : BLOCK / FP8_MAP_ROWS;
+    const uint8_t *map = fp8_map_row(w, rb);
+    for (int64_t k8 = 0; k8 < full; k8 += 8) {
+        uint64_t marked = 0;
+        for (int64_t g = 0; g < groups; g++) {
+            uint64_t word = 0;
+            memcpy(&word, map + g * kblocks + k8, (size_t)(full - k8 < 8 ? full - k8 : 8));
+            marked |= word;
+        }
+        for (int64_t kb = k8; marked; kb++, marked >>= 8) { /* little-endian: byte j is block k8 + j */
+            if (!(marked & 0xFF)) continue;
+            __m256 fv = _mm256_set1_ps(f32_from_bits((uint32_t)(fp8_gemv_factor_exp(scales[kb], true) + 127) << 23));
+            for (int t = 0; t < nt; t++) {
+                #pragma GCC unroll 16
+                for (int g = 0; g < 4; g++)
+                    _mm256_store_ps(xs16[t] + kb * BLOCK + GROUP * g,
+                                    _mm256_mul_ps(_mm256_loadu_ps(x[t] + kb * BLOCK + GROUP * g), fv));
+            }
+        }
+    }
+}
+
+/* The route one row block takes for tokens whose prescaled activations are exact on the float32
+ * widening (exact32) and on the FP16 one (exact16): the mapped route needs both (its steps mix
+ * the two), and falls back to FP16 alone; DI_FP8_GEMV_AUTO here means the plain path. */
+static inline __attribute__((always_inline)) DiFp8GemvRoute fp8_block_route(DiFp8GemvRoute route, bool exact32,
+                                                                            bool exact16) {
+    switch (route) {
+    case DI_FP8_GEMV_F32: return exact32 ? DI_FP8_GEMV_F32 : DI_FP8_GEMV_AUTO;
+    case DI_FP8_GEMV_MAPPED: return exact32 && exact16 ? DI_FP8_GEMV_MAPPED : exact16 ? DI_FP8_GEMV_FP16 : DI_FP8_GEMV_AUTO;
+    default: return exact16 ? DI_FP8_GEMV_FP16 : DI_FP8_GEMV_AUTO;
+    }
+}
+
+/* Rows [rb, rb_end) of one scale row block for one token on a fixed route (a constant). */
+static inline __attribute__((always_inline)) void fp8_rowblock_tiles(const DiMatrix *w, const float *x,
+                                                                     const float *xs32, const float *xs16, int64_t k32,
+                                                                     int64_t rb, int64_t rb_end, float *yt,
+                                                                     DiFp8GemvRoute route) {
+    int64_t r = rb;
+    for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_fp8_prescaled_tile(w, x, xs32, xs16, k32, r, GEMV_ROWS, yt, route);
+    for (; r < rb_end; r++) gemv_fp8_prescaled_tile(w, x, xs32, xs16, k32, r, 1, yt, route);
+}
+
+/* One token against rows [rb, rb_end) of one scale row block: scaled activations when exact.
+ * xs: 2 * k32 floats of scratch (the float32 widening's scaled activations, then the FP16 one's). */
 static inline __attribute__((always_inline)) void fp8_rowblock_one(const DiMatrix *w, const float *x, int64_t k32,
                                                                    ActRange range, int64_t rb, int64_t rb_end,
-                                                                   float *xs, float *yt, bool via_fp16) {
-    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, r = rb;
+                                                                   float *xs, float *yt, DiFp8GemvRoute route) {
+    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, full = w->cols / BLOCK;
     const uint8_t *scales = w->scale + (rb / BLOCK) * kblocks;
-    if (!fp8_prescale_exact(scales, kblocks, range, via_fp16)) {
+    bool exact32 = route != DI_FP8_GEMV_FP16 && fp8_prescale_exact(scales, kblocks, range, false);
+    bool exact16 = route != DI_FP8_GEMV_F32 && fp8_prescale_exact(scales, kblocks, range, true);
+    float *xs32 = xs, *xs16 = xs + k32;
+    switch (fp8_block_route(route, exact32, exact16)) {
+    case DI_FP8_GEMV_F32:
+        fp8_scale_acts(x, scales, full, xs32, false);
+        fp8_rowblock_tiles(w, x, xs32, NULL, k32, rb, rb_end, yt, DI_FP8_GEMV_F32);
+        break;
+    case DI_FP8_GEMV_FP16:
+        fp8_scale_acts(x, scales, full, xs16, true);
+        fp8_rowblock_tiles(w, x, NULL, xs16, k32, rb, rb_end, yt, DI_FP8_GEMV_FP16);
+        break;
+    case DI_FP8_GEMV_MAPPED:
+        fp8_scale_acts(x, scales, full, xs32, false);
+        fp8_scale_acts_marked(w, rb, scales, full, 1, &x, &xs16);
+        fp8_rowblock_tiles(w, x, xs32, xs16, k32, rb, rb_end, yt, DI_FP8_GEMV_MAPPED);
+        break;
+    default: { /* the plain path */
+        int64_t r = rb;
         for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_tile(DI_MAT_FP8_BLOCK, w, x, k32, r, GEMV_ROWS, yt);
         for (; r < rb_end; r++) gemv_tile(DI_MAT_FP8_BLOCK, w, x, k32, r, 1, yt);
-        return;
     }
-    fp8_scale_acts(x, scales, w->cols / BLOCK, xs, via_fp16);
-    for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_fp8_prescaled_tile(w, x, xs, k32, r, GEMV_ROWS, yt, via_fp16);
-    for (; r < rb_end; r++) gemv_fp8_prescaled_tile(w, x, xs, k32, r, 1, yt, via_fp16);
+    }
 }
 
 /* NT tokens (2, 3 or 4), all with exact scaled activations: each block decoded once for all of
  * them.  Rows per tile: PAIR_ROWS for two tokens, QUAD_ROWS for four (8 accumulators either way).
- * x[t]: the token's activations (the partial last block), xs[t]: its scaled ones. */
+ * x[t]: the token's activations (the partial last block), xs32[t] / xs16[t]: its scaled ones for
+ * the two widenings (the route reads the ones it needs). */
 static inline __attribute__((always_inline)) void gemv_fp8_group_tile(const DiMatrix *w, int nt,
-                                                                      const float *const *x, const float *const *xs,
-                                                                      int64_t k32, int64_t r0, int nr, float *const *y,
-                                                                      bool via_fp16) {
+                                                                      const float *const *x, const float *const *xs32,
+                                                                      const float *const *xs16, int64_t k32,
+                                                                      int64_t r0, int nr, float *const *y,
+                                                                      DiFp8GemvRoute route) {
     enum { MAX_TILE_ROWS = PAIR_ROWS > QUAD_ROWS ? PAIR_ROWS : QUAD_ROWS };
     const uint8_t *row[MAX_TILE_ROWS];
     uint16_t stage[MAX_TILE_ROWS][BLOCK] __attribute__((aligned(32)));
     int64_t full = w->cols / BLOCK;
     int tile_rows = nt >= 3 ? QUAD_ROWS : PAIR_ROWS;
+    const uint8_t *map = route == DI_FP8_GEMV_MAPPED ? fp8_map_row(w, r0) : NULL;
     __m256 acc[MAX_TILE_ROWS][4];
     #pragma GCC unroll 16
     for (int i = 0; i < tile_rows; i++) {
@@ -860,19 +982,18 @@ static inline __attribute__((always_inline)) void gemv_fp8_group_tile(const DiMa
         row[i] = (const uint8_t *)w->data + (r0 + (i < nr ? i : 0)) * w->cols;
     }
     int64_t ahead = prefetch_rows_ahead(w, r0, nr) * w->cols;
-    for (int64_t kb = 0; kb < full; kb++) {
-        #pragma GCC unroll 16
-        for (int i = 0; i < nr; i++) {
-            const uint8_t *p = row[i] + kb * BLOCK;
-            _mm_prefetch((const char *)p + ahead, PF_HINT);
-            __m256 wv[4];
-            e4m3_block_gemv_widen(p, stage[i], wv, via_fp16);
-            #pragma GCC unroll 16
-            for (int t = 0; t < nt; t++)
-                #pragma GCC unroll 16
-                for (int g = 0; g < 4; g++)
-                    acc[i][t] = _mm256_fmadd_ps(wv[g], _mm256_loadu_ps(xs[t] + kb * BLOCK + GROUP * g), acc[i][t]);
+    if (route == DI_FP8_GEMV_MAPPED) { /* runs of float32 steps, each up to a marked block */
+        for (int64_t kb = 0; kb < full;) {
+            int64_t end = fp8_next_marked(map, kb, full);
+            for (; kb < end; kb++) fp8_tile_step(row, nr, nt, kb, ahead, xs32, stage, acc, false);
+            if (kb < full) {
+                fp8_tile_step(row, nr, nt, kb, ahead, xs16, stage, acc, true);
+                kb++;
+            }
         }
+    } else {
+        bool via_fp16 = route == DI_FP8_GEMV_FP16;
+        for (int64_t kb = 0; kb < full; kb++) fp8_tile_step(row, nr, nt, kb, ahead, via_fp16 ? xs16 : xs32, stage, acc, via_fp16);
     }
     if (full < k32 / BLOCK) { /* the partial last block: the plain decode, unscaled x */
         #pragma GCC unroll 16
@@ -892,71 +1013,104 @@ static inline __attribute__((always_inline)) void gemv_fp8_group_tile(const DiMa
         for (int t = 0; t < nt; t++) y[t][r0 + i] = lane_sum(acc[i][t]);
 }
 
+/* Rows [rb, rb_end) of one scale row block for nt tokens on a fixed route (a constant). */
+static inline __attribute__((always_inline)) void fp8_group_tiles(const DiMatrix *w, int nt, const float *const *x,
+                                                                  const float *const *xs32, const float *const *xs16,
+                                                                  int64_t k32, int64_t rb, int64_t rb_end,
+                                                                  float *const *yt, DiFp8GemvRoute route) {
+    int tile_rows = nt >= 3 ? QUAD_ROWS : PAIR_ROWS;
+    int64_t r = rb;
+    for (; r + tile_rows <= rb_end; r += tile_rows) gemv_fp8_group_tile(w, nt, x, xs32, xs16, k32, r, tile_rows, yt, route);
+    for (; r < rb_end; r++) gemv_fp8_group_tile(w, nt, x, xs32, xs16, k32, r, 1, yt, route);
+}
+
 /* Tokens t0 .. t0+nt-1 (nt = 2, 3 or 4) against rows [r0, r1): per 32-row scale block, the group
- * tile when every token's scaled activations are exact there, else each token alone. */
+ * tile when every token's scaled activations are exact there, else each token alone.
+ * xs_scratch: 8 * k32 floats (per token its float32-widening then its FP16-widening scaled
+ * activations; a token alone uses the first two). */
 static inline __attribute__((always_inline)) void fp8_token_group(const DiMatrix *w, const DiSimdActs *a, int64_t t0,
                                                                   int nt, float *y, int64_t r0, int64_t r1,
-                                                                  float *xs_scratch, bool via_fp16) {
-    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, k32 = a->k32;
-    const float *x[4], *xs[4];
+                                                                  float *xs_scratch, DiFp8GemvRoute route) {
+    /* three or four tokens share each widening, so FP16 costs them little: mapped tiles measured
+     * 0.95x of FP16 ones at four tokens, 1.05x at two (kernel_ab 4096x4096, 1e-4 subnormal codes) */
+    if (route == DI_FP8_GEMV_MAPPED && nt >= 3) route = DI_FP8_GEMV_FP16;
+    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, k32 = a->k32, full = w->cols / BLOCK;
+    const float *x[4], *xs32[4], *xs16[4];
     float *yt[4];
     ActRange range[4];
     for (int t = 0; t < nt; t++) {
         x[t] = a->x + (t0 + t) * k32;
-        xs[t] = xs_scratch + t * k32;
+        xs32[t] = xs_scratch + 2 * t * k32;
+        xs16[t] = xs_scratch + (2 * t + 1) * k32;
         yt[t] = y + (t0 + t) * w->rows;
         range[t] = act_range(x[t], w->cols);
     }
-    int tile_rows = nt >= 3 ? QUAD_ROWS : PAIR_ROWS;
     for (int64_t rb = r0; rb < r1; rb += BLOCK) { /* r0 is a multiple of 32 */
-        int64_t rb_end = rb + BLOCK < r1 ? rb + BLOCK : r1, r = rb;
+        int64_t rb_end = rb + BLOCK < r1 ? rb + BLOCK : r1;
         const uint8_t *scales = w->scale + (rb / BLOCK) * kblocks;
-        bool exact = true;
-        for (int t = 0; t < nt; t++) exact = exact && fp8_prescale_exact(scales, kblocks, range[t], via_fp16);
-        if (!exact) {
+        bool exact32 = route != DI_FP8_GEMV_FP16, exact16 = route != DI_FP8_GEMV_F32;
+        for (int t = 0; t < nt; t++) {
+            exact32 = exact32 && fp8_prescale_exact(scales, kblocks, range[t], false);
+            exact16 = exact16 && fp8_prescale_exact(scales, kblocks, range[t], true);
+        }
+        DiFp8GemvRoute block_route = fp8_block_route(route, exact32, exact16);
+        if (block_route == DI_FP8_GEMV_AUTO) {
             for (int t = 0; t < nt; t++)
-                fp8_rowblock_one(w, x[t], k32, range[t], rb, rb_end, xs_scratch, yt[t], via_fp16);
+                fp8_rowblock_one(w, x[t], k32, range[t], rb, rb_end, xs_scratch, yt[t], route);
             continue;
         }
-        for (int t = 0; t < nt; t++) fp8_scale_acts(x[t], scales, w->cols / BLOCK, xs_scratch + t * k32, via_fp16);
-        for (; r + tile_rows <= rb_end; r += tile_rows)
-            gemv_fp8_group_tile(w, nt, x, xs, k32, r, tile_rows, yt, via_fp16);
-        for (; r < rb_end; r++) gemv_fp8_group_tile(w, nt, x, xs, k32, r, 1, yt, via_fp16);
+        for (int t = 0; t < nt; t++) {
+            if (block_route != DI_FP8_GEMV_FP16) fp8_scale_acts(x[t], scales, full, (float *)xs32[t], false);
+            if (block_route == DI_FP8_GEMV_FP16) fp8_scale_acts(x[t], scales, full, (float *)xs16[t], true);
+        }
+        if (block_route == DI_FP8_GEMV_MAPPED) fp8_scale_acts_marked(w, rb, scales, full, nt, x, (float *const *)xs16);
+        switch (block_route) {
+        case DI_FP8_GEMV_F32: fp8_group_tiles(w, nt, x, xs32, xs16, k32, rb, rb_end, yt, DI_FP8_GEMV_F32); break;
+        case DI_FP8_GEMV_FP16: fp8_group_tiles(w, nt, x, xs32, xs16, k32, rb, rb_end, yt, DI_FP8_GEMV_FP16); break;
+        default: fp8_group_tiles(w, nt, x, xs32, xs16, k32, rb, rb_end, yt, DI_FP8_GEMV_MAPPED); break;
+        }
     }
 }
 
-/* xs: 4 * k32 floats of scratch.  via_fp16: a constant, one instantiation per route (below). */
+/* xs: 8 * k32 floats of scratch.  route: a constant, one instantiation per route (below). */
 static inline __attribute__((always_inline)) void gemv_fp8_rows_by(const DiMatrix *w, const DiSimdActs *a, float *y,
-                                                                   int64_t r0, int64_t r1, float *xs, bool via_fp16) {
+                                                                   int64_t r0, int64_t r1, float *xs,
+                                                                   DiFp8GemvRoute route) {
     int64_t k32 = a->k32, t = 0;
-    for (; t + 4 <= a->n_tokens; t += 4) fp8_token_group(w, a, t, 4, y, r0, r1, xs, via_fp16);
+    for (; t + 4 <= a->n_tokens; t += 4) fp8_token_group(w, a, t, 4, y, r0, r1, xs, route);
     if (a->n_tokens - t == 3) { /* one decode for three tokens, not a pair and a single */
-        fp8_token_group(w, a, t, 3, y, r0, r1, xs, via_fp16);
+        fp8_token_group(w, a, t, 3, y, r0, r1, xs, route);
         t += 3;
     }
-    for (; t + 2 <= a->n_tokens; t += 2) fp8_token_group(w, a, t, 2, y, r0, r1, xs, via_fp16);
+    for (; t + 2 <= a->n_tokens; t += 2) fp8_token_group(w, a, t, 2, y, r0, r1, xs, route);
     for (; t < a->n_tokens; t++) {
         const float *x = a->x + t * k32;
         ActRange range = act_range(x, w->cols);
         for (int64_t rb = r0; rb < r1; rb += BLOCK)
-            fp8_rowblock_one(w, x, k32, range, rb, rb + BLOCK < r1 ? rb + BLOCK : r1, xs, y + t * w->rows, via_fp16);
+            fp8_rowblock_one(w, x, k32, range, rb, rb + BLOCK < r1 ? rb + BLOCK : r1, xs, y + t * w->rows, route);
     }
 }
 
 static void gemv_fp8_rows_f32(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
-    gemv_fp8_rows_by(w, a, y, r0, r1, xs, false);
+    gemv_fp8_rows_by(w, a, y, r0, r1, xs, DI_FP8_GEMV_F32);
 }
 
 static void gemv_fp8_rows_fp16(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
-    gemv_fp8_rows_by(w, a, y, r0, r1, xs, true);
+    gemv_fp8_rows_by(w, a, y, r0, r1, xs, DI_FP8_GEMV_FP16);
+}
+
+static void gemv_fp8_rows_mapped(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
+    gemv_fp8_rows_by(w, a, y, r0, r1, xs, DI_FP8_GEMV_MAPPED);
 }
 
 void di_simd_fp8_gemv_rows_on(DiFp8GemvRoute route, const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0,
                               int64_t r1, float *xs) {
-    if (route == DI_FP8_GEMV_FP16)
-        gemv_fp8_rows_fp16(w, a, y, r0, r1, xs);
-    else
-        gemv_fp8_rows_f32(w, a, y, r0, r1, xs);
+    if (route == DI_FP8_GEMV_MAPPED && !w->fp8_subnormal_map) route = DI_FP8_GEMV_FP16;
+    switch (route) {
+    case DI_FP8_GEMV_FP16: gemv_fp8_rows_fp16(w, a, y, r0, r1, xs); break;
+    case DI_FP8_GEMV_MAPPED: gemv_fp8_rows_mapped(w, a, y, r0, r1, xs); break;
+    default: gemv_fp8_rows_f32(w, a, y, r0, r1, xs); break;
+    }
 }
 
 static void gemv_fp8_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {

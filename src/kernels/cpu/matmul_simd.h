@@ -32,23 +32,25 @@ typedef struct {
 /* True when this CPU runs the AVX2+FMA kernels (checked at run time with cpuid). */
 bool di_simd_available(void);
 
-/* How the FP8 GEMV widens E4M3 codes (matmul_avx2.c, e4m3_block_gemv_widen): the same bits either
+/* How the FP8 GEMV widens E4M3 codes (matmul_avx2.c, e4m3_block_gemv_widen): the same bits every
  * way, only the speed differs.  F32: straight to float32 patterns, fastest where the multiplier
  * takes float32 subnormal operands at full speed (Zen); FP16: through FP16, whose speed never
- * depends on the codes (Intel cores take a ~100-cycle assist per subnormal operand). */
-typedef enum { DI_FP8_GEMV_AUTO, DI_FP8_GEMV_F32, DI_FP8_GEMV_FP16 } DiFp8GemvRoute;
+ * depends on the codes (Intel cores take a ~100-cycle assist per subnormal operand); MAPPED:
+ * float32 patterns except in the blocks the matrix's fp8_subnormal_map marks (FP16 throughout
+ * for a matrix without a map). */
+typedef enum { DI_FP8_GEMV_AUTO, DI_FP8_GEMV_F32, DI_FP8_GEMV_FP16, DI_FP8_GEMV_MAPPED } DiFp8GemvRoute;
 
-/* DEEPINFER_FP8_GEMV (auto, f32 or fp16; unset or empty: auto) into *route; -1 and a di_error
- * naming the variable for any other value (matmul.c). */
+/* DEEPINFER_FP8_GEMV (auto, f32, fp16 or mapped; unset or empty: auto) into *route; -1 and a
+ * di_error naming the variable for any other value (matmul.c). */
 int di_fp8_gemv_route_from_env(DiFp8GemvRoute *route);
 
-/* The route this process takes (F32 or FP16): DEEPINFER_FP8_GEMV when it names one, else the
- * probe's choice, made once.  *subnormal_slowdown (when not NULL): the probe's ratio of a
+/* The route this process takes (F32, FP16 or MAPPED): DEEPINFER_FP8_GEMV when it names one, else
+ * the probe's choice (F32 where subnormal operands run at full speed, else MAPPED), made once.  *subnormal_slowdown (when not NULL): the probe's ratio of a
  * multiply-add chain's time on a float32 subnormal operand to its time on a normal one. */
 DiFp8GemvRoute di_simd_fp8_gemv_route(double *subnormal_slowdown);
 
-/* di_simd_gemv_rows for an FP8 matrix on the given route (F32 or FP16), whatever this process
- * chose: for tests that both routes give the same bits. */
+/* di_simd_gemv_rows for an FP8 matrix on the given route (F32, FP16 or MAPPED), whatever this
+ * process chose: for tests that every route gives the same bits. */
 void di_simd_fp8_gemv_rows_on(DiFp8GemvRoute route, const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0,
                               int64_t r1, float *scratch);
 
