@@ -242,7 +242,7 @@ static inline int fp8_code_exp(bool via_fp16) { return via_fp16 ? FP8_CODE_EXP_F
 /* The exponent of the factor 2^(b-127) / 2^code_exp that the prescaled activations carry. */
 static inline int fp8_gemv_factor_exp(uint8_t b, bool via_fp16) { return (int)b - 127 - fp8_code_exp(via_fp16); }
 
-/* via_fp16 is a constant in every caller (branches of the tiles, instantiations of gemv_fp8_rows_by). */
+/* via_fp16 is a constant in every caller (the branches of fp8_tile_step's callers). */
 static inline __attribute__((always_inline)) void e4m3_block_gemv_widen(const uint8_t *p, uint16_t *stage,
                                                                         __m256 out[4], bool via_fp16) {
     if (via_fp16) {
@@ -927,11 +927,22 @@ static inline __attribute__((always_inline)) void fp8_rowblock_tiles(const DiMat
     for (; r < rb_end; r++) gemv_fp8_prescaled_tile(w, x, xs32, xs16, k32, r, 1, yt, route);
 }
 
+/* The tiles are instantiated once per route, here and in fp8_group_tiles_on, and nowhere else:
+ * inlined into every caller and every case, the clang sanitizer build of this file took minutes. */
+static __attribute__((noinline)) void fp8_rowblock_tiles_on(DiFp8GemvRoute route, const DiMatrix *w, const float *x,
+                                                            const float *xs32, const float *xs16, int64_t k32,
+                                                            int64_t rb, int64_t rb_end, float *yt) {
+    switch (route) {
+    case DI_FP8_GEMV_F32: fp8_rowblock_tiles(w, x, xs32, xs16, k32, rb, rb_end, yt, DI_FP8_GEMV_F32); break;
+    case DI_FP8_GEMV_FP16: fp8_rowblock_tiles(w, x, xs32, xs16, k32, rb, rb_end, yt, DI_FP8_GEMV_FP16); break;
+    default: fp8_rowblock_tiles(w, x, xs32, xs16, k32, rb, rb_end, yt, DI_FP8_GEMV_MAPPED); break;
+    }
+}
+
 /* One token against rows [rb, rb_end) of one scale row block: scaled activations when exact.
  * xs: 2 * k32 floats of scratch (the float32 widening's scaled activations, then the FP16 one's). */
-static inline __attribute__((always_inline)) void fp8_rowblock_one(const DiMatrix *w, const float *x, int64_t k32,
-                                                                   ActRange range, int64_t rb, int64_t rb_end,
-                                                                   float *xs, float *yt, DiFp8GemvRoute route) {
+static void fp8_rowblock_one(const DiMatrix *w, const float *x, int64_t k32, ActRange range, int64_t rb,
+                             int64_t rb_end, float *xs, float *yt, DiFp8GemvRoute route) {
     int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, full = w->cols / BLOCK;
     const uint8_t *scales = w->scale + (rb / BLOCK) * kblocks;
     bool exact32 = route != DI_FP8_GEMV_FP16 && fp8_prescale_exact(scales, kblocks, range, false);
@@ -940,16 +951,16 @@ static inline __attribute__((always_inline)) void fp8_rowblock_one(const DiMatri
     switch (fp8_block_route(route, exact32, exact16)) {
     case DI_FP8_GEMV_F32:
         fp8_scale_acts(x, scales, full, xs32, false);
-        fp8_rowblock_tiles(w, x, xs32, NULL, k32, rb, rb_end, yt, DI_FP8_GEMV_F32);
+        fp8_rowblock_tiles_on(DI_FP8_GEMV_F32, w, x, xs32, NULL, k32, rb, rb_end, yt);
         break;
     case DI_FP8_GEMV_FP16:
         fp8_scale_acts(x, scales, full, xs16, true);
-        fp8_rowblock_tiles(w, x, NULL, xs16, k32, rb, rb_end, yt, DI_FP8_GEMV_FP16);
+        fp8_rowblock_tiles_on(DI_FP8_GEMV_FP16, w, x, NULL, xs16, k32, rb, rb_end, yt);
         break;
     case DI_FP8_GEMV_MAPPED:
         fp8_scale_acts(x, scales, full, xs32, false);
         fp8_scale_acts_marked(w, rb, scales, full, 1, &x, &xs16);
-        fp8_rowblock_tiles(w, x, xs32, xs16, k32, rb, rb_end, yt, DI_FP8_GEMV_MAPPED);
+        fp8_rowblock_tiles_on(DI_FP8_GEMV_MAPPED, w, x, xs32, xs16, k32, rb, rb_end, yt);
         break;
     default: { /* the plain path */
         int64_t r = rb;
@@ -1024,13 +1035,32 @@ static inline __attribute__((always_inline)) void fp8_group_tiles(const DiMatrix
     for (; r < rb_end; r++) gemv_fp8_group_tile(w, nt, x, xs32, xs16, k32, r, 1, yt, route);
 }
 
+/* One instantiation per route and token count (the mapped route only takes pairs, fp8_token_group). */
+static __attribute__((noinline)) void fp8_group_tiles_on(DiFp8GemvRoute route, const DiMatrix *w, int nt,
+                                                         const float *const *x, const float *const *xs32,
+                                                         const float *const *xs16, int64_t k32, int64_t rb,
+                                                         int64_t rb_end, float *const *yt) {
+#define FP8_GROUP_CASE(r, n) \
+    case (r) * 8 + (n): fp8_group_tiles(w, n, x, xs32, xs16, k32, rb, rb_end, yt, r); break
+    switch ((int)route * 8 + nt) {
+        FP8_GROUP_CASE(DI_FP8_GEMV_F32, 2);
+        FP8_GROUP_CASE(DI_FP8_GEMV_F32, 3);
+        FP8_GROUP_CASE(DI_FP8_GEMV_F32, 4);
+        FP8_GROUP_CASE(DI_FP8_GEMV_FP16, 2);
+        FP8_GROUP_CASE(DI_FP8_GEMV_FP16, 3);
+        FP8_GROUP_CASE(DI_FP8_GEMV_FP16, 4);
+        FP8_GROUP_CASE(DI_FP8_GEMV_MAPPED, 2);
+    default: break; /* not reached: fp8_token_group sends three or four tokens through FP16 */
+    }
+#undef FP8_GROUP_CASE
+}
+
 /* Tokens t0 .. t0+nt-1 (nt = 2, 3 or 4) against rows [r0, r1): per 32-row scale block, the group
  * tile when every token's scaled activations are exact there, else each token alone.
  * xs_scratch: 8 * k32 floats (per token its float32-widening then its FP16-widening scaled
  * activations; a token alone uses the first two). */
-static inline __attribute__((always_inline)) void fp8_token_group(const DiMatrix *w, const DiSimdActs *a, int64_t t0,
-                                                                  int nt, float *y, int64_t r0, int64_t r1,
-                                                                  float *xs_scratch, DiFp8GemvRoute route) {
+static void fp8_token_group(const DiMatrix *w, const DiSimdActs *a, int64_t t0, int nt, float *y, int64_t r0,
+                            int64_t r1, float *xs_scratch, DiFp8GemvRoute route) {
     /* three or four tokens share each widening, so FP16 costs them little: mapped tiles measured
      * 0.95x of FP16 ones at four tokens, 1.05x at two (kernel_ab 4096x4096, 1e-4 subnormal codes) */
     if (route == DI_FP8_GEMV_MAPPED && nt >= 3) route = DI_FP8_GEMV_FP16;
@@ -1064,18 +1094,13 @@ static inline __attribute__((always_inline)) void fp8_token_group(const DiMatrix
             if (block_route == DI_FP8_GEMV_FP16) fp8_scale_acts(x[t], scales, full, (float *)xs16[t], true);
         }
         if (block_route == DI_FP8_GEMV_MAPPED) fp8_scale_acts_marked(w, rb, scales, full, nt, x, (float *const *)xs16);
-        switch (block_route) {
-        case DI_FP8_GEMV_F32: fp8_group_tiles(w, nt, x, xs32, xs16, k32, rb, rb_end, yt, DI_FP8_GEMV_F32); break;
-        case DI_FP8_GEMV_FP16: fp8_group_tiles(w, nt, x, xs32, xs16, k32, rb, rb_end, yt, DI_FP8_GEMV_FP16); break;
-        default: fp8_group_tiles(w, nt, x, xs32, xs16, k32, rb, rb_end, yt, DI_FP8_GEMV_MAPPED); break;
-        }
+        fp8_group_tiles_on(block_route, w, nt, x, xs32, xs16, k32, rb, rb_end, yt);
     }
 }
 
-/* xs: 8 * k32 floats of scratch.  route: a constant, one instantiation per route (below). */
-static inline __attribute__((always_inline)) void gemv_fp8_rows_by(const DiMatrix *w, const DiSimdActs *a, float *y,
-                                                                   int64_t r0, int64_t r1, float *xs,
-                                                                   DiFp8GemvRoute route) {
+/* xs: 8 * k32 floats of scratch. */
+static void gemv_fp8_rows_by(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs,
+                             DiFp8GemvRoute route) {
     int64_t k32 = a->k32, t = 0;
     for (; t + 4 <= a->n_tokens; t += 4) fp8_token_group(w, a, t, 4, y, r0, r1, xs, route);
     if (a->n_tokens - t == 3) { /* one decode for three tokens, not a pair and a single */
@@ -1091,26 +1116,11 @@ static inline __attribute__((always_inline)) void gemv_fp8_rows_by(const DiMatri
     }
 }
 
-static void gemv_fp8_rows_f32(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
-    gemv_fp8_rows_by(w, a, y, r0, r1, xs, DI_FP8_GEMV_F32);
-}
-
-static void gemv_fp8_rows_fp16(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
-    gemv_fp8_rows_by(w, a, y, r0, r1, xs, DI_FP8_GEMV_FP16);
-}
-
-static void gemv_fp8_rows_mapped(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
-    gemv_fp8_rows_by(w, a, y, r0, r1, xs, DI_FP8_GEMV_MAPPED);
-}
-
 void di_simd_fp8_gemv_rows_on(DiFp8GemvRoute route, const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0,
                               int64_t r1, float *xs) {
     if (route == DI_FP8_GEMV_MAPPED && !w->fp8_subnormal_map) route = DI_FP8_GEMV_FP16;
-    switch (route) {
-    case DI_FP8_GEMV_FP16: gemv_fp8_rows_fp16(w, a, y, r0, r1, xs); break;
-    case DI_FP8_GEMV_MAPPED: gemv_fp8_rows_mapped(w, a, y, r0, r1, xs); break;
-    default: gemv_fp8_rows_f32(w, a, y, r0, r1, xs); break;
-    }
+    if (route != DI_FP8_GEMV_FP16 && route != DI_FP8_GEMV_MAPPED) route = DI_FP8_GEMV_F32;
+    gemv_fp8_rows_by(w, a, y, r0, r1, xs, route);
 }
 
 static void gemv_fp8_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
