@@ -108,7 +108,13 @@ int main(int argc, char **argv) {
      * subnormal with probability RATE (block-scaled Gaussian weights hold ~1e-4; random codes,
      * the default, 7 magnitudes in 127), for CPUs that take an assist on float32 subnormals */
     const char *sub_env = getenv("GGML_AB_FP8_SUBNORMALS");
-    double sub_rate = sub_env && *sub_env ? atof(sub_env) : -1;
+    double sub_rate = -1;
+    if (sub_env && *sub_env) {
+        char *end;
+        sub_rate = strtod(sub_env, &end);
+        if (*end || !(sub_rate >= 0 && sub_rate <= 1))
+            return fprintf(stderr, "ggml_ab: GGML_AB_FP8_SUBNORMALS=%s: expected a rate in [0, 1]\n", sub_env), 2;
+    }
     for (size_t i = 0; i < data_bytes; i++) {
         uint8_t v = (uint8_t)rnd();
         data[i] = (q8 && (v & 0x7f) == 0x7f) ? 0x7e : v;

@@ -58,6 +58,7 @@ typedef void (*Fp4qPrepareFn)(const DiSimdActs *, float *);
 typedef void (*Fp4qRowsFn)(const DiMatrix *, const DiSimdActs *, const float *, float *, int64_t, int64_t, float *);
 typedef int (*QuantiseFn)(float *, size_t);
 typedef int (*PrepareFn)(DiMatrix *, void **);
+typedef const char *(*ErrorMessageFn)(void);
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 static uint32_t rnd(void) {
@@ -150,6 +151,7 @@ int main(int argc, char **argv) {
     Fp4qRowsFn qrows[2] = {NULL, NULL};
     QuantiseFn quantise = NULL;
     PrepareFn prepare = NULL;
+    ErrorMessageFn prepare_error = NULL; /* the same library's di_error_message */
     for (int i = 0; i < 2; i++) {
         void *h = dlopen(argv[1 + i], RTLD_NOW | RTLD_LOCAL);
         if (!h) {
@@ -168,7 +170,10 @@ int main(int argc, char **argv) {
         }
         fn[i] = (RowsFn)dlsym(h, gemm ? "di_simd_gemm_rows" : "di_simd_gemv_rows");
         PrepareFn pr = (PrepareFn)dlsym(h, "di_matrix_prepare"); /* B's when both have one */
-        if (pr) prepare = pr;
+        if (pr) {
+            prepare = pr;
+            prepare_error = (ErrorMessageFn)dlsym(h, "di_error_message");
+        }
         ScratchFn sf = (ScratchFn)dlsym(h, "di_simd_scratch_floats");
         if (fp4q) { /* prepared once per call, then the row slices, as matmul.c does */
             Fp4qScratchFn qf = (Fp4qScratchFn)dlsym(h, "di_simd_fp4q_scratch_floats");
@@ -227,7 +232,7 @@ int main(int argc, char **argv) {
      * uses one; both builds then see it (a build without the field reads the struct's prefix) */
     void *map_owned = NULL; /* freed at exit */
     if (prepare && prepare(&m, &map_owned) != 0) {
-        fprintf(stderr, "kernel_ab: di_matrix_prepare failed\n");
+        fprintf(stderr, "kernel_ab: di_matrix_prepare: %s\n", prepare_error ? prepare_error() : "failed");
         return 1;
     }
     const char *acts_env = getenv("KERNEL_AB_ACTS");

@@ -866,15 +866,18 @@ static void gemv_fp4_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int6
         gemv_fp4_rows_to(w, a, y, r0, r1, xp, false);
 }
 
-/* xs = x * 2^(b-127) / 2^code_exp per full column block of one 32-row scale block (see above). */
+/* xs = x * 2^(b-127) / 2^code_exp for column block kb of one 32-row scale block (see above). */
+static inline void fp8_scale_block(const float *x, const uint8_t *scales, int64_t kb, float *xs, bool via_fp16) {
+    /* a normal float32: fp8_prescale_exact checked the exponent */
+    __m256 fv = _mm256_set1_ps(f32_from_bits((uint32_t)(fp8_gemv_factor_exp(scales[kb], via_fp16) + 127) << 23));
+    #pragma GCC unroll 16
+    for (int g = 0; g < 4; g++)
+        _mm256_store_ps(xs + kb * BLOCK + GROUP * g, _mm256_mul_ps(_mm256_loadu_ps(x + kb * BLOCK + GROUP * g), fv));
+}
+
+/* fp8_scale_block for every full column block. */
 static void fp8_scale_acts(const float *x, const uint8_t *scales, int64_t full, float *xs, bool via_fp16) {
-    for (int64_t kb = 0; kb < full; kb++) {
-        /* a normal float32: fp8_prescale_exact checked the exponent */
-        __m256 fv = _mm256_set1_ps(f32_from_bits((uint32_t)(fp8_gemv_factor_exp(scales[kb], via_fp16) + 127) << 23));
-        #pragma GCC unroll 16
-        for (int g = 0; g < 4; g++)
-            _mm256_store_ps(xs + kb * BLOCK + GROUP * g, _mm256_mul_ps(_mm256_loadu_ps(x + kb * BLOCK + GROUP * g), fv));
-    }
+    for (int64_t kb = 0; kb < full; kb++) fp8_scale_block(x, scales, kb, xs, via_fp16);
 }
 
 /* fp8_scale_acts through FP16, for nt tokens, of the column blocks that some row group of the
@@ -894,27 +897,33 @@ static void fp8_scale_acts_marked(const DiMatrix *w, int64_t rb, const uint8_t *
         }
         for (int64_t kb = k8; marked; kb++, marked >>= 8) { /* little-endian: byte j is block k8 + j */
             if (!(marked & 0xFF)) continue;
-            __m256 fv = _mm256_set1_ps(f32_from_bits((uint32_t)(fp8_gemv_factor_exp(scales[kb], true) + 127) << 23));
-            for (int t = 0; t < nt; t++) {
-                #pragma GCC unroll 16
-                for (int g = 0; g < 4; g++)
-                    _mm256_store_ps(xs16[t] + kb * BLOCK + GROUP * g,
-                                    _mm256_mul_ps(_mm256_loadu_ps(x[t] + kb * BLOCK + GROUP * g), fv));
-            }
+            for (int t = 0; t < nt; t++) fp8_scale_block(x[t], scales, kb, xs16[t], true);
         }
     }
 }
 
 /* The route one row block takes for tokens whose prescaled activations are exact on the float32
  * widening (exact32) and on the FP16 one (exact16): the mapped route needs both (its steps mix
- * the two), and falls back to FP16 alone; DI_FP8_GEMV_AUTO here means the plain path. */
-static inline __attribute__((always_inline)) DiFp8GemvRoute fp8_block_route(DiFp8GemvRoute route, bool exact32,
-                                                                            bool exact16) {
+ * the two), and falls back to FP16 alone; FP8_PLAIN_PATH when neither prescale is exact. */
+#define FP8_PLAIN_PATH DI_FP8_GEMV_AUTO /* the plain decode_block tiles, unscaled activations */
+static DiFp8GemvRoute fp8_block_route(DiFp8GemvRoute route, bool exact32, bool exact16) {
     switch (route) {
-    case DI_FP8_GEMV_F32: return exact32 ? DI_FP8_GEMV_F32 : DI_FP8_GEMV_AUTO;
-    case DI_FP8_GEMV_MAPPED: return exact32 && exact16 ? DI_FP8_GEMV_MAPPED : exact16 ? DI_FP8_GEMV_FP16 : DI_FP8_GEMV_AUTO;
-    default: return exact16 ? DI_FP8_GEMV_FP16 : DI_FP8_GEMV_AUTO;
+    case DI_FP8_GEMV_F32: return exact32 ? DI_FP8_GEMV_F32 : FP8_PLAIN_PATH;
+    case DI_FP8_GEMV_MAPPED: return exact32 && exact16 ? DI_FP8_GEMV_MAPPED : exact16 ? DI_FP8_GEMV_FP16 : FP8_PLAIN_PATH;
+    default: return exact16 ? DI_FP8_GEMV_FP16 : FP8_PLAIN_PATH;
     }
+}
+
+/* The prescaled activations of nt tokens that a block route's tiles read: xs32[t] for the float32
+ * widening, xs16[t] for FP16 (the mapped route: only the blocks its map marks). */
+static void fp8_prescale_tokens(const DiMatrix *w, int64_t rb, DiFp8GemvRoute block_route, const uint8_t *scales,
+                                int nt, const float *const *x, float *const *xs32, float *const *xs16) {
+    int64_t full = w->cols / BLOCK;
+    for (int t = 0; t < nt; t++) {
+        if (block_route != DI_FP8_GEMV_FP16) fp8_scale_acts(x[t], scales, full, xs32[t], false);
+        if (block_route == DI_FP8_GEMV_FP16) fp8_scale_acts(x[t], scales, full, xs16[t], true);
+    }
+    if (block_route == DI_FP8_GEMV_MAPPED) fp8_scale_acts_marked(w, rb, scales, full, nt, x, xs16);
 }
 
 /* Rows [rb, rb_end) of one scale row block for one token on a fixed route (a constant). */
@@ -943,31 +952,20 @@ static __attribute__((noinline)) void fp8_rowblock_tiles_on(DiFp8GemvRoute route
  * xs: 2 * k32 floats of scratch (the float32 widening's scaled activations, then the FP16 one's). */
 static void fp8_rowblock_one(const DiMatrix *w, const float *x, int64_t k32, ActRange range, int64_t rb,
                              int64_t rb_end, float *xs, float *yt, DiFp8GemvRoute route) {
-    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, full = w->cols / BLOCK;
+    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK;
     const uint8_t *scales = w->scale + (rb / BLOCK) * kblocks;
     bool exact32 = route != DI_FP8_GEMV_FP16 && fp8_prescale_exact(scales, kblocks, range, false);
     bool exact16 = route != DI_FP8_GEMV_F32 && fp8_prescale_exact(scales, kblocks, range, true);
-    float *xs32 = xs, *xs16 = xs + k32;
-    switch (fp8_block_route(route, exact32, exact16)) {
-    case DI_FP8_GEMV_F32:
-        fp8_scale_acts(x, scales, full, xs32, false);
-        fp8_rowblock_tiles_on(DI_FP8_GEMV_F32, w, x, xs32, NULL, k32, rb, rb_end, yt);
-        break;
-    case DI_FP8_GEMV_FP16:
-        fp8_scale_acts(x, scales, full, xs16, true);
-        fp8_rowblock_tiles_on(DI_FP8_GEMV_FP16, w, x, NULL, xs16, k32, rb, rb_end, yt);
-        break;
-    case DI_FP8_GEMV_MAPPED:
-        fp8_scale_acts(x, scales, full, xs32, false);
-        fp8_scale_acts_marked(w, rb, scales, full, 1, &x, &xs16);
-        fp8_rowblock_tiles_on(DI_FP8_GEMV_MAPPED, w, x, xs32, xs16, k32, rb, rb_end, yt);
-        break;
-    default: { /* the plain path */
+    DiFp8GemvRoute block_route = fp8_block_route(route, exact32, exact16);
+    if (block_route == FP8_PLAIN_PATH) {
         int64_t r = rb;
         for (; r + GEMV_ROWS <= rb_end; r += GEMV_ROWS) gemv_tile(DI_MAT_FP8_BLOCK, w, x, k32, r, GEMV_ROWS, yt);
         for (; r < rb_end; r++) gemv_tile(DI_MAT_FP8_BLOCK, w, x, k32, r, 1, yt);
+        return;
     }
-    }
+    float *xs32 = xs, *xs16 = xs + k32;
+    fp8_prescale_tokens(w, rb, block_route, scales, 1, &x, &xs32, &xs16);
+    fp8_rowblock_tiles_on(block_route, w, x, xs32, xs16, k32, rb, rb_end, yt);
 }
 
 /* NT tokens (2, 3 or 4), all with exact scaled activations: each block decoded once for all of
@@ -1064,8 +1062,8 @@ static void fp8_token_group(const DiMatrix *w, const DiSimdActs *a, int64_t t0, 
     /* three or four tokens share each widening, so FP16 costs them little: mapped tiles measured
      * 0.95x of FP16 ones at four tokens, 1.05x at two (kernel_ab 4096x4096, 1e-4 subnormal codes) */
     if (route == DI_FP8_GEMV_MAPPED && nt >= 3) route = DI_FP8_GEMV_FP16;
-    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, k32 = a->k32, full = w->cols / BLOCK;
-    const float *x[4], *xs32[4], *xs16[4];
+    int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK, k32 = a->k32;
+    const float *x[4], *xs32[4], *xs16[4]; /* xs32/xs16 point into xs_scratch (written by fp8_prescale_tokens) */
     float *yt[4];
     ActRange range[4];
     for (int t = 0; t < nt; t++) {
@@ -1084,16 +1082,12 @@ static void fp8_token_group(const DiMatrix *w, const DiSimdActs *a, int64_t t0, 
             exact16 = exact16 && fp8_prescale_exact(scales, kblocks, range[t], true);
         }
         DiFp8GemvRoute block_route = fp8_block_route(route, exact32, exact16);
-        if (block_route == DI_FP8_GEMV_AUTO) {
+        if (block_route == FP8_PLAIN_PATH) {
             for (int t = 0; t < nt; t++)
                 fp8_rowblock_one(w, x[t], k32, range[t], rb, rb_end, xs_scratch, yt[t], route);
             continue;
         }
-        for (int t = 0; t < nt; t++) {
-            if (block_route != DI_FP8_GEMV_FP16) fp8_scale_acts(x[t], scales, full, (float *)xs32[t], false);
-            if (block_route == DI_FP8_GEMV_FP16) fp8_scale_acts(x[t], scales, full, (float *)xs16[t], true);
-        }
-        if (block_route == DI_FP8_GEMV_MAPPED) fp8_scale_acts_marked(w, rb, scales, full, nt, x, (float *const *)xs16);
+        fp8_prescale_tokens(w, rb, block_route, scales, nt, x, (float *const *)xs32, (float *const *)xs16);
         fp8_group_tiles_on(block_route, w, nt, x, xs32, xs16, k32, rb, rb_end, yt);
     }
 }
