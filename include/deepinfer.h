@@ -219,6 +219,11 @@ typedef struct {
 void di_engine_options_init(DiEngineOptions *opts);
 
 typedef struct {
+    int32_t token;
+    float bias;
+} DiLogitBias;
+
+typedef struct {
     float temperature;          /* 0: greedy (argmax, ties to the lowest id) */
     int top_k;                  /* <= 0: off */
     float top_p;                /* (0, 1]; 1: off */
@@ -236,6 +241,16 @@ typedef struct {
     int n_stop;
     int logprobs;               /* -1: none; n >= 0: sampled token's logprob + the n best (n <= 20) */
     int ignore_eos;
+    /* OpenAI logit_bias: each bias (in [-100, 100]) is added to its token's logit before the
+     * min_tokens masking and the penalties; logprobs stay those of the raw logits. */
+    const DiLogitBias *logit_bias;
+    int n_logit_bias;
+    /* A reasoning budget (Anthropic thinking.budget_tokens): once thinking_budget tokens were
+     * generated without think_end_id (the end-of-thinking token), that token is forced, so the
+     * reasoning holds at most thinking_budget tokens and the answer follows.  0 when unused. */
+    int has_thinking_budget;
+    int thinking_budget;
+    int32_t think_end_id;
 } DiSamplingParams;
 
 #define DI_MAX_LOGPROBS 20

@@ -24,8 +24,14 @@ static int copy_stops(DiRequest *req, const DiSamplingParams *params) {
         memcpy(req->stop_ids_copy, params->stop_token_ids,
                (size_t)params->n_stop_token_ids * sizeof *req->stop_ids_copy);
     }
+    if (params->n_logit_bias > 0) { /* the caller's array need not outlive the call */
+        req->logit_bias_copy = di_calloc((size_t)params->n_logit_bias, sizeof *req->logit_bias_copy, "logit bias");
+        if (!req->logit_bias_copy) return -1;
+        memcpy(req->logit_bias_copy, params->logit_bias, (size_t)params->n_logit_bias * sizeof *req->logit_bias_copy);
+    }
     req->params.stop = (const char *const *)req->stop_copy;
     req->params.stop_token_ids = req->stop_ids_copy;
+    req->params.logit_bias = req->logit_bias_copy;
     return 0;
 }
 
@@ -66,6 +72,7 @@ void di_request_free(DiRequest *req) {
         for (int i = 0; i < req->params.n_stop; i++) free(req->stop_copy[i]);
     free(req->stop_copy);
     free(req->stop_ids_copy);
+    free(req->logit_bias_copy);
     free(req->tokens);
     free(req->logprobs);
     di_page_table_free(&req->pages);

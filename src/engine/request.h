@@ -30,6 +30,7 @@ typedef struct DiRequest {
     DiSamplingParams params;   /* stop / stop_token_ids point into the copies below */
     char **stop_copy;
     int32_t *stop_ids_copy;
+    DiLogitBias *logit_bias_copy;
     size_t longest_stop;       /* bytes of the longest stop string */
     uint64_t seed;
     DiStreamCallback callback;

@@ -83,6 +83,19 @@ int di_sampling_params_check(const DiSamplingParams *p, int32_t vocab) {
         if (p->stop_token_ids[i] < 0 || p->stop_token_ids[i] >= vocab)
             return di_errorf("sampling parameters: stop_token_ids[%d] = %d is outside the vocabulary [0, %d)", i,
                              p->stop_token_ids[i], vocab);
+    if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && !p->logit_bias))
+        return di_errorf("sampling parameters: logit_bias: %d entries but no array", p->n_logit_bias);
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        const DiLogitBias *b = &p->logit_bias[i];
+        if (b->token < 0 || b->token >= vocab)
+            return di_errorf("sampling parameters: logit_bias token %d is outside the vocabulary [0, %d)", b->token,
+                             vocab);
+        if (!(b->bias >= -100.0f && b->bias <= 100.0f))
+            return di_errorf("sampling parameters: logit_bias[%d] must be in [-100, 100], got %g", b->token, b->bias);
+    }
+    if (p->has_thinking_budget && (p->thinking_budget < 0 || p->think_end_id < 0 || p->think_end_id >= vocab))
+        return di_errorf("sampling parameters: thinking budget %d needs a budget >= 0 and an end-of-thinking token "
+                         "in the vocabulary (got %d)", p->thinking_budget, p->think_end_id);
     if (p->n_stop < 0 || (p->n_stop > 0 && !p->stop))
         return di_errorf("sampling parameters: stop: %d strings but no array", p->n_stop);
     for (int i = 0; i < p->n_stop; i++)
@@ -99,6 +112,20 @@ double di_sampler_uniform(uint64_t seed, int64_t position, uint32_t draw) {
 }
 
 /* ---- masking and penalties ------------------------------------------------------------------ */
+
+static void apply_logit_bias(DiSampler *s, const DiSamplingParams *p) {
+    for (int i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].token >= 0 && p->logit_bias[i].token < s->vocab)
+            s->work[p->logit_bias[i].token] += p->logit_bias[i].bias;
+}
+
+/* The reasoning budget is spent and the end of thinking was not generated yet: force it. */
+static bool thinking_budget_spent(const DiSamplingParams *p, const DiSampleContext *c) {
+    if (!p->has_thinking_budget || c->n_output < (size_t)p->thinking_budget) return false;
+    for (size_t i = 0; i < c->n_output; i++)
+        if (c->output[i] == p->think_end_id) return false;
+    return true;
+}
 
 static void mask_stop_tokens(DiSampler *s, const DiSamplingParams *p, const DiSampleContext *c) {
     if (c->n_output >= (size_t)p->min_tokens) return;
@@ -338,9 +365,15 @@ int di_sampler_sample(DiSampler *s, const DiSamplingParams *p, const DiSampleCon
                       int32_t *out_token, DiTokenLogprobs *logprobs) {
     if (!s || !p || !c || !logits || !out_token) return di_errorf("sampler: NULL argument");
     const int32_t V = s->vocab;
+    if (thinking_budget_spent(p, c)) {
+        *out_token = p->think_end_id;
+        if (logprobs && p->logprobs >= 0) fill_logprobs(logits, V, p->think_end_id, p->logprobs, logprobs);
+        return 0;
+    }
     const float *x = logits;
-    if (needs_masking(p, c) || needs_penalties(p)) {
+    if (p->n_logit_bias > 0 || needs_masking(p, c) || needs_penalties(p)) {
         memcpy(s->work, logits, (size_t)V * sizeof *s->work);
+        apply_logit_bias(s, p);
         mask_stop_tokens(s, p, c);
         apply_penalties(s, p, c);
         x = s->work;

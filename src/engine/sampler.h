@@ -5,7 +5,8 @@
  * (engine-features.md §4.3).  So a seeded request samples the same tokens whatever else shares
  * the batch, in any order, in sync or async mode and after preemption by recompute.
  *
- * Pipeline (vLLM's order): min_tokens masking of EOS/stop tokens; repetition penalty (prompt and
+ * Pipeline (vLLM's order): a spent reasoning budget forces the end-of-thinking token; logit_bias;
+ * min_tokens masking of EOS/stop tokens; repetition penalty (prompt and
  * generated tokens), presence and frequency penalties (generated tokens); then greedy argmax when
  * temperature is 0, else softmax(logits / T), min-p, top-k, top-p over the survivors (ranked by
  * probability, ties by lower id), and one inverse-CDF draw over the survivors in id order.

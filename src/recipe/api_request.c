@@ -276,6 +276,9 @@ int di_api_request_parse(DiApiProtocol protocol, const char *body, size_t len, D
     memset(out, 0, sizeof *out);
     out->protocol = protocol;
     out->temperature = out->top_p = 1.0;
+    out->repetition_penalty = 1.0;
+    out->logprobs = -1;
+    out->thinking_budget_tokens = -1;
     if (!body) return di_errorf("request body is empty");
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -284,7 +287,8 @@ int di_api_request_parse(DiApiProtocol protocol, const char *body, size_t len, D
     int rc = -1;
     if (!json_is_object(root)) {
         di_errorf("Invalid request body: expected a JSON object, got %s", di_api_type_name(root));
-    } else if (parse_common(root, out) == 0) {
+    } else if (di_api_check_fields(root, protocol) == 0 && parse_common(root, out) == 0 &&
+               di_api_logprobs(root, out) == 0) {
         switch (protocol) {
         case DI_API_CHAT: rc = di_api_parse_chat(root, out); break;
         case DI_API_COMPLETIONS: rc = di_api_parse_completions(root, out); break;
@@ -302,6 +306,7 @@ void di_api_request_free(DiApiRequest *req) {
     if (!req) return;
     free(req->model);
     free(req->prompt);
+    free(req->logit_bias);
     json_decref(req->conversation);
     json_decref(req->echo);
     json_decref(req->custom_tools);
@@ -489,6 +494,7 @@ static int chat_thinking(const json_t *body, DiApiRequest *req) {
         else if (strcmp(type, "disabled") == 0) req->thinking = false;
         else return di_errorf("Invalid thinking.type: unknown value '%s', expected enabled, adaptive or disabled", type);
         explicit_switch = true;
+        if (di_api_thinking_budget(thinking, req) != 0) return -1;
     }
     if (effort) {
         int off = di_api_effort(effort, "reasoning_effort", req->reasoning_effort);
@@ -507,8 +513,13 @@ int di_api_parse_chat(json_t *body, DiApiRequest *req) {
     }
     if (chat_thinking(body, req) != 0) return -1;
     if (di_api_max_tokens(body, "max_tokens", false, &req->max_tokens) != 0) return -1;
-    /* max_completion_tokens is not read by the official conversion (recipe 0.2): only max_tokens
-     * limits the output; the field is accepted and ignored like there. */
+    /* max_completion_tokens (OpenAI's newer name) limits the output as vLLM does; the official
+     * conversion (recipe 0.2) ignores it, but a client's limit is never to be dropped.  With both
+     * set, the lower wins. */
+    int64_t mct = 0;
+    if (di_api_max_tokens(body, "max_completion_tokens", false, &mct) != 0) return -1;
+    if (mct > 0 && (req->max_tokens <= 0 || mct < req->max_tokens)) req->max_tokens = mct;
+    if (di_api_sampling_extras(body, req, false) != 0) return -1;
     double temperature = 1, top_p = 1;
     bool has_t, has_p;
     if (di_api_number_in(body, "temperature", 0, false, 2, &temperature, &has_t) != 0) return -1;
@@ -557,6 +568,7 @@ int di_api_parse_completions(json_t *body, DiApiRequest *req) {
         if (di_json_bool(so, "stream_options", "include_usage", false, &req->include_usage) < 0) return -1;
     }
     if (di_api_max_tokens(body, "max_tokens", false, &req->max_tokens) != 0) return -1;
+    if (di_api_sampling_extras(body, req, false) != 0) return -1;
     double temperature = 1, top_p = 1;
     bool has_t, has_p;
     if (di_api_number_in(body, "temperature", 0, false, 2, &temperature, &has_t) != 0) return -1;

@@ -32,6 +32,17 @@ typedef enum { DI_TOOL_CHOICE_AUTO = 0, DI_TOOL_CHOICE_NONE, DI_TOOL_CHOICE_REQU
 #define DI_API_DEFAULT_MAX_TOKENS_THINKING 65536
 #define DI_API_DEFAULT_MAX_TOKENS_THINKING_MAX 131072
 
+/* One logit_bias entry (OpenAI: added to the token's logit before sampling). */
+typedef struct {
+    int32_t token;
+    float bias;
+} DiApiLogitBias;
+
+/* top_logprobs (Chat, Responses) and logprobs (Completions) are in [0, 20] (official conversion). */
+#define DI_API_MAX_TOP_LOGPROBS 20
+/* logit_bias values are in [-100, 100] (OpenAI). */
+#define DI_API_LOGIT_BIAS_MAX 100.0
+
 typedef struct {
     DiApiProtocol protocol;
     char *model;
@@ -50,12 +61,22 @@ typedef struct {
     double presence_penalty, frequency_penalty;
     bool has_seed;
     uint64_t seed;
+    /* Output and vLLM's extra sampling fields (README "Request parameters"). */
+    int logprobs;                 /* -1: none; n >= 0: each token's logprob and its n best */
+    int top_k;                    /* 0: off */
+    double min_p;                 /* 0: off */
+    double repetition_penalty;    /* 1: off */
+    int64_t min_tokens;           /* EOS suppressed until this many tokens */
+    bool ignore_eos;
+    DiApiLogitBias *logit_bias;   /* token id -> bias in [-100, 100]; ids checked by the backend */
+    size_t n_logit_bias;
     char *stop[DI_API_MAX_STOP];
     size_t n_stop;
     DiApiToolChoice tool_choice;
     size_t n_tools;               /* tools left after tool_choice */
     bool json_mode;               /* response_format / text.format json_object */
-    int64_t thinking_budget_tokens; /* Messages thinking.budget_tokens, 0 = none */
+    int64_t thinking_budget_tokens; /* thinking.budget_tokens (Messages, Chat): reasoning tokens
+                                     * before the end of thinking is forced; -1 = none */
     bool disable_parallel_tool_use;
     json_t *echo;                 /* Responses: request settings echoed in the response object */
     json_t *custom_tools;         /* Responses: names of custom (free-text input) tools, or NULL */

@@ -41,6 +41,16 @@ bool di_api_mentions_json(const json_t *messages, const char *extra);
 int di_api_join_text(const json_t *content, const char *const *text_types, const char *sep, const char *field,
                      char **out);
 
+/* api_request_fields.c: refuse a top-level field the protocol does not list, or a listed one
+ * at a value this server does not support; the message names the field. */
+int di_api_check_fields(const json_t *body, DiApiProtocol protocol);
+/* vLLM's extra sampling fields and logit_bias (after max_tokens is known); top_k_only: Messages. */
+int di_api_sampling_extras(const json_t *body, DiApiRequest *req, bool top_k_only);
+/* logprobs / top_logprobs / include, in the protocol's spelling. */
+int di_api_logprobs(const json_t *body, DiApiRequest *req);
+/* thinking.budget_tokens of a thinking object (Messages, Chat). */
+int di_api_thinking_budget(const json_t *thinking, DiApiRequest *req);
+
 int di_api_parse_chat(json_t *body, DiApiRequest *req);
 int di_api_parse_completions(json_t *body, DiApiRequest *req);
 int di_api_parse_responses(json_t *body, DiApiRequest *req);

@@ -193,10 +193,14 @@ static int messages_tools(const json_t *body, DiApiRequest *req, json_t *tools) 
         bool disable = false;
         if (di_json_bool(tc, "tool_choice", "disable_parallel_tool_use", false, &disable) < 0) return -1;
         req->disable_parallel_tool_use = disable;
+        if (disable) /* the model may emit several calls in one turn; nothing limits it to one */
+            return di_errorf("Invalid tool_choice.disable_parallel_tool_use: true is not supported");
         if (strcmp(type, "none") == 0) req->tool_choice = DI_TOOL_CHOICE_NONE;
         else if (strcmp(type, "tool") == 0) {
             if (!(named = json_string_value(json_object_get(tc, "name")))) return di_errorf("Invalid tool_choice.name: a string is required");
-        } else if (strcmp(type, "auto") != 0 && strcmp(type, "any") != 0)
+        } else if (strcmp(type, "any") == 0) {
+            req->tool_choice = DI_TOOL_CHOICE_REQUIRED; /* Anthropic's "any": some tool must be called */
+        } else if (strcmp(type, "auto") != 0)
             return di_errorf("Invalid tool_choice.type: unknown value '%s'", type);
     }
     return di_api_apply_tool_choice(req, tools, named, "tool_choice");
@@ -214,8 +218,7 @@ static int messages_thinking(const json_t *body, DiApiRequest *req) {
         else if (strcmp(type, "disabled") == 0) req->thinking = false;
         else return di_errorf("Invalid thinking.type: unknown value '%s'", type);
         explicit_switch = true;
-        if (di_json_int(th, "thinking", "budget_tokens", false, &req->thinking_budget_tokens) < 0) return -1;
-        if (req->thinking_budget_tokens < 0) return di_errorf("Invalid thinking.budget_tokens: must be >= 0");
+        if (di_api_thinking_budget(th, req) != 0) return -1;
     }
     json_t *oc = json_object_get(body, "output_config");
     const char *effort = NULL;
@@ -232,6 +235,7 @@ static int messages_thinking(const json_t *body, DiApiRequest *req) {
 int di_api_parse_messages(json_t *body, DiApiRequest *req) {
     if (!json_object_get(body, "max_tokens")) return di_errorf("max_tokens: Field required");
     if (di_api_max_tokens(body, "max_tokens", true, &req->max_tokens) != 0) return -1;
+    if (di_api_sampling_extras(body, req, true) != 0) return -1;
     if (messages_thinking(body, req) != 0) return -1;
     double temperature = 1, top_p = 1;
     bool has_t, has_p;

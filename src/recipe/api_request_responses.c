@@ -257,7 +257,8 @@ static json_t *echo(const json_t *body, const DiApiRequest *req) {
                           "service_tier", "default", "store", 0, "truncation", "disabled", "top_logprobs", 0,
                           "tool_choice", "auto", "user", "metadata", json_object());
     if (!e) return NULL;
-    const char *keys[] = {"instructions", "max_output_tokens", "user", "tool_choice", "metadata", "parallel_tool_calls"};
+    const char *keys[] = {"instructions", "max_output_tokens", "user", "tool_choice", "metadata", "parallel_tool_calls",
+                          "top_logprobs"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         json_t *v = json_object_get(body, keys[k]);
         if (v && !json_is_null(v)) json_object_set(e, keys[k], v);
@@ -309,6 +310,7 @@ int di_api_parse_responses(json_t *body, DiApiRequest *req) {
         }
     }
     if (di_api_max_tokens(body, "max_output_tokens", false, &req->max_tokens) != 0) return -1;
+    if (di_api_sampling_extras(body, req, false) != 0) return -1;
     double temperature = 1, top_p = 1;
     bool has_t, has_p;
     if (di_api_number_in(body, "temperature", 0, false, 2, &temperature, &has_t) != 0) return -1;

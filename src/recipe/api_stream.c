@@ -168,6 +168,9 @@ void di_api_stream_free(DiApiStream *s) {
     free(o->calls);
     free(o->stop_sequence);
     free(o->error);
+    json_decref(o->logprobs);
+    json_decref(o->content_logprobs);
+    json_decref(s->ev_logprobs);
     json_decref(s->items);
     free(s->id);
     free(s);
@@ -178,7 +181,7 @@ int di_api_stream_event(DiApiStream *s, const DiApiEvent *ev, DiApiBuf *sse) {
     if ((ev->kind == DI_API_EV_REASONING || ev->kind == DI_API_EV_CONTENT || ev->kind == DI_API_EV_TOOL_ARGS) &&
         ev->len && !ev->text)
         return di_errorf("api stream event: text of length %zu is NULL", ev->len);
-    if (accumulate(&s->out, ev) != 0) return -1;
+    if (accumulate(&s->out, ev) != 0 || di_api_logprobs_accumulate(s, ev) != 0) return -1;
     switch (s->req->protocol) {
     case DI_API_CHAT:
     case DI_API_COMPLETIONS: return di_api_chat_event(s, ev, sse);
@@ -270,18 +273,25 @@ static const char *chat_finish(const DiApiOutput *o) {
     return o->finish == DI_API_FINISH_ABORT || o->finish == DI_API_FINISH_ERROR ? "stop" : di_api_finish_name(o->finish);
 }
 
-/* One chunk around `delta` (Chat) or `text` (Completions); steals `delta`. */
-static json_t *chat_chunk(const DiApiStream *s, json_t *delta, const char *finish, bool final) {
+/* A chunk's logprobs: these entries in the protocol's form. */
+static json_t *choice_logprobs(DiApiStream *s, json_t *entries) {
+    return s->req->protocol == DI_API_COMPLETIONS ? di_api_completions_logprobs(entries, &s->lp_offset)
+                                                  : json_pack("{s:O, s:n}", "content", entries, "refusal");
+}
+
+/* One chunk around `delta` (Chat) or `text` (Completions), with the event's logprobs; steals `delta`. */
+static json_t *chat_chunk(DiApiStream *s, json_t *delta, const char *finish, bool final) {
     bool completions = s->req->protocol == DI_API_COMPLETIONS;
     json_t *choice;
+    json_t *lp = s->ev_logprobs ? choice_logprobs(s, s->ev_logprobs) : json_null();
     if (completions) {
         json_t *text = json_object_get(delta, "content");
         text = json_is_string(text) ? json_incref(text) : json_string("");
-        choice = json_pack("{s:o, s:i, s:n, s:o}", "text", text, "index", 0,
-                           "logprobs", "finish_reason", finish ? json_string(finish) : json_null());
+        choice = json_pack("{s:o, s:i, s:o, s:o}", "text", text, "index", 0,
+                           "logprobs", lp, "finish_reason", finish ? json_string(finish) : json_null());
         json_decref(delta);
     } else {
-        choice = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta, "logprobs", "finish_reason",
+        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs", lp, "finish_reason",
                            finish ? json_string(finish) : json_null());
     }
     json_t *chunk = json_pack("{s:s, s:s, s:I, s:s, s:n, s:[o]}", "id", s->id, "object",
@@ -347,13 +357,22 @@ int di_api_chat_event(DiApiStream *s, const DiApiEvent *ev, DiApiBuf *sse) {
 json_t *di_api_chat_response(const DiApiStream *s) {
     const DiApiOutput *o = &s->out;
     const char *model = s->req->model ? s->req->model : "";
+    size_t offset = 0;
+    json_t *lp = s->req->logprobs < 0                      ? json_null()
+                 : s->req->protocol == DI_API_COMPLETIONS ? di_api_completions_logprobs(o->logprobs, &offset)
+                                                          : json_pack("{s:o, s:n}", "content",
+                                                                      o->logprobs ? json_incref(o->logprobs) : json_array(),
+                                                                      "refusal");
     if (s->req->protocol == DI_API_COMPLETIONS)
-        return json_pack("{s:s, s:s, s:I, s:s, s:n, s:[{s:o, s:i, s:n, s:s}], s:o}", "id", s->id, "object",
+        return json_pack("{s:s, s:s, s:I, s:s, s:n, s:[{s:o, s:i, s:o, s:s}], s:o}", "id", s->id, "object",
                          "text_completion", "created", (json_int_t)s->created, "model", model, "system_fingerprint",
                          "choices", "text", di_api_text(o->content.data, o->content.len), "index", 0, "logprobs",
-                         "finish_reason", chat_finish(o), "usage", chat_usage(s));
+                         lp, "finish_reason", chat_finish(o), "usage", chat_usage(s));
     json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", di_api_text(o->content.data, o->content.len));
-    if (!msg) return NULL;
+    if (!msg) {
+        json_decref(lp);
+        return NULL;
+    }
     if (s->req->thinking)
         json_object_set_new(msg, "reasoning_content", di_api_text(o->reasoning.data, o->reasoning.len));
     if (o->n_calls) {
@@ -365,8 +384,8 @@ json_t *di_api_chat_response(const DiApiStream *s) {
                                                    di_api_text(o->calls[i].args.data, o->calls[i].args.len)));
         json_object_set_new(msg, "tool_calls", calls);
     }
-    return json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:o, s:n, s:s}], s:o, s:n}", "id", s->id, "object",
+    return json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:o, s:o, s:s}], s:o, s:n}", "id", s->id, "object",
                      "chat.completion", "created", (json_int_t)s->created, "model", model, "choices", "index", 0,
-                     "message", msg, "logprobs", "finish_reason", chat_finish(o), "usage", chat_usage(s),
+                     "message", msg, "logprobs", lp, "finish_reason", chat_finish(o), "usage", chat_usage(s),
                      "system_fingerprint");
 }

@@ -33,11 +33,27 @@ typedef enum {
     DI_API_FINISH_ERROR,       /* the backend failed; `text` says why */
 } DiApiFinish;
 
+/* A token's bytes (maybe part of a UTF-8 character) and log probability. */
+typedef struct {
+    const char *bytes;
+    size_t len;
+    float logprob;
+} DiApiTokenProb;
+
+/* One generated token's logprob and its most likely alternatives (requests with logprobs). */
+typedef struct {
+    DiApiTokenProb token;
+    int n_top;
+    DiApiTokenProb top[DI_API_MAX_TOP_LOGPROBS];
+} DiApiLogprob;
+
 typedef struct {
     DiApiEventKind kind;
     const char *text;      /* REASONING / CONTENT / TOOL_BEGIN (name) / TOOL_ARGS / FINISH (error) */
     size_t len;
     int64_t tokens;        /* tokens this text accounts for (REASONING / CONTENT / TOOL_ARGS) */
+    const DiApiLogprob *logprobs; /* those tokens' logprobs when the request asked (n_logprobs of them) */
+    size_t n_logprobs;
     int64_t prompt_tokens, cache_hit_tokens;   /* READY; FINISH: cache_hit_tokens > 0 replaces READY's
                                                 * (a prefix cache is consulted after READY) */
     DiApiFinish finish;                        /* FINISH */
@@ -62,6 +78,9 @@ typedef struct {
     char *stop_sequence;
     char *error;
     int64_t prompt_tokens, cache_hit_tokens, completion_tokens, reasoning_tokens;
+    /* Requests with logprobs: one entry per token in the Chat Completions form {token, logprob,
+     * bytes, top_logprobs}; `logprobs` holds every token, `content_logprobs` those of answer text. */
+    json_t *logprobs, *content_logprobs;
 } DiApiOutput;
 
 typedef struct DiApiStream DiApiStream;

@@ -19,6 +19,8 @@ struct DiApiStream {
     int64_t seq;         /* Responses sequence_number */
     json_t *items;       /* Responses: finished output items, in order */
     size_t custom_sent;  /* Responses custom tool call: bytes of its input already sent */
+    json_t *ev_logprobs; /* the current event's token logprobs (Chat form), or NULL */
+    size_t lp_offset;    /* Completions: text_offset of the next token */
 };
 
 /* Append "data: <json>\n\n" (and "event: <name>\n" first when name is non-NULL); steals `payload`. */
@@ -36,5 +38,12 @@ json_t *di_api_messages_response(const DiApiStream *s);
 char *di_api_new_call_id(size_t index);
 /* The JSON string of a text slice (NULL on allocation failure). */
 json_t *di_api_text(const char *text, size_t len);
+
+/* api_stream_logprobs.c: DiApiLogprob -> Chat-form entries; entries -> the Completions form
+ * (text offsets continue from *text_offset); the event's logprobs into s->ev_logprobs and the
+ * output's lists. */
+json_t *di_api_logprob_entries(const DiApiLogprob *lp, size_t n);
+json_t *di_api_completions_logprobs(const json_t *entries, size_t *text_offset);
+int di_api_logprobs_accumulate(DiApiStream *s, const DiApiEvent *ev);
 
 #endif

@@ -84,6 +84,11 @@ static bool is_custom_tool(const DiApiStream *s, const char *name) {
 }
 
 /* The output item of the block being streamed, in its final (completed) form. */
+/* The answer's token logprobs (output_text.logprobs): [] unless the request asked for them. */
+static json_t *content_logprobs(const DiApiOutput *o) {
+    return o->content_logprobs ? json_deep_copy(o->content_logprobs) : json_array();
+}
+
 static json_t *finished_item(const DiApiStream *s, BlockKind kind, int index, const char *status) {
     const DiApiOutput *o = &s->out;
     char id[160];
@@ -98,10 +103,11 @@ static json_t *finished_item(const DiApiStream *s, BlockKind kind, int index, co
     }
     case BLOCK_TEXT:
         item_id(s, "msg", index, id, sizeof id);
-        return json_pack("{s:s, s:s, s:s, s:s, s:s, s:[{s:s, s:[], s:[], s:o}]}", "type", "message", "id", id,
+        return json_pack("{s:s, s:s, s:s, s:s, s:s, s:[{s:s, s:[], s:o, s:o}]}", "type", "message", "id", id,
                          "status", status, "role", "assistant", "phase",
                          o->n_calls ? "commentary" : "final_answer", "content", "type", "output_text",
-                         "annotations", "logprobs", "text", di_api_text(o->content.data, o->content.len));
+                         "annotations", "logprobs", content_logprobs(o), "text",
+                         di_api_text(o->content.data, o->content.len));
     case BLOCK_TOOL: {
         item_id(s, "fc", index, id, sizeof id);
         const DiApiToolCall *c = &o->calls[o->n_calls - 1];
@@ -145,8 +151,9 @@ static int close_item(DiApiStream *s, DiApiBuf *sse) {
     } else if (sse && s->open == BLOCK_TEXT) {
         json_t *part = json_array_get(json_object_get(item, "content"), 0);
         rc = send_event(s, sse, "response.output_text.done",
-                        json_pack("{s:i, s:s, s:[], s:i, s:O}", "content_index", 0, "item_id", iid, "logprobs",
-                                  "output_index", idx, "text", json_object_get(part, "text")));
+                        json_pack("{s:i, s:s, s:O, s:i, s:O}", "content_index", 0, "item_id", iid, "logprobs",
+                                  json_object_get(part, "logprobs"), "output_index", idx, "text",
+                                  json_object_get(part, "text")));
         if (rc == 0)
             rc = send_event(s, sse, "response.content_part.done",
                             json_pack("{s:i, s:s, s:i, s:O}", "content_index", 0, "item_id", iid, "output_index",
@@ -257,8 +264,9 @@ int di_api_responses_event(DiApiStream *s, const DiApiEvent *ev, DiApiBuf *sse) 
         if (!sse) return 0;
         item_id(s, "msg", s->block_index, id, sizeof id);
         return send_event(s, sse, "response.output_text.delta",
-                          json_pack("{s:i, s:o, s:s, s:[], s:i}", "content_index", 0, "delta",
-                                    di_api_text(ev->text, ev->len), "item_id", id, "logprobs", "output_index",
+                          json_pack("{s:i, s:o, s:s, s:o, s:i}", "content_index", 0, "delta",
+                                    di_api_text(ev->text, ev->len), "item_id", id, "logprobs",
+                                    s->ev_logprobs ? json_incref(s->ev_logprobs) : json_array(), "output_index",
                                     s->block_index));
     case DI_API_EV_TOOL_BEGIN:
         return open_item(s, is_custom_tool(s, s->out.calls[s->out.n_calls - 1].name) ? BLOCK_CUSTOM_TOOL : BLOCK_TOOL, sse);

@@ -21,6 +21,9 @@ typedef struct Job {
     uint64_t id;                 /* the id the server knows */
     uint64_t engine_id;
     DiEngine *engine;            /* to read the finished output (engine thread only) */
+    const DiServeText *text;     /* the model's tokens (logprobs), or NULL */
+    int32_t think_end;           /* </think> for a reasoning budget, else -1 */
+    DiLogitBias *logit_bias;     /* the request's logit_bias in the engine's form */
     bool added;
     bool cache_reported;         /* the prefix-cache hit of its admission passed on */
     DiApiRequest req;            /* a private copy of what the engine needs */
@@ -52,6 +55,23 @@ struct DiEngineBackend {
 
 static bool job_done(const Job *j) { return di_output_events_done(j->out); }
 
+/* The engine's logprobs of a delta's tokens, with each token's bytes, to the output events. */
+static int pass_logprobs(Job *j, const DiStreamDelta *d) {
+    for (int i = 0; i < d->n_new_tokens; i++) {
+        const DiTokenLogprobs *t = &d->new_logprobs[i];
+        DiApiLogprob lp = {.token.logprob = t->logprob, .n_top = t->n_top < DI_API_MAX_TOP_LOGPROBS ? t->n_top : DI_API_MAX_TOP_LOGPROBS};
+        if (!(lp.token.bytes = di_serve_text_token_bytes(j->text, t->token, &lp.token.len)))
+            return di_error_wrap("logprobs of token %d", t->token);
+        for (int k = 0; k < lp.n_top; k++) {
+            lp.top[k].logprob = t->top_logprobs[k];
+            if (!(lp.top[k].bytes = di_serve_text_token_bytes(j->text, t->top_ids[k], &lp.top[k].len)))
+                return di_error_wrap("logprobs of token %d", t->top_ids[k]);
+        }
+        if (di_output_events_logprobs(j->out, &lp, 1) != 0) return -1;
+    }
+    return 0;
+}
+
 static void on_delta(void *user, const DiStreamDelta *d) {
     Job *j = user;
     if (job_done(j)) return; /* e.g. the abort we issue after a stop sequence */
@@ -59,6 +79,10 @@ static void on_delta(void *user, const DiStreamDelta *d) {
     if (!j->cache_reported && di_engine_get_output(j->engine, j->engine_id, &out) == 0) {
         di_output_events_cache_hits(j->out, out.n_cached_tokens); /* admitted by now: it has output */
         j->cache_reported = true;
+    }
+    if (d->new_logprobs && j->req.logprobs >= 0 && pass_logprobs(j, d) != 0) {
+        di_output_events_finish(j->out, DI_API_FINISH_ERROR, NULL, di_error_message(), 500);
+        return;
     }
     if (di_output_events_text(j->out, d->new_text, d->new_text_len, d->n_new_tokens) != 0) return;
     if (d->finish_reason == DI_FINISH_NONE) return;
@@ -78,6 +102,7 @@ static void free_job(Job *j) {
     di_output_events_free(j->out);
     free(j->chat_json);
     free(j->ids);
+    free(j->logit_bias);
     di_api_request_free(&j->req);
     free(j);
 }
@@ -91,6 +116,20 @@ static void sampling_of(const Job *j, int64_t max_tokens, DiSamplingParams *p) {
     p->has_seed = j->req.has_seed;
     p->seed = j->req.seed;
     p->max_tokens = (int)max_tokens;
+    p->top_k = j->req.top_k;
+    p->min_p = (float)j->req.min_p;
+    p->repetition_penalty = (float)j->req.repetition_penalty;
+    /* a default limit lowered to the context left may fall below min_tokens: the limit wins */
+    p->min_tokens = (int)(j->req.min_tokens < max_tokens ? j->req.min_tokens : max_tokens);
+    p->ignore_eos = j->req.ignore_eos;
+    p->logprobs = j->req.logprobs;
+    p->logit_bias = j->logit_bias;
+    p->n_logit_bias = (int)j->req.n_logit_bias;
+    if (j->req.thinking && j->req.thinking_budget_tokens >= 0) {
+        p->has_thinking_budget = 1;
+        p->thinking_budget = (int)(j->req.thinking_budget_tokens < max_tokens ? j->req.thinking_budget_tokens : max_tokens);
+        p->think_end_id = j->think_end;
+    }
     if (j->req.protocol == DI_API_COMPLETIONS && j->req.n_stop) { /* a raw prompt: the engine matches the stop strings itself */
         p->stop = (const char *const *)j->req.stop;
         p->n_stop = (int)j->req.n_stop;
@@ -258,14 +297,11 @@ static int prepare_prompt(DiEngineBackend *b, const DiApiRequest *req, Job *j, i
     return 0;
 }
 
-static int be_submit(void *self, const DiApiRequest *req, DiBackendEmit emit, void *user, uint64_t *out_id,
-                     int *http_status) {
-    DiEngineBackend *b = self;
-    *http_status = 500;
-    if (!req || !emit || !out_id) return di_errorf("engine backend: bad submit arguments");
-    Job *j = di_calloc(1, sizeof *j, "engine job");
-    if (!j) return -1;
-    /* A private copy of the fields the engine thread reads (the request belongs to the server). */
+/* A private copy of the fields the engine thread reads (the request belongs to the server),
+ * checked against the model: a 400 names the field the model cannot honour. */
+static int copy_request(DiEngineBackend *b, const DiApiRequest *req, Job *j, int *http_status) {
+    j->text = b->cfg.text;
+    j->think_end = -1;
     j->req.protocol = req->protocol;
     j->req.thinking = req->thinking;
     memcpy(j->req.reasoning_effort, req->reasoning_effort, sizeof j->req.reasoning_effort);
@@ -276,6 +312,45 @@ static int be_submit(void *self, const DiApiRequest *req, DiBackendEmit emit, vo
     j->req.frequency_penalty = req->frequency_penalty;
     j->req.has_seed = req->has_seed;
     j->req.seed = req->seed;
+    j->req.logprobs = req->logprobs;
+    j->req.top_k = req->top_k;
+    j->req.min_p = req->min_p;
+    j->req.repetition_penalty = req->repetition_penalty;
+    j->req.min_tokens = req->min_tokens;
+    j->req.ignore_eos = req->ignore_eos;
+    j->req.thinking_budget_tokens = req->thinking_budget_tokens;
+    *http_status = 400;
+    if (req->logprobs >= 0 && !b->cfg.text)
+        return di_errorf("Invalid logprobs: this backend has no tokenizer to spell the tokens");
+    if (req->thinking && req->thinking_budget_tokens >= 0 &&
+        (j->think_end = b->cfg.text ? di_serve_text_think_end(b->cfg.text) : -1) < 0)
+        return di_errorf("Invalid thinking.budget_tokens: the model's tokenizer has no </think> token");
+    int32_t vocab = di_engine_vocab_size(b->engine);
+    for (size_t i = 0; i < req->n_logit_bias; i++)
+        if (req->logit_bias[i].token >= vocab)
+            return di_errorf("Invalid logit_bias: token id %d is outside the vocabulary [0, %d)",
+                             req->logit_bias[i].token, vocab);
+    *http_status = 500;
+    if (req->n_logit_bias) {
+        if (!(j->logit_bias = di_calloc(req->n_logit_bias, sizeof *j->logit_bias, "logit_bias"))) return -1;
+        for (size_t i = 0; i < req->n_logit_bias; i++)
+            j->logit_bias[i] = (DiLogitBias){req->logit_bias[i].token, req->logit_bias[i].bias};
+        j->req.n_logit_bias = req->n_logit_bias;
+    }
+    return 0;
+}
+
+static int be_submit(void *self, const DiApiRequest *req, DiBackendEmit emit, void *user, uint64_t *out_id,
+                     int *http_status) {
+    DiEngineBackend *b = self;
+    *http_status = 500;
+    if (!req || !emit || !out_id) return di_errorf("engine backend: bad submit arguments");
+    Job *j = di_calloc(1, sizeof *j, "engine job");
+    if (!j) return -1;
+    if (copy_request(b, req, j, http_status) != 0) {
+        free_job(j);
+        return -1;
+    }
     bool ok = true;
     for (size_t i = 0; i < req->n_stop && ok; i++) ok = (j->req.stop[j->req.n_stop++] = di_strdup(req->stop[i])) != NULL;
     if (!ok || !(j->out = di_output_events_new(req, emit, user))) {

@@ -17,13 +17,17 @@ struct DiOutputEvents {
     size_t sent_reasoning, sent_content, sent_calls, sent_args;
     bool sent_name, done;
     int64_t pending_tokens;
+    DiApiLogprob *pending_lp;    /* logprobs of the pending tokens (requests with logprobs) */
+    size_t n_pending_lp, cap_pending_lp;
     int64_t cache_hit_tokens; /* known after READY (the engine admits later); sent with FINISH */
 };
 
 static void emit_text(DiOutputEvents *o, DiApiEventKind kind, const char *text, size_t len) {
     if (!len && kind != DI_API_EV_TOOL_BEGIN) return;
-    DiApiEvent ev = {.kind = kind, .text = text, .len = len, .tokens = o->pending_tokens};
+    DiApiEvent ev = {.kind = kind, .text = text, .len = len, .tokens = o->pending_tokens,
+                     .logprobs = o->pending_lp, .n_logprobs = o->n_pending_lp};
     o->pending_tokens = 0;
+    o->n_pending_lp = 0;
     o->emit(o->user, &ev);
 }
 
@@ -31,8 +35,10 @@ static void emit_finish(DiOutputEvents *o, DiApiFinish finish, const char *stop,
     if (o->done) return;
     DiApiEvent ev = {.kind = DI_API_EV_FINISH, .finish = finish, .stop_sequence = stop, .tokens = o->pending_tokens,
                      .text = error, .len = error ? strlen(error) : 0, .http_status = status,
-                     .cache_hit_tokens = o->cache_hit_tokens};
+                     .cache_hit_tokens = o->cache_hit_tokens, .logprobs = o->pending_lp,
+                     .n_logprobs = o->n_pending_lp};
     o->pending_tokens = 0;
+    o->n_pending_lp = 0;
     o->done = true;
     o->emit(o->user, &ev);
 }
@@ -103,6 +109,7 @@ fail:
 void di_output_events_free(DiOutputEvents *o) {
     if (!o) return;
     di_stream_parser_free(o->parser);
+    free(o->pending_lp);
     for (size_t i = 0; i < o->n_stop; i++) free(o->stop[i]);
     free(o);
 }
@@ -149,4 +156,20 @@ void di_output_events_finish(DiOutputEvents *o, DiApiFinish finish, const char *
 
 void di_output_events_cache_hits(DiOutputEvents *o, int64_t cache_hit_tokens) {
     if (o && cache_hit_tokens >= 0) o->cache_hit_tokens = cache_hit_tokens;
+}
+
+int di_output_events_logprobs(DiOutputEvents *o, const DiApiLogprob *lp, size_t n) {
+    if (!o || (n && !lp)) return di_errorf("output events: bad logprobs arguments");
+    if (o->done || !n) return 0;
+    if (o->n_pending_lp + n > o->cap_pending_lp) {
+        size_t cap = o->cap_pending_lp ? 2 * o->cap_pending_lp : 16;
+        while (cap < o->n_pending_lp + n) cap *= 2;
+        DiApiLogprob *grown = di_realloc_array(o->pending_lp, cap, sizeof *grown, "pending logprobs");
+        if (!grown) return -1;
+        o->pending_lp = grown;
+        o->cap_pending_lp = cap;
+    }
+    memcpy(o->pending_lp + o->n_pending_lp, lp, n * sizeof *lp);
+    o->n_pending_lp += n;
+    return 0;
 }

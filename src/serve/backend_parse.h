@@ -25,6 +25,11 @@ void di_output_events_free(DiOutputEvents *o);
  * backend should stop generating), 0 to go on, -1 on error (FINISH with the error emitted). */
 int di_output_events_text(DiOutputEvents *o, const char *text, size_t len, int64_t tokens);
 
+/* The logprobs of the tokens the next di_output_events_text call accounts for (copied; the
+ * token bytes they point to must outlive the request).  They travel with the event that
+ * carries those tokens. */
+int di_output_events_logprobs(DiOutputEvents *o, const DiApiLogprob *lp, size_t n);
+
 /* The backend finished (`finish`: STOP for EOS, LENGTH, ABORT, ERROR with `error` and the
  * HTTP status for a refusal before any output).  Flushes the parser, emits the rest and the
  * FINISH.  No-op once FINISH was emitted. */

@@ -126,3 +126,17 @@ int di_serve_text_encode_prompt(const DiServeText *t, const char *prompt, int32_
     *n_ids = n + bos;
     return 0;
 }
+
+/* ---- tokens ------------------------------------------------------------------------------ */
+
+const char *di_serve_text_token_bytes(const DiServeText *t, int32_t id, size_t *len) {
+    if (!t || !len) {
+        di_errorf("serve text: bad token arguments");
+        return NULL;
+    }
+    return di_tokenizer_token_bytes(t->tok, id, len);
+}
+
+int32_t di_serve_text_think_end(const DiServeText *t) {
+    return t ? di_tokenizer_special_id(t->tok, "</think>") : -1;
+}

@@ -37,4 +37,11 @@ int di_serve_text_render(const DiServeText *t, const json_t *conversation, int32
 /* A raw prompt (NUL-terminated UTF-8) -> BOS + plain BPE ids, a fresh heap array.  Thread-safe. */
 int di_serve_text_encode_prompt(const DiServeText *t, const char *prompt, int32_t **ids, size_t *n_ids);
 
+/* The bytes of one token (a control token's spelling), valid while `t` is open; NULL with an
+ * error for an id outside the tokenizer.  For logprobs. */
+const char *di_serve_text_token_bytes(const DiServeText *t, int32_t id, size_t *len);
+
+/* The end-of-thinking token (</think>), or -1 when the tokenizer lacks it.  For a reasoning budget. */
+int32_t di_serve_text_think_end(const DiServeText *t);
+
 #endif
