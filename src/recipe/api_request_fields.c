@@ -24,7 +24,8 @@
 #define VLLM_EXTRAS "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos", "logit_bias"
 /* Read by parse_common for every protocol. */
 #define COMMON "model", "stream", "n", "seed", "presence_penalty", "frequency_penalty"
-/* Labels with no effect on the output (end-user ids, cache routing hints, metadata). */
+/* Labels with no effect on the output (end-user ids, cache routing hints, metadata; Anthropic's
+ * cache_control: the prefix cache needs no breakpoints). */
 #define LABELS "user", "metadata", "safety_identifier", "prompt_cache_key", "service_tier", "store"
 
 static const char *const k_chat[] = {COMMON, VLLM_EXTRAS, LABELS, "messages", "stream_options", "max_tokens",
@@ -40,7 +41,7 @@ static const char *const k_responses[] = {COMMON, VLLM_EXTRAS, LABELS, "input", 
                                           "conversation", "truncation", "background", "max_tool_calls", NULL};
 static const char *const k_messages[] = {COMMON, "messages", "max_tokens", "system", "stop_sequences", "temperature",
                                          "top_p", "top_k", "tools", "tool_choice", "thinking", "metadata",
-                                         "service_tier", "output_config", NULL};
+                                         "service_tier", "output_config", "cache_control", NULL};
 
 static bool listed(const char *const *list, const char *key) {
     for (; *list; list++)

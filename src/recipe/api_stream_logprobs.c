@@ -45,8 +45,10 @@ json_t *di_api_completions_logprobs(const json_t *entries, size_t *text_offset) 
     json_array_foreach(entries, i, e) {
         json_t *token = json_object_get(e, "token"), *top = json_object(), *t;
         size_t k;
-        json_array_foreach(json_object_get(e, "top_logprobs"), k, t)
-            json_object_set(top, json_string_value(json_object_get(t, "token")), json_object_get(t, "logprob"));
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, t) { /* tokens spelt alike keep the best */
+            const char *text = json_string_value(json_object_get(t, "token"));
+            if (!json_object_get(top, text)) json_object_set(top, text, json_object_get(t, "logprob"));
+        }
         json_array_append(tokens, token);
         json_array_append(values, json_object_get(e, "logprob"));
         json_array_append_new(tops, top);

@@ -247,7 +247,153 @@ TEST(invalid_utf8_output_is_replaced_not_dropped) {
     di_api_request_free(&r);
 }
 
+/* Every top-level field is honoured or refused with a 400 naming it (README "Request parameters"). */
+#define USER_MSG "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
+static void refused(DiApiProtocol p, const char *body, const char *needle) {
+    DiApiRequest r;
+    int st = 0;
+    CHECK_EQ_INT(parse(p, body, &r, &st), -1);
+    CHECK_EQ_INT(st, 400);
+    CHECK_MSG(strstr(di_error_message(), needle) != NULL, "%s: got '%s'", needle, di_error_message());
+}
+
+TEST(request_parameters_are_honoured_or_refused) {
+    DiApiRequest r;
+    CHECK_EQ_INT(parse(DI_API_CHAT, "{\"model\":\"m\"," USER_MSG ",\"logprobs\":true,\"top_logprobs\":3,"
+                                    "\"max_tokens\":10,\"max_completion_tokens\":7,\"top_k\":5,\"min_p\":0.1,"
+                                    "\"repetition_penalty\":1.2,\"min_tokens\":2,\"ignore_eos\":true,"
+                                    "\"logit_bias\":{\"5\":100,\"7\":-3.5},\"user\":\"u\",\"thinking\":"
+                                    "{\"type\":\"enabled\",\"budget_tokens\":12}}", &r, NULL), 0);
+    CHECK_EQ_INT(r.logprobs, 3);
+    CHECK_EQ_INT(r.max_tokens, 7); /* the lower of max_tokens and max_completion_tokens */
+    CHECK_EQ_INT(r.top_k, 5);
+    CHECK_NEAR(r.min_p, 0.1, 1e-12);
+    CHECK_NEAR(r.repetition_penalty, 1.2, 1e-12);
+    CHECK_EQ_INT(r.min_tokens, 2);
+    CHECK(r.ignore_eos);
+    CHECK_EQ_INT(r.n_logit_bias, 2);
+    CHECK_EQ_INT(r.logit_bias[0].token, 5);
+    CHECK_NEAR(r.logit_bias[1].bias, -3.5, 0);
+    CHECK_EQ_INT(r.thinking_budget_tokens, 12);
+    di_api_request_free(&r);
+    CHECK_EQ_INT(parse(DI_API_CHAT, "{\"model\":\"m\"," USER_MSG ",\"max_completion_tokens\":9}", &r, NULL), 0);
+    CHECK_EQ_INT(r.max_tokens, 9);
+    CHECK_EQ_INT(r.logprobs, -1);
+    CHECK_EQ_INT(r.thinking_budget_tokens, -1);
+    di_api_request_free(&r);
+    refused(DI_API_CHAT, "{\"model\":\"m\"," USER_MSG ",\"top_logprobs\":2}", "logprobs must be set to true");
+    refused(DI_API_CHAT, "{\"model\":\"m\"," USER_MSG ",\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs is [0, 20]");
+    refused(DI_API_CHAT, "{\"model\":\"m\"," USER_MSG ",\"logit_bias\":{\"5\":101}}", "logit_bias['5']");
+    refused(DI_API_CHAT, "{\"model\":\"m\"," USER_MSG ",\"logit_bias\":{\"a\":1}}", "logit_bias: key 'a'");
+    refused(DI_API_CHAT, "{\"model\":\"m\"," USER_MSG ",\"max_tokens\":3,\"min_tokens\":4}", "min_tokens");
+    refused(DI_API_CHAT, "{\"model\":\"m\"," USER_MSG ",\"bogus\":1}", "Unrecognized request argument supplied: bogus");
+    refused(DI_API_CHAT, "{\"model\":\"m\"," USER_MSG ",\"parallel_tool_calls\":false}", "parallel_tool_calls");
+    refused(DI_API_CHAT, "{\"model\":\"m\"," USER_MSG ",\"store\":true}", "store");
+    refused(DI_API_CHAT, "{\"model\":\"m\"," USER_MSG ",\"n\":2}", "n = 1");
+    refused(DI_API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"p\",\"echo\":true}", "echo");
+    refused(DI_API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"p\",\"best_of\":2}", "best_of");
+    refused(DI_API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"p\",\"suffix\":\"s\"}", "suffix");
+    refused(DI_API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"p\",\"logprobs\":21}", "logprobs is [0, 20]");
+    CHECK_EQ_INT(parse(DI_API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"p\",\"echo\":false,\"best_of\":1,"
+                                           "\"suffix\":null,\"logprobs\":2}", &r, NULL), 0);
+    CHECK_EQ_INT(r.logprobs, 2);
+    di_api_request_free(&r);
+    CHECK_EQ_INT(parse(DI_API_RESPONSES, "{\"model\":\"m\",\"input\":\"x\",\"top_logprobs\":4}", &r, NULL), 0);
+    CHECK_EQ_INT(r.logprobs, 4); /* top_logprobs alone asks for logprobs (official conversion) */
+    di_api_request_free(&r);
+    CHECK_EQ_INT(parse(DI_API_RESPONSES, "{\"model\":\"m\",\"input\":\"x\",\"include\":[\"message.output_text.logprobs\"]}",
+                       &r, NULL), 0);
+    CHECK_EQ_INT(r.logprobs, 0);
+    di_api_request_free(&r);
+    refused(DI_API_RESPONSES, "{\"model\":\"m\",\"input\":\"x\",\"include\":[\"reasoning.encrypted_content\"]}", "include[0]");
+    refused(DI_API_RESPONSES, "{\"model\":\"m\",\"input\":\"x\",\"logprobs\":true}", "argument supplied: logprobs");
+    refused(DI_API_MESSAGES, "{\"model\":\"m\",\"max_tokens\":5," USER_MSG ",\"bogus\":1}",
+            "bogus: Extra inputs are not permitted");
+    refused(DI_API_MESSAGES, "{\"model\":\"m\",\"max_tokens\":5," USER_MSG ",\"min_p\":0.5}", "min_p");
+#define MTOOL "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]"
+    CHECK_EQ_INT(parse(DI_API_MESSAGES, "{\"model\":\"m\",\"max_tokens\":5," USER_MSG ",\"top_k\":3," MTOOL ","
+                                        "\"thinking\":{\"type\":\"disabled\"},\"tool_choice\":{\"type\":\"any\"}}",
+                       &r, NULL), 0);
+    CHECK_EQ_INT(r.top_k, 3);
+    CHECK_EQ_INT(r.tool_choice, DI_TOOL_CHOICE_REQUIRED); /* any = some tool must be called */
+    di_api_request_free(&r);
+    refused(DI_API_MESSAGES, "{\"model\":\"m\",\"max_tokens\":5," USER_MSG "," MTOOL ",\"tool_choice\":{\"type\":\"any\"}}",
+            "required tool choice is not supported in thinking mode");
+    refused(DI_API_MESSAGES, "{\"model\":\"m\",\"max_tokens\":5," USER_MSG "," MTOOL ",\"tool_choice\":"
+                             "{\"type\":\"auto\",\"disable_parallel_tool_use\":true}}", "disable_parallel_tool_use");
+}
+
+/* Token logprobs in each protocol's form: Chat choices[].logprobs.content[] (token, logprob,
+ * bytes, top_logprobs), Completions tokens / token_logprobs / top_logprobs / text_offset (in
+ * characters), Responses output_text.logprobs (answer tokens only). */
+static void feed_lp(DiApiStream *s, DiApiEventKind kind, const char *text, const DiApiLogprob *lp, size_t n, DiApiBuf *sse) {
+    DiApiEvent ev = {.kind = kind, .text = text, .len = text ? strlen(text) : 0, .tokens = (int64_t)n, .logprobs = lp,
+                     .n_logprobs = n};
+    CHECK_EQ_INT(di_api_stream_event(s, &ev, sse), 0);
+}
+
+static json_t *run_logprobs(DiApiProtocol p, const char *body, DiApiBuf *sse) {
+    DiApiRequest r;
+    CHECK_EQ_INT(parse(p, body, &r, NULL), 0);
+    DiApiStream *s = di_api_stream_create(&r, "id", 1);
+    DiApiLogprob think = {.token = {"t", 1, -0.5f}}, lp[2] = {
+        {.token = {"\xc3\xa9", 2, -0.25f}, .n_top = 2, .top = {{"\xc3\xa9", 2, -0.25f}, {"a", 1, -2}}},
+        {.token = {"b", 1, -1.5f}, .n_top = 1, .top = {{"b", 1, -1.5f}}}};
+    DiApiEvent ready = {.kind = DI_API_EV_READY, .prompt_tokens = 3};
+    CHECK_EQ_INT(di_api_stream_event(s, &ready, sse), 0);
+    if (r.thinking) feed_lp(s, DI_API_EV_REASONING, "t", &think, 1, sse);
+    feed_lp(s, DI_API_EV_CONTENT, "\xc3\xa9", &lp[0], 1, sse);
+    feed_lp(s, DI_API_EV_CONTENT, "b", &lp[1], 1, sse);
+    DiApiEvent fin = {.kind = DI_API_EV_FINISH, .finish = DI_API_FINISH_STOP};
+    CHECK_EQ_INT(di_api_stream_event(s, &fin, sse), 0);
+    json_t *full = di_api_stream_response(s);
+    di_api_stream_free(s);
+    di_api_request_free(&r);
+    return full;
+}
+
+TEST(logprobs_in_each_protocol_form) {
+    DiApiBuf sse = {0};
+    json_t *full = run_logprobs(DI_API_CHAT, "{\"model\":\"m\",\"stream\":true," USER_MSG ",\"logprobs\":true,"
+                                             "\"top_logprobs\":2}", &sse);
+    json_t *content = json_object_get(json_object_get(json_array_get(json_object_get(full, "choices"), 0), "logprobs"), "content");
+    CHECK_EQ_INT(json_array_size(content), 3); /* every generated token, reasoning included */
+    json_t *e = json_array_get(content, 1);
+    CHECK_STR(json_string_value(json_object_get(e, "token")), "\xc3\xa9");
+    CHECK_NEAR(json_real_value(json_object_get(e, "logprob")), -0.25, 1e-7);
+    CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(e, "bytes"), 0)), 0xc3);
+    CHECK_EQ_INT(json_array_size(json_object_get(e, "top_logprobs")), 2);
+    CHECK(strstr(sse.data, "\"logprobs\":{\"content\":[{\"token\":\"b\"") != NULL);
+    json_decref(full);
+    di_api_buf_free(&sse);
+
+    full = run_logprobs(DI_API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"p\",\"logprobs\":1}", &sse);
+    json_t *lp = json_object_get(json_array_get(json_object_get(full, "choices"), 0), "logprobs");
+    CHECK_EQ_INT(json_array_size(json_object_get(lp, "tokens")), 2);
+    CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(lp, "text_offset"), 1)), 1); /* é is 1 character */
+    CHECK_NEAR(json_real_value(json_object_get(json_array_get(json_object_get(lp, "top_logprobs"), 0), "a")), -2, 0);
+    json_decref(full);
+    di_api_buf_free(&sse);
+
+    full = run_logprobs(DI_API_RESPONSES, "{\"model\":\"m\",\"stream\":true,\"input\":\"x\",\"top_logprobs\":2}", &sse);
+    json_t *out = json_object_get(full, "output"), *item;
+    size_t i, n_text = 0;
+    json_array_foreach(out, i, item) {
+        json_t *part = json_array_get(json_object_get(item, "content"), 0);
+        if (strcmp(json_string_value(json_object_get(part, "type")), "output_text") != 0) continue;
+        n_text++;
+        CHECK_EQ_INT(json_array_size(json_object_get(part, "logprobs")), 2); /* the answer's tokens */
+    }
+    CHECK_EQ_INT(n_text, 1);
+    CHECK(strstr(sse.data, "\"delta\":\"b\",\"item_id\"") != NULL);
+    CHECK(strstr(sse.data, "\"logprobs\":[{\"token\":\"b\"") != NULL);
+    json_decref(full);
+    di_api_buf_free(&sse);
+}
+
 int main(void) {
+    RUN_TEST(request_parameters_are_honoured_or_refused);
+    RUN_TEST(logprobs_in_each_protocol_form);
     RUN_TEST(chat_defaults_thinking_high);
     RUN_TEST(chat_effort_and_switch);
     RUN_TEST(chat_render_input_has_tool_choice_and_json_mode);

@@ -346,7 +346,80 @@ TEST(large_vocab_top_p_matches_a_brute_force_nucleus) {
     di_sampler_destroy(s);
 }
 
+/* OpenAI logit_bias: +100 on a token makes it win greedy and sampled draws; -100 on the argmax
+ * hands greedy to the runner-up; the biases change the choice only, not the raw logprobs. */
+TEST(logit_bias_moves_the_choice) {
+    DiSampler *s = di_sampler_create(6);
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    float logits[6] = {0.5f, 4, 1, 2, 3, -1};
+    DiLogitBias up = {5, 100}, down = {1, -100};
+    p.temperature = 0;
+    DiSampleContext c = ctx_at(0, 3);
+    CHECK_EQ_INT(sample1(s, &p, &c, logits), 1);
+    p.logit_bias = &down;
+    p.n_logit_bias = 1;
+    CHECK_EQ_INT(sample1(s, &p, &c, logits), 4);
+    p.logit_bias = &up;
+    p.temperature = 1;
+    int forced = 0;
+    for (int i = 0; i < 200; i++) {
+        DiSampleContext ci = ctx_at(i, 11);
+        forced += sample1(s, &p, &ci, logits) == 5;
+    }
+    CHECK_EQ_INT(forced, 200); /* e^-95 of the mass is left to the others: never drawn */
+    p.logprobs = 0;
+    DiTokenLogprobs lp;
+    int32_t t = -1;
+    CHECK_EQ_INT(di_sampler_sample(s, &p, &c, logits, &t, &lp), 0);
+    double z = 0;
+    for (int v = 0; v < 6; v++) z += exp((double)logits[v]);
+    CHECK_EQ_INT(t, 5);
+    CHECK_NEAR(lp.logprob, -1.0 - log(z), 1e-5); /* the raw logit's, as vLLM reports */
+    DiLogitBias bad = {6, 1};
+    p.logit_bias = &bad;
+    CHECK_EQ_INT(di_sampling_params_check(&p, 6), -1);
+    CHECK(strstr(di_error_message(), "logit_bias token 6 is outside the vocabulary") != NULL);
+    bad = (DiLogitBias){2, 101};
+    CHECK_EQ_INT(di_sampling_params_check(&p, 6), -1);
+    di_sampler_destroy(s);
+}
+
+/* A reasoning budget: after `thinking_budget` generated tokens without the end-of-thinking token
+ * that token is forced (whatever the logits), once; before the budget, or once it was generated,
+ * sampling is untouched. */
+TEST(thinking_budget_forces_the_end_of_thinking) {
+    DiSampler *s = di_sampler_create(6);
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.temperature = 0;
+    p.has_thinking_budget = 1;
+    p.thinking_budget = 3;
+    p.think_end_id = 2;
+    float logits[6] = {0, 5, -50, 1, 1, 1};
+    int32_t out[4] = {1, 1, 1, 1};
+    DiSampleContext c = ctx_at(0, 1);
+    c.output = out;
+    c.n_output = 2;
+    CHECK_EQ_INT(sample1(s, &p, &c, logits), 1);
+    c.n_output = 3;
+    CHECK_EQ_INT(sample1(s, &p, &c, logits), 2);
+    out[3] = 2;
+    c.n_output = 4;
+    CHECK_EQ_INT(sample1(s, &p, &c, logits), 1);
+    p.thinking_budget = 0; /* no reasoning at all */
+    c.n_output = 0;
+    CHECK_EQ_INT(sample1(s, &p, &c, logits), 2);
+    p.think_end_id = 6;
+    CHECK_EQ_INT(di_sampling_params_check(&p, 6), -1);
+    p.has_thinking_budget = 0;
+    CHECK_EQ_INT(di_sampling_params_check(&p, 6), 0);
+    di_sampler_destroy(s);
+}
+
 int main(void) {
+    RUN_TEST(logit_bias_moves_the_choice);
+    RUN_TEST(thinking_budget_forces_the_end_of_thinking);
     RUN_TEST(large_vocab_top_p_matches_a_brute_force_nucleus);
     RUN_TEST(uniform_is_deterministic_and_keyed);
     RUN_TEST(greedy_takes_argmax_with_lowest_id_on_ties);

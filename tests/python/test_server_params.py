@@ -1,0 +1,257 @@
+"""Request parameters end to end (issue 19 item 6): `deepinfer serve` on the built-in tiny V4.1
+model through the official OpenAI and Anthropic SDKs.  Every parameter is honoured (a test shows
+its effect) or refused with a 400 that names it (README "Request parameters").
+
+The tiny model's weights are random, so the tests compare runs with each other (greedy against
+top_k=1, one seed against another), with the Python LLM API on the same prompt ids and seed
+(the logprob oracle: the engine without the server), with Hugging Face `tokenizers` on the
+model's tokenizer.json (token ids and bytes), and with `deepseek-recipe` (which values it
+refuses)."""
+import json
+import math
+import os
+import sys
+import tempfile
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from server_fixture import MODEL, Serve  # noqa: E402
+
+openai = pytest.importorskip("openai")
+anthropic = pytest.importorskip("anthropic")
+tokenizers = pytest.importorskip("tokenizers")
+dr = pytest.importorskip("deepseek_recipe")
+
+USER = [{"role": "user", "content": "hello tiny"}]
+NO_THINK = {"thinking": {"type": "disabled"}}
+BOS = "<\uff5cbegin\u2581of\u2581sentence\uff5c>"
+EOS = "<\uff5cend\u2581of\u2581sentence\uff5c>"
+
+
+@pytest.fixture(scope="module")
+def server():
+    with tempfile.TemporaryDirectory(prefix="deepinfer-params-") as cache:
+        s = Serve(cache, "--context-limit", 4096)
+        yield s
+        assert s.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def oai(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def claude(server):
+    return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def hf(server):
+    return tokenizers.Tokenizer.from_file(os.path.join(server.model_dir, "tokenizer.json"))
+
+
+def chat(oai, **kw):
+    kw.setdefault("messages", USER)
+    return oai.chat.completions.create(model=MODEL, **kw)
+
+
+def complete(oai, **kw):
+    kw.setdefault("prompt", "hello tiny")
+    return oai.completions.create(model=MODEL, **kw)
+
+
+def refused(call, *names):
+    with pytest.raises(openai.BadRequestError) as e:
+        call()
+    for name in names:
+        assert name in str(e.value), (name, str(e.value))
+
+
+# ---- logprobs ------------------------------------------------------------------------------
+
+def check_entry(e, top_n):
+    """One Chat / Responses logprob entry: a log probability, the token's bytes, the n best in
+    descending order whose probabilities sum to at most 1."""
+    assert e.logprob <= 0 and len(e.top_logprobs) == top_n
+    assert bytes(e.bytes).decode("utf-8", "replace") == e.token
+    tops = [t.logprob for t in e.top_logprobs]
+    assert tops == sorted(tops, reverse=True)
+    assert sum(math.exp(x) for x in tops) <= 1 + 1e-5
+    assert e.logprob <= tops[0] + 1e-6 if top_n else True
+
+
+def test_chat_logprobs_cover_every_token_streamed_or_not(oai):
+    kw = dict(max_tokens=12, seed=7, logprobs=True, top_logprobs=3)
+    full = chat(oai, **kw)
+    entries = full.choices[0].logprobs.content
+    assert len(entries) == full.usage.completion_tokens  # reasoning and answer tokens
+    for e in entries:
+        check_entry(e, 3)
+    streamed = [e for chunk in chat(oai, stream=True, **kw) if chunk.choices and chunk.choices[0].logprobs
+                for e in chunk.choices[0].logprobs.content]
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in entries]
+    assert chat(oai, max_tokens=4, seed=7).choices[0].logprobs is None
+
+
+def test_greedy_token_is_the_best_alternative(oai):
+    out = chat(oai, max_tokens=8, temperature=0, logprobs=True, top_logprobs=1, extra_body=NO_THINK)
+    for e in out.choices[0].logprobs.content:
+        assert e.token == e.top_logprobs[0].token and e.logprob == e.top_logprobs[0].logprob
+
+
+def test_completions_logprobs_match_the_python_llm_api(oai, server, hf):
+    from deepinfer import LLM, SamplingParams
+    out = complete(oai, max_tokens=6, seed=11, logprobs=4, extra_body={"ignore_eos": True})
+    lp = out.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 6
+    offsets = [0]
+    for t in lp.tokens[:-1]:
+        offsets.append(offsets[-1] + len(t))
+    assert lp.text_offset == offsets
+    ids = [hf.token_to_id(BOS)] + hf.encode("hello tiny", add_special_tokens=False).ids
+    with LLM(server.model_dir) as llm:
+        ref = llm.generate({"prompt_token_ids": ids},
+                           SamplingParams(max_tokens=6, seed=11, logprobs=4, ignore_eos=True))[0].outputs[0]
+    for k, (tok, entry) in enumerate(zip(ref.token_ids, ref.logprobs)):
+        assert lp.token_logprobs[k] == pytest.approx(entry[tok].logprob, abs=1e-5)
+        assert lp.tokens[k] == hf.decode([tok], skip_special_tokens=False)
+        best = max(x.logprob for x in entry.values() if x.rank is not None)
+        assert max(lp.top_logprobs[k].values()) == pytest.approx(best, abs=1e-5)
+
+
+def test_responses_logprobs_on_output_text(oai):
+    r = oai.responses.create(model=MODEL, input="hello tiny", max_output_tokens=10, top_logprobs=2,
+                             reasoning={"effort": "none"}, extra_body={"seed": 3})
+    texts = [c for item in r.output if item.type == "message" for c in item.content if c.type == "output_text"]
+    assert texts and texts[0].logprobs
+    for e in texts[0].logprobs:
+        check_entry(e, 2)
+    assert bytes(b for e in texts[0].logprobs for b in e.bytes).decode("utf-8", "replace").startswith(texts[0].text)
+    deltas = [e for ev in oai.responses.create(model=MODEL, input="hello tiny", max_output_tokens=10, top_logprobs=2,
+                                               reasoning={"effort": "none"}, stream=True, extra_body={"seed": 3})
+              if ev.type == "response.output_text.delta" for e in ev.logprobs]
+    assert [(e.token, e.logprob) for e in deltas] == [(e.token, e.logprob) for e in texts[0].logprobs]
+
+
+def test_logprob_ranges_follow_deepseek_recipe(oai):
+    def official(body):
+        try:
+            dr.ChatCompletionRequest(json.dumps(body)).convert(dr.ConversionOptions())
+            return None
+        except (dr.ConversionError, ValueError) as e:
+            return str(e)
+    for extra in ({"logprobs": True, "top_logprobs": 20}, {"logprobs": True, "top_logprobs": 21},
+                  {"top_logprobs": 2}, {"logprobs": False, "top_logprobs": 0}):
+        err = official({"model": MODEL, "messages": USER, **extra})
+        if err is None:
+            assert chat(oai, max_tokens=1, **extra).choices
+        else:
+            refused(lambda: chat(oai, max_tokens=1, **extra), "top_logprobs")
+
+
+# ---- output limit and sampling fields ------------------------------------------------------
+
+def test_max_completion_tokens_caps_the_output(oai):
+    out = chat(oai, max_completion_tokens=3, extra_body={"ignore_eos": True})
+    assert out.usage.completion_tokens == 3 and out.choices[0].finish_reason == "length"
+    assert chat(oai, max_tokens=5, max_completion_tokens=2).usage.completion_tokens <= 2
+
+
+def test_seed_reproduces_and_seeds_differ(oai):
+    a = [complete(oai, max_tokens=12, seed=s, extra_body={"ignore_eos": True}).choices[0].text for s in (1, 1, 2)]
+    assert a[0] == a[1] and a[0] != a[2]
+
+
+def test_top_k_1_and_min_p_1_are_greedy(oai):
+    greedy = complete(oai, max_tokens=12, temperature=0, extra_body={"ignore_eos": True}).choices[0].text
+    for seed in (1, 2):
+        for extra in ({"top_k": 1}, {"min_p": 1.0}):
+            out = complete(oai, max_tokens=12, temperature=1, seed=seed, extra_body={"ignore_eos": True, **extra})
+            assert out.choices[0].text == greedy, extra
+    sampled = {complete(oai, max_tokens=12, temperature=1, seed=s, extra_body={"ignore_eos": True}).choices[0].text
+               for s in (1, 2)}
+    assert sampled != {greedy}
+
+
+def test_repetition_penalty_changes_greedy_output(oai):
+    base = complete(oai, max_tokens=24, temperature=0, extra_body={"ignore_eos": True})
+    pen = complete(oai, max_tokens=24, temperature=0, extra_body={"ignore_eos": True, "repetition_penalty": 1.9})
+    assert base.choices[0].text != pen.choices[0].text
+
+
+def test_logit_bias_forces_a_token(oai, hf):
+    tid = hf.token_to_id("a")
+    assert tid is not None
+    out = complete(oai, max_tokens=5, seed=4, logit_bias={str(tid): 100}, logprobs=0,
+                   extra_body={"ignore_eos": True})
+    assert out.choices[0].text == "a" * 5
+    out = chat(oai, max_tokens=4, seed=4, logit_bias={str(tid): 100}, extra_body=NO_THINK)
+    assert out.choices[0].message.content == "a" * 4
+    refused(lambda: complete(oai, max_tokens=1, logit_bias={"99999999": 5}), "logit_bias", "vocabulary")
+    refused(lambda: complete(oai, max_tokens=1, logit_bias={str(tid): 101}), "logit_bias")
+
+
+def test_min_tokens_suppresses_eos_and_ignore_eos_runs_to_the_limit(oai, hf):
+    eos = {str(hf.token_to_id(EOS)): 100}  # EOS at once unless suppressed
+    first = complete(oai, max_tokens=10, logit_bias=eos)
+    assert first.usage.completion_tokens == 1 and first.choices[0].finish_reason == "stop"
+    later = complete(oai, max_tokens=10, logit_bias=eos, extra_body={"min_tokens": 4})
+    assert later.usage.completion_tokens == 5 and later.choices[0].finish_reason == "stop"
+    never = complete(oai, max_tokens=6, logit_bias=eos, extra_body={"ignore_eos": True})
+    assert never.usage.completion_tokens == 6 and never.choices[0].finish_reason == "length"
+
+
+def test_anthropic_top_k_1_is_greedy(claude):
+    def text(**extra):  # this SDK has no temperature / top_k arguments: the body carries them
+        m = claude.messages.create(model=MODEL, max_tokens=10, messages=USER, thinking={"type": "disabled"},
+                                   extra_body=extra)
+        return "".join(b.text for b in m.content if b.type == "text")
+    greedy = text(temperature=0)
+    assert text(temperature=1, top_k=1, seed=1) == greedy
+    assert text(temperature=1, top_k=1, seed=2) == greedy
+    assert {text(temperature=1, seed=1), text(temperature=1, seed=2)} != {greedy}
+
+
+# ---- reasoning budget ----------------------------------------------------------------------
+
+def test_thinking_budget_ends_the_reasoning(oai, claude):
+    def run(**extra):
+        out = chat(oai, max_tokens=40, seed=5, logprobs=True, extra_body=extra)
+        tokens = [e for e in out.choices[0].logprobs.content]
+        at = next((i for i, e in enumerate(tokens) if e.token == "</think>"), len(tokens))
+        return out, tokens, at
+    _, _, free = run()
+    assert free > 3  # without a budget the tiny model reasons longer (the test can fail)
+    out, tokens, at = run(thinking={"type": "enabled", "budget_tokens": 3})
+    assert at == 3 and out.usage.completion_tokens_details.reasoning_tokens <= 3
+    reasoning = bytes(b for e in tokens[:at] for b in e.bytes).decode("utf-8", "replace")
+    assert out.choices[0].message.reasoning_content == reasoning
+    # Anthropic: the same conversation, seed and budget give the same thinking block
+    m = claude.messages.create(model=MODEL, max_tokens=40, messages=USER,
+                               thinking={"type": "enabled", "budget_tokens": 3}, extra_body={"seed": 5})
+    assert [b.thinking for b in m.content if b.type == "thinking"] == [reasoning]
+
+
+# ---- refusals ------------------------------------------------------------------------------
+
+def test_unsupported_fields_are_refused_by_name(oai, claude):
+    refused(lambda: complete(oai, max_tokens=1, echo=True), "echo")
+    refused(lambda: complete(oai, max_tokens=1, best_of=2), "best_of")
+    refused(lambda: complete(oai, max_tokens=1, suffix="end"), "suffix")
+    refused(lambda: complete(oai, max_tokens=1, n=2), "n = 1")
+    refused(lambda: chat(oai, max_tokens=1, n=2), "n = 1")
+    refused(lambda: chat(oai, max_tokens=1, extra_body={"use_beam_search": True}), "use_beam_search")
+    refused(lambda: chat(oai, max_tokens=1, store=True), "store")
+    refused(lambda: chat(oai, max_tokens=1, modalities=["audio"]), "modalities")
+    refused(lambda: oai.responses.create(model=MODEL, input="x", max_output_tokens=1, background=True), "background")
+    refused(lambda: oai.responses.create(model=MODEL, input="x", max_output_tokens=1,
+                                         include=["reasoning.encrypted_content"]), "include")
+    for kw in ({"extra_body": {"bogus": 1}}, {"extra_body": {"min_p": 0.5}}):
+        with pytest.raises(anthropic.BadRequestError) as e:
+            claude.messages.create(model=MODEL, max_tokens=1, messages=USER, **kw)
+        assert next(iter(kw["extra_body"])) in str(e.value)
+    # accepted at the values that ask for nothing
+    assert complete(oai, max_tokens=1, echo=False, best_of=1).choices
+    assert chat(oai, max_tokens=1, user="u", store=False, parallel_tool_calls=True).choices
