@@ -172,11 +172,13 @@ int di_api_logprobs(const json_t *body, DiApiRequest *req) {
         size_t i;
         if (inc && !json_is_null(inc) && !json_is_array(inc))
             return di_errorf("Invalid include: expected an array, got %s", di_api_type_name(inc));
-        json_array_foreach(inc, i, item) {
+        json_array_foreach(inc, i, item) { /* reasoning items always carry encrypted_content */
             const char *s = json_string_value(item);
-            if (!s || strcmp(s, "message.output_text.logprobs") != 0)
-                return di_errorf("Invalid include[%zu]: only 'message.output_text.logprobs' is supported", i);
-            if (top < 0) top = 0;
+            bool lp = s && strcmp(s, "message.output_text.logprobs") == 0;
+            if (!lp && !(s && strcmp(s, "reasoning.encrypted_content") == 0))
+                return di_errorf("Invalid include[%zu]: only 'message.output_text.logprobs' and "
+                                 "'reasoning.encrypted_content' are supported", i);
+            if (lp && top < 0) top = 0;
         }
         req->logprobs = (int)top;
         return 0;

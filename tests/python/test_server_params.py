@@ -136,19 +136,24 @@ def test_responses_logprobs_on_output_text(oai):
 
 
 def test_logprob_ranges_follow_deepseek_recipe(oai):
-    def official(body):
+    def official(cls, body):
         try:
-            dr.ChatCompletionRequest(json.dumps(body)).convert(dr.ConversionOptions())
+            cls(json.dumps(body)).convert(dr.ConversionOptions())
             return None
         except (dr.ConversionError, ValueError) as e:
             return str(e)
     for extra in ({"logprobs": True, "top_logprobs": 20}, {"logprobs": True, "top_logprobs": 21},
                   {"top_logprobs": 2}, {"logprobs": False, "top_logprobs": 0}):
-        err = official({"model": MODEL, "messages": USER, **extra})
-        if err is None:
+        if official(dr.ChatCompletionRequest, {"model": MODEL, "messages": USER, **extra}) is None:
             assert chat(oai, max_tokens=1, **extra).choices
         else:
             refused(lambda: chat(oai, max_tokens=1, **extra), "top_logprobs")
+    for top in (0, 20, 21):
+        call = lambda: oai.responses.create(model=MODEL, input="x", max_output_tokens=1, top_logprobs=top)  # noqa: E731
+        if official(dr.ResponsesRequest, {"model": MODEL, "input": "x", "top_logprobs": top}) is None:
+            assert call().output is not None
+        else:
+            refused(call, "top_logprobs")
 
 
 # ---- output limit and sampling fields ------------------------------------------------------
@@ -247,7 +252,7 @@ def test_unsupported_fields_are_refused_by_name(oai, claude):
     refused(lambda: chat(oai, max_tokens=1, modalities=["audio"]), "modalities")
     refused(lambda: oai.responses.create(model=MODEL, input="x", max_output_tokens=1, background=True), "background")
     refused(lambda: oai.responses.create(model=MODEL, input="x", max_output_tokens=1,
-                                         include=["reasoning.encrypted_content"]), "include")
+                                         include=["file_search_call.results"]), "include")
     for kw in ({"extra_body": {"bogus": 1}}, {"extra_body": {"min_p": 0.5}}):
         with pytest.raises(anthropic.BadRequestError) as e:
             claude.messages.create(model=MODEL, max_tokens=1, messages=USER, **kw)

@@ -305,7 +305,11 @@ TEST(request_parameters_are_honoured_or_refused) {
                        &r, NULL), 0);
     CHECK_EQ_INT(r.logprobs, 0);
     di_api_request_free(&r);
-    refused(DI_API_RESPONSES, "{\"model\":\"m\",\"input\":\"x\",\"include\":[\"reasoning.encrypted_content\"]}", "include[0]");
+    refused(DI_API_RESPONSES, "{\"model\":\"m\",\"input\":\"x\",\"include\":[\"file_search_call.results\"]}", "include[0]");
+    CHECK_EQ_INT(parse(DI_API_RESPONSES, "{\"model\":\"m\",\"input\":\"x\",\"include\":[\"reasoning.encrypted_content\"]}",
+                       &r, NULL), 0);
+    CHECK_EQ_INT(r.logprobs, -1);
+    di_api_request_free(&r);
     refused(DI_API_RESPONSES, "{\"model\":\"m\",\"input\":\"x\",\"logprobs\":true}", "argument supplied: logprobs");
     refused(DI_API_MESSAGES, "{\"model\":\"m\",\"max_tokens\":5," USER_MSG ",\"bogus\":1}",
             "bogus: Extra inputs are not permitted");
