@@ -12,6 +12,7 @@
 /* y = w ⊙ (x · rsqrt(mean(x²) + eps)) over n values (§4.1). w may be NULL (unweighted). y may alias x. */
 void op_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
 
+/* 1 / (1 + e^-x) and x / (1 + e^-x): each one division, as torch computes them (§4.2). */
 float op_sigmoid(float x);
 float op_silu(float x);
 /* log1p(e^x), linear above 20 like torch's default threshold (§4.2). */

@@ -50,13 +50,11 @@ static void expert_ref(const ExpertWeights *ex, const float *x, float weight, fl
             gv = fminf(gv, lim);
             uv = fminf(fmaxf(uv, -lim), lim);
         }
-        if (model->ref_kernels) {
-            g[i] = op_silu(gv) * uv * weight;
-        } else { /* the optimised path's exp is di_expf_row's (vector expf): value by value */
-            float e;
-            di_expf_row(&gv, 1, 0.0f, -1.0f, &e);
-            g[i] = gv * (1.0f / (1.0f + e)) * uv * weight;
-        }
+        /* silu(g) = g / (1 + e^-g), one division as torch computes it (spec §4.2); the
+         * optimised path's exp is di_expf_row's (vector expf), taken value by value */
+        float e = expf(-gv);
+        if (!model->ref_kernels) di_expf_row(&gv, 1, 0.0f, -1.0f, &e);
+        g[i] = gv / (1.0f + e) * uv * weight;
     }
     linear(&ex->w2, g, 1, out);
     free(g);
@@ -145,6 +143,30 @@ TEST(grouped_experts_equal_row_by_row_spec_ref_mode) {
     check_layer(model->d.n_layers - 1, MODE_REF, 1);
 }
 
+TEST(grouped_experts_equal_row_by_row_spec_ref_kernels) {
+    model->ref_kernels = true; /* op_silu's scalar path in the hidden task */
+    check_layer(0, MODE_EXACT, 1);
+    check_layer(1, MODE_REF, 2);
+    model->ref_kernels = false;
+}
+
+/* The two ways of writing silu round differently: x·(1/(1+e)) rounds the reciprocal and then the
+ * product, torch's x/(1+e) once (one division).  The sweep must find values where they differ
+ * (else it proves nothing), and op_silu must give the division's bits on every one of them. */
+TEST(silu_is_one_division) {
+    int differ = 0, wrong = 0;
+    float first = 0;
+    for (float x = -24.0f; x < 24.0f; x += 0x1p-9f) {
+        float e = expf(-x), one = x / (1.0f + e), two = x * (1.0f / (1.0f + e));
+        if (memcmp(&one, &two, sizeof one) != 0 && differ++ == 0) first = x;
+        float got = op_silu(x);
+        wrong += memcmp(&got, &one, sizeof got) != 0;
+    }
+    CHECK_MSG(differ > 0, "no value where the two forms differ");
+    CHECK_MSG(wrong == 0, "op_silu differs from x / (1 + expf(-x)) on %d of the values (forms differ on %d, first %a)",
+              wrong, differ, (double)first);
+}
+
 TEST(dspark_stage_experts) {
     if (model->d.n_mtp > 0) check_layer(model->d.n_layers, MODE_REF, 2);
 }
@@ -171,6 +193,8 @@ int main(void) {
     }
     RUN_TEST(grouped_experts_equal_row_by_row_spec_exact);
     RUN_TEST(grouped_experts_equal_row_by_row_spec_ref_mode);
+    RUN_TEST(grouped_experts_equal_row_by_row_spec_ref_kernels);
+    RUN_TEST(silu_is_one_division);
     RUN_TEST(dspark_stage_experts);
     RUN_TEST(bad_top_k_is_an_error);
     model_free(model);
