@@ -8,9 +8,13 @@
  * Exactness with the Python reference.  The reference converts weights to float32, sorts with
  * torch.sort(descending) and accumulates pack weights in float32; its "lightest non-full pack" is
  * Python's min() over packs in index order (first minimum wins) and its "largest weight/count" is
- * torch.max(dim) (first maximum wins).  We do the same in float, with a stable sort (equal weights
- * keep index order; PyTorch's CPU sort is stable in practice but not documented to be, so only
- * exact ties could ever differ).  Group sums are accumulated in double and rounded once to float,
+ * torch.max(dim) (first maximum wins).  We do the same in float.  Equal weights are where the two
+ * may part: the reference calls torch.sort without stable=True, so its order among equal weights
+ * is unspecified (the CPU sort does reorder them from 17 items up), and ties are common: the
+ * replicas of one expert always carry equal weights.  deepinfer takes weight descending, then
+ * index ascending (a stable sort, order_key below).  Equal-weight items are interchangeable for
+ * the greedy packing, so any tie order gives the same pack weights; only which of the tied items
+ * lands in which pack can differ.  Group sums are accumulated in double and rounded once to float,
  * which equals torch's float32 sum whenever that is exact (e.g. integer token counts < 2^24).
  *
  * Speed.  The reference's linear scans cost O(R·E + R·P) per layer.  Here both greedy choices use

@@ -71,6 +71,34 @@ TEST(balanced_packing_hand_derived) {
     CHECK(strstr(di_last_error(), "evenly") != NULL);
 }
 
+/* Equal weights pack in ascending index order (eplb.c: the reference's tie order is unspecified,
+ * deepinfer's is stable).  n items into m packs of 3: the m items of weight 2 (indices 0, 3, 6, ...)
+ * fill one pack each in index order; then every pack weighs 2 and the weight-1 items (the other
+ * indices, ascending) go round the packs from pack 0, twice. */
+static void check_tie_order(int m) {
+    int n = 3 * m;
+    float *w = calloc((size_t)n, sizeof *w);
+    int32_t *pack = calloc((size_t)n, sizeof *pack), *rank = calloc((size_t)n, sizeof *rank);
+    int32_t *scratch = calloc((size_t)(4 * n + 3 * m), sizeof *scratch);
+    for (int i = 0; i < n; i++) w[i] = i % 3 == 0 ? 2.0f : 1.0f;
+    CHECK(di_eplb_balanced_packing(w, n, m, pack, rank, scratch) == 0);
+    for (int i = 0, j = 0; i < n; i++) {
+        int want_pack = i % 3 == 0 ? i / 3 : j % m, want_rank = i % 3 == 0 ? 0 : 1 + j / m;
+        if (i % 3) j++;
+        CHECK_MSG(pack[i] == want_pack && rank[i] == want_rank, "m %d item %d: pack %d rank %d, want %d %d", m, i,
+                  pack[i], rank[i], want_pack, want_rank);
+    }
+    free(w);
+    free(pack);
+    free(rank);
+    free(scratch);
+}
+
+TEST(balanced_packing_ties_in_index_order) {
+    check_tie_order(16);  /* 48 items: the insertion sort */
+    check_tie_order(128); /* 384 items: the radix sort */
+}
+
 TEST(replicate_hand_derived_with_ties) {
     /* weights 6 6 3, 6 slots: keys 6,6,3 -> expert 0 (first max) -> 3,6,3 -> expert 1 -> 3,3,3
      * -> expert 0 (first of three equal) -> 2,3,3 */
@@ -221,6 +249,7 @@ int main(void) {
     RUN_TEST(readme_example_reproduced_exactly);
     RUN_TEST(global_policy_on_readme_input);
     RUN_TEST(balanced_packing_hand_derived);
+    RUN_TEST(balanced_packing_ties_in_index_order);
     RUN_TEST(replicate_hand_derived_with_ties);
     RUN_TEST(invariants_at_production_sizes);
     RUN_TEST(redundancy_balances_skewed_load);
