@@ -6,7 +6,8 @@
  * Layout (model-v41.md §3.1): either `model.safetensors.index.json` (weight_map name -> shard;
  * authoritative, every shard it names must exist and hold exactly the tensors mapped to it) or a
  * single `model.safetensors`.  Nothing is copied: tensor data points into the maps, which live
- * until di_checkpoint_close.
+ * until di_checkpoint_close (but for tensors a file leaves off their element alignment, which
+ * safetensors.h copies).
  *
  * With a config, open also compares the directory against the tensor inventory of §3.6 for that
  * config (checkpoint_inventory.h): a missing tensor or a wrong dtype/shape is an error; a tensor

@@ -1,10 +1,11 @@
 /* safetensors.c — the safetensors container: header parsing and the checks that make every
  * DiTensorInfo safe to read (see safetensors.h).  The header is JSON, read with jansson; the data
- * stays in the memory map. */
+ * stays in the memory map, but for the tensors a writer left off their element alignment. */
 #include "model/safetensors.h"
 
 #include "base/error.h"
 #include "base/json.h"
+#include "base/log.h"
 #include "base/mem.h"
 
 #include <stdlib.h>
@@ -115,6 +116,39 @@ static int check_metadata(const json_t *meta) {
     return 0;
 }
 
+/* A tensor the kernels could not read in place: multi-byte elements at an address that is not a
+ * multiple of their size. */
+static bool misaligned(const DiTensorInfo *t) {
+    size_t elem = di_dtype_size(t->dtype);
+    return t->nbytes > 0 && elem > 1 && (uintptr_t)t->data % elem != 0;
+}
+
+/* Copies every misaligned tensor into one buffer (each copy at a multiple of 8 bytes, the largest
+ * element) and points it there; the rest stay where they are. */
+static int align_tensors(DiSafetensors *st, const char *what) {
+    size_t total = 0;
+    for (size_t i = 0; i < st->n_tensors; i++)
+        if (misaligned(&st->tensors[i])) total += (st->tensors[i].nbytes + 7) / 8 * 8;
+    if (total == 0) return 0;
+    uint8_t *buf = di_malloc(total, "aligned tensor copies"); /* malloc: aligned for any element */
+    if (!buf) return -1;
+    size_t pos = 0;
+    for (size_t i = 0; i < st->n_tensors; i++) {
+        DiTensorInfo *t = &st->tensors[i];
+        if (!misaligned(t)) continue;
+        memcpy(buf + pos, t->data, t->nbytes);
+        t->data = buf + pos;
+        pos += (t->nbytes + 7) / 8 * 8;
+        st->n_copied++;
+        st->copied_bytes += t->nbytes;
+    }
+    st->copies = buf;
+    DI_INFO("%s: %zu tensor(s) not aligned to their element size in the file: %zu bytes copied into aligned "
+            "memory, the other %zu tensor(s) stay mapped",
+            what, st->n_copied, st->copied_bytes, st->n_tensors - st->n_copied);
+    return 0;
+}
+
 /* ---- the whole file ---------------------------------------------------------------------- */
 
 static int parse_header(const uint8_t *data, size_t size, const char *what, DiSafetensors *out) {
@@ -163,7 +197,7 @@ static int parse_header(const uint8_t *data, size_t size, const char *what, DiSa
         t->data = data + t->offset;
         out->n_tensors++;
     }
-    if (check_overlaps(out->tensors, out->n_tensors) < 0) goto done;
+    if (check_overlaps(out->tensors, out->n_tensors) < 0 || align_tensors(out, what) < 0) goto done;
     qsort(out->tensors, out->n_tensors, sizeof *out->tensors, cmp_by_name);
     rc = 0;
 done:
@@ -201,6 +235,7 @@ void di_safetensors_close(DiSafetensors *st) {
     if (!st) return;
     free(st->tensors);
     free(st->names);
+    free(st->copies);
     di_unmap_file(&st->map);
     memset(st, 0, sizeof *st);
 }

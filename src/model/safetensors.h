@@ -1,11 +1,19 @@
-/* safetensors.h — one safetensors file, memory-mapped and fully checked, never copied.
+/* safetensors.h — one safetensors file, memory-mapped and fully checked, copied only where the
+ * format lets a tensor start off its element alignment.
  *
  * Format (golden-v41/README.md §2): 8-byte little-endian header length N, N bytes of JSON
  * (`name -> {"dtype", "shape", "data_offsets": [begin, end]}` plus an optional "__metadata__"
  * object of strings), then the raw little-endian row-major data; offsets are relative to the
  * first byte after the header.  Every tensor is checked before anyone sees it: dtype known,
  * shape product x element size == the data_offsets span, span inside the file, no two spans
- * overlapping, header length sane.  A bad file is an error naming the file and the tensor. */
+ * overlapping, header length sane.  A bad file is an error naming the file and the tensor.
+ *
+ * Alignment.  The format puts no alignment on data_offsets, and a writer that does not order its
+ * tensors by element size leaves a BF16 / F32 tensor at an odd address (Hugging Face's reader
+ * accepts such a file).  The kernels read through typed pointers, so each such tensor (element
+ * size > 1, data not a multiple of it) is copied into aligned memory the DiSafetensors owns,
+ * logged at info level with the byte count; every other tensor stays in the map.  So every
+ * DiTensorInfo's data is aligned to its element size. */
 #ifndef DI_MODEL_SAFETENSORS_H
 #define DI_MODEL_SAFETENSORS_H
 
@@ -66,12 +74,15 @@ typedef struct {
     size_t n_tensors;
     DiTensorInfo *tensors; /* sorted by name */
     char *names;           /* storage of every tensor name */
+    void *copies;          /* the aligned copies of the tensors the map leaves misaligned, or NULL */
+    size_t n_copied, copied_bytes;
 } DiSafetensors;
 
-/* Map and check a file. On error *out is empty and the message names the file (and tensor). */
+/* Map and check a file (misaligned tensors copied, see above). On error *out is empty and the
+ * message names the file (and tensor). */
 int di_safetensors_open(const char *path, DiSafetensors *out);
 /* Check a file image already in memory (fuzzing, tests).  `what` names it in errors; the
- * tensors point into `data`, which must outlive *out. */
+ * tensors point into `data` (which must outlive *out) or, where misaligned there, to copies. */
 int di_safetensors_parse(const uint8_t *data, size_t size, const char *what, DiSafetensors *out);
 void di_safetensors_close(DiSafetensors *st);
 /* Binary search by name; NULL when absent (no error recorded). */
