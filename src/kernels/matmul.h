@@ -57,6 +57,14 @@ int di_matrix_validate(const DiMatrix *w, const char *name);
 int64_t di_matrix_data_bytes(const DiMatrix *w);
 int64_t di_matrix_scale_bytes(const DiMatrix *w);
 
+/* Rows r0 .. r0+len-1 of w as a matrix of their own: same format, pointers into w's storage (scales
+ * and fp8_subnormal_map offset with the rows).  An FP8 matrix's r0 must be a multiple of
+ * di_matrix_row_align (32: a scale row-block is never split); -1 with an error for such an r0 or
+ * a range outside w. */
+int di_matrix_rows(const DiMatrix *w, int64_t r0, int64_t len, DiMatrix *out);
+/* The row granule di_matrix_rows takes: 32 for FP8, 1 for the other formats. */
+int64_t di_matrix_row_align(const DiMatrix *w);
+
 /* out[c] = W[r][c] for one row, exactly (every stored value is exact in float32). */
 int di_matrix_row(const DiMatrix *w, int64_t r, float *out);
 

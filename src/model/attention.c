@@ -309,33 +309,47 @@ void attn_heads(const Model *m, const LayerWeights *lw, const float *q, const fl
     for (int64_t h = 0; h < m->d.n_heads; h++) attn_head(m, lw, h, q + h * Dh, keys, nk, o + h * Dh, z);
 }
 
-int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, float *o, int64_t n, const int64_t *pos, float *out) {
+int attn_wo_a(const Model *m, const DiMatrix *wo_a, const float *o, int64_t n, float *z) {
     const ModelDims *d = &m->d;
     int64_t H = d->n_heads, Dh = d->head_dim, G = d->o_groups, Ro = d->o_rank;
-    int64_t gw = (H / G) * Dh; /* input width of one group */
-    float *xg, *yg, *yc;
+    int64_t gw = (H / G) * Dh, align = di_matrix_row_align(wo_a); /* input width of one group */
+    if (wo_a->rows != G * Ro || wo_a->cols != gw)
+        return di_errorf("wo_a is [%lld, %lld], expected [%lld, %lld]", (long long)wo_a->rows, (long long)wo_a->cols,
+                         (long long)(G * Ro), (long long)gw);
+    float *xg, *yg;
     int rc = -1;
     ALLOC(xg, n * gw, "output group input");
-    ALLOC(yg, n * Ro, "output group");
-    ALLOC(yc, n * G * Ro, "output groups");
-    if (!xg || !yg || !yc) goto done;
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t h = 0; h < H; h++) rope_apply(rope, o + (i * H + h) * Dh, Dh, pos[i], true);
+    ALLOC(yg, n * (Ro + align - 1), "output group");
+    if (!xg || !yg) goto done;
     for (int64_t g = 0; g < G; g++) {
         for (int64_t i = 0; i < n; i++) memcpy(xg + i * gw, o + i * H * Dh + g * gw, (size_t)gw * sizeof *xg);
-        /* rows g·Ro .. g·Ro+Ro-1 of the BF16 wo_a; plain GEMM, no activation quantisation */
-        DiMatrix sub = lw->wo_a;
-        sub.rows = Ro;
-        sub.data = (const uint16_t *)lw->wo_a.data + g * Ro * gw;
-        if (model_matmul(m, &sub, xg, n, yg) != 0) goto done;
-        for (int64_t i = 0; i < n; i++) memcpy(yc + i * G * Ro + g * Ro, yg + i * Ro, (size_t)Ro * sizeof *yc);
+        /* rows g·Ro .. g·Ro+Ro-1, from the start of the FP8 scale row-block holding the first (a
+         * group of a small model may start inside one; the extra rows are computed and dropped,
+         * each row's result is the same whatever rows it runs with); a plain GEMM, no
+         * activation quantisation */
+        int64_t r0 = g * Ro / align * align, skip = g * Ro - r0, len = skip + Ro;
+        DiMatrix rows;
+        if (di_matrix_rows(wo_a, r0, len, &rows) != 0 || model_matmul(m, &rows, xg, n, yg) != 0) goto done;
+        for (int64_t i = 0; i < n; i++) memcpy(z + i * G * Ro + g * Ro, yg + i * len + skip, (size_t)Ro * sizeof *z);
     }
-    if (model_linear(m, &lw->wo_b, yc, n, out, model_act_quant(m)) != 0) goto done;
     rc = 0;
 done:
     free(xg);
     free(yg);
-    free(yc);
+    return rc;
+}
+
+int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, float *o, int64_t n, const int64_t *pos, float *out) {
+    const ModelDims *d = &m->d;
+    int64_t H = d->n_heads, Dh = d->head_dim;
+    float *z;
+    int rc = -1;
+    ALLOC(z, n * d->o_groups * d->o_rank, "output groups");
+    if (!z) return -1;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t h = 0; h < H; h++) rope_apply(rope, o + (i * H + h) * Dh, Dh, pos[i], true);
+    if (attn_wo_a(m, &lw->wo_a, o, n, z) == 0 && model_linear(m, &lw->wo_b, z, n, out, model_act_quant(m)) == 0) rc = 0;
+    free(z);
     return rc;
 }
 

@@ -57,6 +57,12 @@ void attn_head(const Model *m, const LayerWeights *lw, int64_t h, const float *q
 /* Every head of one query row: o[H·Dh]. */
 void attn_heads(const Model *m, const LayerWeights *lw, const float *q, const float *const *keys, int64_t nk, float *o,
                 float *zbuf);
+/* The grouped projection z[n][G·Ro] of o[n][H·Dh] (§5.6.8): z_g = rows g·Ro.. of wo_a times the
+ * heads of group g, in any format.  REF multiplies by wo_a's BF16 dequantisation; the FP8 matrix as
+ * stored gives the same bits: e4m3 x 2^k is exact in BF16 and float32 for every scale byte from 3
+ * to 246, and the kernels decode it exactly and sum in the same order whatever the format
+ * (matmul.h). */
+int attn_wo_a(const Model *m, const DiMatrix *wo_a, const float *o, int64_t n, float *z);
 /* Inverse RoPE of o[n][H·Dh] at pos[i], grouped wo_a, wo_b: out[n][D] (§5.6.8). */
 int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, float *o, int64_t n, const int64_t *pos, float *out);
 

@@ -52,7 +52,8 @@ int di_checkpoint_matrix(DiCheckpoint *ck, const char *weight_name, int64_t rows
  * di_matrix_row) and must be finite and exactly representable in the target, else it is an error
  * naming the tensor and element.  REF does this for attn.wo_a (FP8 -> BF16), head.weight,
  * mtp.*.markov_head.head / confidence_head.proj and the ratio-2 compressor wkv / wgate
- * (BF16 -> F32). */
+ * (BF16 -> F32); the model needs none of them (exact values give the same products in any
+ * format, e.g. attention.h attn_wo_a). */
 typedef struct {
     DiMatrix m;  /* m.data points into owned */
     void *owned;

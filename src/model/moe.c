@@ -79,25 +79,6 @@ typedef struct {
     _Atomic int failed;
 } ExpertJob;
 
-/* Rows r0 .. r0+len-1 of w as a matrix of its own (r0 a multiple of 32 for FP8). */
-static DiMatrix row_slice(const DiMatrix *w, int64_t r0, int64_t len) {
-    DiMatrix s = *w;
-    s.rows = len;
-    switch (w->format) {
-    case DI_MAT_F32: s.data = (const float *)w->data + r0 * w->cols; break;
-    case DI_MAT_BF16: s.data = (const uint16_t *)w->data + r0 * w->cols; break;
-    case DI_MAT_FP8_BLOCK:
-        s.data = (const uint8_t *)w->data + r0 * w->cols;
-        s.scale = w->scale + (r0 / 32) * ((w->cols + 31) / 32);
-        break;
-    case DI_MAT_FP4_ROW32:
-        s.data = (const uint8_t *)w->data + r0 * (w->cols / 2);
-        s.scale = w->scale + r0 * (w->cols / 32);
-        break;
-    }
-    return s;
-}
-
 /* One thread's matmul: the pool is busy running this job's tasks.  Under the reference numerics
  * the inputs were quantised (§4.3, run_experts), and FP4 experts take the block order
  * (di_matmul_qa, matmul.h) that the reference's fp4_gemm has. */
@@ -142,10 +123,11 @@ static void hidden_task(void *ctx, int task, int thread) {
     const ExpertTask *t = &j->tasks_a[task];
     const ExpertSlot *s = &j->slots[t->slot];
     int64_t r0 = t->r0, len = t->len, F = j->F, cnt = s->cnt;
-    DiMatrix w1 = row_slice(&s->ex->w1, r0, len), w3 = row_slice(&s->ex->w3, r0, len);
+    DiMatrix w1, w3; /* r0 is a multiple of 32 (plan_tasks), as an FP8 slice needs */
     float *g = j->ga + s->off * F + cnt * r0, *u = j->ua + s->off * F + cnt * r0; /* this task's [cnt][len] */
     const float *x = j->xb + s->off * j->D;
-    if (task_matmul(j->m, &w1, x, cnt, g) != 0 || task_matmul(j->m, &w3, x, cnt, u) != 0) {
+    if (di_matrix_rows(&s->ex->w1, r0, len, &w1) != 0 || di_matrix_rows(&s->ex->w3, r0, len, &w3) != 0 ||
+        task_matmul(j->m, &w1, x, cnt, g) != 0 || task_matmul(j->m, &w3, x, cnt, u) != 0) {
         j->failed = 1;
         return;
     }
@@ -191,9 +173,9 @@ static void down_task(void *ctx, int task, int thread) {
     const ExpertTask *t = &j->tasks_b[task];
     const ExpertSlot *s = &j->slots[t->slot];
     int64_t r0 = t->r0, len = t->len, D = j->D, cnt = s->cnt;
-    DiMatrix w2 = row_slice(&s->ex->w2, r0, len);
+    DiMatrix w2;
     float *o = j->obs + s->off * D + cnt * r0;
-    if (task_matmul(j->m, &w2, j->hidden + s->off * j->F, cnt, o) != 0) {
+    if (di_matrix_rows(&s->ex->w2, r0, len, &w2) != 0 || task_matmul(j->m, &w2, j->hidden + s->off * j->F, cnt, o) != 0) {
         j->failed = 1;
         return;
     }

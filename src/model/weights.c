@@ -56,30 +56,6 @@ static int bind_mat(Weights *w, DiCheckpoint *ck, const char *name, int64_t rows
 
 #define NAME(buf, ...) snprintf(buf, sizeof buf, __VA_ARGS__)
 
-/* wo_a: FP8 block-scaled on disk, BF16 at run time (§3.8). */
-static int bind_wo_a(Weights *w, DiCheckpoint *ck, const char *name, int64_t rows, int64_t cols, LayerWeights *lw) {
-    DiMatrix fp8;
-    if (di_checkpoint_matrix(ck, name, rows, cols, &fp8) != 0) return -1;
-    uint16_t *bf = di_malloc((size_t)(rows * cols) * sizeof *bf, name);
-    float *row = di_malloc((size_t)cols * sizeof *row, "wo_a row");
-    if (!bf || !row || own(w, bf) != 0) {
-        free(bf);
-        free(row);
-        return -1;
-    }
-    for (int64_t r = 0; r < rows; r++) {
-        if (di_matrix_row(&fp8, r, row) != 0) {
-            free(row);
-            return -1;
-        }
-        for (int64_t c = 0; c < cols; c++) bf[r * cols + c] = di_f32_to_bf16(row[c]);
-    }
-    free(row);
-    lw->wo_a_bf16 = bf;
-    lw->wo_a = (DiMatrix){.format = DI_MAT_BF16, .rows = rows, .cols = cols, .data = bf};
-    return 0;
-}
-
 static int bind_layer(Weights *w, DiCheckpoint *ck, const ModelDims *d, int L, LayerWeights *lw) {
     char p[64], n[160];
     bool draft = L >= d->n_layers;
@@ -99,8 +75,9 @@ static int bind_layer(Weights *w, DiCheckpoint *ck, const ModelDims *d, int L, L
         V(kv_norm, Dh, "%s.attn.kv_norm.weight", p) || M(wo_b, D, G * d->o_rank, "%s.attn.wo_b.weight", p) ||
         V(attn_sink, H, "%s.attn.attn_sink", p))
         return -1;
-    NAME(n, "%s.attn.wo_a.weight", p);
-    if (bind_wo_a(w, ck, n, G * d->o_rank, (H / G) * Dh, lw) != 0) return -1;
+    /* wo_a as stored (FP8): REF multiplies by its BF16 dequantisation, but e4m3 x 2^k is exact in
+     * BF16 and float32 alike and the kernels decode it exactly, so the products are the same bits */
+    if (M(wo_a, G * d->o_rank, (H / G) * Dh, "%s.attn.wo_a.weight", p)) return -1;
     if (!draft && d->is_kv_source[L]) {
         if (M(comp_wkv, Dh, D, "%s.attn.compressor.wkv.weight", p) || V(comp_norm, Dh, "%s.attn.compressor.norm.weight", p) ||
             M(idx_wk, d->idx_head_dim, Dh, "%s.attn.indexer.wk.weight", p) ||

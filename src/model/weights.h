@@ -2,11 +2,10 @@
  * with the shapes the config implies (llama2.c's Weights struct, one per model).
  *
  * Matrices stay in their stored format inside the checkpoint's memory maps (DiMatrix; a real
- * checkpoint is ~500 GB, nothing is copied).  The exceptions are the load-time conversions of
- * model-v41.md §3.8 and small vectors:
- *   - attn.wo_a is dequantised to BF16 (exact; REF-CONV does the same) so that each output group
- *     is a plain row block, whatever the group size versus the 32-row scale blocks;
- *   - norm weights, biases, sinks and mHC base/scale vectors are copied to float32 (a few KB).
+ * checkpoint is ~500 GB, nothing is copied; attn.wo_a too stays FP8, although REF-CONV
+ * dequantises it to BF16 at load: e4m3 x 2^k is exact either way, so the product is the same,
+ * attention.h attn_wo_a).  The exceptions are small: norm weights, biases, sinks and mHC
+ * base/scale vectors are copied to float32 (a few KB), and Engram's q ⊙ k is precomputed.
  * Every tensor is checked for dtype and shape by the checkpoint accessors; a missing or
  * mis-shaped tensor is an error naming it. */
 #ifndef DI_MODEL_WEIGHTS_H
@@ -26,8 +25,7 @@ typedef struct {
     float *hc_attn_base, *hc_attn_scale, *hc_ffn_base, *hc_ffn_scale;
     float *attn_norm, *ffn_norm;
     /* attention (§5.6) */
-    DiMatrix wq_a, wq_b, wkv, wo_a /* BF16 copy, [G·Ro, (H/G)·Dh] */, wo_b;
-    uint16_t *wo_a_bf16; /* storage of wo_a */
+    DiMatrix wq_a, wq_b, wkv, wo_a /* [G·Ro, (H/G)·Dh] */, wo_b;
     float *q_norm, *kv_norm, *attn_sink;
     /* compressor (KV sources) */
     DiMatrix comp_wkv, comp_wgate; /* wgate only at ratio > 1 */

@@ -43,6 +43,34 @@ int di_matrix_validate(const DiMatrix *w, const char *name) {
     return 0;
 }
 
+int64_t di_matrix_row_align(const DiMatrix *w) { return w && w->format == DI_MAT_FP8_BLOCK ? 32 : 1; }
+
+int di_matrix_rows(const DiMatrix *w, int64_t r0, int64_t len, DiMatrix *out) {
+    if (di_matrix_validate(w, "matrix") != 0) return -1;
+    if (!out) return di_errorf("di_matrix_rows: no output given");
+    if (r0 < 0 || len <= 0 || r0 > w->rows - len)
+        return di_errorf("matrix rows [%lld, %lld) outside [0, %lld)", (long long)r0, (long long)(r0 + len),
+                         (long long)w->rows);
+    if (r0 % di_matrix_row_align(w) != 0)
+        return di_errorf("FP8 matrix rows must start on a 32-row scale block, not at row %lld", (long long)r0);
+    *out = *w;
+    out->rows = len;
+    switch (w->format) {
+    case DI_MAT_F32: out->data = (const float *)w->data + r0 * w->cols; break;
+    case DI_MAT_BF16: out->data = (const uint16_t *)w->data + r0 * w->cols; break;
+    case DI_MAT_FP8_BLOCK:
+        out->data = (const uint8_t *)w->data + r0 * w->cols;
+        out->scale = w->scale + (r0 / 32) * ceil_div(w->cols, 32);
+        if (w->fp8_subnormal_map) out->fp8_subnormal_map = w->fp8_subnormal_map + (r0 / 8) * ceil_div(w->cols, 32);
+        break;
+    case DI_MAT_FP4_ROW32:
+        out->data = (const uint8_t *)w->data + r0 * (w->cols / 2);
+        out->scale = w->scale + r0 * (w->cols / 32);
+        break;
+    }
+    return 0;
+}
+
 /* The E2M1 code of column c of FP4 row r (§3.3: low nibble = even column). */
 static uint8_t fp4_code_at(const DiMatrix *w, int64_t r, int64_t c) {
     uint8_t byte = ((const uint8_t *)w->data)[r * (w->cols / 2) + c / 2];
