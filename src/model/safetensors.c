@@ -125,7 +125,7 @@ static bool misaligned(const DiTensorInfo *t) {
 
 /* Copies every misaligned tensor into one buffer (each copy at a multiple of 8 bytes, the largest
  * element) and points it there; the rest stay where they are. */
-static int align_tensors(DiSafetensors *st, const char *what) {
+static int align_tensors(DiSafetensors *st) {
     size_t total = 0;
     for (size_t i = 0; i < st->n_tensors; i++)
         if (misaligned(&st->tensors[i])) total += (st->tensors[i].nbytes + 7) / 8 * 8;
@@ -143,9 +143,6 @@ static int align_tensors(DiSafetensors *st, const char *what) {
         st->copied_bytes += t->nbytes;
     }
     st->copies = buf;
-    DI_INFO("%s: %zu tensor(s) not aligned to their element size in the file: %zu bytes copied into aligned "
-            "memory, the other %zu tensor(s) stay mapped",
-            what, st->n_copied, st->copied_bytes, st->n_tensors - st->n_copied);
     return 0;
 }
 
@@ -197,7 +194,7 @@ static int parse_header(const uint8_t *data, size_t size, const char *what, DiSa
         t->data = data + t->offset;
         out->n_tensors++;
     }
-    if (check_overlaps(out->tensors, out->n_tensors) < 0 || align_tensors(out, what) < 0) goto done;
+    if (check_overlaps(out->tensors, out->n_tensors) < 0 || align_tensors(out) < 0) goto done;
     qsort(out->tensors, out->n_tensors, sizeof *out->tensors, cmp_by_name);
     rc = 0;
 done:
@@ -228,6 +225,10 @@ int di_safetensors_open(const char *path, DiSafetensors *out) {
         return -1;
     }
     out->map = map; /* map.path stays valid: every tensor's `file` points at it */
+    if (out->n_copied)
+        DI_INFO("%s: %zu tensor(s) not aligned to their element size in the file: %zu bytes copied into aligned "
+                "memory, the other %zu tensor(s) stay mapped",
+                path, out->n_copied, out->copied_bytes, out->n_tensors - out->n_copied);
     return 0;
 }
 

@@ -11,9 +11,9 @@
  * Alignment.  The format puts no alignment on data_offsets, and a writer that does not order its
  * tensors by element size leaves a BF16 / F32 tensor at an odd address (Hugging Face's reader
  * accepts such a file).  The kernels read through typed pointers, so each such tensor (element
- * size > 1, data not a multiple of it) is copied into aligned memory the DiSafetensors owns,
- * logged at info level with the byte count; every other tensor stays in the map.  So every
- * DiTensorInfo's data is aligned to its element size. */
+ * size > 1, data not a multiple of it) is copied into aligned memory the DiSafetensors owns
+ * (di_safetensors_open logs the byte count at info level); every other tensor stays in the map.
+ * So every DiTensorInfo's data is aligned to its element size. */
 #ifndef DI_MODEL_SAFETENSORS_H
 #define DI_MODEL_SAFETENSORS_H
 
