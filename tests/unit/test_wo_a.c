@@ -138,6 +138,34 @@ TEST(random_fp8_same_bits_as_bf16) {
     }
 }
 
+/* di_matrix_rows' slice of an FP8 matrix carries the subnormal map of its own rows: the map
+ * di_matrix_fp8_subnormal_map makes for the slice alone (MoE tasks and wo_a groups multiply by
+ * slices; a map of other rows would cost speed, never a bit, so no product can show it). */
+TEST(row_slices_carry_their_map) {
+    DiMatrix w = {.format = DI_MAT_FP8_BLOCK, .rows = 160, .cols = 72};
+    int64_t kb = (w.cols + 31) / 32;
+    uint8_t *codes = malloc((size_t)(w.rows * w.cols)), *scales = calloc((size_t)((w.rows + 31) / 32 * kb), 1);
+    for (int64_t i = 0; i < w.rows * w.cols; i++) codes[i] = next_u32() % 97 == 0 ? (uint8_t)(1 + next_u32() % 7) : 0x38;
+    w.data = codes;
+    w.scale = scales;
+    size_t map_bytes = (size_t)di_matrix_fp8_subnormal_map_bytes(&w);
+    uint8_t *map = malloc(map_bytes), *own = malloc(map_bytes);
+    di_matrix_fp8_subnormal_map(&w, map);
+    w.fp8_subnormal_map = map;
+    for (int64_t r0 = 0; r0 < w.rows; r0 += 32) {
+        DiMatrix rows;
+        CHECK(di_matrix_rows(&w, r0, w.rows - r0, &rows) == 0);
+        di_matrix_fp8_subnormal_map(&rows, own);
+        CHECK_MSG(memcmp(rows.fp8_subnormal_map, own, (size_t)di_matrix_fp8_subnormal_map_bytes(&rows)) == 0,
+                  "rows from %lld", (long long)r0);
+        CHECK(rows.scale == scales + r0 / 32 * kb && rows.data == codes + r0 * w.cols);
+    }
+    free(codes);
+    free(scales);
+    free(map);
+    free(own);
+}
+
 TEST(bad_shapes_and_rows_are_errors) {
     const DiMatrix *w = &model->w.layers[0].wo_a;
     DiMatrix rows, wrong = *w;
@@ -163,6 +191,7 @@ int main(void) {
     RUN_TEST(wo_a_is_the_mapped_fp8_matrix);
     RUN_TEST(golden_wo_a_same_bits_as_bf16);
     RUN_TEST(random_fp8_same_bits_as_bf16);
+    RUN_TEST(row_slices_carry_their_map);
     RUN_TEST(bad_shapes_and_rows_are_errors);
     model_free(model);
     return TEST_SUMMARY();
