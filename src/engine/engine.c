@@ -525,6 +525,13 @@ int di_engine_step(DiEngine *e, int *out_active) {
             e->m.time_wait_s += di_now_seconds() - t1;
             e->inflight = NULL;
         }
+        if (done && plan->n_seqs == 0) {
+            /* Nothing fitted while the step in flight held its requests' pages (a small pool):
+             * process it first, which returns them, then plan again. */
+            rc = process_step(e, done);
+            done = NULL;
+            if (rc == 0 && di_scheduler_plan(&e->sched, plan) != 0) return di_error_wrap("engine step: planning");
+        }
         if (plan->n_seqs > 0) {
             di_worker_submit(&e->worker, plan);
             e->inflight = plan;

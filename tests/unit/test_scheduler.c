@@ -278,6 +278,40 @@ TEST(parallel_sampling_matches_requests_run_alone) {
     di_engine_destroy(alone);
 }
 
+/* Issue 19 item 4: a pool that holds one long request at a time, async scheduling.  The step
+ * after a request's last token is planned while that request still holds its pages; nothing
+ * fits, so the plan is empty.  The engine must then take the in-flight step's pages back and plan
+ * again, not report "no progress possible".  Async outputs equal sync ones. */
+TEST(async_small_pool_plans_again_once_the_inflight_step_returns_pages) {
+    enum { N = 12 };
+    static Job jobs[2][N];
+    DiEngineMetrics m[2];
+    for (int async = 0; async < 2; async++) {
+        uint64_t rng = 5;
+        for (int i = 0; i < N; i++) {
+            Job *j = &jobs[async][i];
+            memset(j, 0, sizeof *j);
+            j->n_prompt = 40 + (int)(rng_next(&rng) % 25); /* 2-3 pages of rows + the ring page */
+            for (int k = 0; k < j->n_prompt; k++) j->prompt[k] = (int32_t)(rng_next(&rng) % 256);
+            di_sampling_params_init(&j->params);
+            j->params.max_tokens = 8;
+            j->params.ignore_eos = 1;
+            j->params.has_seed = 1;
+            j->params.seed = (uint64_t)i;
+            j->params.temperature = 0.8f;
+            j->abort_step = -1;
+        }
+        CHECK_EQ_INT(run_jobs(jobs[async], N, async, 512, 0, 4 * 256, &m[async]), 0);
+        CHECK_EQ_INT(check_against_reference(jobs[async], N), 0);
+        CHECK_EQ_INT(m[async].requests_finished, N);
+        CHECK_EQ_INT(m[async].pages_used, 0);
+    }
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ_INT(jobs[1][i].log.n_tokens, jobs[0][i].log.n_tokens);
+        CHECK(memcmp(jobs[1][i].log.tokens, jobs[0][i].log.tokens, sizeof(int32_t) * (size_t)jobs[0][i].log.n_tokens) == 0);
+    }
+}
+
 int main(void) {
     RUN_TEST(parallel_sampling_matches_requests_run_alone);
     RUN_TEST(single_greedy_request_matches_reference_with_any_chunking);
@@ -285,5 +319,6 @@ int main(void) {
     RUN_TEST(preemption_by_recompute_keeps_outputs_identical);
     RUN_TEST(async_equals_sync_under_random_schedules_with_aborts);
     RUN_TEST(admission_respects_sequence_limit_and_budget);
+    RUN_TEST(async_small_pool_plans_again_once_the_inflight_step_returns_pages);
     return TEST_SUMMARY();
 }
