@@ -52,6 +52,8 @@ typedef struct DiRequest {
     bool state_unreliable;     /* a step with this request failed: its state must not be cached */
     bool snapshot_planned;     /* the prefix cache's copy before the last prompt token is planned */
     uint64_t planned_epoch;    /* the scheduler step that last planned it */
+    int prefill_grant;         /* tokens of prefill the step being planned may give it ... */
+    uint64_t grant_epoch;      /* ... valid when this equals the scheduler's epoch */
 
     /* output (main thread) */
     int n_output;              /* generated tokens confirmed (processed) */

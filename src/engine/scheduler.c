@@ -1,5 +1,6 @@
-/* scheduler.c — planning steps: decodes first, then prefill chunks, then admission; preemption of
- * the youngest running request when state pages run out (see scheduler.h). */
+/* scheduler.c — planning steps: decodes first, then the prefill budget split over running and
+ * waiting requests (shortest first, the oldest always served), then admission; preemption of the
+ * youngest running request when state pages run out (see scheduler.h). */
 #include "engine/scheduler.h"
 
 #include "base/error.h"
@@ -16,7 +17,10 @@ int di_scheduler_init(DiScheduler *s, const DiSchedulerConfig *cfg, DiPagePool *
     s->cap = 64;
     s->waiting = di_calloc((size_t)s->cap, sizeof *s->waiting, "waiting queue");
     s->running = di_calloc((size_t)s->cap, sizeof *s->running, "running list");
-    if (!s->waiting || !s->running) {
+    s->wants = di_calloc((size_t)s->cap, sizeof *s->wants, "prefill wants");
+    s->grants = di_calloc((size_t)s->cap, sizeof *s->grants, "prefill grants");
+    s->candidates = di_calloc((size_t)s->cap, sizeof *s->candidates, "prefill candidates");
+    if (!s->waiting || !s->running || !s->wants || !s->grants || !s->candidates) {
         di_scheduler_free(s);
         return -1;
     }
@@ -27,6 +31,9 @@ void di_scheduler_free(DiScheduler *s) {
     di_prefix_cache_free(&s->cache);
     free(s->waiting);
     free(s->running);
+    free(s->wants);
+    free(s->grants);
+    free(s->candidates);
     memset(s, 0, sizeof *s);
 }
 
@@ -40,6 +47,15 @@ static int ensure_capacity(DiScheduler *s, int needed) {
     DiRequest **r = di_realloc_array(s->running, (size_t)cap, sizeof *r, "running list");
     if (!r) return -1;
     s->running = r;
+    DiPrefillWant *wants = di_realloc_array(s->wants, (size_t)cap, sizeof *wants, "prefill wants");
+    if (!wants) return -1;
+    s->wants = wants;
+    int *g = di_realloc_array(s->grants, (size_t)cap, sizeof *g, "prefill grants");
+    if (!g) return -1;
+    s->grants = g;
+    DiRequest **c = di_realloc_array(s->candidates, (size_t)cap, sizeof *c, "prefill candidates");
+    if (!c) return -1;
+    s->candidates = c;
     s->cap = cap;
     return 0;
 }
@@ -176,6 +192,13 @@ static void reserve_snapshot(DiScheduler *s, DiStep *step, DiRequest *req) {
     }
 }
 
+/* The most of `pending` positions one request may compute in this step. */
+static int64_t chunk_limit(const DiScheduler *s, int64_t pending, int budget) {
+    int64_t chunk = pending < budget ? pending : budget;
+    if (s->cfg.max_prefill_chunk > 0 && chunk > s->cfg.max_prefill_chunk) chunk = s->cfg.max_prefill_chunk;
+    return chunk;
+}
+
 static int plan_running(DiScheduler *s, DiStep *step, int *budget, bool decodes) {
     for (int i = 0; i < s->n_running && step->n_seqs < s->cfg.max_num_seqs && *budget > 0; i++) {
         DiRequest *req = s->running[i];
@@ -183,9 +206,10 @@ static int plan_running(DiScheduler *s, DiStep *step, int *budget, bool decodes)
         if (req->n_output_scheduled >= req->params.max_tokens) continue;
         int64_t pending = di_request_known_tokens(req) - req->n_computed;
         if (pending <= 0 || (pending == 1) != decodes) continue;
-        int64_t chunk = pending;
-        if (chunk > *budget) chunk = *budget;
-        if (s->cfg.max_prefill_chunk > 0 && chunk > s->cfg.max_prefill_chunk) chunk = s->cfg.max_prefill_chunk;
+        if (!decodes && req->grant_epoch != s->epoch) continue; /* not among this step's prefills */
+        int64_t chunk = chunk_limit(s, pending, *budget);
+        if (!decodes && chunk > req->prefill_grant) chunk = req->prefill_grant;
+        if (chunk <= 0) continue;
         bool snapshot = cut_for_snapshot(s, req, req->n_computed, &chunk);
         PageOutcome got = secure_pages(s, i, req->n_computed + chunk);
         if (got == PREEMPTED_SELF) {
@@ -206,20 +230,22 @@ static int plan_running(DiScheduler *s, DiStep *step, int *budget, bool decodes)
     return 0;
 }
 
-static int admit(DiScheduler *s, DiStep *step, int *budget) {
+/* Admit waiting requests in queue order.  by_grant: each takes at most its prefill grant and the
+ * first without one stops admission (FIFO); otherwise they share what the grants left unused. */
+static int admit(DiScheduler *s, DiStep *step, int *budget, bool by_grant) {
     while (s->n_waiting > 0 && step->n_seqs < s->cfg.max_num_seqs && *budget > 0) {
         DiRequest *req = s->waiting[0];
         /* a preempted request still used by an in-flight step waits until it is idle (FIFO) */
         if (req->inflight > 0 || req->release_pages_pending) break;
+        if (by_grant && (req->grant_epoch != s->epoch || req->prefill_grant <= 0)) break;
         int64_t known = di_request_known_tokens(req);
         /* the longest cached state this request's tokens extend, leaving at least one position
          * to compute (the one whose logits are sampled) */
         int hit = di_prefix_cache_find(&s->cache, req->tokens, known - 1);
         int64_t start = hit >= 0 ? s->cache.entries[hit].n_tokens : 0;
         size_t have = hit >= 0 ? s->cache.entries[hit].pages.n : 0;
-        int64_t chunk = known - start;
-        if (chunk > *budget) chunk = *budget;
-        if (s->cfg.max_prefill_chunk > 0 && chunk > s->cfg.max_prefill_chunk) chunk = s->cfg.max_prefill_chunk;
+        int64_t chunk = chunk_limit(s, known - start, *budget);
+        if (by_grant && chunk > req->prefill_grant) chunk = req->prefill_grant;
         bool snapshot = cut_for_snapshot(s, req, start, &chunk);
         size_t need = s->runner->ops->pages_for_tokens(s->runner, start + chunk);
         if (hit >= 0 && need <= di_page_pool_free(s->pool)) { /* room for a copy: the entry stays */
@@ -249,11 +275,90 @@ static int admit(DiScheduler *s, DiStep *step, int *budget) {
     return 0;
 }
 
+/* ---- the prefill budget --------------------------------------------------------------------- */
+
+static int by_remaining_then_age(const void *a, const void *b) {
+    const DiPrefillWant *x = a, *y = b;
+    if (x->remaining != y->remaining) return x->remaining < y->remaining ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+void di_prefill_split(DiPrefillWant *wants, int n, int budget, int *grant) {
+    for (int i = 0; i < n; i++) {
+        grant[i] = 0;
+        wants[i].index = i;
+    }
+    if (n <= 0 || budget <= 0) return;
+    int share = budget / n > 0 ? budget / n : 1;
+    grant[0] = wants[0].want < share ? wants[0].want : share;
+    budget -= grant[0];
+    wants[0].want -= grant[0];
+    wants[0].remaining -= grant[0];
+    qsort(wants, (size_t)n, sizeof *wants, by_remaining_then_age);
+    for (int k = 0; k < n && budget > 0; k++) {
+        int take = wants[k].want < budget ? wants[k].want : budget;
+        grant[wants[k].index] += take;
+        budget -= take;
+    }
+}
+
+/* Add a prefill candidate wanting up to `want` of its `remaining` positions in this step. */
+static void add_candidate(DiScheduler *s, int n, DiRequest *req, int64_t remaining, int want) {
+    s->candidates[n] = req;
+    s->wants[n] = (DiPrefillWant){remaining, want, n};
+}
+
+/* This step's prefill candidates, oldest first: running requests with more than one position to
+ * compute, then waiting ones in queue order while a sequence slot is left and the pages of their
+ * first chunk look free after the running ones' next chunks.  The page count is an estimate that
+ * only decides who shares the budget (admission decides for real): counting a request that cannot
+ * be admitted would hold back the others' chunks for nothing. */
+static int collect_prefills(DiScheduler *s, const DiStep *step, int budget) {
+    const DiRunnerOps *ops = s->runner->ops;
+    int slots = s->cfg.max_num_seqs - step->n_seqs, n = 0;
+    size_t avail = di_page_pool_free(s->pool) + s->cache.pages;
+    for (int i = 0; i < s->n_running && n < slots; i++) {
+        DiRequest *req = s->running[i];
+        int64_t pending = di_request_known_tokens(req) - req->n_computed;
+        if (req->planned_epoch == s->epoch || req->n_output_scheduled >= req->params.max_tokens || pending <= 1)
+            continue;
+        int want = (int)chunk_limit(s, pending, budget);
+        size_t need = ops->pages_for_tokens(s->runner, req->n_computed + want);
+        size_t more = need > req->pages.n ? need - req->pages.n : 0;
+        avail -= more < avail ? more : avail;
+        add_candidate(s, n++, req, pending, want);
+    }
+    for (int i = 0; i < s->n_waiting && n < slots; i++) {
+        DiRequest *req = s->waiting[i];
+        if (req->inflight > 0 || req->release_pages_pending) break;
+        int64_t known = di_request_known_tokens(req);
+        int want = (int)chunk_limit(s, known, budget);
+        size_t need = ops->pages_for_tokens(s->runner, want);
+        if (need > avail) break;
+        avail -= need;
+        add_candidate(s, n++, req, known, want);
+    }
+    return n;
+}
+
+/* Prefill chunks: the budget the decodes left, split by di_prefill_split; then whatever a
+ * candidate could not use (it waits for pages) goes to further waiting requests. */
+static int plan_prefills(DiScheduler *s, DiStep *step, int *budget) {
+    int n = collect_prefills(s, step, *budget);
+    di_prefill_split(s->wants, n, *budget, s->grants);
+    for (int i = 0; i < n; i++) {
+        s->candidates[i]->prefill_grant = s->grants[i];
+        s->candidates[i]->grant_epoch = s->epoch;
+    }
+    if (plan_running(s, step, budget, false) != 0) return -1;
+    if (admit(s, step, budget, true) != 0) return -1;
+    return admit(s, step, budget, false);
+}
+
 int di_scheduler_plan(DiScheduler *s, DiStep *step) {
     di_step_reset(step);
     s->epoch++;
     int budget = s->cfg.max_batch_tokens;
     if (plan_running(s, step, &budget, true) != 0) return -1;
-    if (plan_running(s, step, &budget, false) != 0) return -1;
-    return admit(s, step, &budget);
+    return plan_prefills(s, step, &budget);
 }

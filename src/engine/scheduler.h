@@ -1,10 +1,15 @@
 /* scheduler.h — continuous batching: which requests run in the next step, and how much of each.
  *
  * Requests move waiting -> running (prefilling, then decoding) -> finished.  Each step is one
- * mixed batch under a token budget: first one token for every decoding request (oldest first),
- * then prefill chunks of running requests, then new requests admitted from the waiting queue
- * while the budget, the sequence limit and free state pages allow (chunked prefill: a prompt
- * longer than the budget is spread over several steps).
+ * mixed batch under a token budget (max_batch_tokens): first one token for every decoding request
+ * (oldest first), then prefill chunks.  The budget left is split over the requests that want
+ * prefill, running ones and the waiting ones that could be admitted (di_prefill_split): the
+ * oldest always gets an equal share, the rest goes to the shortest remaining prompts first, and no
+ * chunk exceeds max_prefill_chunk.  So a short prompt arriving behind a long one being prefilled
+ * gets its first token in the next step instead of after the whole long prompt, and a stream of
+ * short prompts cannot stop a long one.  New requests are admitted in queue order while the
+ * budget, the sequence limit and free state pages allow (chunked prefill: a prompt longer than
+ * its share is spread over several steps).
  *
  * Memory: before a request computes positions [a, b) it must hold pages_for_tokens(b) pages.
  * When the pool runs dry the youngest running request not in this step is preempted: its pages go
@@ -34,6 +39,13 @@ typedef struct {
     int max_prefill_chunk;
 } DiSchedulerConfig;
 
+/* One prefill candidate of di_prefill_split. */
+typedef struct {
+    int64_t remaining; /* positions it has left to prefill (orders the split) */
+    int want;          /* the most it may take in this step */
+    int index;         /* set by di_prefill_split */
+} DiPrefillWant;
+
 typedef struct {
     DiSchedulerConfig cfg;
     DiPagePool *pool;
@@ -47,6 +59,9 @@ typedef struct {
     uint64_t preemptions;
     DiPrefixCache cache;    /* finished requests' states (max_pages 0: off), see prefix_cache.h */
     uint64_t epoch;      /* step counter, to know who is in the step being planned */
+    DiPrefillWant *wants; /* scratch of the prefill split, `cap` each */
+    int *grants;
+    DiRequest **candidates;
 } DiScheduler;
 
 int di_scheduler_init(DiScheduler *s, const DiSchedulerConfig *cfg, DiPagePool *pool, const DiRunner *runner);
@@ -62,6 +77,10 @@ void di_scheduler_settle(DiScheduler *s, DiRequest *req);
 /* Give a request's pages back to the pool now (the runner's release hook first); a finished
  * request's state goes to the prefix cache instead when the cache is on. */
 void di_scheduler_return_pages(DiScheduler *s, DiRequest *req);
+/* Split `budget` prefill tokens over n candidates, wants[0] the oldest: grant[i] tokens to
+ * candidate i.  The oldest gets min(want, budget / n, at least 1); the rest goes to the smallest
+ * `remaining` first (ties: the older), each up to its want.  wants is reordered (scratch). */
+void di_prefill_split(DiPrefillWant *wants, int n, int budget, int *grant);
 /* Plan the next step into `step` (reset first).  -1 only on allocation failure. */
 int di_scheduler_plan(DiScheduler *s, DiStep *step);
 

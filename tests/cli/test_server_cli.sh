@@ -23,6 +23,8 @@ expect "bad prefix cache switch" 2 "--prefix-cache: expected on or off, got 'yes
 expect "state memory range" 2 "--state-memory-mb: expected an integer" --state-memory-mb 0
 expect "max num seqs range" 2 "--max-num-seqs: expected an integer" --max-num-seqs 0
 expect "max batch tokens range" 2 "--max-batch-tokens: expected an integer" --max-batch-tokens -5
+expect "max prefill chunk range" 2 "--max-prefill-chunk: expected an integer in [0, 1048576], got '-1'" --max-prefill-chunk -1
+expect "help names max prefill chunk" 0 "--max-prefill-chunk N" --help
 expect "missing model directory" 1 "/nonexistent-model-dir" --model /nonexistent-model-dir --port 0
 # The built-in tiny model (fresh, in a temporary cache) comes up, answers /health, and SIGTERM
 # stops it gracefully with exit 0.

@@ -7,6 +7,7 @@
 #include "test_engine_helpers.h"
 
 #include "base/error.h"
+#include "engine/scheduler.h"
 
 #define N_REQ 24
 
@@ -312,6 +313,113 @@ TEST(async_small_pool_plans_again_once_the_inflight_step_returns_pages) {
     }
 }
 
+/* di_prefill_split against hand-derived splits. */
+TEST(prefill_split_serves_the_oldest_then_the_shortest) {
+    struct {
+        int n, budget;
+        int64_t remaining[5];
+        int want[5], grant[5];
+    } cases[] = {
+        /* a 16k prompt prefilling, a 5-token one arrives: 256 to the oldest, 5, then the rest */
+        {2, 512, {16000, 5}, {512, 5}, {507, 5}},
+        /* two long ones and a short one: 170 to the oldest, 5, then the shorter long one */
+        {3, 512, {16000, 16170, 5}, {512, 512, 5}, {507, 0, 5}},
+        /* equal prompts: about first come, first served (the oldest finishes its prompt) */
+        {3, 10, {8, 8, 8}, {8, 8, 8}, {8, 2, 0}},
+        /* budget under the number of candidates: the oldest still gets a token */
+        {5, 3, {100, 100, 100, 100, 1}, {3, 3, 3, 3, 1}, {2, 0, 0, 0, 1}},
+        /* everyone fits */
+        {3, 512, {40, 7, 100}, {40, 7, 100}, {40, 7, 100}},
+        /* wants capped below the remaining (max_prefill_chunk): the grant never exceeds a want */
+        {2, 512, {16000, 300}, {100, 100}, {100, 100}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        DiPrefillWant wants[5];
+        int grant[5];
+        for (int i = 0; i < cases[c].n; i++) wants[i] = (DiPrefillWant){cases[c].remaining[i], cases[c].want[i], -1};
+        di_prefill_split(wants, cases[c].n, cases[c].budget, grant);
+        for (int i = 0; i < cases[c].n; i++) CHECK_MSG(grant[i] == cases[c].grant[i], "case %zu: grant[%d] = %d, expected %d", c, i, grant[i], cases[c].grant[i]);
+    }
+}
+
+/* Issue 19 item 5: a 16k-token prompt is prefilling (512-token budget: 32 steps) when a 5-token
+ * prompt arrives.  Its first token must come in the next step (sync) or the one after (async:
+ * outputs are delivered a step late), not after the long prefill; the long one loses at most one
+ * step; both match the alone-reference. */
+TEST(short_prompt_is_not_starved_behind_a_long_prefill) {
+    enum { LONG = 16384 };
+    static int32_t long_prompt[LONG];
+    int32_t short_prompt[5] = {7, 1, 9, 4, 2};
+    for (int i = 0; i < LONG; i++) long_prompt[i] = (int32_t)((i * 37 + 11) % 256);
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.temperature = 0;
+    p.ignore_eos = 1;
+    p.max_tokens = 3;
+    int32_t ref_long[3], ref_short[3];
+    DiFinishReason reason;
+    CHECK_EQ_INT(reference_generate(long_prompt, LONG, &p, 0, ref_long, &reason), 3);
+    CHECK_EQ_INT(reference_generate(short_prompt, 5, &p, 0, ref_short, &reason), 3);
+    for (int async = 0; async < 2; async++) {
+        DiEngineOptions o;
+        di_engine_options_init(&o);
+        o.async_scheduling = async;
+        o.state_memory_bytes = 1 << 20;
+        DiEngine *e = di_engine_create_mock(MOCK_VOCAB, MOCK_SEED, &o);
+        static StreamLog long_log, short_log;
+        memset(&long_log, 0, sizeof long_log);
+        memset(&short_log, 0, sizeof short_log);
+        DiRequestInput in = {.prompt_ids = long_prompt, .n_prompt_ids = LONG};
+        CHECK_EQ_INT(di_engine_add_request(e, &in, &p, record_stream, &long_log, NULL), 0);
+        int active, steps = 0;
+        for (int i = 0; i < 3; i++) CHECK_EQ_INT(di_engine_step(e, &active), 0);
+        in = (DiRequestInput){.prompt_ids = short_prompt, .n_prompt_ids = 5};
+        CHECK_EQ_INT(di_engine_add_request(e, &in, &p, record_stream, &short_log, NULL), 0);
+        while (short_log.n_tokens == 0 && steps < 100) {
+            CHECK_EQ_INT(di_engine_step(e, &active), 0);
+            steps++;
+        }
+        CHECK_MSG(steps <= 1 + async, "async=%d: the short prompt's first token took %d steps", async, steps);
+        CHECK_EQ_INT(long_log.n_tokens, 0); /* it was still prefilling */
+        CHECK_EQ_INT(di_engine_run(e), 0);
+        DiEngineMetrics m;
+        di_engine_get_metrics(e, &m);
+        /* 32 steps of prefill + 2 decodes (+1 async): sharing costs the long prompt at most one */
+        CHECK_MSG(m.steps <= LONG / 512 + 3 + (uint64_t)async, "async=%d: %llu steps", async, (unsigned long long)m.steps);
+        CHECK_EQ_INT(long_log.n_tokens, 3);
+        CHECK(memcmp(long_log.tokens, ref_long, sizeof ref_long) == 0);
+        CHECK_EQ_INT(short_log.n_tokens, 3);
+        CHECK(memcmp(short_log.tokens, ref_short, sizeof ref_short) == 0);
+        di_engine_destroy(e);
+    }
+}
+
+/* max_prefill_chunk caps every chunk: a lone 300-token prompt takes 100 per step. */
+TEST(max_prefill_chunk_caps_each_chunk) {
+    int32_t prompt[300];
+    for (int i = 0; i < 300; i++) prompt[i] = i % 256;
+    DiEngineOptions o;
+    di_engine_options_init(&o);
+    o.async_scheduling = 0;
+    o.max_prefill_chunk = 100;
+    o.state_memory_bytes = 1 << 20;
+    DiEngine *e = di_engine_create_mock(MOCK_VOCAB, MOCK_SEED, &o);
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.max_tokens = 1;
+    DiRequestInput in = {.prompt_ids = prompt, .n_prompt_ids = 300};
+    CHECK_EQ_INT(di_engine_add_request(e, &in, &p, NULL, NULL, NULL), 0);
+    DiEngineMetrics m;
+    int active;
+    for (int i = 1; i <= 3; i++) {
+        CHECK_EQ_INT(di_engine_step(e, &active), 0);
+        di_engine_get_metrics(e, &m);
+        CHECK_EQ_INT(m.prefill_tokens, 100 * i);
+    }
+    CHECK_EQ_INT(active, 0);
+    di_engine_destroy(e);
+}
+
 int main(void) {
     RUN_TEST(parallel_sampling_matches_requests_run_alone);
     RUN_TEST(single_greedy_request_matches_reference_with_any_chunking);
@@ -320,5 +428,8 @@ int main(void) {
     RUN_TEST(async_equals_sync_under_random_schedules_with_aborts);
     RUN_TEST(admission_respects_sequence_limit_and_budget);
     RUN_TEST(async_small_pool_plans_again_once_the_inflight_step_returns_pages);
+    RUN_TEST(prefill_split_serves_the_oldest_then_the_shortest);
+    RUN_TEST(short_prompt_is_not_starved_behind_a_long_prefill);
+    RUN_TEST(max_prefill_chunk_caps_each_chunk);
     return TEST_SUMMARY();
 }

@@ -31,7 +31,10 @@ static void usage(FILE *out) {
             "                           turn of a chat) starts from it; usage reports the cached tokens (default on)\n"
             "  --state-memory-mb N      memory for requests' state and the prefix cache (default 256)\n"
             "  --max-num-seqs N         requests batched in one step (default 64)\n"
-            "  --max-batch-tokens N     tokens of one step, decodes + prefill chunks (default 512)\n"
+            "  --max-batch-tokens N     tokens of one step, decodes + prefill chunks (default 512); decodes\n"
+            "                           go first, then prefill: the oldest prompt gets an equal share, the\n"
+            "                           shortest prompts the rest, so a short prompt is not stuck behind a long one\n"
+            "  --max-prefill-chunk N    most prompt tokens of one request in one step, 0 = the budget (default 0)\n"
             "  --port N                 TCP port (default 8000)\n"
             "  --api-key KEY            require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
             "                           (default: $DEEPINFER_API_KEY; none: no authentication)\n"
@@ -75,7 +78,7 @@ static int parse_on_off(const char *flag, const char *v, bool *out) {
 /* What the engine is sized by (DiEngineOptions; 0 keeps the engine default). */
 typedef struct {
     bool prefix_cache;
-    long state_memory_mb, max_num_seqs, max_batch_tokens;
+    long state_memory_mb, max_num_seqs, max_batch_tokens, max_prefill_chunk;
 } EngineFlags;
 
 static DiEngineBackend *open_backend(const char *model_dir, const char *served_name, long context_limit,
@@ -93,6 +96,7 @@ static DiEngineBackend *open_backend(const char *model_dir, const char *served_n
     if (ef->state_memory_mb) opts.state_memory_bytes = (size_t)ef->state_memory_mb << 20;
     if (ef->max_num_seqs) opts.max_num_seqs = (int)ef->max_num_seqs;
     if (ef->max_batch_tokens) opts.max_batch_tokens = (int)ef->max_batch_tokens;
+    opts.max_prefill_chunk = (int)ef->max_prefill_chunk;
     DiEngine *engine = di_engine_create(model_dir, &opts);
     free(engram_map);
     if (!engine) return NULL;
@@ -145,6 +149,7 @@ int cmd_serve(int argc, char **argv) {
         else if (strcmp(a, "--state-memory-mb") == 0) rc = parse_long(a, v, 1, 1L << 24, &ef.state_memory_mb);
         else if (strcmp(a, "--max-num-seqs") == 0) rc = parse_long(a, v, 1, 65536, &ef.max_num_seqs);
         else if (strcmp(a, "--max-batch-tokens") == 0) rc = parse_long(a, v, 1, 1L << 20, &ef.max_batch_tokens);
+        else if (strcmp(a, "--max-prefill-chunk") == 0) rc = parse_long(a, v, 0, 1L << 20, &ef.max_prefill_chunk);
         else if (strcmp(a, "--api-key") == 0) cfg.api_key = v;
         else if (strcmp(a, "--port") == 0) rc = parse_long(a, v, 0, 65535, &n), cfg.port = (int)n;
         else if (strcmp(a, "--max-queue") == 0) rc = parse_long(a, v, 1, 1000000, &n), cfg.max_queue = (int)n;

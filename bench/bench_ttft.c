@@ -1,0 +1,121 @@
+/* bench_ttft.c — a short request's time to first token behind a long prefill (issue 19 item 5).
+ *
+ * On the built-in tiny model (the one `deepinfer` runs with no checkpoint), with the engine's
+ * default step budget (max_batch_tokens 512, async scheduling):
+ *   alone:   a 5-token prompt in an idle engine, from its arrival to its first token;
+ *   behind:  the same prompt arriving while a 16384-token prompt is prefilling (4 steps into it).
+ * Each is the median of 3 rounds; the figure is behind / alone.  Before the prefill budget was
+ * shared, the short prompt waited for the whole long prefill (the ratio was the long prompt's
+ * prefill time over a short step); now it shares the next step with the long prompt's chunk.
+ * Also printed: the long prompt's prefill rate over its first 4 steps (alone in the engine).
+ * BENCH_TTFT_LONG=N changes the long prompt's length, BENCH_TTFT_CHUNK=N sets max_prefill_chunk (a
+ * smaller chunk makes the step the short prompt shares shorter, and the long prefill slower). */
+#include "deepinfer.h"
+#include "engine/step.h"
+#include "model/tiny.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define SHORT_LEN 5
+#define ROUNDS 3
+
+static void fail(const char *what) {
+    fprintf(stderr, "bench_ttft: %s: %s\n", what, di_last_error());
+    exit(1);
+}
+
+static uint64_t add(DiEngine *e, const int32_t *ids, int n, int max_tokens) {
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.temperature = 0;
+    p.ignore_eos = 1;
+    p.max_tokens = max_tokens;
+    DiRequestInput in = {.prompt_ids = ids, .n_prompt_ids = n};
+    uint64_t id = 0;
+    if (di_engine_add_request(e, &in, &p, NULL, NULL, &id) != 0) fail("adding a request");
+    return id;
+}
+
+/* Step until request `id` has its first token; its time to first token. */
+static double first_token(DiEngine *e, uint64_t id) {
+    DiRequestOutput out;
+    int active = 1;
+    do {
+        if (di_engine_step(e, &active) != 0) fail("step");
+        if (di_engine_get_output(e, id, &out) != 0) fail("output");
+    } while (out.n_tokens == 0 && active > 0);
+    return out.time_to_first_token_s;
+}
+
+/* One round: the short prompt's TTFT, alone (long_len 0) or 4 steps into the long prefill.
+ * *long_rate: the long prompt's prefill tokens/s over those 4 steps (long_len > 0). */
+static double round_ttft(const char *dir, const int32_t *long_ids, int long_len, int chunk, double *long_rate) {
+    DiEngineOptions o;
+    di_engine_options_init(&o);
+    o.max_prefill_chunk = chunk;
+    DiEngine *e = di_engine_create(dir, &o);
+    if (!e) fail("creating the engine");
+    int32_t short_ids[SHORT_LEN] = {40, 41, 42, 43, 44};
+    uint64_t long_id = 0;
+    if (long_len > 0) {
+        long_id = add(e, long_ids, long_len, 1);
+        DiEngineMetrics m0, m1;
+        di_engine_get_metrics(e, &m0);
+        double t0 = di_now_seconds();
+        for (int i = 0; i < 4; i++)
+            if (di_engine_step(e, NULL) != 0) fail("step");
+        di_engine_get_metrics(e, &m1);
+        *long_rate = (double)(m1.prefill_tokens - m0.prefill_tokens) / (di_now_seconds() - t0);
+    }
+    double ttft = first_token(e, add(e, short_ids, SHORT_LEN, 1));
+    if (long_id && di_engine_abort(e, long_id) != 0) fail("abort");
+    if (di_engine_run(e) != 0) fail("run");
+    di_engine_destroy(e);
+    return ttft;
+}
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median3(double *v) {
+    qsort(v, ROUNDS, sizeof *v, by_value);
+    return v[ROUNDS / 2];
+}
+
+/* An integer >= lo from the environment, else the default; exits with status 2 when malformed. */
+static int env_int(const char *name, int fallback, int lo) {
+    const char *v = getenv(name);
+    if (!v || !*v) return fallback;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < lo || n > 1 << 24) {
+        fprintf(stderr, "bench_ttft: %s must be an integer in [%d, %d], got '%s'\n", name, lo, 1 << 24, v);
+        exit(2);
+    }
+    return (int)n;
+}
+
+int main(void) {
+    char dir[4096];
+    if (di_builtin_model_dir(dir, sizeof dir) != 0 || di_tiny_ensure(dir) != 0) fail("the built-in tiny model");
+    int long_len = env_int("BENCH_TTFT_LONG", 16384, 16), chunk = env_int("BENCH_TTFT_CHUNK", 0, 0);
+    int32_t *long_ids = malloc(sizeof *long_ids * (size_t)long_len);
+    if (!long_ids) fail("memory");
+    for (int i = 0; i < long_len; i++) long_ids[i] = 3 + (i * 37) % 250;
+    double alone[ROUNDS], behind[ROUNDS], rate[ROUNDS], unused;
+    for (int r = 0; r < ROUNDS; r++) { /* interleaved, so drifts of the machine hit both alike */
+        alone[r] = round_ttft(dir, NULL, 0, chunk, &unused);
+        behind[r] = round_ttft(dir, long_ids, long_len, chunk, &rate[r]);
+    }
+    double a = median3(alone), b = median3(behind), lr = median3(rate);
+    printf("short request (%d tokens) time to first token, built-in tiny model, max_batch_tokens 512, "
+           "max_prefill_chunk %d, async:\n", SHORT_LEN, chunk);
+    printf("  alone:                          %8.1f ms\n", 1e3 * a);
+    printf("  behind a %5d-token prefill:    %8.1f ms   ratio %.2f\n", long_len, 1e3 * b, b / a);
+    printf("  long prompt's prefill rate before the short one arrived: %.0f tokens/s\n", lr);
+    free(long_ids);
+    return 0;
+}
