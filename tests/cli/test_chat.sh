@@ -6,6 +6,7 @@
 # in time), usage errors (exit 2).  Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
+. tests/support/wait_for.sh
 BIN=build/deepinfer
 export DEEPINFER_LOG_LEVEL=warn
 unset DEEPINFER_HF_MODEL_DIR
@@ -41,36 +42,41 @@ cmp -s "$tmp/out" "$tmp/out2" && ok || bad "chat is not deterministic"
 printf 'Hi\n/quit\nnever read\n' | "$BIN" chat --thinking --max-tokens 4 >/dev/null 2>"$tmp/err"
 [ $? -eq 0 ] && [ "$(prompts "$tmp/err" | wc -w)" -eq 1 ] && ok || bad "/quit: $(cat "$tmp/err")"
 
+# (files of their own, which exist only once the program under test writes them)
+reply_started() { [ -s "$tmp/long.out" ]; }
+reply_stopped() { grep -q "\[stopped\]" "$tmp/long.err" 2>/dev/null; }
+turn_done() { grep -q "^\[prompt " "$tmp/prompt.err" 2>/dev/null; }
+exited() { ! kill -0 "$pid" 2>/dev/null; }
+
 # SIGINT during a long reply stops it; the program goes on reading (it then sees /reset, /quit)
 mkfifo "$tmp/in"
-"$BIN" chat --max-tokens 200000 --ignore-eos 1 <"$tmp/in" >"$tmp/out" 2>"$tmp/err" &
+"$BIN" chat --max-tokens 200000 --ignore-eos 1 <"$tmp/in" >"$tmp/long.out" 2>"$tmp/long.err" &
 pid=$!
 exec 3<>"$tmp/in" # read-write: opening never blocks, even if chat already exited
 echo "Tell me a long story" >&3
-sleep 2
+wait_for 60 reply_started || bad "no reply text 60 s after the first line: $(cat "$tmp/long.err")"
 kill -INT "$pid"
-sleep 0.5
+wait_for 20 reply_stopped || bad "the reply did not stop within 20 s of SIGINT: $(cat "$tmp/long.err")"
 printf '/reset\n/quit\n' >&3
 exec 3>&-
-for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-if kill -0 "$pid" 2>/dev/null; then
+if ! wait_for 10 exited; then
     bad "chat still running 10 s after SIGINT and /quit"
     kill -9 "$pid"
 fi
 wait "$pid"
 rc=$?
 pid=""
-[ $rc -eq 0 ] && grep -q "finish abort" "$tmp/err" && grep -q "\[stopped\]" "$tmp/err" && grep -q "conversation reset" "$tmp/err" &&
-    ok || bad "SIGINT: rc $rc: $(cat "$tmp/err")"
+[ $rc -eq 0 ] && grep -q "finish abort" "$tmp/long.err" && grep -q "\[stopped\]" "$tmp/long.err" &&
+    grep -q "conversation reset" "$tmp/long.err" && ok || bad "SIGINT: rc $rc: $(cat "$tmp/long.err")"
 
-# Ctrl-C at the prompt exits (status 0)
-"$BIN" chat <"$tmp/in" >/dev/null 2>"$tmp/err" &
+# Ctrl-C at the prompt exits (status 0): after a first reply, chat is back at the prompt
+"$BIN" chat --max-tokens 2 <"$tmp/in" >/dev/null 2>"$tmp/prompt.err" &
 pid=$!
 exec 3<>"$tmp/in"
-sleep 1
+echo "Hi" >&3
+wait_for 60 turn_done || bad "no reply to the first line within 60 s: $(cat "$tmp/prompt.err")"
 kill -INT "$pid"
-for _ in $(seq 25); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-if kill -0 "$pid" 2>/dev/null; then
+if ! wait_for 5 exited; then
     bad "chat still waiting 5 s after SIGINT at the prompt"
     kill -9 "$pid"
 fi
@@ -78,7 +84,7 @@ wait "$pid"
 rc=$?
 pid=""
 exec 3>&-
-[ $rc -eq 0 ] && ok || bad "SIGINT at the prompt: rc $rc: $(cat "$tmp/err")"
+[ $rc -eq 0 ] && ok || bad "SIGINT at the prompt: rc $rc: $(cat "$tmp/prompt.err")"
 # a bad line is reported, the chat goes on, the status says a turn failed
 printf '\xff\nHi\n' | "$BIN" chat --max-tokens 3 >/dev/null 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "not valid UTF-8" "$tmp/err" && [ "$(prompts "$tmp/err" | wc -w)" -eq 1 ] && ok || bad "bad line: $(cat "$tmp/err")"

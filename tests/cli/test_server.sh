@@ -9,6 +9,7 @@ passed=0; failed=0
 ok() { passed=$((passed + 1)); }
 bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
 check() { if eval "$2"; then ok; else bad "$1"; fi; }
+. tests/support/wait_for.sh
 
 if [ ! -f build-asan/libdeepinfer.a ]; then
     echo "test_server: build-asan/libdeepinfer.a missing (run make test)"; echo "0 passed, 1 failed"; exit 1
@@ -19,7 +20,8 @@ harness=$(BUILD=build-asan HARNESS_CFLAGS="-O1 -fsanitize=address,undefined -fno
           tests/support/build_harness.sh) || { echo "0 passed, 1 failed"; exit 1; }
 ASAN_OPTIONS=detect_leaks=1 "$harness" --port 0 --api-key k1 --step-us 500 --max-body 65536 >"$work/out" 2>"$work/err" &
 pid=$!
-for _ in $(seq 100); do grep -q '^port' "$work/out" && break; sleep 0.1; done
+has_port() { grep -q '^port' "$1"; }
+wait_for 10 has_port "$work/out"
 port=$(awk '/^port/{print $2}' "$work/out")
 [ -n "$port" ] || { cat "$work/err"; echo "0 passed, 1 failed"; exit 1; }
 url=http://127.0.0.1:$port
@@ -45,10 +47,14 @@ check "wrong type 400" '[ "$(post /v1/chat/completions "{\"model\":\"$M\",\"mess
 check "unknown model 404" '[ "$(post /v1/responses "{\"model\":\"gpt-x\",\"input\":\"x\"}")" = 404 ] && grep -q "gpt-x" "$work/resp"'
 big=$(head -c 100000 /dev/zero | tr "\0" " ")
 check "too large 413" '[ "$(post /v1/chat/completions "{$big}")" = 413 ]'
-# A client that goes away mid-stream: the request is aborted and freed.
+# A client that goes away mid-stream: the request is aborted and freed (the server notices on a
+# later write, so /metrics is polled until it counts the abort, for at most 10 s).
 curl -s -m 1 -H 'Authorization: Bearer k1' -d "{\"model\":\"$M\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"count to 100000\"}]}" "$url/v1/chat/completions" >/dev/null
-sleep 0.5
-metrics=$(curl -s -m 5 -H 'Authorization: Bearer k1' "$url/metrics")
+abort_counted() {
+    metrics=$(curl -s -m 5 -H 'Authorization: Bearer k1' "$url/metrics")
+    echo "$metrics" | grep -q "^deepinfer_requests_aborted_total 1$" && echo "$metrics" | grep -q "^deepinfer_requests_in_flight 0$"
+}
+wait_for 10 abort_counted
 check "disconnect counted as abort" 'echo "$metrics" | grep -q "^deepinfer_requests_aborted_total 1$"'
 check "nothing left in flight" 'echo "$metrics" | grep -q "^deepinfer_requests_in_flight 0$"'
 check "ttft histogram" 'echo "$metrics" | grep -q "^deepinfer_time_to_first_token_seconds_count [1-9]"'
@@ -60,7 +66,7 @@ check "no sanitizer reports" '! grep -qE "ERROR: (Address|Leak)Sanitizer|runtime
 # The same server over the real engine adapter and the engine's mock model, under ASan too.
 ASAN_OPTIONS=detect_leaks=1 "$harness" --port 0 --backend mock-engine --context 2048 >"$work/out2" 2>"$work/err2" &
 pid=$!
-for _ in $(seq 100); do grep -q '^port' "$work/out2" && break; sleep 0.1; done
+wait_for 10 has_port "$work/out2"
 url=http://127.0.0.1:$(awk '/^port/{print $2}' "$work/out2")
 check "engine: completion" '[ "$(post /v1/completions "{\"model\":\"$M\",\"prompt\":\"hi\",\"max_tokens\":8,\"temperature\":0}")" = 200 ] && grep -q "\"completion_tokens\":" "$work/resp"'
 check "engine: stream" '[ "$(post /v1/completions "{\"model\":\"$M\",\"prompt\":\"hi\",\"max_tokens\":8,\"stream\":true}")" = 200 ] && grep -q "data: \[DONE\]" "$work/resp"'
@@ -68,8 +74,10 @@ check "engine: over-long 400" '[ "$(post /v1/completions "{\"model\":\"$M\",\"pr
 check "engine: chat refusal names the cause" '[ "$(post /v1/chat/completions "{\"model\":\"$M\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}")" != 500 ]'
 curl -s -m 1 -d "{\"model\":\"$M\",\"prompt\":\"x\",\"max_tokens\":2000,\"stream\":true}" "$url/v1/completions" >/dev/null
 # A request still running at SIGTERM: the engine aborts it, the stream ends with an error event.
+# SIGTERM goes once its stream has started (polled, at most 10 s).
 (curl -s -m 20 -d "{\"model\":\"$M\",\"prompt\":\"x\",\"max_tokens\":2000,\"stream\":true}" "$url/v1/completions" >"$work/last") &
-sleep 0.3
+stream_started() { [ -s "$work/last" ]; }
+wait_for 10 stream_started || bad "engine: the last stream did not start within 10 s"
 kill -TERM $pid
 wait $pid; rc=$?
 wait
