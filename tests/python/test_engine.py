@@ -181,6 +181,10 @@ def test_errors_carry_their_cause(llm):
         llm.generate([3.5])
     with pytest.raises(DeepInferError, match="vocab_size"):
         mock_llm(vocab_size=10)
+    with pytest.raises(DeepInferError, match="max_prefill_chunk must be >= 0, got -1"):
+        mock_llm(max_prefill_chunk=-1)
+    with pytest.raises(DeepInferError, match="max_batch_tokens must be >= 1, got 0"):
+        mock_llm(max_batch_tokens=0)
     assert llm.metrics()["pages_used"] == 0
     assert llm.metrics()["requests_waiting"] == 0 and llm.metrics()["requests_running"] == 0
 
