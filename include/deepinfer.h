@@ -318,6 +318,7 @@ typedef struct {
     int n_preemptions;
     double time_to_first_token_s, total_time_s;
     int n_cached_tokens;         /* prompt tokens whose state came from the prefix cache */
+    double time_in_queue_s;      /* arrival -> first admitted to the running batch (0 before) */
 } DiRequestOutput;
 
 typedef struct {

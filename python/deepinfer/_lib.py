@@ -57,7 +57,7 @@ class RequestOutputC(Structure):
                 ("cumulative_logprob", c_double), ("finish_reason", c_int), ("stop_token", c_int32),
                 ("stop_string", c_int), ("seed", c_uint64), ("n_preemptions", c_int),
                 ("time_to_first_token_s", c_double), ("total_time_s", c_double),
-                ("n_cached_tokens", c_int)]
+                ("n_cached_tokens", c_int), ("time_in_queue_s", c_double)]
 
 
 class EngineMetrics(Structure):

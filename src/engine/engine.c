@@ -606,6 +606,7 @@ int di_engine_get_output(DiEngine *e, uint64_t id, DiRequestOutput *out) {
     out->n_cached_tokens = req->n_cached_tokens;
     out->time_to_first_token_s = req->n_output > 0 ? req->t_first_token - req->t_arrival : 0;
     out->total_time_s = (req->finish_reason ? req->t_finish : di_now_seconds()) - req->t_arrival;
+    out->time_in_queue_s = req->t_scheduled > 0 ? req->t_scheduled - req->t_arrival : 0;
     return 0;
 }
 

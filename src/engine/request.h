@@ -64,6 +64,7 @@ typedef struct DiRequest {
     int32_t stop_token;
     int stop_string;
     double t_arrival, t_first_token, t_finish;
+    double t_scheduled;          /* first admitted to the running batch (0 until then) */
 } DiRequest;
 
 /* A new waiting request; copies the prompt and everything params points to. */

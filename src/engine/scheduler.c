@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "engine/step.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -260,6 +261,7 @@ static int admit(DiScheduler *s, DiStep *step, int *budget, bool by_grant) {
         }
         s->cache.lookups += s->cache.max_pages > 0;
         if (req->n_preemptions == 0) req->n_cached_tokens = (int)start;
+        if (req->t_scheduled == 0) req->t_scheduled = di_now_seconds();
         remove_at(s->waiting, &s->n_waiting, 0);
         s->running[s->n_running++] = req;
         req->state = DI_REQ_RUNNING;
