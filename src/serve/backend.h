@@ -17,6 +17,8 @@
 #include "recipe/api_request.h"
 #include "recipe/api_stream.h"
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef void (*DiBackendEmit)(void *user, const DiApiEvent *ev);
@@ -26,7 +28,16 @@ typedef struct {
     int running;             /* in the running batch */
     uint64_t steps;          /* engine steps so far */
     double step_seconds;     /* their total duration */
+    uint64_t preemptions;    /* requests preempted (state freed, recomputed later) so far */
+    double state_usage;      /* fraction of the request-state pool in use, 0..1 */
 } DiBackendStats;
+
+/* The phases of a finished request as the backend saw them (seconds; vLLM's definitions):
+ * queue = accepted -> first scheduled, prefill = scheduled -> first token, decode = first token
+ * -> finish. */
+typedef struct {
+    double queue_s, prefill_s, decode_s;
+} DiBackendTimes;
 
 typedef struct {
     void *self;
@@ -38,6 +49,16 @@ typedef struct {
                   int *http_status);
     void (*abort)(void *self, uint64_t id);
     void (*stats)(void *self, DiBackendStats *out);
+    /* The prompt ids `req` would be given (chat: rendered; raw prompt: BOS + BPE unless
+     * !add_special): a fresh heap array.  -1 with the cause and *http_status. */
+    int (*tokenize)(void *self, const DiApiRequest *req, bool add_special, int32_t **ids, size_t *n_ids,
+                    int *http_status);
+    /* ids -> their text (special tokens included), a fresh NUL-terminated UTF-8 string (invalid
+     * sequences replaced by U+FFFD).  -1 with the cause and *http_status (400: an id out of range). */
+    int (*detokenize)(void *self, const int32_t *ids, size_t n_ids, char **text, int *http_status);
+    /* The phase times of request `id`, only from inside its FINISH event; 0, or -1 when unknown
+     * (aborted before it was scheduled...). */
+    int (*times)(void *self, uint64_t id, DiBackendTimes *out);
 } DiBackend;
 
 #endif

@@ -32,6 +32,8 @@ typedef struct Job {
     size_t n_ids;
     int64_t max_tokens;          /* resolved against the context when ids are known, else 0 */
     DiOutputEvents *out;         /* text -> parsed output events (backend_parse.h) */
+    DiBackendTimes times;        /* its phases so far (the engine's clock), for the metrics */
+    bool has_times;
     struct Job *next;
 } Job;
 
@@ -72,9 +74,22 @@ static int pass_logprobs(Job *j, const DiStreamDelta *d) {
     return 0;
 }
 
+/* The job's phases as the engine timed them, kept current at every delta: the parser may emit
+ * FINISH from inside the text (a stop sequence) and the server reads them then. */
+static void note_times(Job *j) {
+    DiRequestOutput out;
+    if (di_engine_get_output(j->engine, j->engine_id, &out) != 0 || out.time_in_queue_s <= 0) return;
+    double ttft = out.time_to_first_token_s > 0 ? out.time_to_first_token_s : out.total_time_s;
+    j->times.queue_s = out.time_in_queue_s;
+    j->times.prefill_s = ttft > out.time_in_queue_s ? ttft - out.time_in_queue_s : 0;
+    j->times.decode_s = out.total_time_s > ttft ? out.total_time_s - ttft : 0;
+    j->has_times = true;
+}
+
 static void on_delta(void *user, const DiStreamDelta *d) {
     Job *j = user;
     if (job_done(j)) return; /* e.g. the abort we issue after a stop sequence */
+    note_times(j);
     DiRequestOutput out;
     if (!j->cache_reported && di_engine_get_output(j->engine, j->engine_id, &out) == 0) {
         di_output_events_cache_hits(j->out, out.n_cached_tokens); /* admitted by now: it has output */
@@ -194,6 +209,10 @@ static void refresh_stats(DiEngineBackend *b) {
     b->stats.running = m.requests_running;
     b->stats.steps = m.steps;
     b->stats.step_seconds = m.time_forward_s + m.time_sample_s + m.time_schedule_s + m.time_output_s;
+    b->stats.preemptions = m.preemptions;
+    /* prefix-cache pages give way to requests (vLLM counts its cached blocks as free too) */
+    size_t busy = m.pages_used > m.pages_cached ? m.pages_used - m.pages_cached : 0;
+    b->stats.state_usage = m.pages_total ? (double)busy / (double)m.pages_total : 0;
     pthread_mutex_unlock(&b->lock);
 }
 
@@ -399,6 +418,36 @@ static void be_abort(void *self, uint64_t id) {
     pthread_mutex_unlock(&b->lock);
 }
 
+/* Called from inside a job's FINISH event, so on the engine thread: b->live is ours to read. */
+static int be_times(void *self, uint64_t id, DiBackendTimes *out) {
+    DiEngineBackend *b = self;
+    for (Job *j = b->live; j; j = j->next)
+        if (j->id == id && j->has_times) {
+            *out = j->times;
+            return 0;
+        }
+    return -1;
+}
+
+static int be_tokenize(void *self, const DiApiRequest *req, bool add_special, int32_t **ids, size_t *n_ids,
+                       int *http_status) {
+    DiEngineBackend *b = self;
+    *http_status = 501;
+    if (!b->cfg.text) return di_errorf("this server's model has no tokenizer (the engine's test mock)");
+    *http_status = 400;
+    if (req->conversation) return di_serve_text_render(b->cfg.text, req->conversation, ids, n_ids);
+    if (req->prompt) return di_serve_text_encode(b->cfg.text, req->prompt, add_special, ids, n_ids);
+    return di_errorf("nothing to tokenize: give a prompt or messages");
+}
+
+static int be_detokenize(void *self, const int32_t *ids, size_t n_ids, char **text, int *http_status) {
+    DiEngineBackend *b = self;
+    *http_status = 501;
+    if (!b->cfg.text) return di_errorf("this server's model has no tokenizer (the engine's test mock)");
+    *http_status = 400;
+    return di_serve_text_decode(b->cfg.text, ids, n_ids, text);
+}
+
 static void be_stats(void *self, DiBackendStats *out) {
     DiEngineBackend *b = self;
     pthread_mutex_lock(&b->lock);
@@ -453,6 +502,9 @@ DiBackend di_engine_backend_interface(DiEngineBackend *b) {
                    .context_limit = b ? b->cfg.context_limit : 0,
                    .submit = be_submit,
                    .abort = be_abort,
-                   .stats = be_stats};
+                   .stats = be_stats,
+                   .tokenize = be_tokenize,
+                   .detokenize = be_detokenize,
+                   .times = be_times};
     return i;
 }

@@ -5,6 +5,7 @@
 #include "base/file.h"
 #include "base/mem.h"
 #include "recipe/conversation.h"
+#include "recipe/pretok.h"
 #include "recipe/render.h"
 #include "recipe/segments.h"
 #include "recipe/tokenizer.h"
@@ -106,6 +107,10 @@ int di_serve_text_render(const DiServeText *t, const json_t *conversation, int32
 }
 
 int di_serve_text_encode_prompt(const DiServeText *t, const char *prompt, int32_t **ids, size_t *n_ids) {
+    return di_serve_text_encode(t, prompt, true, ids, n_ids);
+}
+
+int di_serve_text_encode(const DiServeText *t, const char *prompt, bool add_special, int32_t **ids, size_t *n_ids) {
     if (!t || !prompt || !ids || !n_ids) return di_errorf("serve text: bad prompt arguments");
     *ids = NULL;
     *n_ids = 0;
@@ -113,7 +118,7 @@ int di_serve_text_encode_prompt(const DiServeText *t, const char *prompt, int32_
     size_t n = 0;
     if (di_tokenizer_encode(t->tok, prompt, strlen(prompt), &text_ids, &n) != 0)
         return di_error_wrap("tokenizing the prompt");
-    size_t bos = t->bos >= 0;
+    size_t bos = add_special && t->bos >= 0;
     int32_t *all = di_malloc((n + bos + 1) * sizeof *all, "prompt ids");
     if (!all) {
         free(text_ids);
@@ -139,4 +144,52 @@ const char *di_serve_text_token_bytes(const DiServeText *t, int32_t id, size_t *
 
 int32_t di_serve_text_think_end(const DiServeText *t) {
     return t ? di_tokenizer_special_id(t->tok, "</think>") : -1;
+}
+
+/* ---- ids -> text ------------------------------------------------------------------------- */
+
+/* Append bytes[0..len) to out, each maximal invalid UTF-8 subpart as U+FFFD. */
+static size_t append_lossy(char *out, const uint8_t *bytes, size_t len) {
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        size_t n = di_utf8_seq_len(bytes + i, len - i);
+        if (n) {
+            memcpy(out + o, bytes + i, n);
+            o += n;
+            i += n;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i += di_utf8_invalid_len(bytes + i, len - i);
+        }
+    }
+    return o;
+}
+
+int di_serve_text_decode(const DiServeText *t, const int32_t *ids, size_t n_ids, char **text) {
+    if (!t || (!ids && n_ids) || !text) return di_errorf("serve text: bad decode arguments");
+    *text = NULL;
+    size_t total = 0, len;
+    for (size_t i = 0; i < n_ids; i++) {
+        if (ids[i] < 0 || !di_tokenizer_token_bytes(t->tok, ids[i], &len))
+            return di_errorf("token id %d (at %zu) is not in the vocabulary (0..%zu)", (int)ids[i], i,
+                             di_tokenizer_vocab_size(t->tok) - 1);
+        total += len;
+    }
+    uint8_t *bytes = di_malloc(total + 1, "decoded bytes");
+    char *out = bytes ? di_malloc(3 * total + 1, "decoded text") : NULL; /* U+FFFD per byte at most */
+    if (!out) {
+        free(bytes);
+        return -1;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < n_ids; i++) {
+        const char *b = di_tokenizer_token_bytes(t->tok, ids[i], &len);
+        memcpy(bytes + o, b, len);
+        o += len;
+    }
+    out[append_lossy(out, bytes, total)] = '\0';
+    free(bytes);
+    *text = out;
+    return 0;
 }

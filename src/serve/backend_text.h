@@ -18,6 +18,7 @@
 #include "deepinfer.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +37,14 @@ int di_serve_text_render(const DiServeText *t, const json_t *conversation, int32
 
 /* A raw prompt (NUL-terminated UTF-8) -> BOS + plain BPE ids, a fresh heap array.  Thread-safe. */
 int di_serve_text_encode_prompt(const DiServeText *t, const char *prompt, int32_t **ids, size_t *n_ids);
+/* The same without BOS when !add_special (/tokenize's add_special_tokens). */
+int di_serve_text_encode(const DiServeText *t, const char *prompt, bool add_special, int32_t **ids, size_t *n_ids);
+
+/* ids -> their text, special tokens included (Hugging Face decode with
+ * skip_special_tokens=False): a fresh NUL-terminated string, bytes that are not valid UTF-8
+ * replaced by U+FFFD per maximal invalid subpart.  -1 naming an id outside the vocabulary.
+ * Thread-safe. */
+int di_serve_text_decode(const DiServeText *t, const int32_t *ids, size_t n_ids, char **text);
 
 /* The bytes of one token (a control token's spelling), valid while `t` is open; NULL with an
  * error for an id outside the tokenizer.  For logprobs. */

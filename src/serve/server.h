@@ -1,12 +1,14 @@
 /* server.h — the HTTP API server: OpenAI Chat Completions / Completions / Responses and
- * Anthropic Messages over one backend (backend.h), plus /v1/models, /health, /metrics and
- * /openapi.json.
+ * Anthropic Messages over one backend (backend.h), plus /v1/models[/{id}], /health, /metrics,
+ * /openapi.json, /version, /tokenize and /detokenize (vLLM's shapes).
  *
  * Built on GNU libmicrohttpd (Debian libmicrohttpd-dev): one internal polling thread (epoll)
- * owns every socket, so a slow reader only delays its own bytes; generation requests are
- * handed to the backend, and a connection waiting for output is *suspended* (it costs no
- * polling) until the backend's thread appends output and resumes it.  See README for why
- * libmicrohttpd. */
+ * owns every socket, so a slow reader only delays its own bytes; request bodies are parsed and
+ * prompts tokenized on a few worker threads (server_work.h), never on the HTTP or the engine
+ * thread; generation requests are handed to the backend, and a connection waiting for output
+ * is *suspended* (it costs no polling) until the backend's thread appends output and resumes
+ * it.  A client must send a request's headers and body within read_timeout_s (slow-loris
+ * clients cannot hold connection slots).  See README for why libmicrohttpd. */
 #ifndef DI_SERVE_SERVER_H
 #define DI_SERVE_SERVER_H
 
@@ -21,7 +23,9 @@ typedef struct {
     size_t max_body_bytes;        /* larger bodies get 413 */
     int max_queue;                /* backend queue length at which new requests get 429 */
     double request_timeout_s;     /* whole-request deadline; 0 = none */
-    unsigned idle_timeout_s;      /* idle connection timeout */
+    unsigned idle_timeout_s;      /* idle connection timeout (any byte resets it) */
+    double read_timeout_s;        /* headers + body of a request, from its first byte; 0 = none */
+    int workers;                  /* threads that parse, tokenize and submit requests */
     unsigned max_connections;
     double shutdown_grace_s;      /* di_server_stop waits this long for in-flight requests */
     int retry_after_s;            /* Retry-After of a 429 */
@@ -33,8 +37,9 @@ void di_server_config_defaults(DiServerConfig *cfg);
 /* Start serving (returns once the socket listens); NULL with an error naming the cause. */
 DiServer *di_server_start(const DiServerConfig *cfg, const DiBackend *backend);
 int di_server_port(const DiServer *srv);
-/* Graceful stop: stop accepting, let in-flight requests finish for shutdown_grace_s, abort
- * the rest, close everything and free the server. */
+/* Graceful stop: refuse new generation requests (503; /health answers 503 too, the listener
+ * stays open while draining), let in-flight requests finish for shutdown_grace_s, abort the
+ * rest, stop accepting, close everything and free the server. */
 void di_server_stop(DiServer *srv);
 
 #endif

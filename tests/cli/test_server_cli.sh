@@ -18,6 +18,8 @@ expect "port range" 2 "--port: expected an integer in [0, 65535], got '70000'" -
 expect "port not a number" 2 "got 'abc'" --port abc
 expect "missing value" 2 "missing value for '--host'" --host
 expect "bad timeout" 2 "--request-timeout: expected seconds" --request-timeout -1
+expect "bad read timeout" 2 "--read-timeout: expected seconds" --read-timeout -1
+expect "workers range" 2 "--workers: expected an integer in [1, 64], got '0'" --workers 0
 expect "bad context limit" 2 "--context-limit: expected an integer" --context-limit 3
 expect "bad prefix cache switch" 2 "--prefix-cache: expected on or off, got 'yes'" --prefix-cache yes
 expect "state memory range" 2 "--state-memory-mb: expected an integer" --state-memory-mb 0

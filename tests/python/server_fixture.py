@@ -44,14 +44,14 @@ class Harness:
         return values
 
     def stop(self, timeout=20):
-        """SIGTERM and wait; returns (exit status, remaining stdout)."""
+        """SIGTERM and wait; returns (exit status, remaining stdout); the log is left in .stderr."""
         if self.proc.poll() is None:
             self.proc.terminate()
         try:
-            out, _ = self.proc.communicate(timeout=timeout)
+            out, self.stderr = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            out, _ = self.proc.communicate()
+            out, self.stderr = self.proc.communicate()
             return None, out
         return self.proc.returncode, out
 

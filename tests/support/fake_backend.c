@@ -28,6 +28,7 @@ typedef struct Job {
     char *stop[DI_API_MAX_STOP];
     size_t n_stop;
     bool ready_sent, aborted, has_tool;
+    double t_submit, t_scheduled, t_first; /* its phases (times hook) */
     struct Job *next_job;
 } Job;
 
@@ -109,6 +110,12 @@ static int script(Job *j, const DiApiRequest *req) {
     return 0;
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static void free_job(Job *j) {
     for (size_t i = 0; i < j->n_tokens; i++) free(j->tokens[i].text);
     for (size_t i = 0; i < j->n_stop; i++) free(j->stop[i]);
@@ -132,6 +139,7 @@ static int fb_submit(void *self, const DiApiRequest *req, DiBackendEmit emit, vo
     if (!j) return -1;
     j->emit = emit;
     j->user = user;
+    j->t_submit = now_s();
     j->max_tokens = max_tokens;
     j->prompt_tokens = prompt_tokens;
     for (size_t i = 0; i < req->n_stop; i++) j->stop[j->n_stop++] = di_strdup(req->stop[i]);
@@ -165,6 +173,67 @@ static void fb_abort(void *self, uint64_t id) {
     pthread_mutex_unlock(&fb->lock);
 }
 
+/* Byte-level text for /tokenize and /detokenize: ids 0..255 are bytes, FAKE_BOS the start
+ * of a raw prompt; a chat is its conversation JSON. */
+#define FAKE_BOS 256
+
+static int fb_tokenize(void *self, const DiApiRequest *req, bool add_special, int32_t **ids, size_t *n_ids,
+                       int *http_status) {
+    (void)self;
+    *http_status = 500;
+    char *text = req->conversation ? json_dumps(req->conversation, JSON_COMPACT | JSON_SORT_KEYS) : di_strdup(req->prompt);
+    if (!text) return di_errorf("fake backend: out of memory");
+    size_t len = strlen(text), bos = req->conversation || add_special;
+    int32_t *out = di_malloc((len + 1) * sizeof *out, "fake ids");
+    if (out) {
+        out[0] = FAKE_BOS;
+        for (size_t i = 0; i < len; i++) out[bos + i] = (unsigned char)text[i];
+        *ids = out;
+        *n_ids = len + bos;
+    }
+    free(text);
+    return out ? 0 : -1;
+}
+
+static int fb_detokenize(void *self, const int32_t *ids, size_t n_ids, char **text, int *http_status) {
+    (void)self;
+    *http_status = 400;
+    DiApiBuf buf = {0};
+    for (size_t i = 0; i < n_ids; i++) {
+        if (ids[i] < 0 || ids[i] > FAKE_BOS) {
+            di_api_buf_free(&buf);
+            return di_errorf("token id %d (at %zu) is not in the vocabulary (0..%d)", (int)ids[i], i, FAKE_BOS);
+        }
+        char c = ids[i] < 0x80 ? (char)ids[i] : '?'; /* ASCII only: the text must be UTF-8 */
+        int rc = ids[i] == FAKE_BOS ? di_api_buf_puts(&buf, "<s>") : di_api_buf_append(&buf, &c, 1);
+        if (rc != 0) {
+            di_api_buf_free(&buf);
+            return *http_status = 500, -1;
+        }
+    }
+    *text = di_strdup(buf.data ? buf.data : "");
+    di_api_buf_free(&buf);
+    return *text ? 0 : (*http_status = 500, -1);
+}
+
+/* From inside a FINISH event (the fake's thread, fb->lock not held there). */
+static int fb_times(void *self, uint64_t id, DiBackendTimes *out) {
+    FakeBackend *fb = self;
+    int rc = -1;
+    double t = now_s();
+    pthread_mutex_lock(&fb->lock);
+    for (Job *j = fb->jobs; j; j = j->next_job)
+        if (j->id == id && j->t_scheduled > 0) {
+            double first = j->t_first > 0 ? j->t_first : t;
+            out->queue_s = j->t_scheduled - j->t_submit;
+            out->prefill_s = first - j->t_scheduled;
+            out->decode_s = t - first;
+            rc = 0;
+        }
+    pthread_mutex_unlock(&fb->lock);
+    return rc;
+}
+
 static void fb_stats(void *self, DiBackendStats *out) {
     FakeBackend *fb = self;
     pthread_mutex_lock(&fb->lock);
@@ -172,6 +241,7 @@ static void fb_stats(void *self, DiBackendStats *out) {
     out->queued = fb->n_jobs - out->running;
     out->steps = fb->steps;
     out->step_seconds = fb->step_seconds;
+    out->state_usage = (double)out->running / fb->cfg.max_running; /* one state per running request */
     pthread_mutex_unlock(&fb->lock);
 }
 
@@ -186,7 +256,8 @@ static bool step_job(Job *j) {
         finish(j, DI_API_FINISH_ABORT, NULL);
         return true;
     }
-    if (!j->ready_sent) {
+    if (!j->ready_sent) { /* its first step: scheduled */
+        j->t_scheduled = now_s();
         DiApiEvent ev = {.kind = DI_API_EV_READY, .prompt_tokens = j->prompt_tokens, .cache_hit_tokens = j->cache_hit};
         j->emit(j->user, &ev);
         j->ready_sent = true;
@@ -201,7 +272,7 @@ static bool step_job(Job *j) {
         return true;
     }
     Token *t = &j->tokens[j->next++];
-    j->emitted++;
+    if (!j->emitted++) j->t_first = now_s();
     DiApiEvent ev = {.kind = t->kind, .text = t->text, .len = strlen(t->text), .tokens = 1};
     if (t->kind == DI_API_EV_CONTENT)
         for (size_t i = 0; i < j->n_stop; i++) {
@@ -214,12 +285,6 @@ static bool step_job(Job *j) {
         }
     j->emit(j->user, &ev);
     return false;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static void *engine_main(void *arg) {
@@ -294,6 +359,9 @@ DiBackend fake_backend_interface(FakeBackend *fb) {
                    .context_limit = fb ? fb->cfg.context_limit : 0,
                    .submit = fb_submit,
                    .abort = fb_abort,
-                   .stats = fb_stats};
+                   .stats = fb_stats,
+                   .tokenize = fb_tokenize,
+                   .detokenize = fb_detokenize,
+                   .times = fb_times};
     return b;
 }

@@ -10,7 +10,10 @@
  *     with arguments {"city": "Paris"} and finish reason tool_calls;
  *   - max_tokens stops with `length`; a stop sequence inside an answer token stops there.
  * Prompt tokens = 1 + bytes of the conversation JSON / 4; a prompt seen before reports half of
- * its tokens as prompt-cache hits. */
+ * its tokens as prompt-cache hits.  Phase times: queued until its first step, "prefill" until
+ * its first token; state usage = running / max_running.  /tokenize and /detokenize: byte-level ids (0..255 bytes,
+ * 256 the start of a raw prompt; bytes above 127 detokenize as ?); a chat tokenizes as its
+ * conversation JSON. */
 #ifndef DI_TESTS_FAKE_BACKEND_H
 #define DI_TESTS_FAKE_BACKEND_H
 

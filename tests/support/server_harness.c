@@ -18,7 +18,8 @@
 static int usage(void) {
     fprintf(stderr, "usage: server_harness [--port N] [--api-key K] [--max-queue N] [--max-running N] "
                     "[--step-us N] [--max-body N] [--request-timeout S] [--grace S] [--context N] "
-                    "[--backend fake|mock-engine] [--idle-timeout S]\n");
+                    "[--backend fake|mock-engine] [--idle-timeout S] [--read-timeout S] [--workers N] "
+                    "[--max-connections N]\n");
     return 2;
 }
 
@@ -42,6 +43,9 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--context") == 0) fcfg.context_limit = atol(v);
         else if (strcmp(a, "--backend") == 0) which = v;
         else if (strcmp(a, "--idle-timeout") == 0) cfg.idle_timeout_s = (unsigned)atoi(v);
+        else if (strcmp(a, "--read-timeout") == 0) cfg.read_timeout_s = atof(v);
+        else if (strcmp(a, "--workers") == 0) cfg.workers = atoi(v);
+        else if (strcmp(a, "--max-connections") == 0) cfg.max_connections = (unsigned)atoi(v);
         else return usage();
         i++;
     }

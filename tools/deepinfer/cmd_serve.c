@@ -22,7 +22,8 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: deepinfer serve [options]\n\n"
             "HTTP API server: OpenAI Chat Completions, Completions and Responses, Anthropic Messages,\n"
-            "plus GET /v1/models, /health, /metrics (Prometheus) and /openapi.json.\n\n"
+            "plus GET /v1/models[/ID], /health, /metrics (Prometheus), /openapi.json, /version and\n"
+            "POST /tokenize, /detokenize (vLLM's shapes).\n\n"
             "  --model DIR              model directory (default: $DEEPINFER_HF_MODEL_DIR, else the built-in tiny model)\n"
             "  --served-model-name NAME the model name clients send and /v1/models lists (default DeepSeek-V4.1-Flash)\n"
             "  --context-limit N        prompt + output tokens of one request (default 1048576)\n"
@@ -42,6 +43,10 @@ static void usage(FILE *out) {
             "  --max-body-bytes N       larger request bodies get 413 (default 8388608)\n"
             "  --request-timeout S      whole-request deadline in seconds, 0 = none (default 600)\n"
             "  --idle-timeout S         close idle connections after S seconds (default 60)\n"
+            "  --read-timeout S         a request's headers and body must arrive within S seconds of its\n"
+            "                           first byte, else the connection is closed; 0 = no limit (default 30)\n"
+            "  --workers N              threads that parse and tokenize requests off the HTTP and engine\n"
+            "                           threads (default 2)\n"
             "  --max-connections N      concurrent connections (default 2048)\n"
             "  --shutdown-grace S       on SIGTERM, wait S seconds for in-flight requests (default 10)\n"
             "  -h, --help               this help\n");
@@ -158,6 +163,8 @@ int cmd_serve(int argc, char **argv) {
         else if (strcmp(a, "--request-timeout") == 0) rc = parse_seconds(a, v, &cfg.request_timeout_s);
         else if (strcmp(a, "--shutdown-grace") == 0) rc = parse_seconds(a, v, &cfg.shutdown_grace_s);
         else if (strcmp(a, "--idle-timeout") == 0) rc = parse_long(a, v, 0, 86400, &n), cfg.idle_timeout_s = (unsigned)n;
+        else if (strcmp(a, "--read-timeout") == 0) rc = parse_seconds(a, v, &cfg.read_timeout_s);
+        else if (strcmp(a, "--workers") == 0) rc = parse_long(a, v, 1, 64, &n), cfg.workers = (int)n;
         else {
             fprintf(stderr, "deepinfer serve: unknown option '%s'\n\n", a);
             usage(stderr);
