@@ -43,7 +43,7 @@ void di_srv_exchange_release(Exchange *x) {
     di_api_buf_free(&x->body);
     di_api_buf_free(&x->out);
     free(x->prep_error);
-    json_decref(x->reply);
+    free(x->reply);
     pthread_mutex_destroy(&x->lock);
     free(x);
 }
@@ -223,7 +223,7 @@ static Exchange *of_work(DiWork *w) { return (Exchange *)((char *)w - offsetof(E
 
 /* The end of a worker's job: record the outcome (status, reply or the error message), resume
  * the connection, drop the worker's reference. */
-static void worker_done(Exchange *x, int status, json_t *reply) {
+static void worker_done(Exchange *x, int status, char *reply) {
     pthread_mutex_lock(&x->lock);
     x->prep_status = status;
     x->reply = reply;
@@ -243,7 +243,13 @@ static void run_deferred(DiWork *w) {
     Exchange *x = of_work(w);
     json_t *reply = NULL;
     int status = x->deferred(x, &reply);
-    worker_done(x, status, reply);
+    char *text = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
+    json_decref(reply);
+    if (reply && !text) {
+        di_errorf("out of memory serializing the answer");
+        status = 500;
+    }
+    worker_done(x, status, text);
 }
 
 /* Park the connection and hand the request to a worker (inline when the workers stopped). */
@@ -274,9 +280,7 @@ enum MHD_Result di_srv_defer(Exchange *x, DeferredFn fn) {
 
 enum MHD_Result di_srv_deferred_again(Exchange *x) {
     if (x->preparing) return MHD_YES;
-    json_t *reply = x->reply;
-    x->reply = NULL;
-    if (reply) return di_srv_send_json(x, x->prep_status, reply);
+    if (x->reply) return di_srv_send_bytes(x, x->prep_status, "application/json", x->reply, strlen(x->reply));
     return di_srv_send_error(x, x->prep_status ? x->prep_status : 500, x->prep_error ? x->prep_error : "out of memory");
 }
 

@@ -73,7 +73,8 @@ struct Exchange {
     int prep_status;               /* the worker's refusal: status and message */
     char *prep_error;
     DeferredFn deferred;           /* a non-generation handler run on a worker ... */
-    json_t *reply;                 /* ... and its answer (status in prep_status) */
+    char *reply;                   /* ... and its JSON answer, serialized there too (a /tokenize
+                                    * answer can be megabytes; status in prep_status) */
     DiApiRequest req;
     bool have_req;
     DiApiStream *stream;
