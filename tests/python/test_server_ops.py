@@ -283,6 +283,20 @@ def test_405_carries_allow():
         assert h.stop()[0] == 0
 
 
+def test_new_endpoints_follow_the_api_key():
+    h = Harness("--api-key", "k1")
+    try:
+        assert get(h.url + "/version")[0] == 200  # open, like /health and /openapi.json
+        assert get(h.url + "/v1/models/" + MODEL)[0] == 401
+        assert post(h.url + "/tokenize", {"prompt": "hi"})[0] == 401
+        assert post(h.url + "/detokenize", {"tokens": [104, 105]})[0] == 401
+        req = urllib.request.Request(h.url + "/detokenize", data=json.dumps({"tokens": [256, 104, 105]}).encode(),
+                                     headers={"Authorization": "Bearer k1"})
+        assert json.loads(urllib.request.urlopen(req, timeout=10).read()) == {"prompt": "<s>hi"}  # the fake's bytes
+    finally:
+        assert h.stop()[0] == 0
+
+
 def schema_of(doc, ref_or_schema):
     """A schema of the document as JSON Schema: $refs resolvable, OpenAPI 3.0's nullable and
     boolean exclusiveMinimum spelled the JSON Schema way."""
