@@ -51,10 +51,15 @@ def _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk, state_mem
     return opts
 
 
-class _CParams:
-    """A SamplingParams as the C struct, with the arrays it points to kept alive."""
+class _LogitBias(ctypes.Structure):
+    _fields_ = [("token", ctypes.c_int32), ("bias", ctypes.c_float)]  # DiLogitBias
 
-    def __init__(self, p: SamplingParams, index: int):
+
+class _CParams:
+    """A SamplingParams as the C struct, with the arrays it points to kept alive.  think_end:
+    the model's </think> id (None: no tokenizer; a thinking budget is then refused)."""
+
+    def __init__(self, p: SamplingParams, index: int, think_end: Optional[int] = None):
         c = _lib.CSamplingParams()
         lib.di_sampling_params_init(ctypes.byref(c))
         c.temperature = p.temperature
@@ -79,6 +84,17 @@ class _CParams:
         c.n_stop = len(stops)
         c.logprobs = -1 if p.logprobs is None else p.logprobs
         c.ignore_eos = 1 if p.ignore_eos else 0
+        bias = sorted((p.logit_bias or {}).items())
+        self._bias = (_LogitBias * max(1, len(bias)))(*[_LogitBias(t, b) for t, b in bias])
+        c.logit_bias = ctypes.cast(self._bias, ctypes.c_void_p)
+        c.n_logit_bias = len(bias)
+        if p.thinking_token_budget is not None:
+            if think_end is None:
+                raise ValueError("SamplingParams.thinking_token_budget needs the model's tokenizer (its </think> "
+                                 "token); this LLM has none")
+            c.has_thinking_budget = 1
+            c.thinking_budget = min(p.thinking_token_budget, p.max_tokens)
+            c.think_end_id = think_end
         self.struct = c
 
 
@@ -223,6 +239,15 @@ class LLM:
             raise ValueError(f"got {len(sp)} SamplingParams for {n} prompts")
         return sp
 
+    def _think_end(self) -> Optional[int]:
+        """The model's </think> id, or None without a tokenizer (or without that token)."""
+        if not self.tokenizer:
+            return None
+        try:
+            return self.tokenizer.special_id("</think>")
+        except RuntimeError:
+            return None
+
     def _step(self) -> int:
         """One engine step; returns the work left (requests not finished, plus in-flight work)."""
         active = ctypes.c_int(0)
@@ -255,7 +280,7 @@ class LLM:
                 ids = []
                 groups.append(ids)
                 for i in range(sp.n):
-                    ids.append(self._add(kind, value, _CParams(sp, i)))
+                    ids.append(self._add(kind, value, _CParams(sp, i, self._think_end())))
             active = 1
             while active > 0:
                 active = self._step()

@@ -238,3 +238,46 @@ def test_prefix_caching_starts_the_next_turn_from_the_cached_state():
             assert m["pages_used"] == 0
         engine.close()
     assert outputs[True] == outputs[False]
+
+
+def test_logit_bias(llm):
+    base = llm.generate("bias", SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))[0].outputs[0]
+    token = next(t for t in range(300, 512) if t not in base.token_ids)
+    out = llm.generate("bias", SamplingParams(max_tokens=8, seed=2, ignore_eos=True,
+                                              logit_bias={token: 100}))[0].outputs[0]
+    assert out.token_ids == [token] * 8
+    # -100 on the greedy token: greedy picks another one at that step
+    out = llm.generate("bias", SamplingParams(max_tokens=1, temperature=0, ignore_eos=True,
+                                              logit_bias={base.token_ids[0]: -100}))[0].outputs[0]
+    assert out.token_ids[0] != base.token_ids[0]
+    with pytest.raises(DeepInferError, match="logit_bias"):
+        llm.generate("bias", SamplingParams(max_tokens=1, logit_bias={512: 1.0}))
+    for bad in ({-1: 1.0}, {"7": 1.0}, {7: 101}, {7: float("nan")}, {7: True}, [(7, 1.0)]):
+        with pytest.raises(ValueError, match="logit_bias"):
+            SamplingParams(logit_bias=bad)
+
+
+def test_thinking_token_budget(monkeypatch):
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="thinking_token_budget"):
+            SamplingParams(thinking_token_budget=bad)
+    mock = mock_llm(vocab_size=300, model_seed=1)  # no tokenizer: no </think> to force
+    try:
+        with pytest.raises(ValueError, match="thinking_token_budget"):
+            mock.generate("x", SamplingParams(max_tokens=4, thinking_token_budget=2))
+    finally:
+        mock.close()
+    monkeypatch.delenv("DEEPINFER_HF_MODEL_DIR", raising=False)
+    llm = LLM()  # the built-in tiny model and its tokenizer
+    try:
+        end = llm.tokenizer.special_id("</think>")
+        user = [{"role": "user", "content": "hello tiny"}]
+        free = llm.chat(user, SamplingParams(max_tokens=12, seed=5), thinking=True)[0].outputs[0]
+        assert end not in free.token_ids[:4]  # it reasons longer on its own (the test can fail)
+        for budget in (0, 3):
+            out = llm.chat(user, SamplingParams(max_tokens=12, seed=5, thinking_token_budget=budget),
+                           thinking=True)[0].outputs[0]
+            assert out.token_ids.index(end) == budget
+            assert out.token_ids[:budget] == free.token_ids[:budget]  # the same reasoning up to the budget
+    finally:
+        llm.close()
