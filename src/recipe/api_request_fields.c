@@ -88,7 +88,7 @@ int di_api_check_fields(const json_t *body, DiApiProtocol protocol) {
         const char *why = unsupported_value(key, v);
         if (why) return di_errorf("Invalid %s: %s", key, why);
     }
-    return 0;
+    return di_api_check_nested(body, protocol);
 }
 
 /* ---- shared options ------------------------------------------------------------------- */

@@ -44,6 +44,9 @@ int di_api_join_text(const json_t *content, const char *const *text_types, const
 /* api_request_fields.c: refuse a top-level field the protocol does not list, or a listed one
  * at a value this server does not support; the message names the field. */
 int di_api_check_fields(const json_t *body, DiApiProtocol protocol);
+/* api_request_nested.c: the same inside the nested objects; the message names the full path.
+ * Called by di_api_check_fields. */
+int di_api_check_nested(const json_t *body, DiApiProtocol protocol);
 /* vLLM's extra sampling fields and logit_bias (after max_tokens is known); top_k_only: Messages. */
 int di_api_sampling_extras(const json_t *body, DiApiRequest *req, bool top_k_only);
 /* logprobs / top_logprobs / include, in the protocol's spelling. */

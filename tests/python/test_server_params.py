@@ -260,3 +260,88 @@ def test_unsupported_fields_are_refused_by_name(oai, claude):
     # accepted at the values that ask for nothing
     assert complete(oai, max_tokens=1, echo=False, best_of=1).choices
     assert chat(oai, max_tokens=1, user="u", store=False, parallel_tool_calls=True).choices
+
+
+# ---- nested fields -------------------------------------------------------------------------
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+
+
+def anthropic_refused(call, name):
+    with pytest.raises(anthropic.BadRequestError) as e:
+        call()
+    assert name in str(e.value), (name, str(e.value))
+
+
+def test_nested_fields_are_refused_by_full_path(oai):
+    refused(lambda: chat(oai, max_tokens=1, stream=True, stream_options={"include_obfuscation": True}),
+            "stream_options.include_obfuscation")
+    refused(lambda: chat(oai, max_tokens=1, messages=[{"role": "user", "content": "hi", "name": "bob"}]),
+            "messages[0].name")
+    refused(lambda: chat(oai, max_tokens=1, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "hi", "bogus": 1}]}]), "messages[0].content[0].bogus")
+    refused(lambda: chat(oai, max_tokens=1, tools=[{**TOOL, "function": {**TOOL["function"], "strict": True}}]),
+            "tools[0].function.strict")
+    refused(lambda: chat(oai, max_tokens=1, response_format={
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}), "response_format")
+    refused(lambda: chat(oai, max_tokens=1, extra_body={"thinking": {"type": "enabled", "bogus": 1}}),
+            "thinking.bogus")
+    refused(lambda: chat(oai, max_tokens=1, tools=[TOOL], extra_body=NO_THINK,
+                         tool_choice={"type": "function", "function": {"name": "f", "bogus": 1}}),
+            "tool_choice.function.bogus")
+    refused(lambda: complete(oai, max_tokens=1, stream=True, stream_options={"bogus": True}), "stream_options.bogus")
+    respond = oai.responses.create
+    refused(lambda: respond(model=MODEL, input="x", max_output_tokens=1, text={"verbosity": "low"}), "text.verbosity")
+    refused(lambda: respond(model=MODEL, input="x", max_output_tokens=1, reasoning={"summary": "auto"}),
+            "reasoning.summary")
+    refused(lambda: respond(model=MODEL, input=[{"role": "user", "content": "x", "bogus": 1}], max_output_tokens=1),
+            "input[0].bogus")
+    refused(lambda: respond(model=MODEL, input="x", max_output_tokens=1, tools=[
+        {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}, "strict": True}]),
+        "tools[0].strict")
+    # the values that ask for nothing pass
+    assert chat(oai, max_tokens=1, stream=True, stream_options={"include_usage": True, "include_obfuscation": False})
+    assert chat(oai, max_tokens=1, tools=[{**TOOL, "function": {**TOOL["function"], "strict": False}}]).choices
+    assert respond(model=MODEL, input="x", max_output_tokens=1, text={"verbosity": "medium"},
+                   reasoning={"effort": "low", "summary": None}).output
+
+
+def test_anthropic_nested_fields_are_refused_by_full_path(claude):
+    def create(**kw):
+        kw.setdefault("messages", USER)
+        return claude.messages.create(model=MODEL, max_tokens=1, **kw)
+    anthropic_refused(lambda: create(metadata={"user_id": "u", "bogus": "x"}), "metadata.bogus")
+    anthropic_refused(lambda: create(extra_body={"thinking": {"type": "enabled", "budget_tokens": 1024,
+                                                              "display": "omitted"}}), "thinking.display")
+    anthropic_refused(lambda: create(messages=[{"role": "user", "content": [
+        {"type": "text", "text": "hi", "bogus": 1}]}]), "messages.0.content.0.bogus")
+    anthropic_refused(lambda: create(tools=[{"name": "f", "input_schema": {"type": "object"}, "strict": True}]),
+                      "tools.0.strict")
+    history = [{"role": "user", "content": "q"},
+               {"role": "assistant", "content": [{"type": "tool_use", "id": "u1", "name": "f", "input": {}}]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "u1", "content": "boom",
+                                             "is_error": True}]}]
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]
+    anthropic_refused(lambda: create(messages=history, tools=tools), "messages.2.content.0.is_error")
+    history[2]["content"][0]["is_error"] = False
+    history[2]["content"][0]["cache_control"] = {"type": "ephemeral"}
+    assert create(messages=history, tools=tools, metadata={"user_id": "u"}).content is not None
+
+
+def test_sdk_round_trips_are_accepted(oai, claude):
+    """What the SDKs send back from a response (the assistant message, output items, content
+    blocks, with every field the server returned) is accepted."""
+    out = chat(oai, max_tokens=4, seed=1)
+    again = chat(oai, max_tokens=2, messages=USER + [out.choices[0].message, {"role": "user", "content": "more"}])
+    assert again.choices[0].finish_reason in ("stop", "length")
+    r = oai.responses.create(model=MODEL, input="hello tiny", max_output_tokens=8, top_logprobs=2,
+                             extra_body={"seed": 1})
+    assert {o.type for o in r.output} >= {"reasoning"}
+    r2 = oai.responses.create(model=MODEL, input=[{"role": "user", "content": "hello tiny"}] + r.output +
+                              [{"role": "user", "content": "more"}], max_output_tokens=2)
+    assert r2.output
+    m = claude.messages.create(model=MODEL, max_tokens=8, messages=USER,
+                               thinking={"type": "enabled", "budget_tokens": 2}, extra_body={"seed": 1})
+    m2 = claude.messages.create(model=MODEL, max_tokens=2, messages=USER + [
+        {"role": "assistant", "content": m.content}, {"role": "user", "content": "more"}])
+    assert m2.content is not None
