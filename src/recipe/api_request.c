@@ -307,6 +307,7 @@ void di_api_request_free(DiApiRequest *req) {
     free(req->model);
     free(req->prompt);
     free(req->logit_bias);
+    free(req->stop_token_ids);
     json_decref(req->conversation);
     json_decref(req->echo);
     json_decref(req->custom_tools);

@@ -70,6 +70,9 @@ typedef struct {
     bool ignore_eos;
     DiApiLogitBias *logit_bias;   /* token id -> bias in [-100, 100]; ids checked by the backend */
     size_t n_logit_bias;
+    int32_t *stop_token_ids;      /* vLLM stop_token_ids: generation ends at any of them; ids
+                                   * checked against the vocabulary by the backend */
+    size_t n_stop_token_ids;
     char *stop[DI_API_MAX_STOP];
     size_t n_stop;
     DiApiToolChoice tool_choice;

@@ -20,8 +20,12 @@
 #include <string.h>
 
 /* vLLM's extra sampling fields, accepted by every OpenAI endpoint (clients send them through
- * extra_body); logit_bias is OpenAI's own on Chat and Completions. */
-#define VLLM_EXTRAS "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos", "logit_bias"
+ * extra_body); logit_bias is OpenAI's own on Chat and Completions.  The last three are vLLM's
+ * detokenizer switches, accepted at the values this server always has (special tokens are
+ * never written into the text; a matched stop string is not returned). */
+#define VLLM_EXTRAS                                                                                            \
+    "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos", "logit_bias", "stop_token_ids",        \
+        "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output"
 /* Read by parse_common for every protocol. */
 #define COMMON "model", "stream", "n", "seed", "presence_penalty", "frequency_penalty"
 /* Labels with no effect on the output (end-user ids, cache routing hints, metadata; Anthropic's
@@ -64,6 +68,13 @@ static const char *unsupported_value(const char *key, const json_t *v) {
     if (strcmp(key, "parallel_tool_calls") == 0 && !json_is_true(v))
         return "parallel_tool_calls = false is not supported (the model may call several tools)";
     if (strcmp(key, "max_tool_calls") == 0) return "max_tool_calls is not supported";
+    if (strcmp(key, "skip_special_tokens") == 0 && !json_is_true(v))
+        return "skip_special_tokens = false is not supported (special tokens are never written into the text)";
+    if (strcmp(key, "spaces_between_special_tokens") == 0 && !json_is_true(v))
+        return "spaces_between_special_tokens = false is not supported (special tokens are never written into "
+               "the text)";
+    if (strcmp(key, "include_stop_str_in_output") == 0 && !is_false(v))
+        return "include_stop_str_in_output = true is not supported (a matched stop string is not returned)";
     if (strcmp(key, "truncation") == 0 && !(json_is_string(v) && strcmp(json_string_value(v), "disabled") == 0))
         return "truncation is not supported (only 'disabled': an over-long input is refused)";
     if (strcmp(key, "service_tier") == 0) {
@@ -127,6 +138,23 @@ static int logit_bias(const json_t *v, DiApiRequest *req) {
     return 0;
 }
 
+/* vLLM stop_token_ids: [token id, ...]; the backend checks the ids against the vocabulary. */
+static int stop_token_ids(const json_t *v, DiApiRequest *req) {
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_array(v))
+        return di_errorf("Invalid stop_token_ids: expected an array of token ids, got %s", di_api_type_name(v));
+    size_t n = json_array_size(v), i;
+    if (!n) return 0;
+    if (!(req->stop_token_ids = di_calloc(n, sizeof *req->stop_token_ids, "stop_token_ids"))) return -1;
+    json_t *id;
+    json_array_foreach(v, i, id) {
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > INT32_MAX)
+            return di_errorf("Invalid stop_token_ids[%zu]: expected a token id (a non-negative integer)", i);
+        req->stop_token_ids[req->n_stop_token_ids++] = (int32_t)json_integer_value(id);
+    }
+    return 0;
+}
+
 int di_api_sampling_extras(const json_t *body, DiApiRequest *req, bool top_k_only) {
     int64_t top_k = 0;
     /* vLLM: top_k -1 or 0 is off; Anthropic: a positive integer. */
@@ -143,6 +171,7 @@ int di_api_sampling_extras(const json_t *body, DiApiRequest *req, bool top_k_onl
         return di_errorf("Invalid min_tokens: %lld is more than max_tokens %lld", (long long)req->min_tokens,
                          (long long)req->max_tokens);
     if (di_json_bool(body, "request", "ignore_eos", false, &req->ignore_eos) < 0) return -1;
+    if (stop_token_ids(json_object_get(body, "stop_token_ids"), req) != 0) return -1;
     return logit_bias(json_object_get(body, "logit_bias"), req);
 }
 

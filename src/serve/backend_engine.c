@@ -140,6 +140,8 @@ static void sampling_of(const Job *j, int64_t max_tokens, DiSamplingParams *p) {
     p->logprobs = j->req.logprobs;
     p->logit_bias = j->logit_bias;
     p->n_logit_bias = (int)j->req.n_logit_bias;
+    p->stop_token_ids = j->req.stop_token_ids;
+    p->n_stop_token_ids = (int)j->req.n_stop_token_ids;
     if (j->req.thinking && j->req.thinking_budget_tokens >= 0) {
         p->has_thinking_budget = 1;
         p->thinking_budget = (int)(j->req.thinking_budget_tokens < max_tokens ? j->req.thinking_budget_tokens : max_tokens);
@@ -349,7 +351,17 @@ static int copy_request(DiEngineBackend *b, const DiApiRequest *req, Job *j, int
         if (req->logit_bias[i].token >= vocab)
             return di_errorf("Invalid logit_bias: token id %d is outside the vocabulary [0, %d)",
                              req->logit_bias[i].token, vocab);
+    for (size_t i = 0; i < req->n_stop_token_ids; i++)
+        if (req->stop_token_ids[i] >= vocab)
+            return di_errorf("Invalid stop_token_ids: token id %d is outside the vocabulary [0, %d)",
+                             req->stop_token_ids[i], vocab);
     *http_status = 500;
+    if (req->n_stop_token_ids) {
+        size_t bytes = req->n_stop_token_ids * sizeof *j->req.stop_token_ids;
+        if (!(j->req.stop_token_ids = di_malloc(bytes, "stop_token_ids"))) return -1;
+        memcpy(j->req.stop_token_ids, req->stop_token_ids, bytes);
+        j->req.n_stop_token_ids = req->n_stop_token_ids;
+    }
     if (req->n_logit_bias) {
         if (!(j->logit_bias = di_calloc(req->n_logit_bias, sizeof *j->logit_bias, "logit_bias"))) return -1;
         for (size_t i = 0; i < req->n_logit_bias; i++)

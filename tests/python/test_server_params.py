@@ -208,6 +208,32 @@ def test_min_tokens_suppresses_eos_and_ignore_eos_runs_to_the_limit(oai, hf):
     assert never.usage.completion_tokens == 6 and never.choices[0].finish_reason == "length"
 
 
+def test_stop_token_ids_end_the_output(oai, hf):
+    a = hf.token_to_id("a")
+    forced = {"logit_bias": {str(a): 100}}  # every token is "a" unless masked
+    out = complete(oai, max_tokens=8, extra_body={**forced, "stop_token_ids": [a]})
+    assert (out.choices[0].text, out.usage.completion_tokens, out.choices[0].finish_reason) == ("", 1, "stop")
+    # min_tokens masks the stop ids as it masks EOS: 3 other tokens, then "a" ends the output
+    out = complete(oai, max_tokens=8, logprobs=0, extra_body={**forced, "stop_token_ids": [a], "min_tokens": 3})
+    assert out.usage.completion_tokens == 4 and out.choices[0].finish_reason == "stop"
+    assert "a" not in out.choices[0].logprobs.tokens[:3] and len(out.choices[0].text) > 0
+    out = chat(oai, max_tokens=8, extra_body={**forced, **NO_THINK, "stop_token_ids": [a]})
+    assert out.choices[0].message.content == "" and out.usage.completion_tokens == 1
+    # without the stop id the same request runs to its limit
+    assert complete(oai, max_tokens=8, extra_body={**forced, "ignore_eos": True}).choices[0].text == "a" * 8
+    refused(lambda: complete(oai, max_tokens=1, extra_body={"stop_token_ids": [99999999]}),
+            "stop_token_ids", "vocabulary")
+    refused(lambda: complete(oai, max_tokens=1, extra_body={"stop_token_ids": ["a"]}), "stop_token_ids[0]")
+
+
+def test_vllm_detokenizer_switches_only_at_this_servers_behaviour(oai):
+    ok = {"skip_special_tokens": True, "spaces_between_special_tokens": True, "include_stop_str_in_output": False}
+    assert complete(oai, max_tokens=1, extra_body=ok).choices
+    for key, value in (("skip_special_tokens", False), ("spaces_between_special_tokens", False),
+                       ("include_stop_str_in_output", True)):
+        refused(lambda: complete(oai, max_tokens=1, extra_body={key: value}), key)
+
+
 def test_anthropic_top_k_1_is_greedy(claude):
     def text(**extra):  # this SDK has no temperature / top_k arguments: the body carries them
         m = claude.messages.create(model=MODEL, max_tokens=10, messages=USER, thinking={"type": "disabled"},
