@@ -16,7 +16,7 @@ import tempfile
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from server_fixture import MODEL, Serve  # noqa: E402
+from server_fixture import MODEL, Harness, Serve  # noqa: E402
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -232,6 +232,22 @@ def test_vllm_detokenizer_switches_only_at_this_servers_behaviour(oai):
     for key, value in (("skip_special_tokens", False), ("spaces_between_special_tokens", False),
                        ("include_stop_str_in_output", True)):
         refused(lambda: complete(oai, max_tokens=1, extra_body={key: value}), key)
+
+
+def test_fake_backend_refuses_token_level_fields():
+    """The scripted test backend has no vocabulary: it refuses what it cannot honour by name."""
+    h = Harness()
+    try:
+        client = openai.OpenAI(base_url=h.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+        refused(lambda: chat(client, max_tokens=4, logprobs=True), "logprobs", "tokenizer")
+        refused(lambda: complete(client, max_tokens=4, logprobs=1), "logprobs")
+        refused(lambda: complete(client, max_tokens=4, logit_bias={"1": 5}), "logit_bias")
+        refused(lambda: complete(client, max_tokens=4, extra_body={"stop_token_ids": [1]}), "stop_token_ids")
+        refused(lambda: chat(client, max_tokens=4, extra_body={"thinking": {"type": "enabled", "budget_tokens": 2}}),
+                "budget_tokens")
+        assert chat(client, max_tokens=4).choices[0].message.reasoning_content == "Thinking about: hello tiny"
+    finally:
+        assert h.stop()[0] == 0
 
 
 def test_anthropic_top_k_1_is_greedy(claude):

@@ -128,6 +128,13 @@ static int fb_submit(void *self, const DiApiRequest *req, DiBackendEmit emit, vo
     FakeBackend *fb = self;
     *http_status = 400;
     if (!req || !emit || !out_id) return di_errorf("fake backend: bad submit arguments");
+    /* Scripted words, not tokens of a vocabulary: what is asked of tokens is refused by name,
+     * as the engine backend does without a tokenizer, never answered with nothing. */
+    if (req->logprobs >= 0) return di_errorf("Invalid logprobs: this backend has no tokenizer to spell the tokens");
+    if (req->n_logit_bias) return di_errorf("Invalid logit_bias: this backend has no token vocabulary");
+    if (req->n_stop_token_ids) return di_errorf("Invalid stop_token_ids: this backend has no token vocabulary");
+    if (req->thinking && req->thinking_budget_tokens >= 0)
+        return di_errorf("Invalid thinking.budget_tokens: this backend has no </think> token");
     char *conv = req->conversation ? json_dumps(req->conversation, JSON_COMPACT | JSON_SORT_KEYS) : di_strdup(req->prompt);
     if (!conv) return di_errorf("fake backend: out of memory");
     int64_t prompt_tokens = 1 + (int64_t)strlen(conv) / 4;
