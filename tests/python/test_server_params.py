@@ -261,6 +261,32 @@ def test_anthropic_top_k_1_is_greedy(claude):
     assert {text(temperature=1, seed=1), text(temperature=1, seed=2)} != {greedy}
 
 
+def test_anthropic_tool_choice_any_renders_a_required_call(claude, hf):
+    """tool_choice any = required: the prompt is the one deepseek-recipe renders for a required
+    call (the tool-call block opened after the assistant header), counted in tokens."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+    def served(choice):
+        m = claude.messages.create(model=MODEL, max_tokens=1, messages=USER, thinking={"type": "disabled"},
+                                   tools=[{"name": "get_weather", "description": "w", "input_schema": schema}],
+                                   tool_choice=choice)
+        return m.usage.input_tokens
+
+    def recipe(choice):
+        body = {"model": MODEL, "messages": USER, "thinking": {"type": "disabled"}, "tool_choice": choice,
+                "tools": [{"type": "function", "function": {"name": "get_weather", "description": "w",
+                                                            "parameters": schema}}]}
+        conv = dr.ChatCompletionRequest(body).convert(dr.ConversionOptions()).conversation
+        assert conv.tool_choice == choice
+        prompt = dr.DeepseekV41Encoding().render_conversation(conv).prompt
+        return len(hf.encode(prompt, add_special_tokens=False).ids)
+
+    required, auto = recipe("required"), recipe("auto")
+    assert required > auto
+    assert served({"type": "any"}) == required
+    assert served({"type": "auto"}) == auto
+
+
 # ---- reasoning budget ----------------------------------------------------------------------
 
 def test_thinking_budget_ends_the_reasoning(oai, claude):
