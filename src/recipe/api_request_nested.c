@@ -213,7 +213,7 @@ static int visit(const json_t *v, const char *at, char *path, size_t len, const 
     json_t *child = json_object_get(v, name);
     if (!child) return 0;
     int w = snprintf(path + len, 256 - len, "%s%s", len ? "." : "", name);
-    if (w < 0 || (size_t)w >= 256 - len) return 0;
+    if (w < 0 || (size_t)w >= 256 - len) return di_errorf("request field path too long at %s", name);
     len += (size_t)w;
     if (!each) return visit(child, rest, path, len, s, anthropic);
     if (!json_is_array(child)) return 0; /* the converter names the bad type */
@@ -221,7 +221,7 @@ static int visit(const json_t *v, const char *at, char *path, size_t len, const 
     json_t *item;
     json_array_foreach(child, i, item) {
         int k = snprintf(path + len, 256 - len, anthropic ? ".%zu" : "[%zu]", i);
-        if (k < 0 || (size_t)k >= 256 - len) return 0;
+        if (k < 0 || (size_t)k >= 256 - len) return di_errorf("request field path too long at %s", name);
         if (visit(item, rest, path, len + (size_t)k, s, anthropic) != 0) return -1;
     }
     path[len] = '\0';
