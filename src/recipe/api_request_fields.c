@@ -35,14 +35,15 @@
 static const char *const k_chat[] = {COMMON, VLLM_EXTRAS, LABELS, "messages", "stream_options", "max_tokens",
                                      "max_completion_tokens", "temperature", "top_p", "stop", "tools", "tool_choice",
                                      "response_format", "thinking", "reasoning_effort", "logprobs", "top_logprobs",
-                                     "parallel_tool_calls", NULL};
+                                     "parallel_tool_calls", "thinking_token_budget", NULL};
 static const char *const k_completions[] = {COMMON, VLLM_EXTRAS, "user", "prompt", "stream_options", "max_tokens",
                                             "temperature", "top_p", "stop", "logprobs", "echo", "best_of", "suffix",
                                             NULL};
 static const char *const k_responses[] = {COMMON, VLLM_EXTRAS, LABELS, "input", "instructions", "max_output_tokens",
                                           "temperature", "top_p", "tools", "tool_choice", "reasoning", "text",
                                           "top_logprobs", "include", "parallel_tool_calls", "previous_response_id",
-                                          "conversation", "truncation", "background", "max_tool_calls", NULL};
+                                          "conversation", "truncation", "background", "max_tool_calls",
+                                          "thinking_token_budget", NULL};
 static const char *const k_messages[] = {COMMON, "messages", "max_tokens", "system", "stop_sequences", "temperature",
                                          "top_p", "top_k", "tools", "tool_choice", "thinking", "metadata",
                                          "service_tier", "output_config", "cache_control", NULL};
@@ -172,6 +173,12 @@ int di_api_sampling_extras(const json_t *body, DiApiRequest *req, bool top_k_onl
                          (long long)req->max_tokens);
     if (di_json_bool(body, "request", "ignore_eos", false, &req->ignore_eos) < 0) return -1;
     if (stop_token_ids(json_object_get(body, "stop_token_ids"), req) != 0) return -1;
+    /* vLLM's thinking_token_budget (Chat, Responses: a raw prompt has no reasoning stage, so
+     * Completions does not list it); with thinking.budget_tokens too, the lower wins. */
+    int64_t budget = -1;
+    if (int_in(body, "thinking_token_budget", 0, DI_API_MAX_TOKENS_UPPER_BOUND, &budget) != 0) return -1;
+    if (budget >= 0 && (req->thinking_budget_tokens < 0 || budget < req->thinking_budget_tokens))
+        req->thinking_budget_tokens = budget;
     return logit_bias(json_object_get(body, "logit_bias"), req);
 }
 

@@ -305,6 +305,16 @@ def test_thinking_budget_ends_the_reasoning(oai, claude):
     m = claude.messages.create(model=MODEL, max_tokens=40, messages=USER,
                                thinking={"type": "enabled", "budget_tokens": 3}, extra_body={"seed": 5})
     assert [b.thinking for b in m.content if b.type == "thinking"] == [reasoning]
+    # vLLM's spelling (Chat, Responses): the same budget, the same reasoning; the lower of two wins
+    vllm, _, at = run(thinking_token_budget=3)
+    assert at == 3 and vllm.choices[0].message.reasoning_content == reasoning
+    _, _, at = run(thinking={"type": "enabled", "budget_tokens": 9}, thinking_token_budget=3)
+    assert at == 3
+    r = oai.responses.create(model=MODEL, input=USER, max_output_tokens=40,
+                             extra_body={"seed": 5, "thinking_token_budget": 3})
+    assert [c.text for o in r.output if o.type == "reasoning" for c in o.content] == [reasoning]
+    refused(lambda: complete(oai, max_tokens=1, extra_body={"thinking_token_budget": 3}), "thinking_token_budget")
+    refused(lambda: chat(oai, max_tokens=1, extra_body={"thinking_token_budget": -1}), "thinking_token_budget")
 
 
 # ---- refusals ------------------------------------------------------------------------------
