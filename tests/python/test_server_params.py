@@ -423,3 +423,10 @@ def test_sdk_round_trips_are_accepted(oai, claude):
     m2 = claude.messages.create(model=MODEL, max_tokens=2, messages=USER + [
         {"role": "assistant", "content": m.content}, {"role": "user", "content": "more"}])
     assert m2.content is not None
+    # the SDKs' streaming helpers send their own defaults
+    with oai.chat.completions.stream(model=MODEL, messages=USER, max_tokens=2) as s:
+        assert any(e.type == "chunk" for e in s)  # (the helper's final parse refuses a length stop)
+    with oai.responses.stream(model=MODEL, input="hello tiny", max_output_tokens=2) as s:
+        assert [e.type for e in s][-1] == "response.incomplete"  # (max_output_tokens reached)
+    with claude.messages.stream(model=MODEL, max_tokens=2, messages=USER) as s:
+        assert s.get_final_message().stop_reason == "max_tokens"
