@@ -36,7 +36,8 @@ typedef struct {
 
 #define END {NULL, NULL, NULL}
 #define NO_NAME {"name", "null", "participant names have no place in the model's template"}
-#define NO_STRICT {"strict", "false", "strict schemas are not supported (the schema is shown to the model, not enforced)"}
+#define NO_STRICT                                                                                              \
+    {"strict", "false", "strict schemas are not supported (the schema is shown to the model, not enforced)"}
 #define CACHE {"cache_control", NULL, NULL} /* a label: the prefix cache needs no breakpoints */
 #define TEXT_BLOCK {"type", NULL, NULL}, {"text", NULL, NULL}, CACHE, {"citations", "[]", "citations are not supported"}
 
@@ -87,8 +88,11 @@ static const Shape k_completions[] = {{"stream_options", NULL, f_stream_options}
 static const Shape k_responses[] = {
     {"reasoning", NULL,
      (const Field[]){{"effort", NULL, NULL},
-                     {"summary", "null", "reasoning summaries are not produced (reasoning items carry the full text)"},
-                     {"generate_summary", "null", "reasoning summaries are not produced"},
+                     /* "auto" leaves the choice to the server, whose choice is the full reasoning text in
+                      * the reasoning item's content instead of a summary (Codex sends it by default) */
+                     {"summary", "\"auto\"",
+                      "reasoning summaries are not produced (reasoning items carry the full text)"},
+                     {"generate_summary", "\"auto\"", "reasoning summaries are not produced"},
                      END}},
     {"text", NULL,
      (const Field[]){{"format", NULL, NULL}, {"verbosity", "\"medium\"", "only the default verbosity is supported"},

@@ -370,7 +370,7 @@ def test_nested_fields_are_refused_by_full_path(oai):
     refused(lambda: complete(oai, max_tokens=1, stream=True, stream_options={"bogus": True}), "stream_options.bogus")
     respond = oai.responses.create
     refused(lambda: respond(model=MODEL, input="x", max_output_tokens=1, text={"verbosity": "low"}), "text.verbosity")
-    refused(lambda: respond(model=MODEL, input="x", max_output_tokens=1, reasoning={"summary": "auto"}),
+    refused(lambda: respond(model=MODEL, input="x", max_output_tokens=1, reasoning={"summary": "detailed"}),
             "reasoning.summary")
     refused(lambda: respond(model=MODEL, input=[{"role": "user", "content": "x", "bogus": 1}], max_output_tokens=1),
             "input[0].bogus")
@@ -381,7 +381,7 @@ def test_nested_fields_are_refused_by_full_path(oai):
     assert chat(oai, max_tokens=1, stream=True, stream_options={"include_usage": True, "include_obfuscation": False})
     assert chat(oai, max_tokens=1, tools=[{**TOOL, "function": {**TOOL["function"], "strict": False}}]).choices
     assert respond(model=MODEL, input="x", max_output_tokens=1, text={"verbosity": "medium"},
-                   reasoning={"effort": "low", "summary": None}).output
+                   reasoning={"effort": "low", "summary": "auto"}).output
 
 
 def test_anthropic_nested_fields_are_refused_by_full_path(claude):
