@@ -3,7 +3,9 @@
 # tests); `make bench` runs the benchmarks.
 #
 # Sources are found by directory, so adding a file needs no edit here:
-#   src/**/*.c            -> build/libdeepinfer.{a,so}   (src/kernels/cuda is built only with CUDA=1)
+#   src/**/*.c            -> build/libdeepinfer.{a,so}   the engine library (all of src/ but the two below)
+#   src/cluster/**/*.c    -> build/libdeepinfer_cluster.a  cluster planners: EPLB, load balancers, simulator
+#   src/golden/*.c        -> build/libdeepinfer_golden.a   the golden-set harness (check-golden, tests, benches)
 #   tools/deepinfer/*.c   -> build/deepinfer             (the CLI)
 #   tests/unit/test_*.c   -> build/tests/test_*          (one binary per file, linked with the library)
 #   bench/bench_*.c       -> build/bench/bench_*         (bench/bench_*.py run with python3 too)
@@ -27,8 +29,19 @@ CFLAGS_ALL = -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Werror -Wno
 LDLIBS_ALL = -ljansson -lpcre2-8 -lutf8proc -lxxhash -lmicrohttpd -lmvec -lm -lpthread
 BENCH_LIBS = -lopenblas
 
-LIB_SRC   := $(shell find src -name '*.c' -not -path 'src/kernels/cuda/*' | sort)
-LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# The engine library is what the server, the Python binding and embedders load.  The cluster
+# planners and the golden harness build on it (never the reverse: the .so links with
+# --no-undefined, so an engine source calling into them fails to link) and are static libraries
+# that only the CLI, the tests and the benchmarks link; the linker takes from an archive only
+# the objects a program uses.
+LIB_SRC     := $(shell find src -name '*.c' -not -path 'src/cluster/*' -not -path 'src/golden/*' | sort)
+LIB_OBJ     := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLUSTER_SRC := $(shell find src/cluster -name '*.c' | sort)
+CLUSTER_OBJ := $(CLUSTER_SRC:%.c=$(BUILD)/obj/%.o)
+GOLDEN_SRC  := $(sort $(wildcard src/golden/*.c))
+GOLDEN_OBJ  := $(GOLDEN_SRC:%.c=$(BUILD)/obj/%.o)
+# Archives in link order: the add-on libraries before the engine library they call.
+TOOL_LIBS   := $(BUILD)/libdeepinfer_cluster.a $(BUILD)/libdeepinfer_golden.a $(BUILD)/libdeepinfer.a
 CLI_SRC   := $(sort $(wildcard tools/deepinfer/*.c))
 CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC  := $(sort $(wildcard tests/unit/test_*.c))
@@ -43,7 +56,8 @@ FUZZ_SRC  := $(sort $(wildcard fuzz/fuzz_*.c))
 # library it measures (a stale binary once passed a test the new library failed).
 all: lib cli examples tools unit-tests bench-bins
 
-lib: $(BUILD)/libdeepinfer.a $(BUILD)/libdeepinfer.so
+lib: $(BUILD)/libdeepinfer.a $(BUILD)/libdeepinfer.so \
+     $(BUILD)/libdeepinfer_cluster.a $(BUILD)/libdeepinfer_golden.a
 cli: $(BUILD)/deepinfer
 unit-tests: $(TEST_BIN)
 examples: $(BUILD)/offline_inference
@@ -60,6 +74,7 @@ $(BUILD)/decode_ab: tools/decode_ab.c tools/ab_common.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -o $@ $< -ldl -lm
 
+# The example is what an embedder writes: the public header and the engine library only.
 $(BUILD)/offline_inference: examples/offline_inference.c $(BUILD)/libdeepinfer.a
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libdeepinfer.a $(LDLIBS_ALL)
 bench-bins: $(BENCH_BIN)
@@ -72,19 +87,25 @@ $(BUILD)/libdeepinfer.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+$(BUILD)/libdeepinfer_cluster.a: $(CLUSTER_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/libdeepinfer_golden.a: $(GOLDEN_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
 $(BUILD)/libdeepinfer.so: $(LIB_OBJ)
-	$(CC) -shared $(CFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+	$(CC) -shared $(CFLAGS_ALL) -Wl,--no-undefined -o $@ $(LIB_OBJ) $(LDLIBS_ALL)
 
-$(BUILD)/deepinfer: $(CLI_OBJ) $(BUILD)/libdeepinfer.a
-	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libdeepinfer.a $(LDLIBS_ALL)
+$(BUILD)/deepinfer: $(CLI_OBJ) $(TOOL_LIBS)
+	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(TOOL_LIBS) $(LDLIBS_ALL)
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libdeepinfer.a $(wildcard tests/unit/*.h)
+$(BUILD)/tests/%: tests/unit/%.c $(TOOL_LIBS) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests/unit -o $@ $< $(BUILD)/libdeepinfer.a $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -Itests/unit -o $@ $< $(TOOL_LIBS) $(LDLIBS_ALL)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libdeepinfer.a
+$(BUILD)/bench/%: bench/%.c $(TOOL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -O3 -Ibench -o $@ $< $(BUILD)/libdeepinfer.a $(LDLIBS_ALL) $(BENCH_LIBS)
+	$(CC) $(CFLAGS_ALL) -O3 -Ibench -o $@ $< $(TOOL_LIBS) $(LDLIBS_ALL) $(BENCH_LIBS)
 
 # The full test suite: unit tests, the same unit tests under ASan+UBSan, CLI and Python tests.
 test: all unit-tests
@@ -107,12 +128,13 @@ FUZZ_BIN  := $(FUZZ_SRC:fuzz/%.c=build-fuzz/%)
 FUZZ_SECONDS ?= 30
 fuzz:
 	$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT=-O1 SAN="$(FUZZ_SAN)" EXTRA_CFLAGS=-Wno-error \
-	    build-fuzz/libdeepinfer.a
+	    build-fuzz/libdeepinfer.a build-fuzz/libdeepinfer_cluster.a build-fuzz/libdeepinfer_golden.a
 	$(MAKE) --no-print-directory $(FUZZ_BIN)
 
-build-fuzz/fuzz_%: fuzz/fuzz_%.c build-fuzz/libdeepinfer.a
+FUZZ_LIBS := build-fuzz/libdeepinfer_cluster.a build-fuzz/libdeepinfer_golden.a build-fuzz/libdeepinfer.a
+build-fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_LIBS)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 $(ARCH) -Iinclude -Isrc -fsanitize=fuzzer,address,undefined \
-	    -pthread -o $@ $< build-fuzz/libdeepinfer.a $(LDLIBS_ALL)
+	    -pthread -o $@ $< $(FUZZ_LIBS) $(LDLIBS_ALL)
 
 fuzz-run: fuzz
 	DI_FUZZ_SECONDS=$(FUZZ_SECONDS) DI_TEST_ONLY=fuzz tests/run_tests.sh

@@ -20,7 +20,7 @@
 #include "deepinfer.h"
 #include "engine/engine.h"
 #include "engine/runner_v41.h"
-#include "model/golden.h"
+#include "golden/golden.h"
 #include "model/tiny.h"
 
 #include <stdio.h>

@@ -6,8 +6,8 @@
  * scans (argmax over all experts per extra slot, min over all packs per item), checked to give
  * the identical plan.  Runs are interleaved and medians quoted (the machine is shared). */
 #include "deepinfer.h"
-#include "serve/eplb.h"
-#include "serve/rng.h"
+#include "cluster/eplb.h"
+#include "cluster/rng.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * fixed placement without redundancy, planned for uniform load and never replanned (no EPLB).
  * Also printed: the routing-noise floor of a perfect placement, 1 + E[max of P N(0,1)] /
  * sqrt(pairs per GPU), and the simulator's Monte-Carlo measurement of it. */
-#include "serve/sim/moe_load.h"
+#include "cluster/sim/moe_load.h"
 
 #include <math.h>
 #include <stdio.h>

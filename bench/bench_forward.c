@@ -5,7 +5,7 @@
  * Runs are interleaved and medians quoted (the machine is shared). */
 #include "base/error.h"
 #include "model/forward.h"
-#include "model/golden.h"
+#include "golden/golden.h"
 #include "model/model.h"
 #include "model/state.h"
 

@@ -4,7 +4,7 @@
  * the expert-load model as the baseline measured in the same process (ratio = cost of the MoE /
  * EPLB model), and simulated seconds per wall second.  Medians of interleaved runs. */
 #include "deepinfer.h"
-#include "serve/sim/sim.h"
+#include "cluster/sim/sim.h"
 
 #include <stdio.h>
 #include <stdlib.h>

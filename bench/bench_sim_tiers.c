@@ -6,7 +6,7 @@
  * machine's load.  Also printed: the tiered run with unbounded overtaking across tiers
  * (--tier-overtake 1e9), the rule this balancer replaced, to show what the allowance buys. */
 #include "deepinfer.h"
-#include "serve/sim/sim.h"
+#include "cluster/sim/sim.h"
 
 #include <stdio.h>
 #include <stdlib.h>

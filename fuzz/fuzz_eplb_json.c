@@ -1,7 +1,7 @@
 /* fuzz_eplb_json.c — libFuzzer target for the `deepinfer eplb` request parser and the planner
  * behind it: any byte string must give either a valid plan or a clean error, never a crash,
  * hang or sanitizer report.  Requests are capped (eplb_json.h) so plans stay small. */
-#include "serve/eplb_json.h"
+#include "cluster/eplb_json.h"
 
 #include <stdint.h>
 #include <stdlib.h>

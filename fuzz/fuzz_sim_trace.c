@@ -1,10 +1,10 @@
-/* fuzz_sim_trace.c — libFuzzer target for the Mooncake trace parser (src/serve/sim/trace.c) and
+/* fuzz_sim_trace.c — libFuzzer target for the Mooncake trace parser (src/cluster/sim/trace.c) and
  * the simulator behind `deepinfer sim --trace`: any byte string must give either a trace that
  * keeps the parser's documented invariants or a clean error, never a crash, hang or sanitizer
  * report.  Small traces are also replayed through a small cluster, so arbitrary (valid) request
  * shapes reach the prefill/decode balancers and the prefix-cache model. */
-#include "serve/sim/sim.h"
-#include "serve/sim/trace.h"
+#include "cluster/sim/sim.h"
+#include "cluster/sim/trace.h"
 
 #include <stdint.h>
 #include <stdlib.h>

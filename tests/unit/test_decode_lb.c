@@ -5,8 +5,8 @@
 #include "test.h"
 
 #include "deepinfer.h"
-#include "serve/decode_lb.h"
-#include "serve/rng.h"
+#include "cluster/decode_lb.h"
+#include "cluster/rng.h"
 
 static DiDecodeLbConfig config(int ranks, DiDecodeLbPolicy policy) {
     DiDecodeLbConfig c = {ranks, 0, 256, 1 << 30, policy, {0, 0, 0}};

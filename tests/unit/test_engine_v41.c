@@ -10,7 +10,7 @@
 #include "engine/engine.h"
 #include "engine/runner_v41.h"
 #include "model/forward.h"
-#include "model/golden.h"
+#include "golden/golden.h"
 #include "model/state.h"
 
 #include <stdint.h>

@@ -7,7 +7,7 @@
 #include "base/error.h"
 #include "model/engram.h"
 #include "model/engram_rng.h"
-#include "model/golden.h"
+#include "golden/golden.h"
 #include "model/state.h"
 
 #include <stdio.h>

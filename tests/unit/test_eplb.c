@@ -4,8 +4,8 @@
 #include "test.h"
 
 #include "deepinfer.h"
-#include "serve/eplb.h"
-#include "serve/rng.h"
+#include "cluster/eplb.h"
+#include "cluster/rng.h"
 
 #include <stdint.h>
 

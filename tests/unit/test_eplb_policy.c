@@ -4,7 +4,7 @@
 #include "test.h"
 
 #include "deepinfer.h"
-#include "serve/eplb_policy.h"
+#include "cluster/eplb_policy.h"
 
 #include <stdint.h>
 

@@ -11,7 +11,7 @@
 #include "base/threadpool.h"
 #include "model/dspark.h"
 #include "model/forward.h"
-#include "model/golden.h"
+#include "golden/golden.h"
 #include "model/model.h"
 #include "model/state.h"
 #include "model/tiny.h"

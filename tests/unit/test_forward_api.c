@@ -4,7 +4,7 @@
 #include "test.h"
 
 #include "deepinfer.h"
-#include "model/golden.h"
+#include "golden/golden.h"
 
 #include <stdio.h>
 #include <string.h>

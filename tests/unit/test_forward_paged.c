@@ -7,7 +7,7 @@
 #include "base/error.h"
 #include "model/dspark.h"
 #include "model/forward.h"
-#include "model/golden.h"
+#include "golden/golden.h"
 #include "model/state.h"
 
 #include <stdio.h>

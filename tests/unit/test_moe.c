@@ -15,7 +15,7 @@
 #include "base/threadpool.h"
 #include "kernels/expf_row.h"
 #include "kernels/numformats.h"
-#include "model/golden.h"
+#include "golden/golden.h"
 #include "model/model.h"
 #include "model/moe.h"
 #include "model/ops.h"

@@ -4,8 +4,8 @@
 #include "test.h"
 
 #include "deepinfer.h"
-#include "serve/prefill_cost.h"
-#include "serve/rng.h"
+#include "cluster/prefill_cost.h"
+#include "cluster/rng.h"
 
 #include <stdint.h>
 

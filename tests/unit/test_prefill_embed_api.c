@@ -1,10 +1,10 @@
 /* test_prefill_embed_api.c — the control plane as an operator embeds it, through the public
- * header only (include/deepinfer.h, "serve" section; no src/ header is included here): fit the
+ * header only (include/deepinfer_cluster.h; no src/ header is included here): fit the
  * prefill cost model from profiled steps, plan chunks, tier requests, run the quota controller,
  * and route requests to decode ranks.  Expected values are hand-derived in the comments. */
 #include "test.h"
 
-#include "deepinfer.h"
+#include "deepinfer_cluster.h"
 
 TEST(cost_model_is_fitted_from_profiled_steps_and_plans_chunks) {
     /* Exact samples of a known model on a (q, c) grid: the fit recovers it. */

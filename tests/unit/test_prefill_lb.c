@@ -4,7 +4,7 @@
 #include "test.h"
 
 #include "deepinfer.h"
-#include "serve/prefill_lb.h"
+#include "cluster/prefill_lb.h"
 
 TEST(tier_bounds_are_16k_64k_256k) {
     CHECK_EQ_INT(di_prefill_tier(0), 0);

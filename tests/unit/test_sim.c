@@ -7,7 +7,7 @@
 #include "test.h"
 
 #include "deepinfer.h"
-#include "serve/sim/sim.h"
+#include "cluster/sim/sim.h"
 
 #include <stdint.h>
 

@@ -5,11 +5,11 @@
 #include "test.h"
 
 #include "deepinfer.h"
-#include "serve/prefill_lb.h"
-#include "serve/sim/moe_load.h"
-#include "serve/rng.h"
-#include "serve/sim/prefix_cache.h"
-#include "serve/sim/trace.h"
+#include "cluster/prefill_lb.h"
+#include "cluster/sim/moe_load.h"
+#include "cluster/rng.h"
+#include "cluster/sim/prefix_cache.h"
+#include "cluster/sim/trace.h"
 
 #include <stdint.h>
 

@@ -8,7 +8,7 @@
 
 #include "base/error.h"
 #include "base/file.h"
-#include "model/golden.h"
+#include "golden/golden.h"
 #include "model/model.h"
 
 #include <stdio.h>

@@ -4,7 +4,7 @@
 #include "commands.h"
 
 #include "deepinfer.h"
-#include "serve/eplb_json.h"
+#include "cluster/eplb_json.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,8 +6,8 @@
 #include "commands.h"
 
 #include "deepinfer.h"
-#include "serve/sim/sim.h"
-#include "serve/sim/sim_report.h"
+#include "cluster/sim/sim.h"
+#include "cluster/sim/sim_report.h"
 
 #include <errno.h>
 #include <math.h>

@@ -12,10 +12,10 @@
  * To keep long replays fast, only every sample_every-th step is drawn and scored; the policies'
  * window and period are divided by the same factor, so a replan still sees the same span of
  * steps, and moe_lb is an unbiased sample of the per-step values. */
-#ifndef DI_SERVE_SIM_MOE_LOAD_H
-#define DI_SERVE_SIM_MOE_LOAD_H
+#ifndef DI_CLUSTER_SIM_MOE_LOAD_H
+#define DI_CLUSTER_SIM_MOE_LOAD_H
 
-#include "serve/eplb_policy.h"
+#include "cluster/eplb_policy.h"
 
 #include <stdint.h>
 

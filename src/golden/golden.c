@@ -1,5 +1,5 @@
 /* golden.c — golden set reader and case runner (golden.h). */
-#include "model/golden.h"
+#include "golden/golden.h"
 
 #include "base/error.h"
 #include "base/json.h"

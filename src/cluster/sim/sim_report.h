@@ -1,9 +1,9 @@
 /* sim_report.h — the simulator's results as JSON (the `deepinfer sim` summary): one run's
  * figures, and the comparison of the control plane against its baselines as ratios. */
-#ifndef DI_SERVE_SIM_SIM_REPORT_H
-#define DI_SERVE_SIM_SIM_REPORT_H
+#ifndef DI_CLUSTER_SIM_SIM_REPORT_H
+#define DI_CLUSTER_SIM_SIM_REPORT_H
 
-#include "serve/sim/sim.h"
+#include "cluster/sim/sim.h"
 
 #include <jansson.h>
 

@@ -5,8 +5,8 @@
  *
  * Nothing about the shapes is assumed: every size comes from golden.json and the checkpoint's
  * config.json (a held-out set has different shapes). */
-#ifndef DI_MODEL_GOLDEN_H
-#define DI_MODEL_GOLDEN_H
+#ifndef DI_GOLDEN_H
+#define DI_GOLDEN_H
 
 #include "base/file.h"
 #include "model/model.h"

@@ -10,14 +10,14 @@
  * Step times come from the cost models, not from running a model; expert loads from
  * moe_load.h.  Everything random is drawn from the seeded generator (rng.h), so a run is a pure
  * function of (trace, config).  Times are simulated seconds. */
-#ifndef DI_SERVE_SIM_SIM_H
-#define DI_SERVE_SIM_SIM_H
+#ifndef DI_CLUSTER_SIM_SIM_H
+#define DI_CLUSTER_SIM_SIM_H
 
-#include "serve/decode_lb.h"
-#include "serve/prefill_cost.h"
-#include "serve/prefill_lb.h"
-#include "serve/sim/moe_load.h"
-#include "serve/sim/trace.h"
+#include "cluster/decode_lb.h"
+#include "cluster/prefill_cost.h"
+#include "cluster/prefill_lb.h"
+#include "cluster/sim/moe_load.h"
+#include "cluster/sim/trace.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* prefill_cost.c — fitted quadratic prefill cost model and closed-form chunk solver
  * (serving.md §6.3, §6.4; see prefill_cost.h). */
-#include "serve/prefill_cost.h"
+#include "cluster/prefill_cost.h"
 
 #include "base/error.h"
 

@@ -2,7 +2,7 @@
  *
  * Nodes live in one array (capacity + 1; node 0 is the list sentinel) on a doubly linked
  * recency list; the hash table maps an id to its node index (>= 1, so 0 marks an empty slot). */
-#include "serve/sim/prefix_cache.h"
+#include "cluster/sim/prefix_cache.h"
 
 #include "base/error.h"
 #include "base/mem.h"

@@ -12,12 +12,12 @@
  * (least predicted beta·n_g(H) + gamma·K_g(H) after admission).  Baselines for comparison: round
  * robin, request count only (vLLM-style), KV only.
  *
- * The balancer's types and entry points are public (include/deepinfer.h, "serve" section); this
+ * The balancer's types and entry points are public (include/deepinfer_cluster.h); this
  * header adds the step-time and imbalance metrics the simulator and tests use. */
-#ifndef DI_SERVE_DECODE_LB_H
-#define DI_SERVE_DECODE_LB_H
+#ifndef DI_CLUSTER_DECODE_LB_H
+#define DI_CLUSTER_DECODE_LB_H
 
-#include "deepinfer.h"
+#include "deepinfer_cluster.h"
 
 /* Predicted step time of a rank (NaN for NULL arguments), and max/mean over ranks (1.0 when all
  * are idle or cost is NULL). */

@@ -10,14 +10,14 @@
  *   Q*_t = max(Qmin_t, R x D_t / sum D), rescaled above the floors so that sum Q*_t = R,
  * moving each tier by at most one instance per period (hysteresis).  Which queued request an
  * instance takes each step (its own tier first, lending when idle, rescuing requests late for
- * their tier's TTFT objective) is decided per step by the scheduler: see src/serve/sim/sim.c.
+ * their tier's TTFT objective) is decided per step by the scheduler: see src/cluster/sim/sim.c.
  *
- * The tier function and the quota controller are public (include/deepinfer.h, "serve" section);
+ * The tier function and the quota controller are public (include/deepinfer_cluster.h);
  * this header adds the target computation, exposed for tests. */
-#ifndef DI_SERVE_PREFILL_LB_H
-#define DI_SERVE_PREFILL_LB_H
+#ifndef DI_CLUSTER_PREFILL_LB_H
+#define DI_CLUSTER_PREFILL_LB_H
 
-#include "deepinfer.h"
+#include "deepinfer_cluster.h"
 
 /* Integer targets: Q*_t from demands (exposed for tests).  All-zero demand keeps the floors and
  * gives the rest to tier 0. */

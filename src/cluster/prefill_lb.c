@@ -1,6 +1,6 @@
 /* prefill_lb.c — context tiers and the instance-quota controller (serving.md §6.2; see
  * prefill_lb.h). */
-#include "serve/prefill_lb.h"
+#include "cluster/prefill_lb.h"
 
 #include "base/error.h"
 

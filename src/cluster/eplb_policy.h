@@ -7,10 +7,10 @@
  * GPU, 100-step window, every 1,000 steps; decode 1 redundant per GPU, 1,000-step window, every
  * 10,000 steps.  Each recorded step is scored with moe_lb = max/mean per-GPU load under the plan
  * in force (§8.3), aggregated as sum(max)/sum(mean). */
-#ifndef DI_SERVE_EPLB_POLICY_H
-#define DI_SERVE_EPLB_POLICY_H
+#ifndef DI_CLUSTER_EPLB_POLICY_H
+#define DI_CLUSTER_EPLB_POLICY_H
 
-#include "deepinfer.h"
+#include "deepinfer_cluster.h"
 
 #include <stdint.h>
 

@@ -1,10 +1,10 @@
 /* moe_load.c — drifting log-normal expert popularity, per-step routed loads, and three EPLB
  * placements scored side by side (see moe_load.h). */
-#include "serve/sim/moe_load.h"
+#include "cluster/sim/moe_load.h"
 
 #include "base/error.h"
 #include "base/mem.h"
-#include "serve/rng.h"
+#include "cluster/rng.h"
 
 #include <limits.h>
 #include <math.h>

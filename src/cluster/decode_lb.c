@@ -1,6 +1,6 @@
 /* decode_lb.c — decode rank choice with look-ahead and the imbalance metric (serving.md §7.2;
  * see decode_lb.h). */
-#include "serve/decode_lb.h"
+#include "cluster/decode_lb.h"
 
 #include "base/error.h"
 #include "base/mem.h"

@@ -6,12 +6,12 @@
  * divides the group count (hierarchical policy), else treating the cluster as one node with one
  * group (global policy, the reference's behaviour since commit e1100fe).
  *
- * The public types (DiEplbPlan) and entry points are declared in include/deepinfer.h; this
+ * The public types (DiEplbPlan) and entry points are declared in include/deepinfer_cluster.h; this
  * header adds the two primitives, exposed so tests can pin them down separately. */
-#ifndef DI_SERVE_EPLB_H
-#define DI_SERVE_EPLB_H
+#ifndef DI_CLUSTER_EPLB_H
+#define DI_CLUSTER_EPLB_H
 
-#include "deepinfer.h"
+#include "deepinfer_cluster.h"
 
 #include <stdint.h>
 

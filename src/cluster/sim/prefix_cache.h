@@ -4,8 +4,8 @@
  * before it, so a present block implies its prefix was present when it was stored).  Capacity
  * is in blocks; hits refresh recency; inserting past capacity evicts the least recently used.
  * Open addressing with linear probing and backward-shift deletion keeps it compact and fast. */
-#ifndef DI_SERVE_SIM_PREFIX_CACHE_H
-#define DI_SERVE_SIM_PREFIX_CACHE_H
+#ifndef DI_CLUSTER_SIM_PREFIX_CACHE_H
+#define DI_CLUSTER_SIM_PREFIX_CACHE_H
 
 #include <stddef.h>
 #include <stdint.h>

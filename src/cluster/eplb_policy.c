@@ -4,7 +4,7 @@
  * 61 MB for decode).  Because a plan is only ever computed at a period end and the window never
  * exceeds the period, it is enough to start summing W steps before each period end: the sum at
  * the replan step is exactly the sliding-window sum, with one L x E accumulator. */
-#include "serve/eplb_policy.h"
+#include "cluster/eplb_policy.h"
 
 #include "base/error.h"
 #include "base/mem.h"

@@ -11,12 +11,12 @@
  * V4.1-Flash on H200-class GPUs (8 B active parameters in prefill, 16 B in decode, serving.md §3),
  * not measurements; every one can be changed from the command line and they are printed with the
  * results. */
-#include "serve/sim/sim.h"
+#include "cluster/sim/sim.h"
 
 #include "base/error.h"
 #include "base/mem.h"
-#include "serve/rng.h"
-#include "serve/sim/prefix_cache.h"
+#include "cluster/rng.h"
+#include "cluster/sim/prefix_cache.h"
 
 #include <math.h>
 #include <stdlib.h>

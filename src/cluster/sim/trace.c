@@ -1,11 +1,11 @@
 /* trace.c — Mooncake JSONL traces and synthetic Zipf/Poisson workloads (see trace.h). */
-#include "serve/sim/trace.h"
+#include "cluster/sim/trace.h"
 
 #include "base/error.h"
 #include "base/file.h"
 #include "base/json.h"
 #include "base/mem.h"
-#include "serve/rng.h"
+#include "cluster/rng.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* sim_report.c — JSON summaries of simulation runs (see sim_report.h). */
-#include "serve/sim/sim_report.h"
+#include "cluster/sim/sim_report.h"
 
 static json_t *pct_ms(const DiSimPercentiles *p) {
     return json_pack("{s:I, s:f, s:f, s:f, s:f}", "n", (json_int_t)p->n, "p50", p->p50 * 1e3, "p90", p->p90 * 1e3,

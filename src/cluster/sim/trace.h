@@ -2,8 +2,8 @@
  * (../shared/data/mooncake-traces/README.md: one JSON object per line with timestamp in ms,
  * input_length, output_length and hash_ids, one id per 512-token block, chained so equal ids mean
  * equal prefixes) and synthetic workloads with Poisson arrivals and Zipf-shared prefixes. */
-#ifndef DI_SERVE_SIM_TRACE_H
-#define DI_SERVE_SIM_TRACE_H
+#ifndef DI_CLUSTER_SIM_TRACE_H
+#define DI_CLUSTER_SIM_TRACE_H
 
 #include <stddef.h>
 #include <stdint.h>

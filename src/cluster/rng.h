@@ -3,8 +3,8 @@
  * Splittable Pseudorandom Number Generators", OOPSLA 2014; the constants are those of
  * Vigna's reference splitmix64.c).  One 64-bit word of state, so every run with the same seed
  * draws the same sequence on every platform: simulations are reproducible from the command line. */
-#ifndef DI_SERVE_RNG_H
-#define DI_SERVE_RNG_H
+#ifndef DI_CLUSTER_RNG_H
+#define DI_CLUSTER_RNG_H
 
 #include <math.h>
 #include <stdint.h>

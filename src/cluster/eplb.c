@@ -20,7 +20,7 @@
  * Speed.  The reference's linear scans cost O(R·E + R·P) per layer.  Here both greedy choices use
  * binary heaps whose order is (key, index), so the tie rules above are kept exactly:
  * O(R log E + R log P) per layer (§8.1 "Cost"). */
-#include "serve/eplb.h"
+#include "cluster/eplb.h"
 
 #include "base/error.h"
 #include "base/mem.h"

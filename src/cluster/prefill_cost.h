@@ -7,11 +7,11 @@
  * least squares from measured step times; the chunk solver inverts the model in closed form to
  * give each request the largest block-aligned chunk that fits a nanosecond budget.
  *
- * The types and entry points are public (include/deepinfer.h, "serve" section): an operator
+ * The types and entry points are public (include/deepinfer_cluster.h): an operator
  * embedding the control plane fits the model from its own profiled steps and plans chunks. */
-#ifndef DI_SERVE_PREFILL_COST_H
-#define DI_SERVE_PREFILL_COST_H
+#ifndef DI_CLUSTER_PREFILL_COST_H
+#define DI_CLUSTER_PREFILL_COST_H
 
-#include "deepinfer.h"
+#include "deepinfer_cluster.h"
 
 #endif

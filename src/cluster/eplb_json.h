@@ -2,10 +2,10 @@
  * request {"weight":[[...]], "num_replicas":R, "num_groups":G, "num_nodes":N, "num_gpus":P}
  * -> plan {"phy2log":[[...]], "log2phy":[[[...]]], "logcnt":[[...]]}.
  * Kept apart from the algorithm so the parser can be fuzzed on its own (fuzz/fuzz_eplb_json.c). */
-#ifndef DI_SERVE_EPLB_JSON_H
-#define DI_SERVE_EPLB_JSON_H
+#ifndef DI_CLUSTER_EPLB_JSON_H
+#define DI_CLUSTER_EPLB_JSON_H
 
-#include "deepinfer.h"
+#include "deepinfer_cluster.h"
 
 #include <stddef.h>
 

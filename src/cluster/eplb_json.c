@@ -1,5 +1,5 @@
 /* eplb_json.c — parse `deepinfer eplb` requests and print plans (see eplb_json.h). */
-#include "serve/eplb_json.h"
+#include "cluster/eplb_json.h"
 
 #include "base/error.h"
 #include "base/json.h"
