@@ -56,7 +56,7 @@ FUZZ_SRC  := $(sort $(wildcard fuzz/fuzz_*.c))
 # library it measures (a stale binary once passed a test the new library failed).
 all: lib cli examples tools unit-tests bench-bins
 
-lib: $(BUILD)/libdeepinfer.a $(BUILD)/libdeepinfer.so \
+lib: $(BUILD)/libdeepinfer.a $(BUILD)/libdeepinfer.so $(BUILD)/libdeepinfer_internal.so \
      $(BUILD)/libdeepinfer_cluster.a $(BUILD)/libdeepinfer_golden.a
 cli: $(BUILD)/deepinfer
 unit-tests: $(TEST_BIN)
@@ -93,7 +93,21 @@ $(BUILD)/libdeepinfer_cluster.a: $(CLUSTER_OBJ)
 $(BUILD)/libdeepinfer_golden.a: $(GOLDEN_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/libdeepinfer.so: $(LIB_OBJ)
+# The shared library exports the public API of include/deepinfer.h and nothing else: the linker
+# version script lists the functions the header declares (tools/export-map.sh) and makes every
+# other symbol local, so no internal name (model_load, state_create, ...) becomes ABI.
+$(BUILD)/libdeepinfer.map: include/deepinfer.h tools/export-map.sh
+	@mkdir -p $(dir $@)
+	CC="$(CC)" tools/export-map.sh include/deepinfer.h > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/libdeepinfer.so: $(LIB_OBJ) $(BUILD)/libdeepinfer.map
+	$(CC) -shared $(CFLAGS_ALL) -Wl,--no-undefined -Wl,--version-script=$(BUILD)/libdeepinfer.map \
+	    -o $@ $(LIB_OBJ) $(LDLIBS_ALL)
+
+# The same objects with every symbol exported, unversioned, for the A/B tools alone (kernel_ab,
+# decode_ab and the Python tests of internals call internal functions through dlopen/ctypes);
+# nothing installs or links it.
+$(BUILD)/libdeepinfer_internal.so: $(LIB_OBJ)
 	$(CC) -shared $(CFLAGS_ALL) -Wl,--no-undefined -o $@ $(LIB_OBJ) $(LDLIBS_ALL)
 
 $(BUILD)/deepinfer: $(CLI_OBJ) $(TOOL_LIBS)

@@ -11,6 +11,9 @@ static inline double clock_s(clockid_t clock) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* What a missing internal symbol means since libdeepinfer.so exports only the public API. */
+#define AB_INTERNAL_HINT "the public libdeepinfer.so exports only the di_ API of deepinfer.h; give the build's libdeepinfer_internal.so"
+
 /* qsort's comparison for doubles, ascending. */
 static inline int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -1,4 +1,4 @@
-/* decode_ab.c — A/B of whole batch-1 decode steps of two builds of libdeepinfer.so in one process.
+/* decode_ab.c — A/B of whole batch-1 decode steps of two builds of the library in one process.
  *
  * kernel_ab compares one kernel; a decode step also pays for everything between the kernels
  * (norms, mHC, attention, routing, the thread pool's hand-offs), and on the shared, noisy
@@ -11,7 +11,11 @@
  * step (they must be for a pure speed change).
  *
  *     make BUILD=/tmp/a lib     (old tree)      make BUILD=/tmp/b lib     (new tree)
- *     build/decode_ab /tmp/a/libdeepinfer.so /tmp/b/libdeepinfer.so [ref|kvq|exact] [THREADS]
+ *     build/decode_ab /tmp/a/libdeepinfer_internal.so /tmp/b/libdeepinfer_internal.so [ref|kvq|exact] [THREADS]
+ *
+ * It calls internal functions (model_load, model_forward, ...), which libdeepinfer.so does not
+ * export: give it libdeepinfer_internal.so, the same objects with every symbol exported (a tree
+ * older than that library exports them from libdeepinfer.so).
  *
  * Checkpoint: $DECODE_AB_MODEL as it is (one that make-tiny wrote, any preset: the tool uses the
  * tiny tokenizer's Engram token map), else $DEEPINFER_BENCH_DIR, else bench_decode's default
@@ -82,7 +86,7 @@ static int usage(void) {
 static void *symbol(void *h, const char *path, const char *name, int *missing) {
     void *p = dlsym(h, name);
     if (!p) {
-        fprintf(stderr, "decode_ab: %s: no symbol %s\n", path, name);
+        fprintf(stderr, "decode_ab: %s: no symbol %s (%s)\n", path, name, AB_INTERNAL_HINT);
         *missing = 1;
     }
     return p;

@@ -1,4 +1,4 @@
-/* kernel_ab.c — A/B of the matmul kernels of two builds of libdeepinfer.so in one process.
+/* kernel_ab.c — A/B of the matmul kernels of two builds of the library in one process.
  *
  * On a shared, noisy machine two benchmark runs minutes apart can differ by 30 % or more, which
  * hides the few-percent effects of a kernel change.  This tool loads two builds side by side
@@ -8,7 +8,11 @@
  * same bits (they must be for a pure speed change).
  *
  *     make BUILD=/tmp/a lib     (old tree)      make BUILD=/tmp/b lib     (new tree)
- *     build/kernel_ab /tmp/a/libdeepinfer.so /tmp/b/libdeepinfer.so fp8 1024 1024 gemv 1 4 16
+ *     build/kernel_ab /tmp/a/libdeepinfer_internal.so /tmp/b/libdeepinfer_internal.so fp8 1024 1024 gemv 1 4 16
+ *
+ * It calls internal functions, which libdeepinfer.so does not export (only include/deepinfer.h's
+ * API): give it libdeepinfer_internal.so, the same objects with every symbol exported (a tree
+ * older than that library exports them from libdeepinfer.so).
  *
  * Formats: f32, bf16, fp8, fp4.  Kernels: gemv (weights decoded in registers) or gemm (panels),
  * called directly on all rows by one thread, whatever di_matmul would choose for the token count.
@@ -181,7 +185,7 @@ int main(int argc, char **argv) {
             qprep[i] = (Fp4qPrepareFn)dlsym(h, "di_simd_fp4q_prepare");
             qrows[i] = (Fp4qRowsFn)dlsym(h, "di_simd_fp4q_rows");
             if (!qf || !pf || !qprep[i] || !qrows[i]) {
-                fprintf(stderr, "kernel_ab: %s lacks the di_simd_fp4q entry points\n", argv[1 + i]);
+                fprintf(stderr, "kernel_ab: %s lacks the di_simd_fp4q entry points (%s)\n", argv[1 + i], AB_INTERNAL_HINT);
                 return 1;
             }
             fp4q_scratch = qf(cols) > fp4q_scratch ? qf(cols) : fp4q_scratch;
@@ -193,7 +197,7 @@ int main(int argc, char **argv) {
             matrix_scale_bytes = (BytesFn)dlsym(h, "di_matrix_scale_bytes");
         }
         if (!fn[i] || !sf || !matrix_data_bytes || !matrix_scale_bytes) {
-            fprintf(stderr, "kernel_ab: %s lacks the SIMD kernel entry points\n", argv[1 + i]);
+            fprintf(stderr, "kernel_ab: %s lacks the SIMD kernel entry points (%s)\n", argv[1 + i], AB_INTERNAL_HINT);
             return 1;
         }
         if (!scratch_floats || sf(cols, gemm) > scratch_floats(cols, gemm)) scratch_floats = sf;

@@ -6,7 +6,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 SHARED=${SHARED_DIR:-../shared}
-LIB=build/libdeepinfer.so
+LIB=build/libdeepinfer_internal.so # the A/B tools call internals, which the public .so does not export
 pass=0; fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
@@ -24,6 +24,13 @@ build/decode_ab $LIB $LIB fast >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "decod
 err=$(build/decode_ab /nonexistent/libdeepinfer.so $LIB 2>&1); rc=$?
 [ $rc -eq 1 ] && ok || bad "decode_ab with a missing library exit $rc"
 case "$err" in *"/nonexistent/libdeepinfer.so"*) ok ;; *) bad "decode_ab missing library cause: $err" ;; esac
+# The public library exports no internal function: the tools say which library to give them.
+err=$(build/decode_ab build/libdeepinfer.so $LIB 2>&1); rc=$?
+[ $rc -eq 1 ] && ok || bad "decode_ab on the public libdeepinfer.so exit $rc"
+case "$err" in *"no symbol model_load"*"libdeepinfer_internal.so"*) ok ;; *) bad "decode_ab public library cause: $err" ;; esac
+err=$(build/kernel_ab build/libdeepinfer.so $LIB fp8 64 64 gemv 1 2>&1); rc=$?
+[ $rc -eq 1 ] && ok || bad "kernel_ab on the public libdeepinfer.so exit $rc"
+case "$err" in *"lacks the SIMD kernel entry points"*"libdeepinfer_internal.so"*) ok ;; *) bad "kernel_ab public library cause: $err" ;; esac
 CK=$SHARED/golden-v41/tiny-a/checkpoint
 if [ -d "$CK" ]; then
     out=$(DECODE_AB_MODEL=$CK build/decode_ab $LIB $LIB ref 2 2>/dev/null); rc=$?

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LIB = os.path.join(ROOT, "build", "libdeepinfer.so")
+LIB = os.path.join(ROOT, "build", "libdeepinfer_internal.so")  # di_engram_hash_multipliers is internal
 
 
 @pytest.fixture(scope="module")
 def lib():
     if not os.path.exists(LIB):
-        pytest.skip("build/libdeepinfer.so not built")
+        pytest.skip("build/libdeepinfer_internal.so not built")
     lib = ctypes.CDLL(LIB)
     lib.di_engram_hash_multipliers.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]
     lib.di_engram_hash_multipliers.restype = ctypes.c_int

