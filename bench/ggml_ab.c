@@ -4,7 +4,7 @@
  *
  *     cc -O2 -std=gnu11 -I$GGML/include -Isrc -Iinclude bench/ggml_ab.c -o /tmp/ggml_ab \
  *        build/libdeepinfer.a -L$GGML/build/src -lggml -lggml-base -lggml-cpu \
- *        -Wl,-rpath,$GGML/build/src -ljansson -lpcre2-8 -lutf8proc -lxxhash -lmicrohttpd \
+ *        -Wl,-rpath,$GGML/build/src -ljansson -lutf8proc -lxxhash -lmicrohttpd \
  *        -lmvec -lm -lpthread
  *     /tmp/ggml_ab q8_0|mxfp4|q8_0-ref|mxfp4-ref ROWS COLS N
  *

@@ -3,7 +3,7 @@
 # libdeepinfer.so exports exactly the functions include/deepinfer.h declares (all di_, no
 # internal name, no data), the internal .so of the A/B tools still exports the internals, the
 # engine sources include nothing of the cluster planners or the golden harness (data flows one
-# way).
+# way), and PCRE2 is a dependency of the pre-tokenizer benchmark alone.
 set -u
 cd "$(dirname "$0")/../.."
 pass=0; fail=0
@@ -35,5 +35,12 @@ done
 nm build/libdeepinfer_cluster.a | grep -q ' T di_eplb_rebalance$' && ok || bad "libdeepinfer_cluster.a lacks di_eplb_rebalance"
 nm build/libdeepinfer_golden.a | grep -q ' T golden_open$' && ok || bad "libdeepinfer_golden.a lacks golden_open"
 
+# PCRE2 only where it is the baseline: no other link command names it (the linker's --as-needed
+# would drop an unused -lpcre2-8 from the binaries anyway, so the commands are what to check).
+cmds=$(make -s -n -B build/libdeepinfer.so build/deepinfer build/tests/test_tokenizer build/bench/bench_decode 2>&1)
+echo "$cmds" | grep -q -- '-o build/deepinfer ' && ok || bad "make -n printed no link command of build/deepinfer"
+echo "$cmds" | grep -q 'pcre2' && bad "link commands other than the pre-tokenizer benchmark's name PCRE2" || ok
+make -s -n -B build/bench/bench_tokenizer_pretok 2>&1 | grep -q -- '-o build/bench/bench_tokenizer_pretok .*-lpcre2-8' \
+    && ok || bad "bench_tokenizer_pretok is not linked with PCRE2"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
