@@ -392,6 +392,17 @@ int32_t di_engine_vocab_size(const DiEngine *engine);
  * them).  vocab_size >= 257.  For tests of the engine and its bindings, independent of a model. */
 DiEngine *di_engine_create_mock(int32_t vocab_size, uint64_t model_seed, const DiEngineOptions *opts);
 
+/* ---- ABI: the layout of the structs above, for bindings that mirror them ----------------- */
+
+/* A binding that redeclares these structs (python/deepinfer/_lib.py, with ctypes) checks its
+ * copy against the library it loaded.  di_abi_struct: sizeof the struct named `type` (its C name,
+ * e.g. "DiEngineOptions") and its number of fields.  di_abi_field: field `index` of it, in
+ * declaration order: name, offset, size.  -1 with an error naming an unknown type or an index
+ * out of range.  Described: DiEngineOptions, DiSamplingParams, DiRequestInput, DiTokenLogprobs,
+ * DiStreamDelta, DiRequestOutput, DiEngineMetrics, DiTextHooks. */
+int di_abi_struct(const char *type, size_t *size, int *n_fields);
+int di_abi_field(const char *type, int index, const char **name, size_t *offset, size_t *size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,7 +2,10 @@
 
 Loads the shared library built by `make` (build/libdeepinfer.so at the repository root, or the
 file named by DEEPINFER_LIB).  Nothing is compiled at import.  The Structure layouts mirror the C
-structs field by field; keep them in step with include/deepinfer.h.
+structs field by field; keep them in step with include/deepinfer.h.  At import every mirror is
+compared with the library's own description of the struct (di_abi_struct, di_abi_field): a
+size, a field name, offset or size that differs is an ImportError naming the struct and field,
+not a silent wrong read.
 """
 import ctypes
 import os
@@ -83,6 +86,53 @@ class TextHooks(Structure):
 StreamCallback = ctypes.CFUNCTYPE(None, c_void_p, POINTER(StreamDelta))
 
 
+# Every Structure above and the C struct it mirrors (check_abi compares each at import).
+MIRRORS = ((EngineOptions, "DiEngineOptions"), (CSamplingParams, "DiSamplingParams"),
+           (RequestInput, "DiRequestInput"), (TokenLogprobs, "DiTokenLogprobs"),
+           (StreamDelta, "DiStreamDelta"), (RequestOutputC, "DiRequestOutput"),
+           (EngineMetrics, "DiEngineMetrics"), (TextHooks, "DiTextHooks"))
+
+
+class AbiMismatch(ImportError):
+    """A ctypes mirror that does not match the struct of the loaded library."""
+
+
+def _field_size(cls, name):
+    return ctypes.sizeof(dict(cls._fields_)[name])
+
+
+def check_abi(lib, mirrors=None):
+    """Compare each (Structure, C name) in mirrors (default MIRRORS) with the library's layout;
+    AbiMismatch names the first difference (the library and the binding from different trees)."""
+    where = getattr(lib, "_name", "the library")
+    for cls, cname in MIRRORS if mirrors is None else mirrors:
+        size, n_fields = c_size_t(), c_int()
+        if lib.di_abi_struct(cname.encode(), ctypes.byref(size), ctypes.byref(n_fields)) != 0:
+            raise AbiMismatch(f"deepinfer: {where} does not describe {cname}: "
+                              f"{lib.di_last_error().decode('utf-8', 'replace')}")
+        names = [f[0] for f in cls._fields_]
+        for i in range(max(n_fields.value, len(names))):
+            py = names[i] if i < len(names) else None
+            c_name, off, fsize = c_char_p(), c_size_t(), c_size_t()
+            if i >= n_fields.value:
+                raise AbiMismatch(f"deepinfer: {cls.__name__} mirrors {cname} with field '{py}' (#{i}), "
+                                  f"which {where}'s {cname} does not have ({n_fields.value} fields)")
+            if lib.di_abi_field(cname.encode(), i, ctypes.byref(c_name), ctypes.byref(off), ctypes.byref(fsize)) != 0:
+                raise AbiMismatch(f"deepinfer: {cname} field #{i}: {lib.di_last_error().decode('utf-8', 'replace')}")
+            c = c_name.value.decode()
+            if py is None:
+                raise AbiMismatch(f"deepinfer: {cls.__name__} lacks field '{c}' (#{i}) of {cname} in {where}")
+            if py != c:
+                raise AbiMismatch(f"deepinfer: {cls.__name__} field #{i} is '{py}', {cname}'s is '{c}' in {where}")
+            got = (getattr(cls, py).offset, _field_size(cls, py))
+            if got != (off.value, fsize.value):
+                raise AbiMismatch(f"deepinfer: {cls.__name__}.{py} is at offset {got[0]} with size {got[1]}, "
+                                  f"{cname}.{c} at offset {off.value} with size {fsize.value} in {where}")
+        if ctypes.sizeof(cls) != size.value:
+            raise AbiMismatch(f"deepinfer: {cls.__name__} is {ctypes.sizeof(cls)} bytes, {cname} "
+                              f"{size.value} in {where}")
+
+
 def _library_path():
     env = os.environ.get("DEEPINFER_LIB")
     if env:
@@ -127,11 +177,14 @@ def _load():
         "di_tokenizer_is_added": (c_int, [c_void_p, c_int32]),
         "di_tokenizer_special_id": (c_int32, [c_void_p, c_char_p]),
         "di_render_json": (c_int, [c_char_p, c_size_t, c_int, POINTER(c_void_p)]),
+        "di_abi_struct": (c_int, [c_char_p, POINTER(c_size_t), POINTER(c_int)]),
+        "di_abi_field": (c_int, [c_char_p, c_int, POINTER(c_char_p), POINTER(c_size_t), POINTER(c_size_t)]),
     }
     for name, (restype, argtypes) in sig.items():
         fn = getattr(lib, name)
         fn.restype = restype
         fn.argtypes = argtypes
+    check_abi(lib)
     return lib
 
 
