@@ -22,15 +22,13 @@ const char *di_version(void);
 /* ---- model: checkpoint loading and the forward pass (src/model) ------------------------- */
 
 /* Write a synthetic DeepSeek-V4.1 checkpoint in the official Hugging Face layout into out_dir:
- * preset "tiny" (model-v41.md §9 shapes, 291-token byte-level tokenizer), "spec9" (§9.2
+ * preset "tiny" (model-v41.md §9 shapes, 297-token byte-level tokenizer), "spec9" (§9.2
  * verbatim, no tokenizer) or "medium" (benchmark size, ~520 MB).  Same seed, same bytes. */
 int di_make_tiny(const char *out_dir, const char *preset, uint64_t seed);
 /* The built-in tiny model used when no checkpoint is given: generated on first use into
  * $XDG_CACHE_HOME/deepinfer/tiny-v41 (else ~/.cache/deepinfer/tiny-v41) and reused after;
  * its directory is written to buf. */
 int di_builtin_model_dir(char *buf, size_t n);
-
-/* (model API goes here) */
 
 /* The V4.1 forward pass on a loaded checkpoint (model-v41.md §5).  A DiModel is immutable while
  * forwards run on it, except for the setters below; each request has its own DiModelState (§6:

@@ -53,7 +53,9 @@ static int check_yoco_mode(const char *name, const char *v) {
 
 static int check_keep_tokens(const char *name, const char *v) {
     long n;
-    /* must cover the sliding window (128 in the release; checked against the model at load) */
+    /* Only the form is checked: the count is for bounded replay (TRUNCATION_MODE=compact), which
+     * is refused, so nothing reads it yet.  That it covers the model's sliding window (128 in the
+     * release) is for bounded replay to check when it lands; no load checks it now. */
     if (parse_long(v, &n) != 0 || n < 1 || n > (1L << 30)) return di_errorf("%s='%s': expected a positive token count", name, v);
     return 0;
 }
