@@ -46,7 +46,9 @@ static const AbiField sampling_params[] = {
     FIELD(DiSamplingParams, min_tokens),        FIELD(DiSamplingParams, stop_token_ids),
     FIELD(DiSamplingParams, n_stop_token_ids),  FIELD(DiSamplingParams, stop),
     FIELD(DiSamplingParams, n_stop),            FIELD(DiSamplingParams, logprobs),
-    FIELD(DiSamplingParams, ignore_eos),
+    FIELD(DiSamplingParams, ignore_eos),        FIELD(DiSamplingParams, logit_bias),
+    FIELD(DiSamplingParams, n_logit_bias),      FIELD(DiSamplingParams, has_thinking_budget),
+    FIELD(DiSamplingParams, thinking_budget),   FIELD(DiSamplingParams, think_end_id),
 };
 
 static const AbiField request_input[] = {
