@@ -76,7 +76,7 @@ static const AbiField request_output[] = {
     FIELD(DiRequestOutput, stop_token),      FIELD(DiRequestOutput, stop_string),
     FIELD(DiRequestOutput, seed),            FIELD(DiRequestOutput, n_preemptions),
     FIELD(DiRequestOutput, time_to_first_token_s), FIELD(DiRequestOutput, total_time_s),
-    FIELD(DiRequestOutput, n_cached_tokens),
+    FIELD(DiRequestOutput, n_cached_tokens), FIELD(DiRequestOutput, time_in_queue_s),
 };
 
 static const AbiField engine_metrics[] = {

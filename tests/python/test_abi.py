@@ -48,8 +48,7 @@ def test_retyped_field_is_refused():
 
 def test_missing_trailing_field_is_refused():
     f = fields_of(_lib.RequestOutputC)
-    assert f[-1][0] == "n_cached_tokens"
-    expect_mismatch(mirror(_lib.RequestOutputC, f[:-1]), "DiRequestOutput", "lacks field 'n_cached_tokens'")
+    expect_mismatch(mirror(_lib.RequestOutputC, f[:-1]), "DiRequestOutput", f"lacks field '{f[-1][0]}'")
 
 
 def test_missing_field_hidden_by_padding_is_refused():
