@@ -396,8 +396,8 @@ DiEngine *di_engine_create_mock(int32_t vocab_size, uint64_t model_seed, const D
  * copy against the library it loaded.  di_abi_struct: sizeof the struct named `type` (its C name,
  * e.g. "DiEngineOptions") and its number of fields.  di_abi_field: field `index` of it, in
  * declaration order: name, offset, size.  -1 with an error naming an unknown type or an index
- * out of range.  Described: DiEngineOptions, DiSamplingParams, DiRequestInput, DiTokenLogprobs,
- * DiStreamDelta, DiRequestOutput, DiEngineMetrics, DiTextHooks. */
+ * out of range.  Described: DiEngineOptions, DiLogitBias, DiSamplingParams, DiRequestInput,
+ * DiTokenLogprobs, DiStreamDelta, DiRequestOutput, DiEngineMetrics, DiTextHooks. */
 int di_abi_struct(const char *type, size_t *size, int *n_fields);
 int di_abi_field(const char *type, int index, const char **name, size_t *offset, size_t *size);
 

@@ -26,6 +26,10 @@ class EngineOptions(Structure):
                 ("enable_prefix_caching", c_int), ("prefix_cache_bytes", c_size_t)]
 
 
+class LogitBias(Structure):
+    _fields_ = [("token", c_int32), ("bias", c_float)]
+
+
 class CSamplingParams(Structure):
     _fields_ = [("temperature", c_float), ("top_k", c_int), ("top_p", c_float), ("min_p", c_float),
                 ("presence_penalty", c_float), ("frequency_penalty", c_float),
@@ -87,7 +91,7 @@ StreamCallback = ctypes.CFUNCTYPE(None, c_void_p, POINTER(StreamDelta))
 
 
 # Every Structure above and the C struct it mirrors (check_abi compares each at import).
-MIRRORS = ((EngineOptions, "DiEngineOptions"), (CSamplingParams, "DiSamplingParams"),
+MIRRORS = ((EngineOptions, "DiEngineOptions"), (LogitBias, "DiLogitBias"), (CSamplingParams, "DiSamplingParams"),
            (RequestInput, "DiRequestInput"), (TokenLogprobs, "DiTokenLogprobs"),
            (StreamDelta, "DiStreamDelta"), (RequestOutputC, "DiRequestOutput"),
            (EngineMetrics, "DiEngineMetrics"), (TextHooks, "DiTextHooks"))

@@ -51,10 +51,6 @@ def _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk, state_mem
     return opts
 
 
-class _LogitBias(ctypes.Structure):
-    _fields_ = [("token", ctypes.c_int32), ("bias", ctypes.c_float)]  # DiLogitBias
-
-
 class _CParams:
     """A SamplingParams as the C struct, with the arrays it points to kept alive.  think_end:
     the model's </think> id (None: no tokenizer; a thinking budget is then refused)."""
@@ -85,7 +81,7 @@ class _CParams:
         c.logprobs = -1 if p.logprobs is None else p.logprobs
         c.ignore_eos = 1 if p.ignore_eos else 0
         bias = sorted((p.logit_bias or {}).items())
-        self._bias = (_LogitBias * max(1, len(bias)))(*[_LogitBias(t, b) for t, b in bias])
+        self._bias = (_lib.LogitBias * max(1, len(bias)))(*[_lib.LogitBias(t, b) for t, b in bias])
         c.logit_bias = ctypes.cast(self._bias, ctypes.c_void_p)
         c.n_logit_bias = len(bias)
         if p.thinking_token_budget is not None:

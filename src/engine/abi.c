@@ -37,6 +37,8 @@ static const AbiField engine_options[] = {
     FIELD(DiEngineOptions, prefix_cache_bytes),
 };
 
+static const AbiField logit_bias[] = {FIELD(DiLogitBias, token), FIELD(DiLogitBias, bias)};
+
 static const AbiField sampling_params[] = {
     FIELD(DiSamplingParams, temperature),       FIELD(DiSamplingParams, top_k),
     FIELD(DiSamplingParams, top_p),             FIELD(DiSamplingParams, min_p),
@@ -101,7 +103,8 @@ static const AbiField text_hooks[] = {
 };
 
 static const AbiStruct structs[] = {
-    STRUCT(DiEngineOptions, engine_options), STRUCT(DiSamplingParams, sampling_params),
+    STRUCT(DiEngineOptions, engine_options), STRUCT(DiLogitBias, logit_bias),
+    STRUCT(DiSamplingParams, sampling_params),
     STRUCT(DiRequestInput, request_input),   STRUCT(DiTokenLogprobs, token_logprobs),
     STRUCT(DiStreamDelta, stream_delta),     STRUCT(DiRequestOutput, request_output),
     STRUCT(DiEngineMetrics, engine_metrics), STRUCT(DiTextHooks, text_hooks),

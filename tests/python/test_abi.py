@@ -4,10 +4,13 @@ Structure of _lib.py is checked, and deliberately wrong mirrors (a retyped, miss
 reordered or inserted field, an unknown struct) are refused with an error naming the struct and
 the field."""
 import ctypes
+import importlib
+import pkgutil
 from ctypes import Structure, c_float, c_int, c_int32
 
 import pytest
 
+import deepinfer
 from deepinfer import _lib
 
 
@@ -24,8 +27,12 @@ def test_real_mirrors_match():
 
 
 def test_every_structure_is_checked():
-    structures = {v for v in vars(_lib).values()
-                  if isinstance(v, type) and issubclass(v, Structure) and v.__module__ == _lib.__name__}
+    # Every ctypes Structure of the package, in any module, is one that _lib checks at import.
+    structures = set()
+    for info in pkgutil.iter_modules(deepinfer.__path__):
+        module = importlib.import_module(f"deepinfer.{info.name}")
+        structures |= {v for v in vars(module).values()
+                       if isinstance(v, type) and issubclass(v, Structure) and v.__module__ == module.__name__}
     assert structures == {cls for cls, _ in _lib.MIRRORS}
 
 

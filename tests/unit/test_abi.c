@@ -6,7 +6,7 @@
 
 #include "deepinfer.h"
 
-static const char *const TYPES[] = {"DiEngineOptions", "DiSamplingParams", "DiRequestInput", "DiTokenLogprobs",
+static const char *const TYPES[] = {"DiEngineOptions", "DiLogitBias", "DiSamplingParams", "DiRequestInput", "DiTokenLogprobs",
                                     "DiStreamDelta",   "DiRequestOutput",  "DiEngineMetrics", "DiTextHooks"};
 
 /* Fields in order, no overlap, and no gap (between fields or at the end) of 8 bytes or more, or
