@@ -160,7 +160,8 @@ static int emit_prefix_reasoning(Renderer *r, const DiMessage *m, bool after_use
         /* V4.1 keeps the prefix's reasoning only after a user/system turn (measured). */
         if (!r->conv->thinking || !after_user) return special(r, DI_SPELL_END_THINK);
         if (special(r, DI_SPELL_THINK) != 0 || (rc && text(r, rc) != 0)) return -1;
-        return has_content ? special(r, DI_SPELL_END_THINK) : 0;
+        /* reasoning stays open only when nothing follows it: content or tool calls close it */
+        return has_content || m->n_tool_calls > 0 ? special(r, DI_SPELL_END_THINK) : 0;
     }
     if (!rc) {
         if (r->conv->thinking && !has_content) return 0;

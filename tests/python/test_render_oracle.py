@@ -261,3 +261,37 @@ def test_generated_malformed_match_oracle(seed):
     rng = random.Random(100 + seed)
     for _ in range(100):
         check_against_oracle(malformed(rng, rand_conversation(rng)))
+
+
+# ---- assistant prefixes: every shape of the last message ------------------------------------
+
+PREFIX_HISTORIES = [
+    [], [{"role": "user", "content": "hi"}], [{"role": "system", "content": "s"}],
+    [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"}],
+    [{"role": "user", "content": "hi"},
+     {"role": "assistant", "content": "a", "tool_calls": [{"id": "c0", "type": "function",
+                                                           "function": {"name": "f", "arguments": "{}"}}]},
+     {"role": "tool", "tool_call_id": "c0", "content": "r"}],
+]
+
+
+@pytest.mark.parametrize("encoding", ["v41", "v4_0731"])
+def test_prefix_shapes_match_oracle(encoding):
+    # Issue 19 item 13: a V4.1 thinking prefix with tool calls and no content left </think> out,
+    # so the tool-call block sat inside the reasoning.
+    for mode in ("thinking", "chat"):
+        for reasoning in (None, "", "r"):
+            for content in ("", "c"):
+                for history in PREFIX_HISTORIES:
+                    for calls in (True, False):
+                        for tools in (True, False):
+                            m = {"role": "assistant", "content": content, "prefix": True}
+                            if reasoning is not None:
+                                m["reasoning_content"] = reasoning
+                            if calls:
+                                m["tool_calls"] = [{"id": "c1", "type": "function",
+                                                    "function": {"name": "f", "arguments": "{\"a\": 1}"}}]
+                            req = {"encoding": encoding, "thinking_mode": mode, "messages": history + [m]}
+                            if tools:
+                                req["tools"] = [{"type": "function", "function": {"name": "f"}}]
+                            check_against_oracle(req)
