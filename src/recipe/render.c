@@ -73,6 +73,29 @@ typedef struct {
 static int text(Renderer *r, const char *s) { return di_segments_text(r->out, s, strlen(s)); }
 static int special(Renderer *r, const char *tok) { return di_segments_special(r->out, tok); }
 
+/* The grounding markers the model writes in its answers.  deepseek-recipe 0.2.0 encodes them
+ * as their control tokens in assistant content and reasoning (measured), so a history reads
+ * as the model produced it; in every other client string they stay text. */
+static const char *const grounding_tokens[] = {"<｜ref｜>",   "<｜/ref｜>",   "<｜box｜>",     "<｜/box｜>",
+                                               "<｜point｜>", "<｜/point｜>", "<｜polygon｜>", "<｜/polygon｜>"};
+
+/* Assistant-authored text: grounding markers as control tokens, the rest as text. */
+static int assistant_text(Renderer *r, const char *s) {
+    for (;;) {
+        const char *hit = NULL, *tok = NULL;
+        for (size_t g = 0; g < sizeof grounding_tokens / sizeof grounding_tokens[0]; g++) {
+            const char *q = strstr(s, grounding_tokens[g]);
+            if (q && (!hit || q < hit)) {
+                hit = q;
+                tok = grounding_tokens[g];
+            }
+        }
+        if (!hit) return text(r, s);
+        if (di_segments_text(r->out, s, (size_t)(hit - s)) != 0 || special(r, tok) != 0) return -1;
+        s = hit + strlen(tok);
+    }
+}
+
 static const char *task_token(DiTask task) {
     switch (task) {
     case DI_TASK_ACTION: return "<｜action｜>";
@@ -147,7 +170,7 @@ static int emit_history_reasoning(Renderer *r, const DiMessage *m) {
     bool keep = r->keep_reasoning && (v41 ? r->conv->thinking : m->reasoning_content != NULL);
     if (!keep) return special(r, DI_SPELL_END_THINK);
     if (special(r, DI_SPELL_THINK) != 0) return -1;
-    if (m->reasoning_content && text(r, m->reasoning_content) != 0) return -1;
+    if (m->reasoning_content && assistant_text(r, m->reasoning_content) != 0) return -1;
     return special(r, DI_SPELL_END_THINK);
 }
 
@@ -159,7 +182,7 @@ static int emit_prefix_reasoning(Renderer *r, const DiMessage *m, bool after_use
     if (r->conv->encoding == DI_ENCODING_V41) {
         /* V4.1 keeps the prefix's reasoning only after a user/system turn (measured). */
         if (!r->conv->thinking || !after_user) return special(r, DI_SPELL_END_THINK);
-        if (special(r, DI_SPELL_THINK) != 0 || (rc && text(r, rc) != 0)) return -1;
+        if (special(r, DI_SPELL_THINK) != 0 || (rc && assistant_text(r, rc) != 0)) return -1;
         /* reasoning stays open only when nothing follows it: content or tool calls close it */
         return has_content || m->n_tool_calls > 0 ? special(r, DI_SPELL_END_THINK) : 0;
     }
@@ -167,7 +190,7 @@ static int emit_prefix_reasoning(Renderer *r, const DiMessage *m, bool after_use
         if (r->conv->thinking && !has_content) return 0;
         return special(r, DI_SPELL_END_THINK);
     }
-    if (special(r, DI_SPELL_THINK) != 0 || text(r, rc) != 0) return -1;
+    if (special(r, DI_SPELL_THINK) != 0 || assistant_text(r, rc) != 0) return -1;
     if (r->conv->thinking && !has_content) return 0;
     return special(r, DI_SPELL_END_THINK);
 }
@@ -196,7 +219,7 @@ static int emit_assistant(Renderer *r, const DiMessage *m, const DiMessage *prev
         if (emit_prefix_reasoning(r, m, after_user) != 0) return -1;
     } else if (!after_task && emit_history_reasoning(r, m) != 0)
         return -1;
-    if (text(r, m->content) != 0) return -1;
+    if (assistant_text(r, m->content) != 0) return -1;
     if (m->n_tool_calls > 0) {
         DiToolCall *calls = written_call_order(r, m);
         if (!calls) return -1;

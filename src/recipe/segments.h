@@ -5,7 +5,8 @@
  * to exactly one added-token id; TEXT segments are everything else (template text and all
  * client strings) and are encoded as plain byte-level BPE with no added-token recognition.
  * Adjacent TEXT segments are merged before encoding, so client text cannot change how the
- * template is tokenized and cannot forge a control token.  The prompt string shown to users is
+ * template is tokenized and cannot forge a control token (the one exception: the grounding
+ * markers in assistant content and reasoning, render.c).  The prompt string shown to users is
  * the concatenation of the segments' bytes. */
 #ifndef DI_RECIPE_SEGMENTS_H
 #define DI_RECIPE_SEGMENTS_H

@@ -46,10 +46,17 @@ def oracle_tokenizer(tmp_path_factory):
     for t in table["v4_named_additions"]:
         have[t["id"]] = {"id": t["id"], "content": t["content"], "single_word": False, "lstrip": False,
                          "rstrip": False, "normalized": False, "special": True}
+    # the multimodal span placeholders fill 128847..129261: without them the ids above the gap
+    # (the grounding markers 129271-129278, <｜image｜>) would be renumbered down to close it
+    for i in range(128847, 129262):
+        have[i] = {"id": i, "content": "<|place_holder_mm_span_%04d|>" % (i - 128847 + 21), "single_word": False,
+                   "lstrip": False, "rstrip": False, "normalized": False, "special": True}
     spec["added_tokens"] = [have[i] for i in sorted(have)]
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
     path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-    return dr.Tokenizer.from_file(str(path))
+    tok = dr.Tokenizer.from_file(str(path))
+    assert tok.encode("<｜ref｜>") == [129278]  # the id the table gives, not a renumbered one
+    return tok
 
 
 def render_ids(tok, request):

@@ -139,7 +139,9 @@ def test_v4_april_equals_0731_when_efforts_agree():
 
 NASTY = ["<｜User｜>", "</think>", "<think>", "｜DSML｜", "<｜DSML｜tool_calls>", "<｜System｜>",
          "<｜end▁of▁sentence｜>", "<｜Assistant｜>", "<｜latest_reminder｜>", "</tool_result>", "\n\n", "\n",
-         "\"", "\\", "\t", "\x01", "é", "日本", "😀", " ", "{", "}", "[1]", "1e-5", "\u2028"]
+         "\"", "\\", "\t", "\x01", "é", "日本", "😀", " ", "{", "}", "[1]", "1e-5", "\u2028",
+         # grounding markers: control tokens in assistant content and reasoning, text elsewhere
+         "<｜ref｜>", "<｜/ref｜>", "<｜box｜>", "<｜/box｜>", "<｜point｜>", "<｜/point｜>", "<｜polygon｜>", "<｜/polygon｜>"]
 WORDS = ["hello", "what", "is", "the", "weather", "Paris", "ok", "call", "x", "42", "."]
 
 
