@@ -171,14 +171,15 @@ json_t *di_api_message(const char *role, const char *text) {
 
 int di_api_set_conversation(DiApiRequest *req, json_t *messages, json_t *tools) {
     req->n_tools = json_array_size(tools);
-    if (req->thinking) { /* official ReasoningContentBehavior::FillEmpty: history without reasoning gets "" */
-        size_t i;
-        json_t *m;
-        json_array_foreach(messages, i, m) {
-            const char *role = json_string_value(json_object_get(m, "role"));
-            if (role && strcmp(role, "assistant") == 0 && !json_object_get(m, "reasoning_content"))
-                json_object_set_new(m, "reasoning_content", json_string(""));
-        }
+    /* official ReasoningContentBehavior::FillEmpty: in thinking mode history without reasoning
+     * gets ""; outside it reasoning is dropped (the chat template writes none) */
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role || strcmp(role, "assistant") != 0) continue;
+        if (!req->thinking) json_object_del(m, "reasoning_content");
+        else if (!json_object_get(m, "reasoning_content")) json_object_set_new(m, "reasoning_content", json_string(""));
     }
     req->conversation = json_pack("{s:s, s:o, s:o, s:s, s:o, s:b}", "encoding", "v41", "messages", messages, "tools",
                                   tools, "thinking_mode", req->thinking ? "thinking" : "chat", "reasoning_effort",
@@ -195,6 +196,19 @@ int di_api_set_conversation(DiApiRequest *req, json_t *messages, json_t *tools) 
         json_object_set_new(req->conversation, "response_format", json_pack("{s:s}", "type", "json_object")) != 0)
         return di_errorf("conversation: out of memory");
     return req->conversation ? 0 : di_errorf("conversation: out of memory");
+}
+
+DiParseStart di_api_parse_start(const DiApiRequest *req) {
+    if (!req) return DI_PARSE_START_CONTENT;
+    json_t *msgs = json_object_get(req->conversation, "messages");
+    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    if (req->thinking && json_is_true(json_object_get(last, "prefix"))) {
+        const char *content = json_string_value(json_object_get(last, "content"));
+        const char *reasoning = json_string_value(json_object_get(last, "reasoning_content"));
+        if (content && *content) return DI_PARSE_CONTINUE_CONTENT;
+        if (reasoning && *reasoning) return DI_PARSE_CONTINUE_REASONING;
+    }
+    return req->thinking ? DI_PARSE_START_REASONING : DI_PARSE_START_CONTENT;
 }
 
 static bool contains_json_word(const char *s) {
@@ -379,6 +393,21 @@ static int chat_tool_calls(const json_t *calls, size_t mi, json_t *out_calls, js
     return 0;
 }
 
+/* "prefix": true on the last assistant message: the model continues that message instead of
+ * answering afresh (the renderer leaves the turn open, the output parser starts inside it).
+ * Anywhere else it is refused with the official conversion's message (that conversion drops
+ * it silently on a user or system message, though its message names the rule). */
+static int chat_prefix(const json_t *m, size_t mi, size_t n_msgs, json_t *msg) {
+    json_t *v = json_object_get(m, "prefix");
+    if (!v || json_is_null(v) || json_is_false(v)) return 0;
+    if (!json_is_true(v)) return di_errorf("Invalid messages[%zu].prefix: expected a boolean, got %s", mi, di_api_type_name(v));
+    const char *role = json_string_value(json_object_get(m, "role"));
+    if (!msg || mi + 1 != n_msgs || strcmp(role, "assistant") != 0)
+        return di_errorf("Invalid completion message: prefix set true with message which is not final message or "
+                         "message role is not assistant (messages[%zu])", mi);
+    return json_object_set_new(msg, "prefix", json_true()) == 0 ? 0 : di_errorf("messages: out of memory");
+}
+
 static int chat_messages(const json_t *msgs, json_t *out) {
     if (!json_is_array(msgs)) return di_errorf("Invalid messages: expected an array, got %s", di_api_type_name(msgs));
     if (!json_array_size(msgs)) return di_errorf("Empty input messages");
@@ -398,6 +427,7 @@ static int chat_messages(const json_t *msgs, json_t *out) {
             break;
         }
         if (strcmp(role, "tool") != 0) in_tool_results = false;
+        if (strcmp(role, "assistant") != 0 && chat_prefix(m, i, json_array_size(msgs), NULL) != 0) { rc = -1; break; }
         if (strcmp(role, "system") == 0 || strcmp(role, "user") == 0 || strcmp(role, "latest_reminder") == 0) {
             if (di_api_join_text(json_object_get(m, "content"), k_text_parts, "\n\n", field, &text) != 0) { rc = -1; break; }
             if (!(strcmp(role, "system") == 0 && !*text)) json_array_append_new(out, di_api_message(role, text));
@@ -418,6 +448,7 @@ static int chat_messages(const json_t *msgs, json_t *out) {
                 if (chat_tool_calls(calls, i, out_calls, pending) != 0) { json_decref(msg); free(text); rc = -1; break; }
                 in_tool_results = true;
             }
+            if (chat_prefix(m, i, json_array_size(msgs), msg) != 0) { json_decref(msg); free(text); rc = -1; break; }
             json_array_append_new(out, msg);
         } else if (strcmp(role, "tool") == 0) {
             const char *id = json_string_value(json_object_get(m, "tool_call_id"));
@@ -460,6 +491,15 @@ static int chat_tools(const json_t *body, json_t *tools) {
         if (di_api_add_tool(tools, name, json_object_get(fn, "description"), json_object_get(fn, "parameters"), field) != 0)
             return -1;
     }
+    return 0;
+}
+
+/* A prefix continues plain text: declared tools are refused (as the official conversion does,
+ * whatever tool_choice says), since a call cannot be resumed from the prefix. */
+static int chat_prefix_without_tools(const json_t *messages, const json_t *tools) {
+    json_t *last = json_array_get(messages, json_array_size(messages) - 1);
+    if (json_array_size(tools) && json_is_true(json_object_get(last, "prefix")))
+        return di_errorf("Function call should not be used with prefix");
     return 0;
 }
 
@@ -530,7 +570,8 @@ int di_api_parse_chat(json_t *body, DiApiRequest *req) {
 
     json_t *messages = json_array(), *tools = json_array();
     if (!messages || !tools || chat_messages(json_object_get(body, "messages"), messages) != 0 ||
-        chat_tools(body, tools) != 0 || chat_tool_choice(body, req, tools) != 0) {
+        chat_tools(body, tools) != 0 || chat_prefix_without_tools(messages, tools) != 0 ||
+        chat_tool_choice(body, req, tools) != 0) {
         json_decref(messages);
         json_decref(tools);
         return -1;

@@ -9,6 +9,8 @@
 #ifndef DI_RECIPE_API_REQUEST_H
 #define DI_RECIPE_API_REQUEST_H
 
+#include "recipe/parse.h"
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -95,6 +97,12 @@ void di_api_request_free(DiApiRequest *req);
 /* The max_tokens to run with once the prompt length is known (recipe.md §4 resolve_max_tokens):
  * the requested value, else the default of the mode, lowered to the context left, at least 1.
  * -1 with an error when prompt + requested max_tokens (or the prompt alone) exceeds the context. */
+/* Where the model's output begins (the output parser's start): inside the last message when
+ * it is an assistant prefix in thinking mode (its content, or its reasoning when it has no
+ * content yet; as the official conversion decides), else at new reasoning (thinking mode) or
+ * at the answer. */
+DiParseStart di_api_parse_start(const DiApiRequest *req);
+
 int64_t di_api_resolve_max_tokens(const DiApiRequest *req, int64_t prompt_tokens, int64_t context_limit);
 
 /* The text of the last user turn (what a test backend answers to); "" when none. */

@@ -317,8 +317,10 @@ int di_api_chat_event(DiApiStream *s, const DiApiEvent *ev, DiApiBuf *sse) {
     switch (ev->kind) {
     case DI_API_EV_READY:
         if (s->req->protocol == DI_API_COMPLETIONS) return 0;
-        delta = s->req->thinking
+        /* the opening delta names the field the output starts in (a prefix may continue the answer) */
+        delta = s->req->thinking && di_api_parse_start(s->req) != DI_PARSE_CONTINUE_CONTENT
                     ? json_pack("{s:s, s:n, s:s}", "role", "assistant", "content", "reasoning_content", "")
+                    : s->req->thinking ? json_pack("{s:s, s:s, s:n}", "role", "assistant", "content", "", "reasoning_content")
                     : json_pack("{s:s, s:s}", "role", "assistant", "content", "");
         break;
     case DI_API_EV_REASONING:
@@ -373,7 +375,7 @@ json_t *di_api_chat_response(const DiApiStream *s) {
         json_decref(lp);
         return NULL;
     }
-    if (s->req->thinking)
+    if (s->req->thinking && di_api_parse_start(s->req) != DI_PARSE_CONTINUE_CONTENT) /* as the opening delta */
         json_object_set_new(msg, "reasoning_content", di_api_text(o->reasoning.data, o->reasoning.len));
     if (o->n_calls) {
         json_t *calls = json_array();

@@ -94,7 +94,7 @@ DiOutputEvents *di_output_events_new(const DiApiRequest *req, DiBackendEmit emit
         po.parse_tool_calls = req->n_tools > 0 && req->tool_choice != DI_TOOL_CHOICE_NONE;
         po.starts_in_tool_calls = req->tool_choice == DI_TOOL_CHOICE_REQUIRED;
         po.parse_json_output = req->json_mode;
-        po.start = req->thinking ? DI_PARSE_START_REASONING : DI_PARSE_START_CONTENT;
+        po.start = di_api_parse_start(req);
         po.stop_sequences = (const char *const *)o->stop;
         po.n_stop_sequences = o->n_stop;
         if (!(o->parser = di_stream_parser_new(&po))) goto fail;

@@ -138,7 +138,30 @@ CASES = [
     chat(messages=U + [{"role": "assistant", "content": "", "tool_calls": [
         CALL, {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "c2", "content": "r2"}, {"role": "tool", "tool_call_id": "c1", "content": "r1"}]),
+    # assistant prefixes (issue 19 item 11): continued, not closed and answered afresh
+    chat(messages=U + [{"role": "assistant", "content": "The answer", "prefix": True}]),
+    chat(messages=U + [{"role": "assistant", "content": "", "reasoning_content": "hmm", "prefix": True}]),
+    chat(messages=U + [{"role": "assistant", "content": "", "prefix": True}]),
+    chat(messages=U + [{"role": "assistant", "content": "x", "reasoning_content": "r", "prefix": True}],
+         thinking={"type": "disabled"}),
+    chat(messages=U + [{"role": "assistant", "content": "x", "prefix": False}]),
+    chat(messages=U + [{"role": "assistant", "content": "x", "reasoning_content": "r"}, {"role": "user", "content": "y"}],
+         thinking={"type": "disabled"}),
+    msgs(thinking={"type": "disabled"}, messages=[
+        {"role": "user", "content": "q"}, {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"},
+                                                                            {"type": "text", "text": "a"}]},
+        {"role": "user", "content": "q2"}]),
+    chat(messages=U + [{"role": "assistant", "content": "x", "prefix": None}]),
+    chat(messages=U + [{"role": "assistant", "content": "x", "prefix": "yes"}]),
+    chat(messages=U + [{"role": "assistant", "content": "x", "prefix": True}, {"role": "user", "content": "y"}]),
+    chat(messages=U + [{"role": "assistant", "content": None, "prefix": True}]),
+    chat(messages=U + [{"role": "assistant", "content": "x", "prefix": True}], tools=[TOOL]),
+    chat(messages=U + [{"role": "assistant", "content": "x", "prefix": True}], tools=[TOOL], tool_choice="none"),
+    chat(messages=U + [{"role": "assistant", "content": "x", "prefix": True}], tools=[]),
+    chat(messages=[{"role": "user", "content": "q", "prefix": False}]),
 ]
+# Deliberate divergence (not in CASES): "prefix": true on a user or system message is refused
+# (test_prefix_on_other_roles_refused); the official conversion drops it silently.
 # Deliberate divergences (not in CASES): images (image_url / input_image / image blocks) are
 # rejected with 400 here, since the engine has no vision encoder; the official conversion turns
 # them into placeholders.  previous_response_id is rejected (recipe.md §4.2, as ds4 does); the
@@ -176,6 +199,8 @@ def oracle_messages(conv):
             d["tool_calls"] = [(t.id, t.name, t.arguments) for t in m.tool_calls]
         if m.tool_call_id is not None:
             d["tool_call_id"] = m.tool_call_id
+        if m.prefix:
+            d["prefix"] = True
         out.append(d)
     return out
 
@@ -190,6 +215,8 @@ def our_messages(conv):
             d["tool_calls"] = [(t["id"], t["function"]["name"], t["function"]["arguments"]) for t in m["tool_calls"]]
         if "tool_call_id" in m:
             d["tool_call_id"] = m["tool_call_id"]
+        if m.get("prefix"):
+            d["prefix"] = True
         out.append(d)
     return out
 
@@ -376,6 +403,11 @@ def test_raw_text_through_parser_matches_official_processor(case, protocol, spli
     else:
         body = {"model": MODEL, "max_tokens": 100, "messages": U, "tools": [MTOOL], "stream": True,
                 **extra.get("messages", {})}
+    compare_text_run(protocol, body, chunks, finish)
+
+
+def compare_text_run(protocol, body, chunks, finish):
+    """Raw model text through our parser + encoders and through the official processor."""
     ref_events, ref_full = oracle_run(protocol, body, chunks, finish)
     mine = json.loads(run_tool("text", json.dumps({"protocol": protocol, "body": body, "id": "rid", "created": 123,
                                                     "prompt_tokens": 10, "cache_hit_tokens": 4, "chunks": chunks,
@@ -393,6 +425,31 @@ def test_raw_text_through_parser_matches_official_processor(case, protocol, spli
     ref_events = merge_deltas([e for e in ref_events if e.get("type") != "ping"])
     assert norm(my_events) == norm(ref_events)
     assert norm(mine["response"]) == norm(ref_full)
+
+
+PREFIX_MESSAGES = [{"role": "assistant", "content": "The answer", "prefix": True},
+                   {"role": "assistant", "content": "", "reasoning_content": "Let me", "prefix": True},
+                   {"role": "assistant", "content": "", "prefix": True},
+                   {"role": "assistant", "content": "", "reasoning_content": "", "prefix": True}]
+
+
+@pytest.mark.parametrize("thinking", ["enabled", "disabled"])
+@pytest.mark.parametrize("prefix", range(len(PREFIX_MESSAGES)))
+def test_prefix_continuation_matches_official_processor(prefix, thinking):
+    # Issue 19 item 11: the output of a prefix continues it; a leading newline is kept there and
+    # a reasoning prefix goes on as reasoning until </think>.
+    body = {"model": MODEL, "messages": U + [PREFIX_MESSAGES[prefix]], "stream": True, "thinking": {"type": thinking}}
+    for chunks in (["\n\n is", " 42", "</think>", "\nok"], ["\nmore", " thought", "</think>", "\n\nanswer"]):
+        compare_text_run("chat", body, chunks, "stop")
+
+
+def test_prefix_on_other_roles_refused():
+    # deliberate divergence: the official conversion drops "prefix" here without a word
+    bodies = [{"model": MODEL, "messages": [{"role": "user", "content": "q", "prefix": True}]},
+              {"model": MODEL, "messages": [{"role": "system", "content": "s", "prefix": True}] + U}]
+    for line in run_tool("convert", "".join(json.dumps({"protocol": "chat", "body": b}) + "\n" for b in bodies)).splitlines():
+        mine = json.loads(line)
+        assert not mine["ok"] and "prefix" in mine["message"], mine
 
 
 def delta_key(e):
