@@ -77,8 +77,15 @@ typedef struct DiTokenizer DiTokenizer;
 /* Which added-token table to use on top of the file's own (recipe-data/README.md):
  * FILE = the file as it is; V4 = plus the V4 additions (ids 128815..129279) the file lacks;
  * V41 = V4 plus <｜System｜> at 128799 in place of the V3 placeholder.  A token the file
- * already has at an id always wins (a real checkpoint's tokenizer.json loads as is). */
-typedef enum { DI_ADDED_TABLE_FILE = 0, DI_ADDED_TABLE_V4 = 1, DI_ADDED_TABLE_V41 = 2 } DiAddedTable;
+ * already has at an id always wins (a real checkpoint's tokenizer.json loads as is).
+ * AUTO = FILE when the file defines the V4 control tokens itself (it has "</think>": a V4 /
+ * V4.1 checkpoint, the built-in tiny model, whose ids differ), else V41 (a V3 file). */
+typedef enum {
+    DI_ADDED_TABLE_FILE = 0,
+    DI_ADDED_TABLE_V4 = 1,
+    DI_ADDED_TABLE_V41 = 2,
+    DI_ADDED_TABLE_AUTO = 3
+} DiAddedTable;
 
 DiTokenizer *di_tokenizer_load(const char *path);
 DiTokenizer *di_tokenizer_load_table(const char *path, DiAddedTable table);

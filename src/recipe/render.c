@@ -91,7 +91,7 @@ static int assistant_text(Renderer *r, const char *s) {
             }
         }
         if (!hit) return text(r, s);
-        if (di_segments_text(r->out, s, (size_t)(hit - s)) != 0 || special(r, tok) != 0) return -1;
+        if (di_segments_text(r->out, s, (size_t)(hit - s)) != 0 || di_segments_marker(r->out, tok) != 0) return -1;
         s = hit + strlen(tok);
     }
 }

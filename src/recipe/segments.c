@@ -46,7 +46,7 @@ static int push_segment(DiSegmentList *list, DiSegmentKind kind, const char *dat
         list->cap_segs = cap;
     }
     memcpy(list->bytes + list->n_bytes, data, len);
-    list->segs[list->n_segs++] = (DiSegment){kind, list->n_bytes, len};
+    list->segs[list->n_segs++] = (DiSegment){kind, list->n_bytes, len, false};
     list->n_bytes += len;
     list->bytes[list->n_bytes] = '\0';
     return 0;
@@ -69,4 +69,10 @@ int di_segments_text(DiSegmentList *list, const char *text, size_t len) {
 int di_segments_special(DiSegmentList *list, const char *spelling) {
     if (!list || !spelling || !*spelling) return di_errorf("segments: empty special token");
     return push_segment(list, DI_SEGMENT_SPECIAL, spelling, strlen(spelling));
+}
+
+int di_segments_marker(DiSegmentList *list, const char *spelling) {
+    if (di_segments_special(list, spelling) != 0) return -1;
+    list->segs[list->n_segs - 1].text_fallback = true;
+    return 0;
 }

@@ -6,11 +6,12 @@
  * client strings) and are encoded as plain byte-level BPE with no added-token recognition.
  * Adjacent TEXT segments are merged before encoding, so client text cannot change how the
  * template is tokenized and cannot forge a control token (the one exception: the grounding
- * markers in assistant content and reasoning, render.c).  The prompt string shown to users is
+ * markers in assistant content and reasoning, render.c, di_segments_marker).  The prompt string shown to users is
  * the concatenation of the segments' bytes. */
 #ifndef DI_RECIPE_SEGMENTS_H
 #define DI_RECIPE_SEGMENTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef enum { DI_SEGMENT_TEXT = 0, DI_SEGMENT_SPECIAL = 1 } DiSegmentKind;
@@ -19,6 +20,7 @@ typedef struct {
     DiSegmentKind kind;
     size_t offset; /* into DiSegmentList.bytes */
     size_t len;    /* bytes; for SPECIAL the token's exact spelling, e.g. "<｜User｜>" */
+    bool text_fallback; /* SPECIAL: encoded as text when the tokenizer lacks the token */
 } DiSegment;
 
 typedef struct {
@@ -35,5 +37,9 @@ void di_segments_clear(DiSegmentList *list);
 int di_segments_text(DiSegmentList *list, const char *text, size_t len);
 /* Append one control token by its spelling (never merged). */
 int di_segments_special(DiSegmentList *list, const char *spelling);
+/* Append a control token the model writes inside its own text (the grounding markers): its id
+ * when the tokenizer has it, else plain text joined with the text around it (a tokenizer
+ * without it, like the built-in tiny model's, still encodes the prompt). */
+int di_segments_marker(DiSegmentList *list, const char *spelling);
 
 #endif

@@ -405,7 +405,8 @@ static DiTokenizer *load_json(const json_t *root, DiAddedTable table) {
 }
 
 static int check_table(DiAddedTable table) {
-    if (table != DI_ADDED_TABLE_FILE && table != DI_ADDED_TABLE_V4 && table != DI_ADDED_TABLE_V41)
+    if (table != DI_ADDED_TABLE_FILE && table != DI_ADDED_TABLE_V4 && table != DI_ADDED_TABLE_V41 &&
+        table != DI_ADDED_TABLE_AUTO)
         return di_errorf("tokenizer: unknown added-token table %d", (int)table);
     return 0;
 }
@@ -699,6 +700,7 @@ int di_tokenizer_encode_segments(const DiTokenizer *tok, const DiSegmentList *se
     *n_ids = 0;
     DiIdVec vec = {0};
     int rc = 0;
+    size_t run = 0, run_end = 0; /* the pending run of text bytes (segments lie back to back) */
     for (size_t i = 0; i < segs->n_segs && rc == 0; i++) {
         const DiSegment *seg = &segs->segs[i];
         if (seg->offset > segs->n_bytes || seg->len > segs->n_bytes - seg->offset) {
@@ -707,15 +709,30 @@ int di_tokenizer_encode_segments(const DiTokenizer *tok, const DiSegmentList *se
             break;
         }
         const char *s = segs->bytes + seg->offset;
+        int32_t id = -1;
         if (seg->kind == DI_SEGMENT_SPECIAL) {
-            int32_t id = special_id_n(tok, s, seg->len);
-            rc = id < 0 ? di_error_wrap("segment %zu", i) : di_idvec_push(&vec, id);
-        } else if (seg->kind == DI_SEGMENT_TEXT) {
-            if (seg->len && encode_text(tok, s, seg->len, &vec) != 0) rc = di_error_wrap("segment %zu", i);
-        } else {
+            id = lookup_spelling(tok, s, seg->len);
+            if (id >= 0 && tok->kind[id] != DI_TOK_ADDED) id = -1;
+            if (id < 0 && !seg->text_fallback) {
+                special_id_n(tok, s, seg->len);
+                rc = di_error_wrap("segment %zu", i);
+                break;
+            }
+        } else if (seg->kind != DI_SEGMENT_TEXT) {
             rc = di_errorf("segment %zu: unknown kind %d", i, (int)seg->kind);
+            break;
         }
+        if (id < 0) { /* text, or a marker this tokenizer lacks: joins the run */
+            if (run_end != seg->offset) run = seg->offset;
+            run_end = seg->offset + seg->len;
+            continue;
+        }
+        if (run_end > run && encode_text(tok, segs->bytes + run, run_end - run, &vec) != 0) rc = di_error_wrap("segment %zu", i);
+        run = run_end = 0;
+        if (rc == 0) rc = di_idvec_push(&vec, id);
     }
+    if (rc == 0 && run_end > run && encode_text(tok, segs->bytes + run, run_end - run, &vec) != 0)
+        rc = di_error_wrap("the prompt's last text");
     return finish_ids(rc, &vec, ids, n_ids);
 }
 

@@ -115,7 +115,16 @@ static int append_token(DiAddedToken **list, size_t *n, size_t *cap, int32_t id,
     return 0;
 }
 
+/* AUTO: a file that spells the V4 template's </think> itself defines the control tokens, at
+ * its own ids (the tiny model's differ from the release's): the table must not shadow them. */
+static DiAddedTable resolve_auto(const DiAddedToken *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(list[i].content, "</think>") == 0) return DI_ADDED_TABLE_FILE;
+    return DI_ADDED_TABLE_V41;
+}
+
 int di_added_apply_table(DiAddedToken **list, size_t *n, DiAddedTable table) {
+    if (table == DI_ADDED_TABLE_AUTO) table = resolve_auto(*list, *n);
     if (table == DI_ADDED_TABLE_FILE) return 0;
     size_t cap = *n;
     for (size_t i = 0; i < sizeof V4_NAMED / sizeof V4_NAMED[0]; i++) {

@@ -12,6 +12,20 @@ check render_prompt "$out" '{"prompt":"<\uFF5Cbegin\u2581of\u2581sentence\uFF5C>
 tok="${SHARED_DIR:-../shared}/recipe-data/tokenizer/deepseek_v3_tokenizer.json"
 out=$(echo '{"encoding":"v4","thinking_mode":"chat","messages":[{"role":"user","content":"<｜User｜>"}]}' | $bin render --tokenizer "$tok")
 case "$out" in *'"ids":[0,128803,30,28217,6756,28217,32,128804,128822]}') check render_ids ok ok ;; *) check render_ids "$out" "injection ids of recipe.md 6.12" ;; esac
+# A tokenizer.json that defines the control tokens itself is used as it is (issue 19 item 17):
+# the tiny model's </think> keeps its own id, not the release's 128822; a grounding marker it
+# lacks is text there, as the same prompt's text without the marker's being a control token.
+tiny=$(mktemp -d)
+$bin make-tiny --out "$tiny/m" >/dev/null 2>&1
+tiny_tok="$tiny/m/tokenizer.json"
+end_think=$(jq '.added_tokens[] | select(.content == "</think>") | .id' "$tiny_tok")
+out=$(echo '{"encoding":"v41","thinking_mode":"chat","messages":[{"role":"user","content":"hi"}]}' | $bin render --tokenizer "$tiny_tok")
+check render_tiny_end_think "$(echo "$out" | jq -c '.ids[-1]')" "$end_think"
+conv='{"encoding":"v41","thinking_mode":"chat","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"a<｜ref｜>x"},{"role":"user","content":"b"}]}'
+ids=$(echo "$conv" | $bin render --tokenizer "$tiny_tok" | jq -c .ids)
+case "$ids" in '['*) check render_tiny_marker_as_text ok ok ;; *) check render_tiny_marker_as_text "$ids" "ids" ;; esac
+check render_tiny_no_release_ids "$(echo "$ids" | jq '[.[] | select(. >= 128000)] | length')" 0
+rm -rf "$tiny"
 $bin render --tokenizer /nonexistent </dev/null 2>/dev/null; check render_bad_tokenizer $? 1
 $bin render --tokenizer 2>/dev/null </dev/null; check render_tokenizer_missing_arg $? 2
 $bin render --help >/dev/null; check render_help $? 0

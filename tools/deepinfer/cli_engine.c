@@ -46,12 +46,7 @@ static int load_tokenizer(CliModel *m) {
         free(path);
         return 0;
     }
-    DiTokenizer *tok = di_tokenizer_load_table(path, DI_ADDED_TABLE_FILE);
-    if (tok && di_tokenizer_special_id(tok, "</think>") < 0) {
-        di_error_clear();
-        di_tokenizer_free(tok);
-        tok = di_tokenizer_load_table(path, DI_ADDED_TABLE_V41);
-    }
+    DiTokenizer *tok = di_tokenizer_load_table(path, DI_ADDED_TABLE_AUTO);
     free(path);
     m->tok = tok;
     return tok ? 0 : -1;

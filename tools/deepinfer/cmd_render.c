@@ -23,8 +23,9 @@ static void render_usage(FILE *out) {
             "        \"response_format\": \"text\"|\"json_object\"}\n"
             "stdout: {\"prompt\": \"...\", \"ids\": [...]} (\"ids\" only with --tokenizer; with --segments also\n"
             "        \"segments\": [{\"special\": bool, \"text\": \"...\"}])\n\n"
-            "  --tokenizer FILE   tokenizer.json for the ids (the V4/V4.1 added tokens it lacks are\n"
-            "                     supplied from the built-in table, so the V3 file works too)\n"
+            "  --tokenizer FILE   tokenizer.json for the ids; a file that defines the V4 control\n"
+            "                     tokens (has </think>) is used as it is, otherwise (a V3 file) the\n"
+            "                     V4.1 added tokens come from the built-in table\n"
             "  --segments         also print the control-token / text segments\n"
             "  --help             this text\n");
 }
@@ -52,7 +53,7 @@ int cmd_render(int argc, char **argv) {
         }
     }
     DiTokenizer *tok = NULL;
-    if (tokenizer_path && !(tok = di_tokenizer_load_table(tokenizer_path, DI_ADDED_TABLE_V41))) {
+    if (tokenizer_path && !(tok = di_tokenizer_load_table(tokenizer_path, DI_ADDED_TABLE_AUTO))) {
         fprintf(stderr, "deepinfer render: %s\n", di_last_error());
         return 1;
     }
