@@ -124,10 +124,11 @@ int di_output_parser_feed(DiOutputParser *parser, const char *text, size_t len) 
 }
 
 static const char *finish_reason(const DiOutputParser *p, const DiParsedMessage *m) {
-    /* recipe 0.2.0: a reported call (name complete), even one cut before its end, makes it tool_calls */
+    /* recipe 0.2.0: the length limit wins, even over calls (a call it cut is incomplete);
+     * otherwise a reported call (name complete), even one cut before its end, is tool_calls */
+    if (p->finish_length && !m->stopped) return "length";
     for (size_t i = 0; i < m->n_calls; i++)
         if (m->calls[i].name_done) return "tool_calls";
-    if (p->finish_length && !m->stopped) return "length";
     return "stop";
 }
 

@@ -379,6 +379,9 @@ TEXT_CASES = {
                        {"chat": {"stop": ["STOP"]}, "messages": {"stop_sequences": ["STOP"]}}),
     "leading_newlines": (["\n\nplan", "\n</think>", "\n\nresult\n"], {}),
     "length": (["a", "b", "c"], {"finish": "length"}),
+    # the limit inside a call, after its name / after a whole call: "length", not tool calls
+    "length_in_call": (["I will", DSML_CALL[:DSML_CALL.index("<｜DSML｜parameter name=\"days\"")]], {"finish": "length"}),
+    "length_after_call": (["I will", DSML_CALL], {"finish": "length"}),
     "custom_tool": (["Patching.", "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"apply_patch\">\n<｜DSML｜parameter "
                      "name=\"input\" string=\"true\">*** Begin Patch\n\"q\" \\ caf\u00e9 \U0001F600\n*** End"
                      "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"], {}),

@@ -62,7 +62,8 @@ def oracle_parse(options, chunks):
             break
         events += sp.push(dr.InferenceChunk.text(c, 1))
     if not sp.finished:
-        events += sp.push(dr.InferenceChunk.finish(dr.InferenceFinishReason.Stop))
+        events += sp.push(dr.InferenceChunk.finish(dr.InferenceFinishReason.Length if options.get("finish") == "length"
+                                                   else dr.InferenceFinishReason.Stop))
     events += sp.finish()
     for e in events:
         resp.accumulate(e)
@@ -136,6 +137,8 @@ def rand_options(rng):
         o["json_mode"] = True
     if rng.random() < 0.3:
         o["stop"] = rng.sample(["STOP", "\n\n", "wor", "ST"], rng.randint(1, 2))
+    if rng.random() < 0.3:  # the backend stopped at max_tokens (often inside a tool call)
+        o["finish"] = "length"
     return o
 
 
