@@ -118,14 +118,11 @@ int di_api_add_tool(json_t *tools, const char *name, const json_t *description, 
     }
     if (description && !json_is_null(description) && !json_is_string(description))
         return di_errorf("Invalid %s description: expected a string, got %s", field, di_api_type_name(description));
-    if (parameters && !json_is_null(parameters) && !json_is_object(parameters))
-        return di_errorf("Invalid %s parameters: expected an object, got %s", field, di_api_type_name(parameters));
+    if (!json_is_object(parameters)) return di_errorf("Invalid %s parameters: expected an object", field);
     json_t *fn = json_pack("{s:s}", "name", name);
     if (!fn) return di_errorf("tools: out of memory");
     if (description && json_is_string(description)) json_object_set(fn, "description", (json_t *)description);
-    json_object_set_new(fn, "parameters",
-                        parameters && json_is_object(parameters) ? json_deep_copy(parameters)
-                                                                 : json_pack("{s:s, s:{}}", "type", "object", "properties"));
+    json_object_set_new(fn, "parameters", json_deep_copy(parameters));
     return json_array_append_new(tools, json_pack("{s:s, s:o}", "type", "function", "function", fn)) == 0
                ? 0
                : di_errorf("tools: out of memory");
@@ -382,7 +379,8 @@ static int chat_tool_calls(const json_t *calls, size_t mi, json_t *out_calls, js
         const char *id = json_string_value(json_object_get(c, "id"));
         const char *name = json_string_value(json_object_get(fn, "name"));
         const char *args = json_string_value(json_object_get(fn, "arguments"));
-        if (!id || !*id) return di_errorf("Invalid messages[%zu].tool_calls[%zu].id: a non-empty string is required", mi, i);
+        /* an empty id is an id (the official conversion takes it; a tool message answers it with "") */
+        if (!id) return di_errorf("Invalid messages[%zu].tool_calls[%zu].id: a string is required", mi, i);
         if (!name) return di_errorf("Invalid messages[%zu].tool_calls[%zu].function.name: a string is required", mi, i);
         if (!args) return di_errorf("Invalid messages[%zu].tool_calls[%zu].function.arguments: a string is required", mi, i);
         if (json_object_get(pending, id)) return di_errorf("Duplicate tool call id '%s' in messages[%zu]", id, mi);
@@ -478,7 +476,7 @@ static int chat_tools(const json_t *body, json_t *tools) {
     json_t *list = json_object_get(body, "tools");
     if (!list || json_is_null(list)) return 0;
     if (!json_is_array(list)) return di_errorf("Invalid tools: expected an array, got %s", di_api_type_name(list));
-    size_t i;
+    size_t i, n_strict = 0;
     json_t *t;
     json_array_foreach(list, i, t) {
         char field[96];
@@ -488,10 +486,17 @@ static int chat_tools(const json_t *body, json_t *tools) {
         if (!type || strcmp(type, "function") != 0) return di_errorf("Invalid tools[%zu].type: only 'function' is supported", i);
         const char *name = json_string_value(json_object_get(fn, "name"));
         if (!json_is_object(fn) || !name) return di_errorf("Invalid tools[%zu].function: an object with a string 'name' is required", i);
-        if (di_api_add_tool(tools, name, json_object_get(fn, "description"), json_object_get(fn, "parameters"), field) != 0)
+        bool strict = false;
+        json_t *params = NULL;
+        if (di_api_tool_strict(fn, "tools[].function", &strict) != 0 ||
+            di_api_tool_schema(name, json_object_get(fn, "parameters"), strict, &params) != 0)
             return -1;
+        int rc = di_api_add_tool(tools, name, json_object_get(fn, "description"), params, field);
+        json_decref(params);
+        if (rc != 0) return -1;
+        n_strict += strict;
     }
-    return 0;
+    return di_api_tools_strict_agree(n_strict, json_array_size(tools));
 }
 
 /* A prefix continues plain text: declared tools are refused (as the official conversion does,

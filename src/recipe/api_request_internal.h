@@ -22,9 +22,17 @@ int di_api_stop(const json_t *value, const char *key, bool non_empty, DiApiReque
 int di_api_effort(const char *name, const char *field, char out[8]);
 /* Tool name rule of the official API: ^[a-zA-Z0-9_-]+$, 1..64 characters. */
 int di_api_check_tool_name(const char *name, const char *field);
-/* Append {"type":"function","function":{name,description,parameters}} to conv.tools, names unique. */
+/* Append {"type":"function","function":{name,description,parameters}} to conv.tools, names unique;
+ * `parameters` is a checked schema (di_api_tool_schema), copied. */
 int di_api_add_tool(json_t *tools, const char *name, const json_t *description, const json_t *parameters,
                     const char *field);
+/* The schema the prompt shows for a tool's `parameters` (NULL or null: none), checked as the
+ * official conversion does; strict schemas normalised (api_tool_schema.c).  *out is new. */
+int di_api_tool_schema(const char *tool, const json_t *parameters, bool strict, json_t **out);
+/* A tool's optional "strict" flag (a boolean or null) of `obj`; `field` names obj in errors. */
+int di_api_tool_strict(const json_t *obj, const char *field, bool *strict);
+/* Strict and non-strict tools may not be mixed in one request. */
+int di_api_tools_strict_agree(size_t n_strict, size_t n_tools);
 /* Apply tool_choice: none drops tools, a named choice keeps only that tool; Required + thinking -> 400. */
 int di_api_apply_tool_choice(DiApiRequest *req, json_t *tools, const char *named, const char *field);
 /* Resolve temperature / top_p for the mode (thinking: temperature 1.0, top_p in [0.95, 1]). */

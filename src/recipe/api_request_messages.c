@@ -180,9 +180,13 @@ static int messages_tools(const json_t *body, DiApiRequest *req, json_t *tools) 
             if (type && strcmp(type, "custom") != 0)
                 return di_errorf("Invalid tools[%zu]: server tool type '%s' is not supported", i, type);
             if (!name) return di_errorf("Invalid tools[%zu].name: a string is required", i);
-            json_t *schema = json_object_get(t, "input_schema");
+            json_t *schema = json_object_get(t, "input_schema"), *params = NULL;
             if (!json_is_object(schema)) return di_errorf("Invalid tools[%zu].input_schema: an object is required", i);
-            if (di_api_add_tool(tools, name, json_object_get(t, "description"), schema, field) != 0) return -1;
+            /* "strict" is not read here: the official conversion ignores it for Messages tools */
+            if (di_api_tool_schema(name, schema, false, &params) != 0) return -1;
+            int rc = di_api_add_tool(tools, name, json_object_get(t, "description"), params, field);
+            json_decref(params);
+            if (rc != 0) return -1;
         }
     }
     json_t *tc = json_object_get(body, "tool_choice");

@@ -206,7 +206,7 @@ static int responses_tools(const json_t *body, json_t *tools, DiApiRequest *req)
     json_t *list = json_object_get(body, "tools");
     if (!list || json_is_null(list)) return 0;
     if (!json_is_array(list)) return di_errorf("Invalid tools: expected an array");
-    size_t i;
+    size_t i, n_strict = 0;
     json_t *t;
     json_array_foreach(list, i, t) {
         const char *type = json_string_value(json_object_get(t, "type"));
@@ -217,9 +217,15 @@ static int responses_tools(const json_t *body, json_t *tools, DiApiRequest *req)
         const char *name = json_string_value(json_object_get(t, "name"));
         if (strcmp(type, "function") == 0 || strcmp(type, "custom") == 0) {
             if (!name) return di_errorf("Invalid tools[%zu].name: a string is required", i);
-            if (di_api_add_tool(tools, name, json_object_get(t, "description"),
-                                strcmp(type, "function") == 0 ? json_object_get(t, "parameters") : NULL, field) != 0)
+            bool custom = strcmp(type, "custom") == 0, strict = false;
+            json_t *params = custom ? json_pack("{s:s, s:{}}", "type", "object", "properties") : NULL;
+            if (!custom && (di_api_tool_strict(t, "tools[]", &strict) != 0 ||
+                            di_api_tool_schema(name, json_object_get(t, "parameters"), strict, &params) != 0))
                 return -1;
+            int rc = di_api_add_tool(tools, name, json_object_get(t, "description"), params, field);
+            json_decref(params);
+            if (rc != 0) return -1;
+            n_strict += strict;
             if (strcmp(type, "custom") == 0) { /* its call carries free text: {"input": text} in the model's markup */
                 if (!req->custom_tools && !(req->custom_tools = json_array())) return di_errorf("tools: out of memory");
                 json_array_append_new(req->custom_tools, json_string(name));
@@ -228,7 +234,7 @@ static int responses_tools(const json_t *body, json_t *tools, DiApiRequest *req)
             return di_errorf("Invalid tools[%zu].type: '%s' is not supported", i, type);
         }
     }
-    return 0;
+    return di_api_tools_strict_agree(n_strict, json_array_size(tools));
 }
 
 static int responses_tool_choice(const json_t *body, DiApiRequest *req, json_t *tools) {

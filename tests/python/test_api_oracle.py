@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from server_fixture import MODEL, ROOT, build_harness  # noqa: E402
+import test_render_oracle as ro  # noqa: E402  (the renderer through libdeepinfer.so)
 
 dr = pytest.importorskip("deepseek_recipe")  # installed by tools/install-deps.sh
 
@@ -160,6 +161,68 @@ CASES = [
     chat(messages=U + [{"role": "assistant", "content": "x", "prefix": True}], tools=[]),
     chat(messages=[{"role": "user", "content": "q", "prefix": False}]),
 ]
+
+def fn_tool(params=None, name="f", **kw):
+    fn = {"name": name, **kw}
+    if params is not None:
+        fn["parameters"] = params
+    return {"type": "function", "function": fn}
+
+
+OBJ = {"type": "object", "properties": {"a": {"type": "string"}}}
+STRICT_SCHEMAS = [  # issue 19 item 14: strict schemas rebuilt from the subset the model knows
+    OBJ, {"type": "object"}, None, {"type": "object", "properties": {}, "required": []},
+    {"type": "object", "properties": {"a": {"type": "array"}}},
+    {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer", "minimum": 0}}}},
+    {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}, "required": ["a"]},
+    {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}, "required": ["b", "a"]},
+    {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "a"]},
+    {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["z"]},
+    {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": True},
+    {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {"type": "string"}},
+    {"type": "object", "properties": {"a": {"type": "object", "properties": {"x": {"type": "number"}}}}},
+    {"type": "object", "properties": {"a": {"type": "object", "description": "d"}}},
+    {"type": "object", "properties": {"a": {"type": "string", "description": "d", "title": "t", "minLength": 1,
+                                            "pattern": "^x", "format": "email", "enum": ["x", "y"], "const": "x"}}},
+    {"type": "object", "properties": {"a": {"type": "string", "format": "date"}}},
+    {"type": "object", "properties": {"a": {"type": "string", "enum": ["x", 1]}}},
+    {"type": "object", "properties": {"a": {"multipleOf": 2, "type": "integer", "maximum": 5, "default": 1, "enum": [1],
+                                            "description": "d", "exclusiveMinimum": 0}}},
+    {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0.5}}},
+    {"type": "object", "properties": {"a": {"type": "number", "minimum": 0.5, "const": 1, "default": "x"}}},
+    {"type": "object", "properties": {"a": {"type": "number", "minimum": 0.5, "const": 1, "title": "t"}}},
+    {"type": "object", "properties": {"a": {"type": "boolean", "default": True, "description": "d"}}},
+    {"type": "object", "properties": {"a": {"type": ["string", "null"], "description": "d", "enum": ["x"]}}},
+    {"type": "object", "properties": {"a": {"type": ["object", "null"]}}},
+    {"type": "object", "properties": {"a": {"anyOf": [{"type": "string", "minLength": 1}, {"type": "null"}],
+                                            "title": "t", "description": "d"}}},
+    {"type": "object", "properties": {"a": {"$ref": "#/$defs/x", "description": "d"}}, "$defs": {"x": {"type": "string"}}},
+    {"type": "object", "properties": {"a": {"oneOf": [{"type": "string"}]}}},
+    {"type": "object", "properties": {"a": {"type": "foo"}}},
+    {"type": "object", "properties": {"a": {"type": "array", "items": True}}},
+    {"type": "object", "properties": {"a": {"type": "string", "description": None}}, "description": "top", "title": "T"},
+    {"type": "string"}, {"anyOf": [OBJ]}, {"properties": {"a": {"type": "string"}}},
+]
+CASES += [chat(tools=[fn_tool(p, strict=True)]) for p in STRICT_SCHEMAS]
+CASES += [
+    chat(tools=[fn_tool()]), chat(tools=[fn_tool({})]), chat(tools=[fn_tool({"type": "object"})]),
+    chat(tools=[fn_tool({"type": "string"})]), chat(tools=[fn_tool({"type": ["object", "null"]})]),
+    chat(tools=[fn_tool([])]), chat(tools=[fn_tool({"type": "object", "properties": 5})]),
+    chat(tools=[fn_tool({"type": "object", "properties": {"a": {"type": "array"}}})]),
+    chat(tools=[fn_tool(OBJ, strict=False)]), chat(tools=[fn_tool(OBJ, strict="yes")]),
+    chat(tools=[fn_tool(OBJ, strict=True), fn_tool(OBJ, name="g")]),
+    chat(tools=[fn_tool(OBJ, strict=True), fn_tool(OBJ, name="g", strict=True)]),
+    chat(tools=[fn_tool(OBJ, strict=True)], tool_choice="none"),
+    resp(tools=[{"type": "function", "name": "f"}]), resp(tools=[{"type": "function", "name": "f", "parameters": {}}]),
+    resp(tools=[{"type": "function", "name": "f", "parameters": OBJ, "strict": True}]),
+    resp(tools=[{"type": "function", "name": "f", "parameters": OBJ, "strict": True},
+                {"type": "function", "name": "g", "parameters": OBJ}]),
+    msgs(tools=[{"name": "f", "input_schema": {}}]), msgs(tools=[{"name": "f", "input_schema": OBJ, "strict": True}]),
+    chat(messages=U + [{"role": "assistant", "content": "", "tool_calls": [dict(CALL, id="")]},
+                       {"role": "tool", "tool_call_id": "", "content": "r"}]),
+    chat(messages=U + [{"role": "assistant", "content": "", "tool_calls": [{k: v for k, v in CALL.items() if k != "id"}]},
+                       {"role": "tool", "content": "r"}]),
+]
 # Deliberate divergence (not in CASES): "prefix": true on a user or system message is refused
 # (test_prefix_on_other_roles_refused); the official conversion drops it silently.
 # Deliberate divergences (not in CASES): images (image_url / input_image / image blocks) are
@@ -221,6 +284,13 @@ def our_messages(conv):
     return out
 
 
+def params_of(body, name, parameters):
+    """A tool's schema as compared.  Not for Responses custom tools: the official conversion takes
+    only apply_patch, with its own description and schema; deepinfer takes any custom tool."""
+    custom = {t.get("name") for t in body.get("tools") or [] if t.get("type") == "custom"}
+    return "(custom tool)" if name in custom else parameters
+
+
 def test_conversion_matches_official_recipe():
     payload = "".join(json.dumps({"protocol": p, "body": b}) + "\n" for p, b in CASES)
     ours = [json.loads(line) for line in run_tool("convert", payload).splitlines()]
@@ -240,19 +310,26 @@ def test_conversion_matches_official_recipe():
         expect = {
             "messages": oracle_messages(conv), "thinking": conv.thinking_mode,
             "effort": conv.reasoning_effort if conv.thinking_mode else None,
-            "tools": [t.name for t in conv.tools], "tool_choice": conv.tool_choice,
+            "tools": [(t.name, params_of(body, t.name, t.parameters)) for t in conv.tools], "tool_choice": conv.tool_choice,
             "max_tokens": io.max_tokens or 0, "stop": list(ref.parsing_options.stop_sequences),
             "json": conv.response_format == "json_object", "stream": ref.stream,
         }
         got = {
             "messages": our_messages(mine["conversation"]), "thinking": opt["thinking"],
             "effort": mine["conversation"]["reasoning_effort"],
-            "tools": [t["function"]["name"] for t in mine["conversation"]["tools"]], "tool_choice": opt["tool_choice"],
+            "tools": [(t["function"]["name"], params_of(body, t["function"]["name"], t["function"]["parameters"]))
+                      for t in mine["conversation"]["tools"]],
+            "tool_choice": opt["tool_choice"],
             "max_tokens": opt["max_tokens"], "stop": opt["stop"], "json": opt["json_mode"], "stream": opt["stream"],
         }
         for k in expect:
             if expect[k] != got[k]:
                 mismatches.append(f"{case}: {k}: official {expect[k]!r}, ours {got[k]!r}")
+        # the prompt both conversations render to (custom tools aside, see params_of)
+        if not any(t.get("type") == "custom" for t in body.get("tools") or []):
+            want_prompt = dr.DeepseekV41Encoding().render_conversation(conv).prompt
+            if ro.render(mine["conversation"])["prompt"] != want_prompt:
+                mismatches.append(f"{case}: the rendered prompts differ")
         if abs(io.temperature - opt["temperature"]) > 1e-6 or abs(io.top_p - opt["top_p"]) > 1e-6:
             mismatches.append(f"{case}: sampling: official {io.temperature}/{io.top_p}, ours {opt['temperature']}/{opt['top_p']}")
     assert not mismatches, "\n".join(mismatches)
