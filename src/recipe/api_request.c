@@ -208,6 +208,21 @@ DiParseStart di_api_parse_start(const DiApiRequest *req) {
     return req->thinking ? DI_PARSE_START_REASONING : DI_PARSE_START_CONTENT;
 }
 
+int di_api_response_schema(const json_t *holder, const char *field, json_t **schema) {
+    *schema = json_object_get(holder, "schema");
+    if (!*schema) return di_errorf("Invalid %s: missing field `schema`", field);
+    if (!json_is_object(*schema) && !json_is_boolean(*schema))
+        return di_errorf("Invalid json schema: %s.schema is not of types \"boolean\", \"object\"", field);
+    return 0;
+}
+
+int di_api_set_response_schema(DiApiRequest *req, const json_t *schema) {
+    if (!schema) return 0;
+    json_t *rf = json_pack("{s:s, s:{s:O}}", "type", "json_schema", "json_schema", "schema", schema);
+    if (!rf || json_object_set_new(req->conversation, "response_format", rf) != 0) return di_errorf("conversation: out of memory");
+    return 0;
+}
+
 static bool contains_json_word(const char *s) {
     for (; s && *s; s++)
         if (strncasecmp(s, "json", 4) == 0) return true;
@@ -581,13 +596,17 @@ int di_api_parse_chat(json_t *body, DiApiRequest *req) {
         json_decref(tools);
         return -1;
     }
-    json_t *rf = json_object_get(body, "response_format");
+    json_t *rf = json_object_get(body, "response_format"), *schema = NULL;
     if (rf && !json_is_null(rf)) {
         const char *type = json_string_value(json_object_get(rf, "type"));
         if (!type) { json_decref(messages); json_decref(tools); return di_errorf("Invalid response_format: expected {\"type\": ...}"); }
         if (strcmp(type, "json_object") == 0) req->json_mode = true;
         else if (strcmp(type, "regex") == 0) { json_decref(messages); json_decref(tools); return di_errorf("Invalid response_format: 'regex' is not supported"); }
-        else if (strcmp(type, "text") != 0 && strcmp(type, "json_schema") != 0) {
+        else if (strcmp(type, "json_schema") == 0) {
+            json_t *js = json_object_get(rf, "json_schema");
+            if (!json_is_object(js)) { json_decref(messages); json_decref(tools); return di_errorf("Invalid response_format: missing field `json_schema`"); }
+            if (di_api_response_schema(js, "response_format.json_schema", &schema) != 0) { json_decref(messages); json_decref(tools); return -1; }
+        } else if (strcmp(type, "text") != 0) {
             json_decref(messages); json_decref(tools);
             return di_errorf("Invalid response_format.type: unknown value '%s'", type);
         }
@@ -596,7 +615,8 @@ int di_api_parse_chat(json_t *body, DiApiRequest *req) {
         json_decref(messages); json_decref(tools);
         return di_errorf("Prompt must contain the word 'json' in some form to use 'response_format' of type 'json_object'.");
     }
-    return di_api_set_conversation(req, messages, tools);
+    if (di_api_set_conversation(req, messages, tools) != 0) return -1;
+    return di_api_set_response_schema(req, schema);
 }
 
 /* ---- Completions (raw prompt) ---------------------------------------------------------- */

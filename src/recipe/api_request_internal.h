@@ -38,6 +38,12 @@ int di_api_apply_tool_choice(DiApiRequest *req, json_t *tools, const char *named
 /* Resolve temperature / top_p for the mode (thinking: temperature 1.0, top_p in [0.95, 1]). */
 void di_api_resolve_sampling(DiApiRequest *req, bool has_temperature, double temperature, bool has_top_p,
                              double top_p);
+/* The schema of a json_schema response format: holder's "schema" (an object or a boolean),
+ * borrowed; missing or of another type is an error naming `field`. */
+int di_api_response_schema(const json_t *holder, const char *field, json_t **schema);
+/* Put a json_schema response format (schema: NULL for none) into req->conversation: the
+ * prompt shows the schema (no JSON-mode parsing, as in the official conversion). */
+int di_api_set_response_schema(DiApiRequest *req, const json_t *schema);
 /* Build req->conversation from messages and tools (steals both). */
 int di_api_set_conversation(DiApiRequest *req, json_t *messages, json_t *tools);
 /* A message object {"role": role, "content": text} (text NULL -> ""). */

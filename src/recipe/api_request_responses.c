@@ -330,7 +330,15 @@ int di_api_parse_responses(json_t *body, DiApiRequest *req) {
         json_decref(tools);
         return -1;
     }
-    const char *format = json_string_value(json_object_get(json_object_get(json_object_get(body, "text"), "format"), "type"));
+    json_t *text_format = json_object_get(json_object_get(body, "text"), "format"), *schema = NULL;
+    const char *format = json_string_value(json_object_get(text_format, "type"));
+    if (format && strcmp(format, "json_schema") == 0 &&
+        (!json_is_string(json_object_get(text_format, "name")) ? di_errorf("Invalid text.format: missing field `name`")
+                                                              : di_api_response_schema(text_format, "text.format", &schema)) != 0) {
+        json_decref(messages);
+        json_decref(tools);
+        return -1;
+    }
     if (format && strcmp(format, "json_object") == 0) {
         req->json_mode = true;
         if (!di_api_mentions_json(messages, NULL)) {
@@ -344,5 +352,6 @@ int di_api_parse_responses(json_t *body, DiApiRequest *req) {
         json_decref(tools);
         return di_errorf("responses: out of memory");
     }
-    return di_api_set_conversation(req, messages, tools);
+    if (di_api_set_conversation(req, messages, tools) != 0) return -1;
+    return di_api_set_response_schema(req, schema);
 }

@@ -52,6 +52,7 @@ void di_conversation_free(DiConversation *conv) {
         if (conv->tools[i].parameters) json_decref(conv->tools[i].parameters);
     }
     free(conv->tools);
+    if (conv->response_schema) json_decref(conv->response_schema);
     di_conversation_init(conv);
 }
 
@@ -225,16 +226,27 @@ static int read_tools(const json_t *arr, const char *ctx, DiConversation *conv) 
     return 0;
 }
 
-static int read_response_format(const json_t *v, const char *ctx, DiResponseFormat *out) {
+/* "text", "json_object", or {"type": ..., "json_schema": {"schema": S}} for json_schema, whose
+ * schema (an object or a boolean, as JSON Schema allows) the prompt shows. */
+static int read_response_format(const json_t *v, const char *ctx, DiConversation *conv) {
     const char *type = NULL;
     if (json_is_string(v)) type = json_string_value(v);
     else if (json_is_object(v)) {
         if (di_json_string(v, ctx, "type", true, &type) != 0) return -1;
     } else
         return di_errorf("%s: expected a string or an object, got %s", ctx, di_json_type_name(v));
-    if (strcmp(type, "text") == 0 || strcmp(type, "json_schema") == 0) *out = DI_FORMAT_TEXT;
-    else if (strcmp(type, "json_object") == 0) *out = DI_FORMAT_JSON_OBJECT;
-    else return di_errorf("%s: unsupported response format \"%s\"", ctx, type);
+    if (strcmp(type, "text") == 0) conv->response_format = DI_FORMAT_TEXT;
+    else if (strcmp(type, "json_object") == 0) conv->response_format = DI_FORMAT_JSON_OBJECT;
+    else if (strcmp(type, "json_schema") == 0) {
+        json_t *schema = json_object_get(json_object_get(v, "json_schema"), "schema");
+        if (!json_is_object(schema) && !json_is_boolean(schema))
+            return di_errorf("%s.json_schema.schema: a JSON Schema (an object or a boolean) is required for json_schema", ctx);
+        if (conv->response_schema) json_decref(conv->response_schema);
+        conv->response_schema = json_deep_copy(schema);
+        if (!conv->response_schema) return di_errorf("%s: out of memory", ctx);
+        conv->response_format = DI_FORMAT_JSON_SCHEMA;
+    } else
+        return di_errorf("%s: unsupported response format \"%s\"", ctx, type);
     return 0;
 }
 
@@ -261,7 +273,7 @@ static int read_message(const json_t *msg, size_t idx, DiConversation *conv, DiM
         if (tools && !json_is_null(tools) && read_tools(tools, sub, conv) != 0) return -1;
         json_t *rf = json_object_get(msg, "response_format");
         ctxf(sub, sizeof sub, "%s.response_format", ctx);
-        if (rf && !json_is_null(rf) && read_response_format(rf, sub, &conv->response_format) != 0) return -1;
+        if (rf && !json_is_null(rf) && read_response_format(rf, sub, conv) != 0) return -1;
     }
     return 0;
 }
@@ -315,7 +327,7 @@ static int read_settings(const json_t *root, DiConversation *conv) {
         else return di_errorf("tool_choice: unknown value \"%s\" (expected auto, none or required)", s);
     }
     json_t *rf = json_object_get(root, "response_format");
-    if (rf && !json_is_null(rf) && read_response_format(rf, "response_format", &conv->response_format) != 0)
+    if (rf && !json_is_null(rf) && read_response_format(rf, "response_format", conv) != 0)
         return -1;
     json_t *tools = json_object_get(root, "tools");
     if (tools && !json_is_null(tools) && read_tools(tools, "tools", conv) != 0) return -1;

@@ -48,7 +48,7 @@ typedef enum {
 } DiEffort;
 
 typedef enum { DI_TOOLS_AUTO = 0, DI_TOOLS_NONE, DI_TOOLS_REQUIRED } DiToolChoice;
-typedef enum { DI_FORMAT_TEXT = 0, DI_FORMAT_JSON_OBJECT } DiResponseFormat;
+typedef enum { DI_FORMAT_TEXT = 0, DI_FORMAT_JSON_OBJECT, DI_FORMAT_JSON_SCHEMA } DiResponseFormat;
 
 typedef struct {
     char *id;        /* may be "" */
@@ -84,6 +84,7 @@ typedef struct {
     int effort_value; /* DI_EFFORT_NUMERIC only */
     DiToolChoice tool_choice;
     DiResponseFormat response_format;
+    json_t *response_schema; /* DI_FORMAT_JSON_SCHEMA: the schema the prompt shows (owned) */
     bool drop_thinking; /* default true; false keeps every historical reasoning_content */
 } DiConversation;
 
@@ -94,7 +95,8 @@ void di_conversation_free(DiConversation *conv);
  *   {"encoding": "v4"|"v4_0731"|"v4-0731"|"v41", "messages": [...], "tools": [...],
  *    "thinking_mode": "chat"|"thinking", "reasoning_effort": null|"low"|"high"|...|1..100,
  *    "drop_thinking": bool, "tool_choice": "auto"|"none"|"required"|{"type":"function","function":{"name":N}},
- *    "response_format": "text"|"json_object"|{"type": ...}}
+ *    "response_format": "text"|"json_object"|{"type": ...}
+ *                       |{"type": "json_schema", "json_schema": {"schema": S}}}
  * Messages follow the OpenAI shape (role, content, reasoning_content, tool_calls[].function,
  * tool_call_id) plus "task", "prefix"; "tools"/"response_format" on a system message are
  * accepted as conversation-level settings (the shape of rendered_vectors.json).

@@ -18,6 +18,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "recipe/dsml.h"
+#include "recipe/render_json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,10 @@ static const char response_format_v4[] =
     "\n\nYou are a helpful assistant designed to output JSON.\n## Response Format:\n\nReply with JSON object ONLY.";
 static const char response_format_v41[] =
     "\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n{\"type\": \"json_object\"}";
+/* json_schema (every encoding): the V4.1 wording with the request's schema in place of
+ * {"type": "json_object"}, written as the encoding writes JSON (deepseek-recipe 0.2.0). */
+static const char response_schema_intro[] =
+    "\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n";
 
 const char *di_render_effort_text(const DiConversation *conv, char *buf, size_t buf_size) {
     if (!conv || !conv->thinking) return "";
@@ -117,6 +122,14 @@ static int emit_system_extras(Renderer *r) {
     }
     if (r->conv->response_format == DI_FORMAT_JSON_OBJECT)
         return text(r, r->conv->encoding == DI_ENCODING_V41 ? response_format_v41 : response_format_v4);
+    if (r->conv->response_format == DI_FORMAT_JSON_SCHEMA) {
+        DiStr schema;
+        di_str_init(&schema);
+        int rc = di_pyjson_append(&schema, r->conv->response_schema, r->dsml->floats);
+        if (rc == 0) rc = text(r, response_schema_intro) || text(r, schema.data) ? -1 : 0;
+        di_str_free(&schema);
+        return rc;
+    }
     return 0;
 }
 
@@ -140,7 +153,7 @@ static int emit_head_v41(Renderer *r) {
     const DiConversation *c = r->conv;
     bool has_system = c->n_messages > 0 && c->messages[0].role == DI_ROLE_SYSTEM;
     bool effort = c->thinking && c->n_messages > 0; /* the effort text belongs to message 0 */
-    if (!has_system && !effort && !r->tools_active && c->response_format != DI_FORMAT_JSON_OBJECT) return 0;
+    if (!has_system && !effort && !r->tools_active && c->response_format == DI_FORMAT_TEXT) return 0;
     char buf[160];
     if (special(r, DI_SPELL_SYSTEM) != 0 || text(r, di_render_effort_text(c, buf, sizeof buf)) != 0) return -1;
     if (has_system && text(r, c->messages[0].content) != 0) return -1;
@@ -386,7 +399,7 @@ static int emit_messages(Renderer *r, const DiMessage **msgs, size_t n) {
     bool block_has_text = false; /* the open user turn's user texts so far are not all empty */
     /* a non-assistant message came before (V4.1: a system head with text counts) */
     bool after_user = (r->conv->n_messages > 0 && r->conv->messages[0].role == DI_ROLE_SYSTEM) ||
-                      r->tools_active || r->conv->response_format == DI_FORMAT_JSON_OBJECT;
+                      r->tools_active || r->conv->response_format != DI_FORMAT_TEXT;
     for (size_t i = 0; i < n;) {
         const DiMessage *m = msgs[i];
         int rc = 0;

@@ -67,10 +67,11 @@ def oracle_messages(request):
 def oracle_conversation(request, msgs):
     tools = [dr.ToolDefinition(t["function"]["name"], t["function"].get("description"),
                                t["function"].get("parameters")) for t in request.get("tools", [])] or None
+    rf = request.get("response_format", "text")
+    schema = {"response_schema": rf["json_schema"]["schema"]} if isinstance(rf, dict) else {"response_format": rf}
     return dr.Conversation(msgs, thinking_mode=request.get("thinking_mode", "thinking") == "thinking",
                            tools=tools, tool_choice=request.get("tool_choice", "auto"),
-                           reasoning_effort=request.get("reasoning_effort"),
-                           response_format=request.get("response_format", "text"))
+                           reasoning_effort=request.get("reasoning_effort"), **schema)
 
 
 def oracle(request):
@@ -226,6 +227,9 @@ def rand_conversation(rng):
         req["tool_choice"] = rng.choice(["auto", "auto", "none", "required"])
     if rng.random() < 0.2:
         req["response_format"] = "json_object"
+    elif rng.random() < 0.15:  # json_schema: the schema written into the prompt
+        schema = rng.choice([{"type": "object", "properties": {k: rand_value(rng) for k in ("a", "b")}}, {}, True])
+        req["response_format"] = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
     return req
 
 
