@@ -1,6 +1,8 @@
 /* dsml.c — DSML rendering (see dsml.h). */
 #include "recipe/dsml.h"
 
+#include "recipe/dsml_args.h"
+
 #include "base/error.h"
 
 #include <string.h>
@@ -101,11 +103,11 @@ int di_dsml_tools_block(DiSegmentList *out, const DiDsmlDialect *d, const DiTool
 }
 
 /* `<｜DSML｜parameter name="KEY" string="true|false">VALUE</｜DSML｜parameter>\n` */
-static int emit_parameter(DiSegmentList *out, const DiDsmlDialect *d, const char *key, const char *value,
-                          size_t value_len, bool is_string) {
+static int emit_parameter(DiSegmentList *out, const DiDsmlDialect *d, const char *key, size_t key_len,
+                          const char *value, size_t value_len, bool is_string) {
     if (di_segments_text(out, "<", 1) != 0 || di_segments_special(out, DI_DSML_TOKEN) != 0) return -1;
     if (di_segments_text(out, d->parameter, strlen(d->parameter)) != 0) return -1;
-    if (di_segments_text(out, " name=\"", 7) != 0 || di_segments_text(out, key, strlen(key)) != 0) return -1;
+    if (di_segments_text(out, " name=\"", 7) != 0 || di_segments_text(out, key, key_len) != 0) return -1;
     const char *type = is_string ? "\" string=\"true\">" : "\" string=\"false\">";
     if (di_segments_text(out, type, strlen(type)) != 0) return -1;
     if (di_segments_text(out, value, value_len) != 0) return -1;
@@ -114,36 +116,20 @@ static int emit_parameter(DiSegmentList *out, const DiDsmlDialect *d, const char
     return di_segments_text(out, ">\n", 2);
 }
 
-/* Parameters of one call.  Arguments that are not a JSON object become the single string
- * parameter "arguments" (deepseek-recipe 0.2.0 does this for both V4 and V4.1). */
+/* Parameters of one call, from the arguments as the official renderer reads them
+ * (dsml_args.h).  Arguments it refuses (not a JSON object) become the single string parameter
+ * "arguments" (deepseek-recipe 0.2.0 does this for both V4 and V4.1). */
 static int emit_parameters(DiSegmentList *out, const DiDsmlDialect *d, const DiToolCall *call) {
-    json_error_t jerr;
-    json_t *args = json_loads(call->arguments, JSON_DECODE_ANY, &jerr);
-    if (json_is_object(args) && json_object_size(args) == 0 && d->blank_line_when_no_parameters) {
-        json_decref(args);
-        return di_segments_text(out, "\n", 1);
-    }
-    if (!json_is_object(args)) {
-        if (args) json_decref(args);
-        return emit_parameter(out, d, "arguments", call->arguments, strlen(call->arguments), true);
-    }
-    const char *key;
-    json_t *v;
-    int rc = 0;
-    json_object_foreach(args, key, v) {
-        if (json_is_string(v)) {
-            rc = emit_parameter(out, d, key, json_string_value(v), json_string_length(v), true);
-        } else {
-            DiStr s;
-            di_str_init(&s);
-            rc = di_pyjson_append(&s, v, d->floats);
-            if (rc == 0) rc = emit_parameter(out, d, key, s.data, s.len, false);
-            else di_error_wrap("tool call \"%s\" argument \"%s\"", call->name, key);
-            di_str_free(&s);
-        }
-        if (rc != 0) break;
-    }
-    json_decref(args);
+    DiDsmlArg *args = NULL;
+    size_t n = 0, len = strlen(call->arguments);
+    int rc = di_dsml_args_read(call->arguments, len, d->floats, &args, &n);
+    if (rc < 0) return di_error_wrap("tool call \"%s\" arguments", call->name);
+    if (rc > 0) return emit_parameter(out, d, "arguments", 9, call->arguments, len, true);
+    if (n == 0 && d->blank_line_when_no_parameters) rc = di_segments_text(out, "\n", 1);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = emit_parameter(out, d, args[i].key.data ? args[i].key.data : "", args[i].key.len,
+                            args[i].value.data ? args[i].value.data : "", args[i].value.len, args[i].is_string);
+    di_dsml_args_free(args, n);
     return rc;
 }
 

@@ -301,3 +301,32 @@ def test_prefix_shapes_match_oracle(encoding):
                             if tools:
                                 req["tools"] = [{"type": "function", "function": {"name": "f"}}]
                             check_against_oracle(req)
+
+
+# ---- tool-call arguments read as the official renderer reads them (serde_json) -------------
+
+ARGUMENTS = [
+    # issue 19 item 15: integers past 2^63, -0 and \u0000 no longer turn the call into one string
+    '{"a": 18446744073709551616}', '{"a": 9223372036854775808}', '{"a": 18446744073709551615}',
+    '{"a": -9223372036854775809}', '{"a": -9223372036854775808}', '{"a": 9223372036854775807}',
+    '{"a": [1, 123456789012345678901234567890]}', '{"a": -0}', '{"a": -0.0}', '{"a": {"k": -0, "z": [0, -0]}}',
+    '{"a": "x\\u0000y"}', '{"a\\u0000b": 1}', '{"a": ["\\u0000", "é"]}', '{"a": {"\\u0000k": "\\u0001"}}',
+    # and everything around them
+    '{"a": 1e400}', '{"a": -1e-400}', '{"a": 1.0}', '{"a": 0.1e1}', '{"a": 1E5}', '{"a": 1.5E+3}', '{"a": 100.0e-2}',
+    '{"a": 10000000000000000000000.0}', '{"a": 0.30000000000000004}', '{"a": 1e-7}', '{"a": 2.5e-320}',
+    '{"a": 01}', '{"a": 1.}', '{"a": .5}', '{"a": NaN}', '{"a": +1}', '{"a": 1} x', ' {"a": 1} ', '{"a": 1}\n',
+    '{"a": 1, "a": 2}', '{"a": 1, "b": 2, "a": 3}', '{"a": {"x": 1, "x": 2}}', '{"a": "\\ud800"}', '{"a": "\\udc00"}',
+    '{"a": "\\ud83d\\ude00"}', '{"a": "\\u00e9\\n\\t\\"\\\\\\/\\b\\f\\r"}', '{"a": "raw\ttab"}', '{"a":true,"b":null,"c":[],"d":{}}',
+    '{}', ' { } ', '[]', '"s"', '', '{"a": tru}', '{"a": [1,]}', '{"a": {"b": 1,}}', '{"a" 1}', '{,}',
+    '{"a": ' + '[' * 126 + ']' * 126 + '}', '{"a": ' + '[' * 127 + ']' * 127 + '}',
+    '{"a": ' + '{"b": ' * 125 + '1' + '}' * 125 + '}', '{"a": ' + '{"b": ' * 126 + '1' + '}' * 126 + '}',
+]
+
+
+@pytest.mark.parametrize("encoding", ["v41", "v4_0731"])
+def test_argument_values_match_oracle(encoding):
+    for args in ARGUMENTS:
+        call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": args}}
+        check_against_oracle({"encoding": encoding, "thinking_mode": "chat", "messages": [
+            {"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c", "content": "r"}]})

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/json.h"
 #include "recipe/conversation.h"
+#include "recipe/dsml_args.h"
 #include "recipe/render.h"
 #include "recipe/render_json.h"
 
@@ -355,6 +356,62 @@ TEST(test_errors_name_the_field) {
     CHECK(di_conversation_from_json(NULL, NULL) == -1);
 }
 
+/* Arguments read as serde_json reads them (dsml_args.h), values hand-derived from the
+ * official renderer's output (tests/python/test_render_oracle.py checks the same against it). */
+TEST(test_arguments_reader) {
+    static const struct {
+        const char *text;
+        int rc;
+        const char *key, *value; /* the first member */
+        size_t key_len, value_len;
+        bool is_string;
+    } cases[] = {
+        {"{\"a\": 18446744073709551615}", 0, "a", "18446744073709551615", 1, 20, false},
+        {"{\"a\": 18446744073709551616}", 0, "a", "1.8446744073709552e+19", 1, 22, false},
+        {"{\"a\": -9223372036854775808}", 0, "a", "-9223372036854775808", 1, 20, false},
+        {"{\"a\": -0}", 0, "a", "-0.0", 1, 4, false},
+        {"{\"a\\u0000b\": \"x\\u0000y\"}", 0, "a\0b", "x\0y", 3, 3, true},
+        {"{\"a\": [\"\\u0000\", {\"k\": 1, \"k\": 2}]}", 0, "a", "[\"\\u0000\", {\"k\": 2}]", 1, 20, false},
+        {"{\"a\": 1e400}", 1, NULL, NULL, 0, 0, false},
+        {"{\"a\": \"\\ud800\"}", 1, NULL, NULL, 0, 0, false},
+        {"{\"a\": 01}", 1, NULL, NULL, 0, 0, false},
+        {"{\"a\": 1} x", 1, NULL, NULL, 0, 0, false},
+        {"[1]", 1, NULL, NULL, 0, 0, false},
+        {"{\"a\": [1,", 1, NULL, NULL, 0, 0, false},
+        {"", 1, NULL, NULL, 0, 0, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        DiDsmlArg *args = NULL;
+        size_t n = 0;
+        int rc = di_dsml_args_read(cases[i].text, strlen(cases[i].text), DI_FLOAT_STYLE_PYTHON, &args, &n);
+        CHECK_MSG(rc == cases[i].rc, "%s: rc %d", cases[i].text, rc);
+        if (rc == 0 && n > 0) {
+            CHECK_MSG(args[0].key.len == cases[i].key_len && !memcmp(args[0].key.data, cases[i].key, cases[i].key_len),
+                      "%s: key", cases[i].text);
+            CHECK_MSG(args[0].value.len == cases[i].value_len &&
+                          !memcmp(args[0].value.data, cases[i].value, cases[i].value_len),
+                      "%s: value \"%s\"", cases[i].text, args[0].value.data);
+            CHECK(args[0].is_string == cases[i].is_string);
+        }
+        if (rc != 0) CHECK(args == NULL && n == 0);
+        di_dsml_args_free(args, n);
+    }
+    /* 127 levels are read, 128 are not */
+    char deep[600];
+    for (int levels = 127; levels <= 128; levels++) {
+        size_t k = 0;
+        k += (size_t)snprintf(deep + k, sizeof deep - k, "{\"a\": ");
+        for (int j = 1; j < levels; j++) deep[k++] = '[';
+        for (int j = 1; j < levels; j++) deep[k++] = ']';
+        deep[k++] = '}';
+        DiDsmlArg *args = NULL;
+        size_t n = 0;
+        CHECK_EQ_INT(di_dsml_args_read(deep, k, DI_FLOAT_STYLE_PYTHON, &args, &n), levels == 127 ? 0 : 1);
+        di_dsml_args_free(args, n);
+    }
+    CHECK(di_dsml_args_read(NULL, 1, DI_FLOAT_STYLE_PYTHON, NULL, NULL) == -1);
+}
+
 int main(void) {
     RUN_TEST(test_rendered_vectors);
     RUN_TEST(test_injection_stays_text);
@@ -365,6 +422,7 @@ int main(void) {
     RUN_TEST(test_drop_thinking_and_developer);
     RUN_TEST(test_python_style_floats);
     RUN_TEST(test_errors_name_the_field);
+    RUN_TEST(test_arguments_reader);
     di_segments_free(&last_segments);
     return TEST_SUMMARY();
 }
