@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 json_t *di_json_load_file(const char *path) {
     json_error_t jerr;
@@ -24,6 +25,74 @@ json_t *di_json_load_buffer(const char *data, size_t size, const char *what) {
     if (!root)
         di_errorf("%s:%d:%d: invalid JSON: %s", what ? what : "input", jerr.line, jerr.column, jerr.text);
     return root;
+}
+
+/* End of the number literal at s[i] (a '-' or a digit); *integer: no fraction or exponent. */
+static size_t number_end(const char *s, size_t size, size_t i, bool *integer) {
+    *integer = true;
+    if (i < size && s[i] == '-') i++;
+    while (i < size && ((s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == 'e' || s[i] == 'E' ||
+                        ((s[i] == '+' || s[i] == '-') && (s[i - 1] == 'e' || s[i - 1] == 'E')))) {
+        if (s[i] == '.' || s[i] == 'e' || s[i] == 'E') *integer = false;
+        i++;
+    }
+    return i;
+}
+
+/* Whether the integer literal s[0..n) lies outside both int64 and uint64. */
+static bool beyond_64_bits(const char *s, size_t n) {
+    bool neg = s[0] == '-';
+    const char *digits = s + neg;
+    size_t nd = n - neg;
+    const char *limit = neg ? "9223372036854775808" : "18446744073709551615";
+    size_t nl = strlen(limit);
+    if (nd != nl) return nd > nl;
+    return memcmp(digits, limit, nl) > 0;
+}
+
+int di_json_widen_integers(const char *data, size_t size, char **out, size_t *out_len) {
+    if (!out || !out_len || (!data && size)) return di_errorf("JSON: invalid argument");
+    *out = NULL;
+    *out_len = 0;
+    size_t extra = 0;
+    for (int pass = 0; pass < 2; pass++) { /* count, then copy */
+        char *dst = *out;
+        size_t o = 0;
+        bool in_string = false;
+        for (size_t i = 0; i < size;) {
+            char c = data[i];
+            if (in_string || c == '"' || !(c == '-' || (c >= '0' && c <= '9'))) {
+                if (in_string && c == '\\' && i + 1 < size) { /* an escape: two bytes */
+                    if (dst) dst[o] = c, dst[o + 1] = data[i + 1];
+                    o += 2, i += 2;
+                    continue;
+                }
+                if (c == '"') in_string = !in_string;
+                if (dst) dst[o] = c;
+                o++, i++;
+                continue;
+            }
+            bool integer;
+            size_t end = number_end(data, size, i, &integer);
+            bool widen = integer && beyond_64_bits(data + i, end - i);
+            if (dst) memcpy(dst + o, data + i, end - i);
+            o += end - i;
+            if (widen) {
+                if (dst) memcpy(dst + o, "e0", 2);
+                o += 2;
+                extra += pass == 0 ? 2 : 0;
+            }
+            i = end;
+        }
+        if (pass == 0) {
+            if (extra == 0) return 0;
+            if (!(*out = di_malloc(size + extra + 1, "JSON text"))) return -1;
+        } else {
+            (*out)[o] = '\0';
+            *out_len = o;
+        }
+    }
+    return 1;
 }
 
 const char *di_json_type_name(const json_t *v) {

@@ -16,6 +16,14 @@
 json_t *di_json_load_file(const char *path);
 json_t *di_json_load_buffer(const char *data, size_t size, const char *what);
 
+/* Integers beyond the 64-bit range (below -2^63 or above 2^64-1) rewritten as floating-point
+ * literals ("...e0"), as serde_json reads them (a double), where jansson refuses the whole
+ * text.  Integers from 2^63 to 2^64-1 stay as they are (jansson refuses them: turning them
+ * into doubles would change their digits, which serde_json keeps).  Strings are left alone.
+ * Returns 1 with a fresh copy in *out / *out_len (free()), 0 when nothing needed a change
+ * (*out NULL), -1 on error. */
+int di_json_widen_integers(const char *data, size_t size, char **out, size_t *out_len);
+
 /* Field getters.  `ctx` names the enclosing object in errors (may be ""); with required=false
  * a missing (or null) field leaves *out untouched and returns 1; a present field of the wrong
  * type is always an error.  Return 0 when the value was read, 1 when absent, -1 on error. */

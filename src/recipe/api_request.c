@@ -307,7 +307,15 @@ int di_api_request_parse(DiApiProtocol protocol, const char *body, size_t len, D
     out->thinking_budget_tokens = -1;
     if (!body) return di_errorf("request body is empty");
     json_error_t jerr;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    char *widened = NULL; /* integers past 64 bits read as doubles, as the official parser does */
+    size_t widened_len = 0;
+    if (di_json_widen_integers(body, len, &widened, &widened_len) < 0) return -1;
+    json_t *root = widened ? json_loadb(widened, widened_len, JSON_REJECT_DUPLICATES, &jerr)
+                           : json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(widened);
+    if (!root && strstr(jerr.text, "too big integer"))
+        return di_errorf("Invalid JSON body at line %d, column %d: integers from 2^63 to 2^64-1 are not supported",
+                         jerr.line, jerr.column);
     if (!root)
         return di_errorf("Invalid JSON body at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
     int rc = -1;

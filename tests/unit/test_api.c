@@ -112,6 +112,24 @@ TEST(chat_rejections_name_the_problem) {
     }
 }
 
+/* Integers past 64 bits are doubles (as serde_json reads them); 2^63..2^64-1 are refused;
+ * numbers inside strings are left alone. */
+TEST(chat_integers_past_64_bits) {
+    DiApiRequest r;
+    const char *body =
+        "{\"model\":\"m\",\"user_data\":[18446744073709551616,-9223372036854775809],\"messages\":[{\"role\":\"user\","
+        "\"content\":\"99999999999999999999 \\\" 1\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+        "\"parameters\":{\"type\":\"object\",\"maximum\":100000000000000000000000,\"minimum\":-100000000000000000000}}}]}";
+    CHECK_EQ_INT(parse(DI_API_CHAT, body, &r, NULL), 0);
+    CHECK_STR(msg_field(&r, 0, "content"), "99999999999999999999 \" 1");
+    json_t *params = json_object_get(json_object_get(json_array_get(json_object_get(r.conversation, "tools"), 0), "function"), "parameters");
+    CHECK(json_is_real(json_object_get(params, "maximum")) && json_real_value(json_object_get(params, "maximum")) == 1e23);
+    CHECK(json_is_real(json_object_get(params, "minimum")) && json_real_value(json_object_get(params, "minimum")) == -1e20);
+    di_api_request_free(&r);
+    CHECK_EQ_INT(parse(DI_API_CHAT, "{\"model\":\"m\",\"x\":9223372036854775808,\"messages\":[]}", &r, NULL), -1);
+    CHECK(strstr(di_error_message(), "2^63 to 2^64-1") != NULL);
+}
+
 TEST(responses_groups_calls_by_call_id) {
     DiApiRequest r;
     const char *body =
@@ -403,6 +421,7 @@ int main(void) {
     RUN_TEST(chat_effort_and_switch);
     RUN_TEST(chat_render_input_has_tool_choice_and_json_mode);
     RUN_TEST(chat_rejections_name_the_problem);
+    RUN_TEST(chat_integers_past_64_bits);
     RUN_TEST(responses_groups_calls_by_call_id);
     RUN_TEST(messages_tool_use_and_reminder);
     RUN_TEST(chat_stream_shape);
