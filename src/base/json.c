@@ -15,16 +15,149 @@ json_t *di_json_load_file(const char *path) {
     return root;
 }
 
-json_t *di_json_load_buffer(const char *data, size_t size, const char *what) {
+static json_t *load_buffer(const char *data, size_t size, const char *what, size_t flags) {
     if (!data) {
         di_errorf("%s: no JSON given", what ? what : "input");
         return NULL;
     }
     json_error_t jerr;
-    json_t *root = json_loadb(data, size, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        di_errorf("%s:%d:%d: invalid JSON: %s", what ? what : "input", jerr.line, jerr.column, jerr.text);
+    json_t *root = json_loadb(data, size, flags, &jerr);
+    if (!root) di_errorf("%s:%d:%d: invalid JSON: %s", what ? what : "input", jerr.line, jerr.column, jerr.text);
     return root;
+}
+
+json_t *di_json_load_buffer(const char *data, size_t size, const char *what) {
+    return load_buffer(data, size, what, JSON_REJECT_DUPLICATES);
+}
+
+static bool has_mark(const char *s, size_t len) {
+    return len >= DI_NUL_MARK_LEN && memmem(s, len, DI_NUL_MARK, DI_NUL_MARK_LEN) != NULL;
+}
+
+/* A string value's text marked (a fresh copy), or NULL when it needs no marks. */
+static char *marked_copy(const char *s, size_t len, size_t *out_len, bool *oom) {
+    *oom = false;
+    if (strlen(s) == len && !has_mark(s, len)) return NULL;
+    char *out = di_malloc(len * (DI_NUL_MARK_LEN + 1) + 1, "marked text");
+    if (!out) {
+        *oom = true;
+        return NULL;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        bool mark = len - i >= DI_NUL_MARK_LEN && memcmp(s + i, DI_NUL_MARK, DI_NUL_MARK_LEN) == 0;
+        if (s[i] == '\0' || mark) {
+            memcpy(out + o, DI_NUL_MARK, DI_NUL_MARK_LEN);
+            o += DI_NUL_MARK_LEN;
+        }
+        if (mark) {
+            memcpy(out + o, DI_NUL_MARK, DI_NUL_MARK_LEN);
+            o += DI_NUL_MARK_LEN;
+            i += DI_NUL_MARK_LEN - 1;
+        } else {
+            out[o++] = s[i] == '\0' ? '0' : s[i];
+        }
+    }
+    out[o] = '\0';
+    *out_len = o;
+    return out;
+}
+
+size_t di_text_unmark(char *s, size_t len) {
+    if (!s || !has_mark(s, len)) return len;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        bool mark = len - i > DI_NUL_MARK_LEN && memcmp(s + i, DI_NUL_MARK, DI_NUL_MARK_LEN) == 0;
+        if (mark && s[i + DI_NUL_MARK_LEN] == '0') {
+            s[o++] = '\0';
+            i += DI_NUL_MARK_LEN + 1;
+        } else if (mark && len - i >= 2 * DI_NUL_MARK_LEN &&
+                   memcmp(s + i + DI_NUL_MARK_LEN, DI_NUL_MARK, DI_NUL_MARK_LEN) == 0) {
+            memmove(s + o, s + i, DI_NUL_MARK_LEN);
+            o += DI_NUL_MARK_LEN;
+            i += 2 * DI_NUL_MARK_LEN;
+        } else {
+            s[o++] = s[i++];
+        }
+    }
+    return o;
+}
+
+/* Object keys cannot hold NUL (jansson), so marking a key only doubles its marks and
+ * unmarking undoes that; the object is rebuilt to keep its key order. */
+static int rewrite_keys(json_t *obj, bool mark) {
+    json_t *copy = json_object();
+    const char *key;
+    json_t *item;
+    int rc = copy ? 0 : di_errorf("JSON: out of memory");
+    json_object_foreach(obj, key, item) {
+        size_t n = strlen(key);
+        bool oom = false;
+        char *k = mark ? marked_copy(key, n, &n, &oom) : di_malloc(n + 1, "JSON key");
+        if (!mark && k) {
+            memcpy(k, key, n + 1);
+            k[di_text_unmark(k, n)] = '\0';
+        }
+        if (oom || (!mark && !k)) rc = -1;
+        if (rc == 0 && json_object_set(copy, k ? k : key, item) != 0) rc = di_errorf("JSON: cannot store a key");
+        free(k);
+        if (rc != 0) break;
+    }
+    if (rc == 0 && (json_object_clear(obj) != 0 || json_object_update(obj, copy) != 0)) rc = di_errorf("JSON: out of memory");
+    json_decref(copy);
+    return rc;
+}
+
+/* Apply `mark` (true) or unmark to every string below v. */
+static int walk_strings(json_t *v, bool mark) {
+    if (json_is_string(v)) {
+        size_t len = json_string_length(v), n = 0;
+        bool oom;
+        char *text = mark ? marked_copy(json_string_value(v), len, &n, &oom) : NULL;
+        if (mark && !text) return oom ? -1 : 0;
+        if (!mark) {
+            if (!has_mark(json_string_value(v), len)) return 0;
+            if (!(text = di_malloc(len + 1, "unmarked text"))) return -1;
+            memcpy(text, json_string_value(v), len + 1);
+            n = di_text_unmark(text, len);
+        }
+        int rc = json_string_setn(v, text, n) == 0 ? 0 : di_errorf("JSON: cannot store marked text");
+        free(text);
+        return rc;
+    }
+    size_t i;
+    json_t *item;
+    if (json_is_array(v))
+        json_array_foreach(v, i, item) if (walk_strings(item, mark) != 0) return -1;
+    const char *key;
+    if (!json_is_object(v)) return 0;
+    bool keys = false; /* a key holding the mark itself: the keys are rewritten too (rare) */
+    json_object_foreach(v, key, item) {
+        if (walk_strings(item, mark) != 0) return -1;
+        keys = keys || has_mark(key, strlen(key));
+    }
+    return keys ? rewrite_keys(v, mark) : 0;
+}
+
+int di_json_mark_nul(json_t *root) { return walk_strings(root, true); }
+int di_json_unmark(json_t *root) { return walk_strings(root, false); }
+
+bool di_json_needs_marks(const json_t *v) {
+    if (json_is_string(v))
+        return strlen(json_string_value(v)) != json_string_length(v) ||
+               has_mark(json_string_value(v), json_string_length(v));
+    size_t i;
+    const char *key;
+    json_t *item;
+    if (json_is_array(v))
+        json_array_foreach(v, i, item) if (di_json_needs_marks(item)) return true;
+    if (json_is_object(v))
+        json_object_foreach((json_t *)v, key, item) if (has_mark(key, strlen(key)) || di_json_needs_marks(item)) return true;
+    return false;
+}
+
+json_t *di_json_load_with_nul(const char *data, size_t size, const char *what) {
+    return load_buffer(data, size, what, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL);
 }
 
 /* End of the number literal at s[i] (a '-' or a digit); *integer: no fraction or exponent. */

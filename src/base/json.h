@@ -24,6 +24,26 @@ json_t *di_json_load_buffer(const char *data, size_t size, const char *what);
  * (*out NULL), -1 on error. */
 int di_json_widen_integers(const char *data, size_t size, char **out, size_t *out_len);
 
+/* NUL inside client text.  JSON strings may hold U+0000 ("\u0000"), but text travels from a
+ * request to the renderer as C strings, which end at a NUL byte.  So inside the request
+ * converter and the renderer text is "marked": each NUL is written as DI_NUL_MARK "0" and the
+ * mark itself (U+10FFFF, a noncharacter) as DI_NUL_MARK DI_NUL_MARK.  The converter marks the
+ * request and unmarks what it hands on (the conversation, the echo); di_conversation_from_json
+ * marks its input; the prompt segments unmark the text again (segments.c).  Object keys cannot
+ * hold NUL (jansson refuses them). */
+#define DI_NUL_MARK "\xF4\x8F\xBF\xBF"
+#define DI_NUL_MARK_LEN 4
+/* Mark every string value of `root` in place; -1 on error. */
+int di_json_mark_nul(json_t *root);
+/* Undo the marking of every string value of `root` in place; -1 on error. */
+int di_json_unmark(json_t *root);
+/* Undo the marking of s[0..len) in place; returns the new length. */
+size_t di_text_unmark(char *s, size_t len);
+/* Whether some string below `root` holds a NUL or the mark (marking would change it). */
+bool di_json_needs_marks(const json_t *root);
+/* di_json_load_buffer that takes "\u0000" inside strings. */
+json_t *di_json_load_with_nul(const char *data, size_t size, const char *what);
+
 /* Field getters.  `ctx` names the enclosing object in errors (may be ""); with required=false
  * a missing (or null) field leaves *out untouched and returns 1; a present field of the wrong
  * type is always an error.  Return 0 when the value was read, 1 when absent, -1 on error. */

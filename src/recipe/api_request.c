@@ -62,8 +62,15 @@ static int add_stop(DiApiRequest *req, const char *s, bool non_empty, const char
         return 0;
     }
     if (req->n_stop >= DI_API_MAX_STOP) return di_errorf("Stop string array too long");
-    if (!(req->stop[req->n_stop] = di_strdup(s))) return -1;
-    req->n_stop++;
+    char *stop = di_strdup(s);
+    if (!stop) return -1;
+    size_t n = di_text_unmark(stop, strlen(stop)); /* request text is marked (base/json.h) */
+    stop[n] = '\0';
+    if (memchr(stop, '\0', n)) { /* the output matcher works on C strings */
+        free(stop);
+        return di_errorf("Invalid '%s[%zu]': a stop sequence containing \\u0000 is not supported", key, index);
+    }
+    req->stop[req->n_stop++] = stop;
     return 0;
 }
 
@@ -310,9 +317,13 @@ int di_api_request_parse(DiApiProtocol protocol, const char *body, size_t len, D
     char *widened = NULL; /* integers past 64 bits read as doubles, as the official parser does */
     size_t widened_len = 0;
     if (di_json_widen_integers(body, len, &widened, &widened_len) < 0) return -1;
-    json_t *root = widened ? json_loadb(widened, widened_len, JSON_REJECT_DUPLICATES, &jerr)
-                           : json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    size_t flags = JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL; /* "\u0000" is text (marked below) */
+    json_t *root = widened ? json_loadb(widened, widened_len, flags, &jerr) : json_loadb(body, len, flags, &jerr);
     free(widened);
+    if (root && di_json_mark_nul(root) != 0) {
+        json_decref(root);
+        return -1;
+    }
     if (!root && strstr(jerr.text, "too big integer"))
         return di_errorf("Invalid JSON body at line %d, column %d: integers from 2^63 to 2^64-1 are not supported",
                          jerr.line, jerr.column);
@@ -332,6 +343,8 @@ int di_api_request_parse(DiApiProtocol protocol, const char *body, size_t len, D
         }
     }
     json_decref(root);
+    /* what the request hands on holds the client's text again (base/json.h) */
+    if (rc == 0 && (di_json_unmark(out->conversation) != 0 || di_json_unmark(out->echo) != 0)) rc = -1;
     if (rc != 0) di_api_request_free(out);
     return rc;
 }
@@ -636,6 +649,9 @@ int di_api_parse_completions(json_t *body, DiApiRequest *req) {
     if (!json_is_string(p)) return di_errorf("Invalid prompt: expected a string (or one string in an array)");
     prompt = json_string_value(p);
     if (!(req->prompt = di_strdup(prompt))) return -1;
+    size_t n = di_text_unmark(req->prompt, strlen(req->prompt)); /* request text is marked (base/json.h) */
+    req->prompt[n] = '\0';
+    if (strlen(req->prompt) != n) return di_errorf("Invalid prompt: a prompt containing \\u0000 is not supported");
     req->thinking = false; /* a raw prompt: no chat template, no reasoning stage */
     json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {

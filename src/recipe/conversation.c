@@ -371,11 +371,23 @@ static int check_conversation(const DiConversation *conv) {
     return 0;
 }
 
+static int conversation_from_marked(const json_t *root, DiConversation *out);
+
 int di_conversation_from_json(const json_t *root, DiConversation *out) {
     if (!root || !out) return di_errorf("conversation: invalid argument");
     di_conversation_init(out);
     if (!json_is_object(root))
         return di_errorf("conversation: expected a JSON object, got %s", di_json_type_name(root));
+    if (!di_json_needs_marks(root)) return conversation_from_marked(root, out);
+    /* text with NUL: read a marked copy, the renderer's segments unmark it (base/json.h) */
+    json_t *marked = json_deep_copy(root);
+    int rc = marked && di_json_mark_nul(marked) == 0 ? conversation_from_marked(marked, out)
+                                                    : di_errorf("conversation: out of memory");
+    json_decref(marked);
+    return rc;
+}
+
+static int conversation_from_marked(const json_t *root, DiConversation *out) {
     if (read_settings(root, out) != 0) goto fail;
     json_t *msgs = NULL;
     if (di_json_array(root, "", "messages", true, &msgs) != 0) goto fail;

@@ -5,6 +5,7 @@
 #include "recipe/dsml_args.h"
 
 #include "base/error.h"
+#include "base/json.h"
 #include "base/mem.h"
 
 #include <errno.h>
@@ -80,6 +81,9 @@ static int unicode_escape(Reader *r, DiStr *out) {
         if (!literal(r, "\\u") || hex4(r, &low) != OK || low < 0xDC00 || low > 0xDFFF) return NOT_JSON;
         cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
     }
+    /* the output is marked text (base/json.h): NUL and the mark itself are written marked */
+    if (cp == 0) return mem(di_str_appends(out, DI_NUL_MARK "0"));
+    if (cp == 0x10FFFF) return mem(di_str_appends(out, DI_NUL_MARK DI_NUL_MARK));
     return append_utf8(out, cp);
 }
 
@@ -90,6 +94,17 @@ static int read_string(Reader *r, DiStr *out) {
         unsigned char c = (unsigned char)*r->p++;
         if (c == '"') return OK;
         if (c < 0x20) return NOT_JSON;
+        const char *at = r->p - 1;
+        size_t left = (size_t)(r->end - at);
+        if (c == 0xF4 && left > DI_NUL_MARK_LEN && memcmp(at, DI_NUL_MARK, DI_NUL_MARK_LEN) == 0) {
+            /* a mark (base/json.h): a NUL is a control byte here; a doubled mark is kept whole */
+            if (at[DI_NUL_MARK_LEN] == '0') return NOT_JSON;
+            if (left >= 2 * DI_NUL_MARK_LEN && memcmp(at + DI_NUL_MARK_LEN, DI_NUL_MARK, DI_NUL_MARK_LEN) == 0) {
+                if (di_str_append(out, at, 2 * DI_NUL_MARK_LEN) != 0) return -1;
+                r->p = at + 2 * DI_NUL_MARK_LEN;
+                continue;
+            }
+        }
         if (c != '\\') {
             if (di_str_append(out, (const char *)&c, 1) != 0) return -1;
             continue;

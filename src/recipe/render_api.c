@@ -50,7 +50,7 @@ int di_render_json(const char *json, size_t len, int flags, char **result_json) 
 int di_render_json_ids(const DiTokenizer *tok, const char *json, size_t len, int flags, char **result_json) {
     if (!json || !result_json) return di_errorf("render: invalid argument");
     *result_json = NULL;
-    json_t *root = di_json_load_buffer(json, len, "conversation");
+    json_t *root = di_json_load_with_nul(json, len, "conversation"); /* "\u0000" is text (base/json.h) */
     if (!root) return -1;
     DiConversation conv;
     int rc = di_conversation_from_json(root, &conv);

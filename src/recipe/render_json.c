@@ -2,6 +2,7 @@
 #include "recipe/render_json.h"
 
 #include "base/error.h"
+#include "base/json.h"
 #include "base/mem.h"
 
 #include <math.h>
@@ -77,7 +78,20 @@ int di_json_escape_append(DiStr *out, const char *s, size_t len) {
 
 int di_pyjson_append_string(DiStr *out, const char *s, size_t len) {
     if (!out || (!s && len)) return di_errorf("JSON string: invalid argument");
-    if (di_str_append(out, "\"", 1) != 0 || di_json_escape_append(out, s, len) != 0) return -1;
+    if (di_str_append(out, "\"", 1) != 0) return -1;
+    /* marked text (base/json.h): a NUL shows as \u0000; a doubled mark stays for the segments */
+    size_t start = 0;
+    for (size_t i = 0; i + DI_NUL_MARK_LEN < len;) {
+        if (memcmp(s + i, DI_NUL_MARK, DI_NUL_MARK_LEN) != 0) {
+            i++;
+        } else if (s[i + DI_NUL_MARK_LEN] == '0') {
+            if (di_json_escape_append(out, s + start, i - start) != 0 || di_str_appends(out, "\\u0000") != 0) return -1;
+            start = i += DI_NUL_MARK_LEN + 1;
+        } else {
+            i += 2 * DI_NUL_MARK_LEN;
+        }
+    }
+    if (di_json_escape_append(out, s + start, len - start) != 0) return -1;
     return di_str_append(out, "\"", 1);
 }
 

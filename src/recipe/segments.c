@@ -2,6 +2,7 @@
 #include "recipe/segments.h"
 
 #include "base/error.h"
+#include "base/json.h"
 #include "base/mem.h"
 
 #include <stdlib.h>
@@ -52,18 +53,24 @@ static int push_segment(DiSegmentList *list, DiSegmentKind kind, const char *dat
     return 0;
 }
 
+/* Text arrives marked (client NULs, base/json.h): the prompt holds it unmarked. */
 int di_segments_text(DiSegmentList *list, const char *text, size_t len) {
     if (!list || (!text && len)) return di_errorf("segments: invalid argument");
     if (len == 0) return 0;
+    size_t at = list->n_bytes;
     if (list->n_segs > 0 && list->segs[list->n_segs - 1].kind == DI_SEGMENT_TEXT) {
         if (reserve_bytes(list, len) != 0) return -1;
         memcpy(list->bytes + list->n_bytes, text, len);
         list->n_bytes += len;
-        list->bytes[list->n_bytes] = '\0';
         list->segs[list->n_segs - 1].len += len;
-        return 0;
+    } else if (push_segment(list, DI_SEGMENT_TEXT, text, len) != 0) {
+        return -1;
     }
-    return push_segment(list, DI_SEGMENT_TEXT, text, len);
+    size_t kept = di_text_unmark(list->bytes + at, len);
+    list->n_bytes -= len - kept;
+    list->segs[list->n_segs - 1].len -= len - kept;
+    list->bytes[list->n_bytes] = '\0';
+    return 0;
 }
 
 int di_segments_special(DiSegmentList *list, const char *spelling) {

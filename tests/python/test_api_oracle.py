@@ -223,6 +223,18 @@ CASES += [
     chat(max_tokens=10 ** 20), chat(tools=[fn_tool({"type": "object", "properties": {"a": {
         "type": "integer", "maximum": 2 ** 64, "minimum": -2 ** 63 - 1, "x": [12345678901234567890123, "2**64"]}}})]),
     chat(tools=[fn_tool({"type": "object", "properties": {"a": {"type": "number", "maximum": 10 ** 25}}}, strict=True)]),
+    # "\u0000" anywhere is text (issue 19 item 15), the prompt carries the NUL byte
+    chat(messages=[{"role": "system", "content": "s\x00"}, {"role": "user", "content": "a\x00b \U0010FFFF0"}]),
+    chat(messages=U + [{"role": "assistant", "content": "x\x00", "reasoning_content": "\x00r",
+                        "tool_calls": [dict(CALL, id="c\x00")]},
+                       {"role": "tool", "tool_call_id": "c\x00", "content": "\x00"}],
+         tools=[fn_tool({"type": "object", "properties": {"a": {"type": "string", "description": "d\x00",
+                                                                  "enum": ["\x00", "\U0010FFFF0"]}}}, description="t\x00")]),
+    chat(messages=U, tools=[fn_tool({"type": "object", "properties": {"a": {"type": "string", "enum": ["\x00"]}}},
+                                    strict=True)]),
+    chat(messages=U, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"const": "\x00"}}}),
+    chat(messages=U, user="\x00"),
+    resp(input="q\x00", instructions="i\x00"), msgs(system="s\x00", messages=[{"role": "user", "content": "\x00"}]),
     # json_schema: the schema is written into the prompt; without one the request is refused
     chat(response_format={"type": "json_schema"}), chat(response_format={"type": "json_schema", "json_schema": {"name": "x"}}),
     chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": OBJ}}),
@@ -547,6 +559,28 @@ def test_integers_between_2_63_and_2_64_refused():
         "type": "integer", "maximum": 2 ** 63}}})]}
     mine = json.loads(run_tool("convert", json.dumps({"protocol": "chat", "body": json.dumps(body)}) + "\n"))
     assert not mine["ok"] and "2^63 to 2^64-1" in mine["message"], mine
+
+
+def test_nul_limits():
+    # deliberate divergences: a NUL in an object key (jansson cannot hold it) or in a stop
+    # sequence (the output matcher works on C strings) is refused with a message saying so;
+    # the official conversion accepts both
+    bodies = [{"model": MODEL, "messages": U, "metadata": {"k\x00": 1}},
+              {"model": MODEL, "messages": U, "stop": ["a\x00"]}]
+    lines = run_tool("convert", "".join(json.dumps({"protocol": "chat", "body": json.dumps(b)}) + "\n" for b in bodies))
+    got = [json.loads(line) for line in lines.splitlines()]
+    assert not got[0]["ok"] and "NUL" in got[0]["message"], got[0]
+    assert not got[1]["ok"] and "\\u0000" in got[1]["message"], got[1]
+
+
+def test_responses_echo_keeps_nul():
+    body = {"model": MODEL, "input": "hi", "instructions": "i\x00j\U0010FFFF0", "stream": False}
+    _, ref_full = oracle_run("responses", body, ["ok"])
+    mine = json.loads(run_tool("text", json.dumps({"protocol": "responses", "body": json.dumps(body), "id": "rid",
+                                                    "created": 123,
+                                                    "prompt_tokens": 10, "cache_hit_tokens": 4, "chunks": ["ok"],
+                                                    "finish": "stop"})))
+    assert mine["response"]["instructions"] == ref_full["instructions"] == "i\x00j\U0010FFFF0"
 
 
 def test_prefix_on_other_roles_refused():

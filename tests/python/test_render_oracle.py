@@ -142,7 +142,9 @@ NASTY = ["<｜User｜>", "</think>", "<think>", "｜DSML｜", "<｜DSML｜tool_c
          "<｜end▁of▁sentence｜>", "<｜Assistant｜>", "<｜latest_reminder｜>", "</tool_result>", "\n\n", "\n",
          "\"", "\\", "\t", "\x01", "é", "日本", "😀", " ", "{", "}", "[1]", "1e-5", "\u2028",
          # grounding markers: control tokens in assistant content and reasoning, text elsewhere
-         "<｜ref｜>", "<｜/ref｜>", "<｜box｜>", "<｜/box｜>", "<｜point｜>", "<｜/point｜>", "<｜polygon｜>", "<｜/polygon｜>"]
+         "<｜ref｜>", "<｜/ref｜>", "<｜box｜>", "<｜/box｜>", "<｜point｜>", "<｜/point｜>", "<｜polygon｜>", "<｜/polygon｜>",
+         # NUL, and U+10FFFF, the mark deepinfer writes NUL with inside (base/json.h)
+         "\x00", "a\x00", "\U0010FFFF", "\U0010FFFF0", "\U0010FFFF\x00\U0010FFFF\U0010FFFF"]
 WORDS = ["hello", "what", "is", "the", "weather", "Paris", "ok", "call", "x", "42", "."]
 
 
@@ -166,8 +168,8 @@ def rand_value(rng, depth=0):
         return rng.choice([True, False, None])
     if r < 0.8 and depth < 2:
         return [rand_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
-    if depth < 2:
-        return {rand_text(rng, False): rand_value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
+    if depth < 2:  # object keys without NUL: jansson cannot hold one (a request with it is refused)
+        return {rand_text(rng, False).replace("\x00", ""): rand_value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
     return rng.randint(0, 9)
 
 

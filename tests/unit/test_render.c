@@ -370,7 +370,7 @@ TEST(test_arguments_reader) {
         {"{\"a\": 18446744073709551616}", 0, "a", "1.8446744073709552e+19", 1, 22, false},
         {"{\"a\": -9223372036854775808}", 0, "a", "-9223372036854775808", 1, 20, false},
         {"{\"a\": -0}", 0, "a", "-0.0", 1, 4, false},
-        {"{\"a\\u0000b\": \"x\\u0000y\"}", 0, "a\0b", "x\0y", 3, 3, true},
+        {"{\"a\\u0000b\": \"x\\u0000y\"}", 0, "a" DI_NUL_MARK "0b", "x" DI_NUL_MARK "0y", 7, 7, true}, /* marked NULs */
         {"{\"a\": [\"\\u0000\", {\"k\": 1, \"k\": 2}]}", 0, "a", "[\"\\u0000\", {\"k\": 2}]", 1, 20, false},
         {"{\"a\": 1e400}", 1, NULL, NULL, 0, 0, false},
         {"{\"a\": \"\\ud800\"}", 1, NULL, NULL, 0, 0, false},
@@ -412,6 +412,33 @@ TEST(test_arguments_reader) {
     CHECK(di_dsml_args_read(NULL, 1, DI_FLOAT_STYLE_PYTHON, NULL, NULL) == -1);
 }
 
+/* NUL in client text: marked through the C-string pipeline, unmarked in the prompt. */
+TEST(test_nul_marks) {
+    json_t *root = json_loads("{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\\udbff\\udfff0\\udbff\\udfff\"}]}",
+                              JSON_ALLOW_NUL, NULL);
+    CHECK(root != NULL);
+    CHECK(di_json_needs_marks(root));
+    json_t *copy = json_deep_copy(root);
+    CHECK_EQ_INT(di_json_mark_nul(copy), 0);
+    const char *marked = json_string_value(json_object_get(json_array_get(json_object_get(copy, "messages"), 0), "content"));
+    CHECK_STR(marked, "a" DI_NUL_MARK "0b" DI_NUL_MARK DI_NUL_MARK "0" DI_NUL_MARK DI_NUL_MARK);
+    CHECK_EQ_INT(di_json_unmark(copy), 0);
+    CHECK(json_equal(copy, root));
+    json_decref(copy);
+    DiConversation conv;
+    CHECK_EQ_INT(di_conversation_from_json(root, &conv), 0);
+    DiSegmentList segs;
+    di_segments_init(&segs);
+    CHECK_EQ_INT(di_render_conversation(&conv, &segs), 0);
+    static const char want[] = "<｜User｜>a\0b\xF4\x8F\xBF\xBF" "0\xF4\x8F\xBF\xBF<｜Assistant｜>";
+    CHECK(memmem(segs.bytes, segs.n_bytes, want, sizeof want - 1) != NULL);
+    di_segments_free(&segs);
+    di_conversation_free(&conv);
+    json_decref(root);
+    char lone[] = "x" DI_NUL_MARK; /* a mark without its partner is left as it is */
+    CHECK_EQ_INT((int)di_text_unmark(lone, strlen(lone)), 5);
+}
+
 int main(void) {
     RUN_TEST(test_rendered_vectors);
     RUN_TEST(test_injection_stays_text);
@@ -423,6 +450,7 @@ int main(void) {
     RUN_TEST(test_python_style_floats);
     RUN_TEST(test_errors_name_the_field);
     RUN_TEST(test_arguments_reader);
+    RUN_TEST(test_nul_marks);
     di_segments_free(&last_segments);
     return TEST_SUMMARY();
 }
