@@ -219,7 +219,7 @@ CASES += [
                 {"type": "function", "name": "g", "parameters": OBJ}]),
     msgs(tools=[{"name": "f", "input_schema": {}}]), msgs(tools=[{"name": "f", "input_schema": OBJ, "strict": True}]),
     # integers past 64 bits are doubles (issue 19 item 15), in ignored fields and in schemas
-    chat(user_data=2 ** 64), chat(metadata={"n": -2 ** 63 - 1, "m": [10 ** 30]}), chat(seed=2 ** 64),
+    chat(metadata={"n": 2 ** 64}), chat(metadata={"n": -2 ** 63 - 1, "m": [10 ** 30]}), chat(seed=2 ** 64),
     chat(max_tokens=10 ** 20), chat(tools=[fn_tool({"type": "object", "properties": {"a": {
         "type": "integer", "maximum": 2 ** 64, "minimum": -2 ** 63 - 1, "x": [12345678901234567890123, "2**64"]}}})]),
     chat(tools=[fn_tool({"type": "object", "properties": {"a": {"type": "number", "maximum": 10 ** 25}}}, strict=True)]),

@@ -117,7 +117,7 @@ TEST(chat_rejections_name_the_problem) {
 TEST(chat_integers_past_64_bits) {
     DiApiRequest r;
     const char *body =
-        "{\"model\":\"m\",\"user_data\":[18446744073709551616,-9223372036854775809],\"messages\":[{\"role\":\"user\","
+        "{\"model\":\"m\",\"metadata\":{\"a\":[18446744073709551616,-9223372036854775809]},\"messages\":[{\"role\":\"user\","
         "\"content\":\"99999999999999999999 \\\" 1\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
         "\"parameters\":{\"type\":\"object\",\"maximum\":100000000000000000000000,\"minimum\":-100000000000000000000}}}]}";
     CHECK_EQ_INT(parse(DI_API_CHAT, body, &r, NULL), 0);
