@@ -36,8 +36,12 @@ typedef struct {
 
 #define END {NULL, NULL, NULL}
 #define NO_NAME {"name", "null", "participant names have no place in the model's template"}
-#define NO_STRICT                                                                                              \
-    {"strict", "false", "strict schemas are not supported (the schema is shown to the model, not enforced)"}
+/* "prefix": true continues the last assistant message (api_request.c); elsewhere only false */
+#define NO_PREFIX {"prefix", "false", "only the last assistant message can be a prefix"}
+/* json_schema's strict asks for enforced output: the schema is only shown, as the official
+ * conversion does (tools' strict is honoured: their schemas are normalised, api_tool_schema.c) */
+#define SCHEMA_FORMAT {"name", NULL, NULL}, {"description", NULL, NULL}, {"schema", NULL, NULL}, \
+    {"strict", "false", "the schema is shown to the model, its output is not enforced"}
 #define CACHE {"cache_control", NULL, NULL} /* a label: the prefix cache needs no breakpoints */
 #define TEXT_BLOCK {"type", NULL, NULL}, {"text", NULL, NULL}, CACHE, {"citations", "[]", "citations are not supported"}
 
@@ -47,22 +51,24 @@ static const Field f_stream_options[] = {{"include_usage", NULL, NULL},
 
 static const Shape k_chat[] = {
     {"stream_options", NULL, f_stream_options},
-    {"messages[]", "role=system|user", (const Field[]){{"role", NULL, NULL}, {"content", NULL, NULL}, NO_NAME, END}},
-    {"messages[]", "role=latest_reminder", (const Field[]){{"role", NULL, NULL}, {"content", NULL, NULL}, END}},
+    {"messages[]", "role=system|user",
+     (const Field[]){{"role", NULL, NULL}, {"content", NULL, NULL}, NO_NAME, NO_PREFIX, END}},
+    {"messages[]", "role=latest_reminder", (const Field[]){{"role", NULL, NULL}, {"content", NULL, NULL}, NO_PREFIX, END}},
     {"messages[]", "role=assistant",
      (const Field[]){{"role", NULL, NULL},
                      {"content", NULL, NULL},
                      {"reasoning_content", NULL, NULL},
                      {"tool_calls", NULL, NULL},
                      NO_NAME,
-                     {"prefix", "false", "assistant prefixes are not supported"},
+                     {"prefix", NULL, NULL},
                      {"refusal", "null", "a refusal has no place in the model's template"},
                      {"annotations", "[]", "annotations have no place in the model's template"},
                      {"audio", "null", "audio is not supported"},
                      {"function_call", "null", "function_call is deprecated: use tool_calls"},
                      END}},
     {"messages[]", "role=tool",
-     (const Field[]){{"role", NULL, NULL}, {"content", NULL, NULL}, {"tool_call_id", NULL, NULL}, NO_NAME, END}},
+     (const Field[]){{"role", NULL, NULL}, {"content", NULL, NULL}, {"tool_call_id", NULL, NULL}, NO_NAME, NO_PREFIX,
+                     END}},
     {"messages[].content[]", "type=text", (const Field[]){{"type", NULL, NULL}, {"text", NULL, NULL}, END}},
     {"messages[].tool_calls[]", NULL,
      (const Field[]){{"id", NULL, NULL}, {"type", "\"function\"", "only function tool calls are supported"},
@@ -70,15 +76,17 @@ static const Shape k_chat[] = {
     {"messages[].tool_calls[].function", NULL, (const Field[]){{"name", NULL, NULL}, {"arguments", NULL, NULL}, END}},
     {"tools[]", NULL, (const Field[]){{"type", NULL, NULL}, {"function", NULL, NULL}, END}},
     {"tools[].function", NULL,
-     (const Field[]){{"name", NULL, NULL}, {"description", NULL, NULL}, {"parameters", NULL, NULL}, NO_STRICT, END}},
+     (const Field[]){{"name", NULL, NULL}, {"description", NULL, NULL}, {"parameters", NULL, NULL}, {"strict", NULL, NULL},
+                     END}},
     {"tool_choice", NULL,
      (const Field[]){{"type", "\"function\"", "only a named function choice is supported"}, {"function", NULL, NULL},
                      END}},
     {"tool_choice.function", NULL, (const Field[]){{"name", NULL, NULL}, END}},
     {"response_format", NULL,
-     (const Field[]){{"type", "\"text\"|\"json_object\"", "only text and json_object are supported"},
-                     {"json_schema", "null", "json_schema response formats are not supported"},
+     (const Field[]){{"type", "\"text\"|\"json_object\"|\"json_schema\"", "only text, json_object and json_schema are supported"},
+                     {"json_schema", NULL, NULL},
                      END}},
+    {"response_format.json_schema", NULL, (const Field[]){SCHEMA_FORMAT, END}},
     {"thinking", NULL, (const Field[]){{"type", NULL, NULL}, {"budget_tokens", NULL, NULL}, END}},
     {NULL, NULL, NULL}};
 
@@ -98,7 +106,8 @@ static const Shape k_responses[] = {
      (const Field[]){{"format", NULL, NULL}, {"verbosity", "\"medium\"", "only the default verbosity is supported"},
                      END}},
     {"text.format", NULL,
-     (const Field[]){{"type", "\"text\"|\"json_object\"", "only text and json_object are supported"}, END}},
+     (const Field[]){{"type", "\"text\"|\"json_object\"|\"json_schema\"", "only text, json_object and json_schema are supported"},
+                     SCHEMA_FORMAT, END}},
     {"input[]", "type=message|",
      (const Field[]){ITEM_IDS, {"role", NULL, NULL}, {"content", NULL, NULL}, END}},
     {"input[]", "type=function_call",
@@ -117,7 +126,7 @@ static const Shape k_responses[] = {
                      END}},
     {"tools[]", "type=function",
      (const Field[]){{"type", NULL, NULL}, {"name", NULL, NULL}, {"description", NULL, NULL},
-                     {"parameters", NULL, NULL}, NO_STRICT, END}},
+                     {"parameters", NULL, NULL}, {"strict", NULL, NULL}, END}},
     {"tools[]", "type=custom",
      (const Field[]){{"type", NULL, NULL}, {"name", NULL, NULL}, {"description", NULL, NULL},
                      {"format", "{\"type\": \"text\"}", "only free-text custom tools are supported"}, END}},

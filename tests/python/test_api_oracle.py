@@ -217,7 +217,7 @@ CASES += [
     resp(tools=[{"type": "function", "name": "f", "parameters": OBJ, "strict": True}]),
     resp(tools=[{"type": "function", "name": "f", "parameters": OBJ, "strict": True},
                 {"type": "function", "name": "g", "parameters": OBJ}]),
-    msgs(tools=[{"name": "f", "input_schema": {}}]), msgs(tools=[{"name": "f", "input_schema": OBJ, "strict": True}]),
+    msgs(tools=[{"name": "f", "input_schema": {}}]),
     # integers past 64 bits are doubles (issue 19 item 15), in ignored fields and in schemas
     chat(metadata={"n": 2 ** 64}), chat(metadata={"n": -2 ** 63 - 1, "m": [10 ** 30]}), chat(seed=2 ** 64),
     chat(max_tokens=10 ** 20), chat(tools=[fn_tool({"type": "object", "properties": {"a": {
@@ -238,7 +238,7 @@ CASES += [
     # json_schema: the schema is written into the prompt; without one the request is refused
     chat(response_format={"type": "json_schema"}), chat(response_format={"type": "json_schema", "json_schema": {"name": "x"}}),
     chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": OBJ}}),
-    chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": OBJ, "strict": True}},
+    chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": OBJ, "strict": False}},
          thinking={"type": "disabled"}),
     chat(response_format={"type": "json_schema", "json_schema": {"schema": {"type": "number", "minimum": 1e-7}}},
          tools=[TOOL]),
@@ -581,6 +581,20 @@ def test_responses_echo_keeps_nul():
                                                     "prompt_tokens": 10, "cache_hit_tokens": 4, "chunks": ["ok"],
                                                     "finish": "stop"})))
     assert mine["response"]["instructions"] == ref_full["instructions"] == "i\x00j\U0010FFFF0"
+
+
+def test_strict_flags_without_effect_refused():
+    # deliberate divergences: the official conversion accepts these and does nothing with them
+    # (a Messages tool's strict; a json_schema's strict: the schema is only shown, output is not
+    # enforced); deepinfer refuses a flag it cannot honour, naming it
+    bodies = [("messages", {"model": MODEL, "max_tokens": 10, "messages": U,
+                            "tools": [{"name": "f", "input_schema": OBJ, "strict": True}]}),
+              ("chat", {"model": MODEL, "messages": U,
+                        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": OBJ, "strict": True}}})]
+    lines = run_tool("convert", "".join(json.dumps({"protocol": p, "body": json.dumps(b)}) + "\n" for p, b in bodies))
+    for line in lines.splitlines():
+        mine = json.loads(line)
+        assert not mine["ok"] and "strict" in mine["message"], mine
 
 
 def test_prefix_on_other_roles_refused():
