@@ -20,7 +20,7 @@ harness=$(BUILD=build-asan HARNESS_CFLAGS="-O1 -fsanitize=address,undefined -fno
           tests/support/build_harness.sh) || { echo "0 passed, 1 failed"; exit 1; }
 ASAN_OPTIONS=detect_leaks=1 "$harness" --port 0 --api-key k1 --step-us 500 --max-body 65536 >"$work/out" 2>"$work/err" &
 pid=$!
-has_port() { grep -q '^port' "$1"; }
+has_port() { grep -qs '^port' "$1"; } # -s: the background program may not have opened it yet
 wait_for 10 has_port "$work/out"
 port=$(awk '/^port/{print $2}' "$work/out")
 [ -n "$port" ] || { cat "$work/err"; echo "0 passed, 1 failed"; exit 1; }
