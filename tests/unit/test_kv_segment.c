@@ -1,0 +1,597 @@
+/* test_kv_segment.c — the KV cache's disk tier (serving.md §4.4): records round-trip through
+ * sealed and unsealed segments; files truncated at random offsets or with flipped bits never
+ * serve a wrong byte and count what they lose; foreign files are skipped and counted once; the
+ * TTL drops whole hourly segments; the size cap evicts oldest first; a writer killed with
+ * SIGKILL mid-write leaves a directory that reopens with its complete records; two processes
+ * share one directory; a full disk degrades the cache to RAM. */
+#include "test.h"
+
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/kvcache/kv_cache.h"
+#include "engine/kvcache/segment_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define ALIGN 4096
+
+static DiKvKey K(uint64_t i) { return (DiKvKey){i * 0x9E3779B97F4A7C15ull + 1, i}; }
+
+/* Payload of record i: its length varies (0, small, over a page) and every byte depends on i. */
+static size_t plen(int i) { return (size_t)((i * 1237) % 9000); }
+static void payload(int i, uint8_t *out, size_t n) {
+    for (size_t j = 0; j < n; j++) out[j] = (uint8_t)(i * 31 + j * 7 + (j >> 8));
+}
+
+static char *make_dir(void) {
+    static char tmpl[64];
+    snprintf(tmpl, sizeof tmpl, "/tmp/test_kv_segment.XXXXXX");
+    return strdup(mkdtemp(tmpl));
+}
+
+static void remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char path[512];
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* The only file in dir whose name ends with suffix (NULL when not exactly one). */
+static char *only_file(const char *dir, const char *suffix) {
+    DIR *d = opendir(dir);
+    char *found = NULL;
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t l = strlen(e->d_name), s = strlen(suffix);
+        if (l > s && !strcmp(e->d_name + l - s, suffix)) {
+            n++;
+            free(found);
+            found = malloc(strlen(dir) + l + 2);
+            sprintf(found, "%s/%s", dir, e->d_name);
+        }
+    }
+    if (d) closedir(d);
+    if (n != 1) free(found), found = NULL;
+    return found;
+}
+
+static int count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
+static DiKvSegStore *open_dir(const char *dir) {
+    DiKvSegOptions o = {.dir = dir};
+    return di_kv_seg_open(&o);
+}
+
+static int append_range(DiKvSegStore *s, int from, int to) {
+    uint8_t buf[9000];
+    for (int i = from; i < to; i++) {
+        payload(i, buf, plen(i));
+        if (di_kv_seg_append(s, K((uint64_t)i), DI_KV_KIND_BLOCK, buf, plen(i)) != 0) return -1;
+    }
+    return 0;
+}
+
+/* 1 when record i is served with exactly its bytes, 0 when absent, -1 when served WRONG. */
+static int served(DiKvSegStore *s, int i) {
+    void *d;
+    size_t n;
+    int kind = 0;
+    if (di_kv_seg_get(s, K((uint64_t)i), &d, &n, &kind) != 1) return 0;
+    uint8_t want[9000];
+    payload(i, want, plen(i));
+    int ok = n == plen(i) && memcmp(d, want, n) == 0 && kind == DI_KV_KIND_BLOCK;
+    free(d);
+    return ok ? 1 : -1;
+}
+
+TEST(records_round_trip_through_open_and_sealed_segments) {
+    char *dir = make_dir();
+    DiKvSegStore *s = open_dir(dir);
+    CHECK(s != NULL);
+    CHECK_EQ_INT(append_range(s, 0, 40), 0);
+    int ok = 0;
+    for (int i = 0; i < 40; i++) ok += served(s, i) == 1;
+    CHECK_EQ_INT(ok, 40);
+    CHECK_EQ_INT(served(s, 40), 0);
+    DiKvSegStats st;
+    di_kv_seg_stats(s, &st);
+    CHECK_EQ_INT(st.records_written, 40);
+    CHECK_EQ_INT(st.reads, 40);
+    di_kv_seg_close(s);
+    char *sealed = only_file(dir, ".kvs");
+    CHECK(sealed != NULL);
+    free(sealed);
+    CHECK_EQ_INT(count_files(dir), 1);
+    s = open_dir(dir); /* index rebuilt from the footer */
+    ok = 0;
+    for (int i = 0; i < 40; i++) ok += served(s, i) == 1;
+    CHECK_EQ_INT(ok, 40);
+    di_kv_seg_stats(s, &st);
+    CHECK_EQ_INT(st.records_corrupt, 0);
+    CHECK_EQ_INT(st.files_skipped, 0);
+    CHECK_EQ_INT(di_kv_seg_append(s, K(1), 7, "x", 1), -1);
+    CHECK(strstr(di_error_message(), "kind 7") != NULL);
+    di_kv_seg_close(s);
+    DiKvSegOptions bad = {.dir = dir, .cap_bytes = 1 << 20, .segment_bytes = 1 << 20};
+    CHECK(di_kv_seg_open(&bad) == NULL);
+    CHECK(strstr(di_error_message(), "segment_bytes") != NULL);
+    remove_dir(dir);
+    free(dir);
+}
+
+static void copy_prefix(const char *from, const char *to, off_t n) {
+    int a = open(from, O_RDONLY), b = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char buf[65536];
+    while (n > 0) {
+        ssize_t r = read(a, buf, n < (off_t)sizeof buf ? (size_t)n : sizeof buf);
+        if (r <= 0) break;
+        if (write(b, buf, (size_t)r) != r) break;
+        n -= r;
+    }
+    close(a);
+    close(b);
+}
+
+TEST(truncated_segments_serve_exactly_their_complete_records) {
+    char *dir = make_dir(), *work = make_dir();
+    DiKvSegStore *s = open_dir(dir);
+    enum { N = 20 };
+    append_range(s, 0, N);
+    di_kv_seg_close(s);
+    char *seg = only_file(dir, ".kvs");
+    CHECK(seg != NULL);
+    if (!seg) return;
+    struct stat sb;
+    stat(seg, &sb);
+    /* independent layout: header page, then per record a header page and the payload padded */
+    uint64_t off[N + 1], end[N];
+    off[0] = ALIGN;
+    for (int i = 0; i < N; i++) {
+        end[i] = off[i] + ALIGN + plen(i);
+        off[i + 1] = off[i] + ALIGN + (plen(i) + ALIGN - 1) / ALIGN * ALIGN;
+    }
+    const char *base = strrchr(seg, '/') + 1;
+    char dst[512];
+    snprintf(dst, sizeof dst, "%s/%s", work, base);
+    di_log_set_level(DI_LOG_ERROR);
+    for (int trial = 0; trial < 60; trial++) {
+        uint64_t cut = trial == 0 ? off[7] : trial == 1 ? 30 : test_rand32() % (uint64_t)sb.st_size;
+        copy_prefix(seg, dst, (off_t)cut);
+        DiKvSegStore *t = open_dir(work);
+        int wrong = 0, missing = 0, extra = 0;
+        int torn = 0;
+        for (int i = 0; i < N; i++) {
+            int r = served(t, i);
+            int want = cut >= 64 && end[i] <= cut;
+            wrong += r < 0, missing += want && r == 0, extra += !want && r == 1;
+            torn += cut > off[i] && cut < end[i];
+        }
+        DiKvSegStats st;
+        di_kv_seg_stats(t, &st);
+        CHECK_MSG(!wrong && !missing && !extra, "cut %llu: %d wrong, %d missing, %d extra", (unsigned long long)cut,
+                  wrong, missing, extra);
+        CHECK_MSG(st.records_corrupt == (uint64_t)torn, "cut %llu: %llu corrupt counted, %d torn",
+                  (unsigned long long)cut, (unsigned long long)st.records_corrupt, torn);
+        CHECK_EQ_INT(st.files_skipped, cut < 64);
+        di_kv_seg_close(t);
+        unlink(dst);
+    }
+    di_log_set_level(DI_LOG_INFO);
+    free(seg);
+    remove_dir(dir);
+    remove_dir(work);
+    free(dir);
+    free(work);
+}
+
+static void flip_bit(const char *path, uint64_t at, int bit) {
+    int fd = open(path, O_RDWR);
+    uint8_t b;
+    if (pread(fd, &b, 1, (off_t)at) == 1) {
+        b ^= (uint8_t)(1u << bit);
+        if (pwrite(fd, &b, 1, (off_t)at) != 1) abort();
+    }
+    close(fd);
+}
+
+TEST(flipped_bits_never_serve_a_wrong_byte) {
+    char *dir = make_dir();
+    enum { N = 12 };
+    DiKvSegStore *s = open_dir(dir);
+    append_range(s, 1, N + 1); /* record 0 has an empty payload; start at 1 */
+    di_kv_seg_close(s);
+    char *seg = only_file(dir, ".kvs");
+    if (!seg) return;
+    struct stat sb;
+    stat(seg, &sb);
+    di_log_set_level(DI_LOG_ERROR);
+    /* a flip inside record 3's payload loses record 3 only, counted once when read */
+    uint64_t off3 = ALIGN;
+    for (int i = 1; i < 3; i++) off3 += ALIGN + (plen(i) + ALIGN - 1) / ALIGN * ALIGN;
+    flip_bit(seg, off3 + ALIGN + plen(3) / 2, 3);
+    s = open_dir(dir);
+    int ok = 0;
+    for (int i = 1; i <= N; i++) ok += served(s, i) == 1;
+    CHECK_EQ_INT(served(s, 3), 0);
+    CHECK_EQ_INT(ok, N - 1);
+    DiKvSegStats st;
+    di_kv_seg_stats(s, &st);
+    CHECK_EQ_INT(st.records_corrupt, 1);
+    di_kv_seg_close(s);
+    flip_bit(seg, off3 + ALIGN + plen(3) / 2, 3); /* restore */
+    /* a flip in the trailer: the footer fails, a scan rebuilds every record */
+    flip_bit(seg, (uint64_t)sb.st_size - 5, 0);
+    s = open_dir(dir);
+    ok = 0;
+    for (int i = 1; i <= N; i++) ok += served(s, i) == 1;
+    CHECK_EQ_INT(ok, N);
+    di_kv_seg_close(s);
+    flip_bit(seg, (uint64_t)sb.st_size - 5, 0);
+    /* random flips anywhere: whatever is served is exact */
+    for (int trial = 0; trial < 40; trial++) {
+        uint64_t at = test_rand32() % (uint64_t)sb.st_size;
+        int bit = (int)(test_rand32() % 8);
+        flip_bit(seg, at, bit);
+        s = open_dir(dir);
+        int wrong = 0;
+        for (int i = 1; i <= N; i++) wrong += served(s, i) < 0;
+        CHECK_MSG(wrong == 0, "flip at %llu bit %d: %d records served wrong", (unsigned long long)at, bit, wrong);
+        di_kv_seg_close(s);
+        flip_bit(seg, at, bit);
+    }
+    /* a flip in the file header: the whole file is skipped and counted */
+    flip_bit(seg, 20, 1);
+    s = open_dir(dir);
+    CHECK_EQ_INT(served(s, 1), 0);
+    di_kv_seg_stats(s, &st);
+    CHECK_EQ_INT(st.files_skipped, 1);
+    di_kv_seg_close(s);
+    di_log_set_level(DI_LOG_INFO);
+    free(seg);
+    remove_dir(dir);
+    free(dir);
+}
+
+static void write_file(const char *dir, const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+TEST(foreign_files_are_skipped_and_counted_once) {
+    char *dir = make_dir();
+    write_file(dir, "README.txt", "not a segment");
+    write_file(dir, "kv-0000000001-00000000000000ab-000001.kvs", "right name, wrong contents");
+    write_file(dir, ".hidden", "ignored: dot files are temporaries");
+    di_log_set_level(DI_LOG_ERROR);
+    DiKvSegStore *s = open_dir(dir);
+    CHECK(s != NULL);
+    append_range(s, 0, 3);
+    CHECK_EQ_INT(di_kv_seg_refresh(s), 0);
+    CHECK_EQ_INT(di_kv_seg_refresh(s), 0);
+    DiKvSegStats st;
+    di_kv_seg_stats(s, &st);
+    CHECK_EQ_INT(st.files_skipped, 2);
+    CHECK_EQ_INT(served(s, 2), 1);
+    di_kv_seg_close(s);
+    di_log_set_level(DI_LOG_INFO);
+    remove_dir(dir);
+    free(dir);
+}
+
+static double fake_now;
+static double fake_clock(void *arg) { return fake_now; }
+
+TEST(ttl_drops_whole_hourly_segments) {
+    char *dir = make_dir();
+    DiKvSegOptions o = {.dir = dir, .ttl_s = 7200, .clock = fake_clock};
+    fake_now = 100 * 3600.0 + 10;
+    DiKvSegStore *s = di_kv_seg_open(&o);
+    append_range(s, 0, 5); /* hour 100 */
+    fake_now = 101 * 3600.0 + 10;
+    append_range(s, 5, 10); /* hour 101: rolls to a new segment */
+    di_kv_seg_close(s);
+    CHECK_EQ_INT(count_files(dir), 2);
+    fake_now = 103 * 3600.0 - 1; /* hour 100 ended at 101h; +2h TTL = 103h */
+    s = di_kv_seg_open(&o);
+    CHECK_EQ_INT(served(s, 0), 1);
+    fake_now = 103 * 3600.0;
+    CHECK_EQ_INT(di_kv_seg_refresh(s), 0);
+    int old = 0, young = 0;
+    for (int i = 0; i < 5; i++) old += served(s, i) == 1;
+    for (int i = 5; i < 10; i++) young += served(s, i) == 1;
+    CHECK_EQ_INT(old, 0);
+    CHECK_EQ_INT(young, 5);
+    DiKvSegStats st;
+    di_kv_seg_stats(s, &st);
+    CHECK_EQ_INT(st.segments_expired, 1);
+    CHECK_EQ_INT(count_files(dir), 1);
+    di_kv_seg_close(s);
+    remove_dir(dir);
+    free(dir);
+}
+
+static uint64_t dir_bytes(const char *dir) {
+    DIR *d = opendir(dir);
+    uint64_t n = 0;
+    char path[512];
+    struct stat sb;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (e->d_name[0] != '.' && stat(path, &sb) == 0) n += (uint64_t)sb.st_size;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+TEST(size_cap_evicts_oldest_segments_first) {
+    char *dir = make_dir();
+    DiKvSegOptions o = {.dir = dir, .cap_bytes = 1 << 20}; /* segments of 128 KiB */
+    DiKvSegStore *s = di_kv_seg_open(&o);
+    uint8_t buf[4000];
+    for (int i = 0; i < 300; i++) { /* 8 KiB on disk each: 2.4 MB in all */
+        payload(i, buf, sizeof buf);
+        CHECK_EQ_INT(di_kv_seg_append(s, K((uint64_t)i), DI_KV_KIND_BLOCK, buf, sizeof buf), 0);
+        CHECK(dir_bytes(dir) <= (1u << 20));
+    }
+    DiKvSegStats st;
+    di_kv_seg_stats(s, &st);
+    CHECK(st.segments_evicted >= 8);
+    CHECK(st.disk_bytes <= (1u << 20));
+    CHECK_EQ_INT(st.disk_bytes, dir_bytes(dir));
+    /* present records are a suffix of the write order: the oldest went first */
+    int first = -1, holes = 0;
+    for (int i = 0; i < 300; i++) {
+        void *d;
+        size_t n;
+        int have = di_kv_seg_get(s, K((uint64_t)i), &d, &n, NULL) == 1;
+        if (have) free(d);
+        if (have && first < 0) first = i;
+        if (!have && first >= 0) holes++;
+    }
+    CHECK_EQ_INT(holes, 0);
+    CHECK_MSG(first > 100 && first < 200, "oldest kept record %d", first);
+    di_kv_seg_close(s);
+    remove_dir(dir);
+    free(dir);
+}
+
+/* A child that appends 256 KiB records forever. */
+static void writer_forever(const char *dir) {
+    di_log_set_level(DI_LOG_ERROR);
+    DiKvSegOptions o = {.dir = dir};
+    DiKvSegStore *s = di_kv_seg_open(&o);
+    static uint8_t buf[256 << 10];
+    for (int i = 0; s; i++) {
+        memset(buf, i & 0xff, sizeof buf);
+        memcpy(buf, &i, sizeof i);
+        di_kv_seg_append(s, K((uint64_t)i), DI_KV_KIND_BLOCK, buf, sizeof buf);
+    }
+    _exit(1);
+}
+
+static int big_ok(DiKvSegStore *s, int i) {
+    void *d;
+    size_t n;
+    if (di_kv_seg_get(s, K((uint64_t)i), &d, &n, NULL) != 1) return 0;
+    const uint8_t *p = d;
+    int ok = n == (256 << 10) && memcmp(p, &i, sizeof i) == 0;
+    for (size_t j = sizeof i; ok && j < n; j++) ok = p[j] == (uint8_t)(i & 0xff);
+    free(d);
+    return ok ? 1 : -1;
+}
+
+TEST(sigkill_mid_write_then_reopen_serves_only_complete_records) {
+    for (int round = 0; round < 3; round++) {
+        char *dir = make_dir();
+        pid_t pid = fork();
+        if (pid == 0) writer_forever(dir);
+        uint64_t target = (uint64_t)(2 + round * 3) << 20; /* kill at a different point each round */
+        for (int w = 0; w < 2000 && dir_bytes(dir) < target; w++) usleep(2000);
+        usleep(700u * (unsigned)round);
+        kill(pid, SIGKILL);
+        int status;
+        waitpid(pid, &status, 0);
+        CHECK(WIFSIGNALED(status));
+        di_log_set_level(DI_LOG_ERROR);
+        DiKvSegStore *s = open_dir(dir);
+        CHECK(s != NULL);
+        if (!s) return;
+        int m = 0, wrong = 0, after = 0;
+        while (big_ok(s, m) == 1) m++;
+        for (int i = 0; i < m + 64; i++) {
+            int r = big_ok(s, i);
+            wrong += r < 0;
+            after += i > m && r == 1;
+        }
+        CHECK_MSG(m >= 4, "round %d: only %d records survived", round, m);
+        CHECK_EQ_INT(wrong, 0);
+        CHECK_EQ_INT(after, 0);
+        DiKvSegStats st;
+        di_kv_seg_stats(s, &st);
+        CHECK(st.records_corrupt <= 1); /* at most the one torn record */
+        /* hits resume and new writes work after the crash */
+        CHECK_EQ_INT(append_range(s, 100000, 100010), 0);
+        di_kv_seg_close(s);
+        s = open_dir(dir);
+        CHECK_EQ_INT(big_ok(s, m - 1), 1);
+        CHECK_EQ_INT(served(s, 100009), 1);
+        di_kv_seg_close(s);
+        di_log_set_level(DI_LOG_INFO);
+        remove_dir(dir);
+        free(dir);
+    }
+}
+
+TEST(two_processes_share_one_directory) {
+    char *dir = make_dir();
+    int to_parent[2], to_child[2];
+    if (pipe(to_parent) != 0 || pipe(to_child) != 0) abort();
+    DiKvSegStore *mine = open_dir(dir);
+    append_range(mine, 1000, 1010); /* the parent's own blocks, unsealed */
+    pid_t pid = fork();
+    if (pid == 0) {
+        DiKvSegStore *s = open_dir(dir);
+        int bad = 0;
+        for (int i = 1000; i < 1010; i++) bad += served(s, i) != 1; /* reads the parent's live segment */
+        append_range(s, 0, 20);
+        char c = (char)bad;
+        if (write(to_parent[1], &c, 1) != 1 || read(to_child[0], &c, 1) != 1) _exit(3);
+        append_range(s, 20, 30);
+        di_kv_seg_close(s);
+        _exit(bad ? 2 : 0);
+    }
+    char c = 1;
+    CHECK(read(to_parent[0], &c, 1) == 1);
+    CHECK_EQ_INT(c, 0);
+    /* the child is alive: its .open file is followed, its records served */
+    CHECK_EQ_INT(di_kv_seg_refresh(mine), 0);
+    int ok = 0;
+    for (int i = 0; i < 20; i++) ok += served(mine, i) == 1;
+    CHECK_EQ_INT(ok, 20);
+    CHECK_EQ_INT(served(mine, 25), 0);
+    if (write(to_child[1], &c, 1) != 1) abort();
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* the child sealed and renamed its segment: picked up under the new name */
+    CHECK_EQ_INT(di_kv_seg_refresh(mine), 0);
+    ok = 0;
+    for (int i = 0; i < 30; i++) ok += served(mine, i) == 1;
+    CHECK_EQ_INT(ok, 30);
+    DiKvSegStats st;
+    di_kv_seg_stats(mine, &st);
+    CHECK_EQ_INT(st.records_corrupt, 0);
+    di_kv_seg_close(mine);
+    remove_dir(dir);
+    free(dir);
+}
+
+TEST(cache_tiers_promote_prefetch_and_persist) {
+    char *dir = make_dir();
+    DiKvCacheOptions o = {.ram_bytes = 3 * 4000, .block_tokens = 512, .dir = dir};
+    DiKvCache *c = di_kv_cache_open(&o);
+    DiKvKey keys[10];
+    uint8_t buf[4000], got[4000];
+    for (int i = 0; i < 10; i++) {
+        keys[i] = K((uint64_t)i);
+        payload(i, buf, sizeof buf);
+        CHECK_EQ_INT(di_kv_cache_store(c, keys[i], buf, sizeof buf), 0);
+    }
+    di_kv_cache_flush(c);
+    uint8_t tiers[10];
+    CHECK_EQ_INT(di_kv_cache_lookup(c, keys, 10, tiers), 10);
+    int l2 = 0;
+    for (int i = 0; i < 10; i++) l2 += tiers[i] == 2;
+    CHECK_EQ_INT(l2, 3);
+    CHECK(tiers[0] == 3 && tiers[9] == 2);
+    size_t n;
+    CHECK_EQ_INT(di_kv_cache_read(c, keys[0], got, sizeof got, &n), 1); /* from disk, promoted */
+    payload(0, buf, sizeof buf);
+    CHECK(n == sizeof got && memcmp(got, buf, n) == 0);
+    CHECK_EQ_INT(di_kv_cache_prefetch(c, keys + 1, 2), 2);
+    di_kv_cache_flush(c);
+    CHECK_EQ_INT(di_kv_cache_lookup(c, keys, 3, tiers), 3);
+    CHECK(tiers[0] == 2 && tiers[1] == 2 && tiers[2] == 2);
+    DiKvCacheStats st;
+    di_kv_cache_stats(c, &st);
+    CHECK_EQ_INT(st.hit_blocks[0], 3 + 3);
+    CHECK_EQ_INT(st.hit_blocks[1], 7);
+    CHECK_EQ_INT(st.hit_tokens[1], 7 * 512);
+    CHECK_EQ_INT(st.writes_queued, 10);
+    CHECK_EQ_INT(st.prefetches, 2);
+    CHECK_EQ_INT(st.bytes_read, 3 * (4096 + 4000)); /* a header page and the payload per read */
+    CHECK(st.bytes_written >= 10 * 8192);
+    CHECK(st.ram_evictions >= 7);
+    di_kv_cache_close(c);
+    /* a restarted engine (another process) hits everything on disk */
+    c = di_kv_cache_open(&o);
+    CHECK_EQ_INT(di_kv_cache_lookup(c, keys, 10, NULL), 10);
+    CHECK_EQ_INT(di_kv_cache_read(c, keys[5], got, sizeof got, &n), 1);
+    payload(5, buf, sizeof buf);
+    CHECK(memcmp(got, buf, sizeof buf) == 0);
+    di_kv_cache_close(c);
+    remove_dir(dir);
+    free(dir);
+}
+
+TEST(unwritable_or_full_disk_degrades_to_ram) {
+    char *dir = make_dir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/file", dir);
+    write_file(dir, "file", "a file where a directory should be");
+    snprintf(path, sizeof path, "%s/file/sub", dir);
+    di_log_set_level(DI_LOG_ERROR);
+    DiKvCacheOptions o = {.ram_bytes = 1 << 20, .block_tokens = 512, .dir = path};
+    DiKvCache *c = di_kv_cache_open(&o);
+    CHECK(c != NULL);
+    DiKvCacheStats st;
+    di_kv_cache_stats(c, &st);
+    CHECK_EQ_INT(st.disk_enabled, 0);
+    CHECK_EQ_INT(di_kv_cache_store(c, K(1), "abc", 3), 0);
+    CHECK_EQ_INT(di_kv_cache_lookup(c, (DiKvKey[]){K(1)}, 1, NULL), 1);
+    di_kv_cache_close(c);
+    /* a disk that fills up: RLIMIT_FSIZE makes writes past 64 KiB fail, in a child */
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit rl = {64 << 10, 64 << 10};
+        signal(SIGXFSZ, SIG_IGN);
+        setrlimit(RLIMIT_FSIZE, &rl);
+        o.dir = dir;
+        DiKvCache *d = di_kv_cache_open(&o);
+        uint8_t buf[8000];
+        int fails = 0;
+        for (int i = 0; i < 40; i++) {
+            payload(i, buf, sizeof buf);
+            fails += di_kv_cache_store(d, K((uint64_t)i), buf, sizeof buf) != 0;
+        }
+        di_kv_cache_flush(d);
+        DiKvKey keys[40];
+        for (int i = 0; i < 40; i++) keys[i] = K((uint64_t)i);
+        int hits = di_kv_cache_lookup(d, keys, 40, NULL);
+        DiKvCacheStats s2;
+        di_kv_cache_stats(d, &s2);
+        di_kv_cache_close(d);
+        _exit(fails == 0 && hits == 40 && s2.write_errors >= 1 && s2.disk_enabled ? 0 : 1);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "full-disk child status %d", status);
+    di_log_set_level(DI_LOG_INFO);
+    remove_dir(dir);
+    free(dir);
+}
+
+int main(void) {
+    RUN_TEST(records_round_trip_through_open_and_sealed_segments);
+    RUN_TEST(truncated_segments_serve_exactly_their_complete_records);
+    RUN_TEST(flipped_bits_never_serve_a_wrong_byte);
+    RUN_TEST(foreign_files_are_skipped_and_counted_once);
+    RUN_TEST(ttl_drops_whole_hourly_segments);
+    RUN_TEST(size_cap_evicts_oldest_segments_first);
+    RUN_TEST(sigkill_mid_write_then_reopen_serves_only_complete_records);
+    RUN_TEST(two_processes_share_one_directory);
+    RUN_TEST(cache_tiers_promote_prefetch_and_persist);
+    RUN_TEST(unwritable_or_full_disk_degrades_to_ram);
+    return TEST_SUMMARY();
+}
