@@ -535,6 +535,52 @@ TEST(cache_tiers_promote_prefetch_and_persist) {
     free(dir);
 }
 
+TEST(an_engine_sees_another_engines_blocks_without_asking) {
+    char *dir = make_dir();
+    DiKvCacheOptions o = {.ram_bytes = 1 << 20, .block_tokens = 512, .dir = dir, .refresh_s = 0.02};
+    DiKvCache *c = di_kv_cache_open(&o);
+    int done[2];
+    if (pipe(done) != 0) abort();
+    pid_t pid = fork();
+    if (pid == 0) {
+        DiKvCache *d = di_kv_cache_open(&o);
+        uint8_t buf[3000];
+        for (int i = 0; i < 5; i++) {
+            payload(i, buf, sizeof buf);
+            di_kv_cache_store(d, K((uint64_t)i), buf, sizeof buf);
+        }
+        di_kv_cache_flush(d);
+        char x = 0;
+        if (write(done[1], &x, 1) != 1) _exit(2);
+        if (read(done[0], &x, 0) < 0) _exit(3);
+        _exit(0); /* no close: the segment stays an .open of a process that is gone */
+    }
+    char x;
+    CHECK(read(done[0], &x, 1) == 1);
+    DiKvKey keys[5];
+    for (int i = 0; i < 5; i++) keys[i] = K((uint64_t)i);
+    int hits = 0;
+    for (int w = 0; w < 200 && hits < 5; w++) { /* the I/O thread refreshes every 20 ms */
+        usleep(10000);
+        hits = di_kv_cache_lookup(c, keys, 5, NULL);
+    }
+    CHECK_EQ_INT(hits, 5);
+    uint8_t got[3000], want[3000];
+    size_t n;
+    CHECK_EQ_INT(di_kv_cache_read(c, keys[4], got, sizeof got, &n), 1);
+    payload(4, want, sizeof want);
+    CHECK(n == sizeof want && memcmp(got, want, n) == 0);
+    waitpid(pid, NULL, 0);
+    di_kv_cache_close(c);
+    o.refresh_s = 1e9;
+    CHECK(di_kv_cache_open(&o) == NULL);
+    CHECK(strstr(di_error_message(), "refresh_s") != NULL);
+    close(done[0]);
+    close(done[1]);
+    remove_dir(dir);
+    free(dir);
+}
+
 TEST(unwritable_or_full_disk_degrades_to_ram) {
     char *dir = make_dir();
     char path[512];
@@ -592,6 +638,7 @@ int main(void) {
     RUN_TEST(sigkill_mid_write_then_reopen_serves_only_complete_records);
     RUN_TEST(two_processes_share_one_directory);
     RUN_TEST(cache_tiers_promote_prefetch_and_persist);
+    RUN_TEST(an_engine_sees_another_engines_blocks_without_asking);
     RUN_TEST(unwritable_or_full_disk_degrades_to_ram);
     return TEST_SUMMARY();
 }

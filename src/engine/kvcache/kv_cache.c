@@ -49,6 +49,10 @@ DiKvCache *di_kv_cache_open(const DiKvCacheOptions *o) {
         di_errorf("kv cache: block_tokens must be a positive multiple of 128, got %d", o->block_tokens);
         return NULL;
     }
+    if (!(o->refresh_s <= 86400)) { /* NaN fails too */
+        di_errorf("kv cache: refresh_s must be at most 86400 s, got %g", o->refresh_s);
+        return NULL;
+    }
     if (o->queue_jobs < 0) {
         di_errorf("kv cache: queue_jobs must be >= 0, got %d", o->queue_jobs);
         return NULL;
@@ -68,7 +72,8 @@ DiKvCache *di_kv_cache_open(const DiKvCacheOptions *o) {
         c->disk = di_kv_seg_open(&so);
         if (c->disk) {
             c->io = di_kv_writer_start(c->disk, o->queue_jobs ? o->queue_jobs : 1024,
-                                       o->queue_bytes ? o->queue_bytes : (size_t)256 << 20, load_one, c);
+                                       o->queue_bytes ? o->queue_bytes : (size_t)256 << 20,
+                                       o->refresh_s == 0 ? 2.0 : o->refresh_s < 0 ? 0.0 : o->refresh_s, load_one, c);
             if (!c->io) {
                 di_kv_seg_close(c->disk);
                 c->disk = NULL;

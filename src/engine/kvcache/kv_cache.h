@@ -25,6 +25,8 @@ typedef struct {
     uint64_t segment_bytes;  /* 0: the store's default */
     int queue_jobs;          /* I/O queue bound; 0: 1024 */
     size_t queue_bytes;      /* 0: 256 MiB */
+    double refresh_s;        /* how often the idle I/O thread looks for other processes' segments;
+                                0: 2 s, < 0: never (call di_kv_cache_refresh) */
     double (*clock)(void *arg); /* tests: wall clock for the L3 hour buckets and TTL */
     void *clock_arg;
 } DiKvCacheOptions;

@@ -8,10 +8,12 @@
 #include "base/log.h"
 #include "base/mem.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct Job {
     struct Job *next;
@@ -31,6 +33,7 @@ struct DiKvWriter {
     Job *head, *tail;
     int n_jobs, max_jobs;
     size_t bytes, max_bytes;
+    double refresh_s;
     bool busy, stopping;
     DiKvWriterStats st;
 };
@@ -39,7 +42,26 @@ static void *run(void *arg) {
     DiKvWriter *w = arg;
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->head && !w->stopping) pthread_cond_wait(&w->wake, &w->mu);
+        while (!w->head && !w->stopping) {
+            if (w->refresh_s <= 0) {
+                pthread_cond_wait(&w->wake, &w->mu);
+                continue;
+            }
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            double t = until.tv_nsec * 1e-9 + w->refresh_s;
+            until.tv_sec += (time_t)t;
+            until.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
+            if (pthread_cond_timedwait(&w->wake, &w->mu, &until) != ETIMEDOUT || w->head || w->stopping) continue;
+            w->busy = true; /* idle for refresh_s: look at the directory */
+            pthread_mutex_unlock(&w->mu);
+            int rc = di_kv_seg_refresh(w->store);
+            pthread_mutex_lock(&w->mu);
+            w->busy = false;
+            if (rc == 0) w->st.refreshes++;
+            if (rc != 0 && w->st.refreshes == 0) DI_WARN("kv writer: %s", di_error_message());
+            if (!w->head) pthread_cond_broadcast(&w->idle);
+        }
         if (!w->head) break; /* stopping with an empty queue */
         Job *j = w->head;
         w->head = j->next;
@@ -68,10 +90,11 @@ static void *run(void *arg) {
     return NULL;
 }
 
-DiKvWriter *di_kv_writer_start(DiKvSegStore *store, int max_jobs, size_t max_bytes, DiKvLoadFn load, void *load_arg) {
-    if (!store || max_jobs <= 0 || max_bytes == 0) {
-        di_errorf("kv writer: needs a segment store, max_jobs > 0 (got %d) and max_bytes > 0 (got %zu)", max_jobs,
-                  max_bytes);
+DiKvWriter *di_kv_writer_start(DiKvSegStore *store, int max_jobs, size_t max_bytes, double refresh_s, DiKvLoadFn load,
+                               void *load_arg) {
+    if (!store || max_jobs <= 0 || max_bytes == 0 || !(refresh_s >= 0 && refresh_s <= 86400)) {
+        di_errorf("kv writer: needs a segment store, max_jobs > 0 (got %d), max_bytes > 0 (got %zu) and "
+                  "refresh_s in [0, 86400] (got %g)", max_jobs, max_bytes, refresh_s);
         return NULL;
     }
     DiKvWriter *w = di_calloc(1, sizeof *w, "kv writer");
@@ -80,6 +103,7 @@ DiKvWriter *di_kv_writer_start(DiKvSegStore *store, int max_jobs, size_t max_byt
     pthread_cond_init(&w->wake, NULL);
     pthread_cond_init(&w->idle, NULL);
     w->store = store, w->max_jobs = max_jobs, w->max_bytes = max_bytes, w->load = load, w->load_arg = load_arg;
+    w->refresh_s = refresh_s;
     int e = pthread_create(&w->thread, NULL, run, w);
     if (e != 0) {
         di_errorf("kv writer: cannot start its thread: %s", strerror(e));

@@ -18,8 +18,11 @@ typedef struct DiKvWriter DiKvWriter;
 /* load(arg, key) runs on the I/O thread for each prefetch job (may be NULL: no prefetch). */
 typedef void (*DiKvLoadFn)(void *arg, DiKvKey key);
 
-/* max_jobs > 0 and max_bytes > 0 bound the queue; NULL with the cause on bad arguments. */
-DiKvWriter *di_kv_writer_start(DiKvSegStore *store, int max_jobs, size_t max_bytes, DiKvLoadFn load, void *load_arg);
+/* max_jobs > 0 and max_bytes > 0 bound the queue.  refresh_s > 0: when idle, the thread calls
+ * di_kv_seg_refresh that often, so blocks other processes write show up (0: never).  NULL with
+ * the cause on bad arguments. */
+DiKvWriter *di_kv_writer_start(DiKvSegStore *store, int max_jobs, size_t max_bytes, double refresh_s, DiKvLoadFn load,
+                               void *load_arg);
 /* Write what is queued, seal the segment, join the thread. */
 void di_kv_writer_stop(DiKvWriter *w);
 
@@ -31,7 +34,7 @@ int di_kv_writer_prefetch(DiKvWriter *w, DiKvKey key);
 void di_kv_writer_flush(DiKvWriter *w);
 
 typedef struct {
-    uint64_t queued, dropped, written, failed, loads;
+    uint64_t queued, dropped, written, failed, loads, refreshes;
 } DiKvWriterStats;
 void di_kv_writer_stats(DiKvWriter *w, DiKvWriterStats *out);
 

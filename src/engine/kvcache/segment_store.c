@@ -683,36 +683,50 @@ int di_kv_seg_contains(DiKvSegStore *s, DiKvKey key) {
     return r;
 }
 
+/* The record's location is taken under the lock and read through a dup of its fd without it,
+ * so a slow file system never holds up lookups or the writer; a segment dropped meanwhile stays
+ * readable through the dup (POSIX unlink semantics). */
 int di_kv_seg_get(DiKvSegStore *s, DiKvKey key, void **data, size_t *len, int *kind) {
     if (!s || !data || !len) return di_errorf("kv cache: bad arguments to get");
     *data = NULL, *len = 0;
     pthread_mutex_lock(&s->mu);
     uint32_t r;
-    int found = 0;
-    if (di_kv_map_get(&s->map, key, &r)) {
-        Rec x = s->recs[r];
-        Seg *g = &s->segs[x.seg];
-        uint64_t size = (int)x.seg == s->mine ? s->mine_off : g->size;
-        void *buf = malloc(x.len ? x.len : 1);
-        DiKvKey k;
-        uint64_t n, seq;
-        Check c = buf && g->fd >= 0 ? check_record(g->fd, x.off, size, &k, &n, &seq, kind, buf, x.len) : CHK_TORN;
-        s->st.reads++;
-        if (c == CHK_OK && di_kv_key_eq(k, key) && n == x.len && seq == x.seq) {
-            *data = buf, *len = (size_t)n;
-            s->st.bytes_read += DI_KV_SEG_ALIGN + n;
-            found = 1;
-        } else {
-            free(buf);
-            s->st.records_corrupt++;
-            char hex[33];
-            di_kv_key_hex(key, hex);
-            DI_WARN("kv cache: record %s in %s/%s failed verification; dropped", hex, s->dir, g->name);
+    if (!di_kv_map_get(&s->map, key, &r)) {
+        pthread_mutex_unlock(&s->mu);
+        return 0;
+    }
+    Rec x = s->recs[r];
+    const Seg *g = &s->segs[x.seg];
+    uint64_t size = (int)x.seg == s->mine ? s->mine_off : g->size;
+    char name[64];
+    snprintf(name, sizeof name, "%s", g->name);
+    int fd = g->fd >= 0 ? dup(g->fd) : -1;
+    s->st.reads++;
+    pthread_mutex_unlock(&s->mu);
+
+    void *buf = fd >= 0 ? malloc(x.len ? x.len : 1) : NULL;
+    DiKvKey k;
+    uint64_t n = 0, seq = 0;
+    Check c = buf ? check_record(fd, x.off, size, &k, &n, &seq, kind, buf, x.len) : CHK_TORN;
+    if (fd >= 0) close(fd);
+    bool ok = c == CHK_OK && di_kv_key_eq(k, key) && n == x.len && seq == x.seq;
+
+    pthread_mutex_lock(&s->mu);
+    if (ok) {
+        *data = buf, *len = (size_t)n;
+        s->st.bytes_read += DI_KV_SEG_ALIGN + n;
+    } else {
+        free(buf);
+        s->st.records_corrupt++;
+        char hex[33];
+        di_kv_key_hex(key, hex);
+        DI_WARN("kv cache: record %s in %s/%s failed verification; dropped", hex, s->dir, name);
+        uint32_t cur; /* unless the index moved on meanwhile */
+        if (di_kv_map_get(&s->map, key, &cur) && cur == r && s->recs[r].seq == x.seq && s->recs[r].seg == x.seg)
             rec_drop(s, r);
-        }
     }
     pthread_mutex_unlock(&s->mu);
-    return found;
+    return ok;
 }
 
 void di_kv_seg_stats(DiKvSegStore *s, DiKvSegStats *out) {

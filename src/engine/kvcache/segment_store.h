@@ -25,8 +25,8 @@
  * while the directory exceeds the size cap.  Any process may drop any sealed or orphaned
  * segment; unlink is safe under readers (POSIX keeps an open file readable).
  *
- * Threads.  All calls lock the store, except that the file I/O of di_kv_seg_append runs
- * unlocked; append must be called from one thread at a time (kv_writer.c's thread). */
+ * Threads.  All calls lock the store; the payload I/O of di_kv_seg_append and di_kv_seg_get
+ * runs unlocked.  Append and seal must be called from one thread at a time (kv_writer.c's). */
 #ifndef DI_ENGINE_KVCACHE_SEGMENT_STORE_H
 #define DI_ENGINE_KVCACHE_SEGMENT_STORE_H
 
