@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -295,6 +296,45 @@ TEST(foreign_files_are_skipped_and_counted_once) {
     CHECK_EQ_INT(served(s, 2), 1);
     di_kv_seg_close(s);
     di_log_set_level(DI_LOG_INFO);
+    remove_dir(dir);
+    free(dir);
+}
+
+/* A live .open file that has no header yet (its writer holds the lock and is still writing
+ * it) must be looked at again later, not skipped for good. */
+TEST(a_live_segment_without_its_header_yet_is_retried) {
+    char *dir = make_dir();
+    DiKvSegStore *a = open_dir(dir);
+    append_range(a, 0, 3);
+    di_kv_seg_close(a); /* sealed: kv-<hour>-<writer>-000001.kvs */
+    char *sealed = only_file(dir, ".kvs");
+    if (!sealed) return;
+    char hour[11], late[512];
+    memcpy(hour, strrchr(sealed, '/') + 4, 10);
+    hour[10] = 0;
+    snprintf(late, sizeof late, "%s/kv-%s-00000000000000ff-000001.open", dir, hour);
+    int fd = open(late, O_RDWR | O_CREAT | O_EXCL, 0644);
+    CHECK(fd >= 0 && flock(fd, LOCK_EX) == 0);
+    int src = open(sealed, O_RDONLY);
+    uint8_t buf[1 << 16];
+    ssize_t n = read(src, buf, sizeof buf);
+    close(src);
+    unlink(sealed);
+    DiKvSegStore *b = open_dir(dir); /* sees the empty, locked .open */
+    DiKvSegStats st;
+    di_kv_seg_stats(b, &st);
+    CHECK_EQ_INT(st.files_skipped, 0);
+    CHECK_EQ_INT(served(b, 0), 0);
+    CHECK(n > 0 && write(fd, buf, (size_t)n) == n); /* the writer gets on with it */
+    CHECK_EQ_INT(di_kv_seg_refresh(b), 0);
+    int ok = 0;
+    for (int i = 0; i < 3; i++) ok += served(b, i) == 1;
+    CHECK_EQ_INT(ok, 3);
+    di_kv_seg_stats(b, &st);
+    CHECK_EQ_INT(st.files_skipped, 0);
+    di_kv_seg_close(b);
+    close(fd);
+    free(sealed);
     remove_dir(dir);
     free(dir);
 }
@@ -633,6 +673,7 @@ int main(void) {
     RUN_TEST(truncated_segments_serve_exactly_their_complete_records);
     RUN_TEST(flipped_bits_never_serve_a_wrong_byte);
     RUN_TEST(foreign_files_are_skipped_and_counted_once);
+    RUN_TEST(a_live_segment_without_its_header_yet_is_retried);
     RUN_TEST(ttl_drops_whole_hourly_segments);
     RUN_TEST(size_cap_evicts_oldest_segments_first);
     RUN_TEST(sigkill_mid_write_then_reopen_serves_only_complete_records);

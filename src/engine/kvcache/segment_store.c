@@ -313,10 +313,22 @@ static void load_seg(DiKvSegStore *s, uint32_t si) {
     }
     struct stat st;
     uint8_t h[64];
-    if (fstat(g->fd, &st) != 0 || pread_all(g->fd, h, sizeof h, 0) != 0) return skip_file(s, si, "unreadable or too short");
-    if (memcmp(h, FILE_MAGIC, 8) != 0 || get32(h + 8) != FORMAT_VERSION || get64(h + 16) != g->hour ||
-        di_kv_crc32c(0, h, 60) != get32(h + 60))
-        return skip_file(s, si, "bad segment header");
+    const char *bad = NULL;
+    if (fstat(g->fd, &st) != 0 || pread_all(g->fd, h, sizeof h, 0) != 0)
+        bad = "unreadable or too short";
+    else if (memcmp(h, FILE_MAGIC, 8) != 0 || get32(h + 8) != FORMAT_VERSION || get64(h + 16) != g->hour ||
+             di_kv_crc32c(0, h, 60) != get32(h + 60))
+        bad = "bad segment header";
+    if (bad && kind == 0 && flock(g->fd, LOCK_SH | LOCK_NB) != 0) {
+        /* a live writer's file still being set up (by a writer other than this module's, which
+         * only publishes it whole): look again at the next refresh instead of condemning it */
+        close(g->fd);
+        g->fd = -1;
+        free(g->name), g->name = NULL;
+        g->state = SEG_GONE;
+        return;
+    }
+    if (bad) return skip_file(s, si, bad);
     g->size = (uint64_t)st.st_size;
     if (kind == 1) {
         g->state = SEG_SEALED;
@@ -571,16 +583,19 @@ int di_kv_seg_seal(DiKvSegStore *s) {
     return rc;
 }
 
-/* Create this process's next segment for hour `hour`.  Lock held. */
+/* Create this process's next segment for hour `hour`.  Lock held.  The file is made under a
+ * hidden name, locked and given its header, and only then renamed to .open, so another process
+ * never sees a segment without its header or its writer's lock. */
 static int start_segment(DiKvSegStore *s, uint64_t hour) {
-    char name[64];
+    char name[64], tmp[72];
     snprintf(name, sizeof name, "kv-%010llu-%016llx-%06u.open", (unsigned long long)hour,
              (unsigned long long)s->writer_id, ++s->seg_counter % 1000000);
-    char *path = di_path_join(s->dir, name);
-    int fd = path ? open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
+    snprintf(tmp, sizeof tmp, ".%s.new", name);
+    char *path = di_path_join(s->dir, name), *tmp_path = di_path_join(s->dir, tmp);
+    int fd = path && tmp_path ? open(tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
     if (fd < 0) {
-        di_errorf("kv cache: cannot create %s: %s", path ? path : name, strerror(errno));
-        free(path);
+        di_errorf("kv cache: cannot create %s: %s", tmp_path ? tmp_path : tmp, strerror(errno));
+        free(path), free(tmp_path);
         return -1;
     }
     flock(fd, LOCK_EX | LOCK_NB); /* readers in other processes see the segment is live */
@@ -591,15 +606,18 @@ static int start_segment(DiKvSegStore *s, uint64_t hour) {
     put64(h + 24, s->writer_id);
     put32(h + 60, di_kv_crc32c(0, h, 60));
     struct iovec iov = {h, sizeof h};
-    int si = write_all_at(fd, &iov, 1, 0) == 0 ? add_seg(s, name) : -1;
-    if (si < 0) {
-        di_errorf("kv cache: cannot write %s: %s", path, strerror(errno));
-        close(fd);
+    int si = -1;
+    if (write_all_at(fd, &iov, 1, 0) != 0 || rename(tmp_path, path) != 0)
+        di_errorf("kv cache: cannot write %s: %s", tmp_path, strerror(errno));
+    else if ((si = add_seg(s, name)) < 0)
         unlink(path);
-        free(path);
+    if (si < 0) {
+        close(fd);
+        unlink(tmp_path);
+        free(path), free(tmp_path);
         return -1;
     }
-    free(path);
+    free(path), free(tmp_path);
     s->segs[si].fd = fd, s->segs[si].hour = hour, s->segs[si].state = SEG_MINE;
     s->mine = si, s->mine_off = DI_KV_SEG_ALIGN, s->mine_seq = 0, s->mine_n = 0;
     s->st.bytes_written += DI_KV_SEG_ALIGN;

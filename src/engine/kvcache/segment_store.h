@@ -3,7 +3,8 @@
  * engine processes at once (serving.md §4.3(d),(e)).
  *
  * Files.  Each process writes only its own segment, named
- *     kv-<hour>-<writer id>-<n>.open   while it is written (its writer holds flock LOCK_EX on it)
+ *     kv-<hour>-<writer id>-<n>.open   while it is written (its writer holds flock LOCK_EX on it;
+ *                                      created as a hidden file, renamed once locked with its header)
  *     kv-<hour>-<writer id>-<n>.kvs    once sealed: footer index appended, then renamed (publish)
  * where <hour> is the wall-clock hour bucket of its records.  No file is ever rewritten in place;
  * other processes only read, or unlink whole files.  A segment starts with a 4 KiB file header;
