@@ -25,6 +25,7 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define FILE_MAGIC "DIKVSEG1"
 #define REC_MAGIC 0x524b4944u /* "DIKR" */
@@ -63,6 +64,7 @@ struct DiKvSegStore {
     Rec *recs;
     uint32_t n_recs, cap_recs, free_rec;
     DiKvMap map;
+    DiKvMap names; /* hash of a file name -> its segment: a refresh is linear in the listing */
     /* this process's open segment; its I/O runs outside the lock, by one thread at a time */
     int mine;             /* index into segs, -1 when none */
     uint64_t mine_off, mine_seq, writer_id;
@@ -158,6 +160,20 @@ static int rec_add(DiKvSegStore *s, DiKvKey key, uint32_t seg, uint64_t off, uin
     s->recs[r] = (Rec){key, seg, off, len, seq, true};
     s->st.records++;
     return 0;
+}
+
+static DiKvKey name_key(const char *name) {
+    XXH128_hash_t h = XXH3_128bits(name, strlen(name));
+    return (DiKvKey){h.low64, h.high64};
+}
+
+/* Rename a segment in the table (NULL: forget its name, so the file is looked at afresh). */
+static void set_name(DiKvSegStore *s, uint32_t si, char *name) {
+    Seg *g = &s->segs[si];
+    if (g->name) di_kv_map_remove(&s->names, name_key(g->name));
+    free(g->name);
+    g->name = name;
+    if (name && di_kv_map_put(&s->names, name_key(name), si) != 0) DI_WARN("kv cache: %s", di_error_message());
 }
 
 /* ---- reading a segment ---- */
@@ -293,7 +309,9 @@ static int add_seg(DiKvSegStore *s, const char *name) {
     Seg *g = &s->segs[s->n_segs];
     memset(g, 0, sizeof *g);
     g->fd = -1;
-    if (!(g->name = di_strdup(name))) return -1;
+    char *copy = di_strdup(name);
+    if (!copy) return -1;
+    set_name(s, s->n_segs, copy);
     g->seen = true;
     return (int)s->n_segs++;
 }
@@ -324,7 +342,7 @@ static void load_seg(DiKvSegStore *s, uint32_t si) {
          * only publishes it whole): look again at the next refresh instead of condemning it */
         close(g->fd);
         g->fd = -1;
-        free(g->name), g->name = NULL;
+        set_name(s, si, NULL);
         g->state = SEG_GONE;
         return;
     }
@@ -408,9 +426,9 @@ static void enforce_retention(DiKvSegStore *s) {
 }
 
 static int find_seg(const DiKvSegStore *s, const char *name) {
-    for (uint32_t i = 0; i < s->n_segs; i++)
-        if (s->segs[i].name && strcmp(s->segs[i].name, name) == 0) return (int)i;
-    return -1;
+    uint32_t i;
+    if (!di_kv_map_get(&s->names, name_key(name), &i)) return -1;
+    return s->segs[i].name && strcmp(s->segs[i].name, name) == 0 ? (int)i : -1;
 }
 
 static int refresh_locked(DiKvSegStore *s) {
@@ -438,7 +456,7 @@ static int refresh_locked(DiKvSegStore *s) {
     for (uint32_t i = 0; i < s->n_segs; i++)
         if (!s->segs[i].seen && s->segs[i].state != SEG_GONE) {
             if (s->segs[i].state == SEG_BAD) {
-                free(s->segs[i].name), s->segs[i].name = NULL;
+                set_name(s, i, NULL);
                 s->segs[i].state = SEG_GONE;
             } else {
                 drop_seg(s, i, false);
@@ -495,7 +513,7 @@ DiKvSegStore *di_kv_seg_open(const DiKvSegOptions *o) {
     if (fd >= 0 && read(fd, &id, sizeof id) != (ssize_t)sizeof id) id = 0;
     if (fd >= 0) close(fd);
     s->writer_id = id ^ ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
-    if (!s->dir || di_kv_map_init(&s->map, 1024) != 0 || di_kv_seg_refresh(s) != 0) {
+    if (!s->dir || di_kv_map_init(&s->map, 1024) != 0 || di_kv_map_init(&s->names, 64) != 0 || di_kv_seg_refresh(s) != 0) {
         di_kv_seg_close(s);
         return NULL;
     }
@@ -560,8 +578,7 @@ static int seal_locked(DiKvSegStore *s) {
         di_errorf("kv cache: sealing %s: %s", from, strerror(errno));
         free(name);
     } else {
-        free(g->name);
-        g->name = name;
+        set_name(s, (uint32_t)s->mine, name);
         g->size = s->mine_off + bytes + TRAILER;
         g->state = SEG_SEALED;
         flock(g->fd, LOCK_UN);
@@ -766,6 +783,7 @@ void di_kv_seg_close(DiKvSegStore *s) {
     free(s->segs);
     free(s->recs);
     di_kv_map_free(&s->map);
+    di_kv_map_free(&s->names);
     free(s->dir);
     pthread_mutex_destroy(&s->mu);
     free(s);
