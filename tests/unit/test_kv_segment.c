@@ -9,9 +9,11 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/kvcache/kv_cache.h"
+#include "engine/kvcache/kv_writer.h"
 #include "engine/kvcache/segment_store.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -621,6 +623,60 @@ TEST(an_engine_sees_another_engines_blocks_without_asking) {
     free(dir);
 }
 
+/* A loader that holds the I/O thread until the test lets it go: a stand-in for a hung mount. */
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static int gate_open, gate_entered;
+static void gated_load(void *arg, DiKvKey key) {
+    pthread_mutex_lock(&gate_mu);
+    gate_entered = 1;
+    pthread_cond_broadcast(&gate_cv);
+    while (!gate_open) pthread_cond_wait(&gate_cv, &gate_mu);
+    pthread_mutex_unlock(&gate_mu);
+}
+
+TEST(a_stuck_writer_never_blocks_submitters_and_counts_drops) {
+    char *dir = make_dir();
+    DiKvSegStore *s = open_dir(dir);
+    DiKvWriter *w = di_kv_writer_start(s, 3, 1 << 20, 0, gated_load, NULL);
+    CHECK(w != NULL);
+    if (!w) return;
+    CHECK_EQ_INT(di_kv_writer_prefetch(w, K(999)), 1);
+    pthread_mutex_lock(&gate_mu);
+    while (!gate_entered) pthread_cond_wait(&gate_cv, &gate_mu); /* the thread is stuck now */
+    pthread_mutex_unlock(&gate_mu);
+    static uint8_t big[(1 << 20) + 1];
+    int queued = 0, dropped = 0;
+    for (int i = 0; i < 100; i++) {
+        int r = di_kv_writer_submit(w, K((uint64_t)i), DI_KV_KIND_BLOCK, big, 100);
+        queued += r == 1, dropped += r == 0;
+    }
+    CHECK_EQ_INT(di_kv_writer_submit(w, K(500), DI_KV_KIND_BLOCK, big, sizeof big), 0); /* over max_bytes */
+    CHECK_EQ_INT(queued, 3);
+    CHECK_EQ_INT(dropped, 97);
+    pthread_mutex_lock(&gate_mu);
+    gate_open = 1;
+    pthread_cond_broadcast(&gate_cv);
+    pthread_mutex_unlock(&gate_mu);
+    di_kv_writer_flush(w);
+    DiKvWriterStats st;
+    di_kv_writer_stats(w, &st);
+    CHECK_EQ_INT(st.queued, 3);
+    CHECK_EQ_INT(st.dropped, 98);
+    CHECK_EQ_INT(st.written, 3);
+    CHECK_EQ_INT(st.loads, 1);
+    CHECK_EQ_INT(di_kv_seg_contains(s, K(0)), 1); /* the three queued before the queue filled */
+    CHECK_EQ_INT(di_kv_seg_contains(s, K(2)), 1);
+    CHECK_EQ_INT(di_kv_seg_contains(s, K(3)), 0);
+    CHECK_EQ_INT(di_kv_writer_submit(w, K(1), 9, big, 1), -1);
+    di_kv_writer_stop(w);
+    CHECK(di_kv_writer_start(s, 0, 1, 0, NULL, NULL) == NULL);
+    CHECK(strstr(di_error_message(), "max_jobs") != NULL);
+    di_kv_seg_close(s);
+    remove_dir(dir);
+    free(dir);
+}
+
 TEST(unwritable_or_full_disk_degrades_to_ram) {
     char *dir = make_dir();
     char path[512];
@@ -680,6 +736,7 @@ int main(void) {
     RUN_TEST(two_processes_share_one_directory);
     RUN_TEST(cache_tiers_promote_prefetch_and_persist);
     RUN_TEST(an_engine_sees_another_engines_blocks_without_asking);
+    RUN_TEST(a_stuck_writer_never_blocks_submitters_and_counts_drops);
     RUN_TEST(unwritable_or_full_disk_degrades_to_ram);
     return TEST_SUMMARY();
 }
