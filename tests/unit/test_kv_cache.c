@@ -160,6 +160,8 @@ TEST(ram_pool_evicts_least_recently_used_unreferenced_blocks) {
     CHECK_EQ_INT(di_kv_ram_put(&p, K(6), buf, 100), 0); /* everything is referenced or pinned */
     CHECK_EQ_INT(p.bytes, 300);
     CHECK_EQ_INT(di_kv_ram_put(&p, K(7), buf, 301), 0); /* larger than the pool */
+    CHECK_EQ_INT(di_kv_ram_put(&p, K(8), buf, 0), -1); /* empty blocks would escape the byte cap */
+    CHECK(strstr(di_error_message(), "empty block") != NULL);
     CHECK_EQ_INT(di_kv_ram_release(&p, K(5)), 0);
     CHECK_EQ_INT(di_kv_ram_release(&p, K(5)), -1); /* not referenced any more */
     CHECK_EQ_INT(di_kv_ram_unpin(&p, K(1)), 0);

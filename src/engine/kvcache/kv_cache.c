@@ -161,10 +161,12 @@ int di_kv_cache_read(DiKvCache *c, DiKvKey key, void *buf, size_t cap, size_t *l
 }
 
 int di_kv_cache_store(DiKvCache *c, DiKvKey key, const void *data, size_t len) {
-    if (!c || (len > 0 && !data)) return di_errorf("kv cache: bad arguments to store");
+    if (!c || !data || len == 0) return di_errorf("kv cache: store needs a non-empty block (got %zu bytes)", len);
     pthread_mutex_lock(&c->mu);
-    if (di_kv_ram_put(&c->ram, key, data, len) == 0) c->st.ram_rejected++;
+    int r = di_kv_ram_put(&c->ram, key, data, len);
+    if (r == 0) c->st.ram_rejected++;
     pthread_mutex_unlock(&c->mu);
+    if (r < 0) return -1;
     if (c->disk && !di_kv_seg_contains(c->disk, key)) di_kv_writer_submit(c->io, key, DI_KV_KIND_BLOCK, data, len);
     return 0;
 }

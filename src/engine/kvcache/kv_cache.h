@@ -58,7 +58,7 @@ int di_kv_cache_prefetch(DiKvCache *c, const DiKvKey *keys, int n);
 /* Copy a block's payload into buf (cap bytes): 1 with *len, 0 when no tier holds a good copy,
  * -1 on bad arguments or when cap is too small (the error names both sizes). */
 int di_kv_cache_read(DiKvCache *c, DiKvKey key, void *buf, size_t cap, size_t *len);
-/* Keep a block: into L2 now, queued for L3.  0, or -1 on bad arguments. */
+/* Keep a block: into L2 now, queued for L3.  0, or -1 on bad arguments (an empty block). */
 int di_kv_cache_store(DiKvCache *c, DiKvKey key, const void *data, size_t len);
 /* A pinned block stays in L2 (system prompts).  -1 when the block is not in L2. */
 int di_kv_cache_pin(DiKvCache *c, DiKvKey key);

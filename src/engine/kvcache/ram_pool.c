@@ -79,7 +79,9 @@ static uint32_t new_entry(DiKvRamPool *p) {
 }
 
 int di_kv_ram_put(DiKvRamPool *p, DiKvKey key, const void *data, size_t len) {
-    if (!p || !p->e || (len > 0 && !data)) return di_errorf("kv ram pool: bad arguments to put");
+    if (!p || !p->e || !data) return di_errorf("kv ram pool: bad arguments to put");
+    /* the cap counts payload bytes, so empty blocks would fill memory without limit */
+    if (len == 0) return di_errorf("kv ram pool: an empty block cannot be cached");
     uint32_t i = find(p, key);
     if (i) {
         di_kv_ram_touch(p, key);
@@ -92,9 +94,9 @@ int di_kv_ram_put(DiKvRamPool *p, DiKvKey key, const void *data, size_t len) {
         drop_entry(p, p->e[0].next);
     }
     if (p->bytes + len > p->cap_bytes) return 0; /* everything left is referenced or pinned */
-    void *copy = di_malloc(len ? len : 1, "kv ram pool block");
+    void *copy = di_malloc(len, "kv ram pool block");
     if (!copy) return -1;
-    if (len) memcpy(copy, data, len);
+    memcpy(copy, data, len);
     if (!(i = new_entry(p))) {
         free(copy);
         return -1;

@@ -35,7 +35,7 @@ int di_kv_ram_init(DiKvRamPool *p, size_t cap_bytes);
 void di_kv_ram_free(DiKvRamPool *p);
 
 /* Store a copy of data under key (an existing block is only touched).  1 stored (or present),
- * 0 not stored because referenced/pinned blocks leave no room, -1 on error. */
+ * 0 not stored because referenced/pinned blocks leave no room, -1 on error (len 0 included). */
 int di_kv_ram_put(DiKvRamPool *p, DiKvKey key, const void *data, size_t len);
 /* Reference a block (it leaves the LRU list): 1 with its bytes, 0 when absent. */
 int di_kv_ram_acquire(DiKvRamPool *p, DiKvKey key, const void **data, size_t *len);
