@@ -302,6 +302,43 @@ TEST(foreign_files_are_skipped_and_counted_once) {
     free(dir);
 }
 
+static double fake_now;
+static double fake_clock(void *arg) { return fake_now; }
+
+/* A writer that died between creating its next segment and publishing it leaves a hidden
+ * temporary: removed once it is old and unlocked, never while young or locked. */
+TEST(stale_hidden_temporaries_are_removed) {
+    char *dir = make_dir();
+    const char *names[3] = {".kv-0000000001-00000000000000aa-000001.open.new",
+                            ".kv-0000000001-00000000000000bb-000001.open.new", ".other-temp"};
+    for (int i = 0; i < 3; i++) write_file(dir, names[i], "x");
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, names[1]);
+    int locked = open(path, O_RDONLY);
+    CHECK(flock(locked, LOCK_EX) == 0);
+    struct stat sb;
+    stat(path, &sb);
+    DiKvSegOptions o = {.dir = dir, .clock = fake_clock};
+    fake_now = (double)sb.st_mtime + 599; /* young: kept */
+    DiKvSegStore *s = di_kv_seg_open(&o);
+    snprintf(path, sizeof path, "%s/%s", dir, names[0]);
+    CHECK(access(path, F_OK) == 0);
+    fake_now = (double)sb.st_mtime + 600;
+    CHECK_EQ_INT(di_kv_seg_refresh(s), 0);
+    CHECK(access(path, F_OK) != 0); /* old and unlocked: removed */
+    snprintf(path, sizeof path, "%s/%s", dir, names[1]);
+    CHECK(access(path, F_OK) == 0); /* its writer still holds it */
+    snprintf(path, sizeof path, "%s/%s", dir, names[2]);
+    CHECK(access(path, F_OK) == 0); /* not ours */
+    DiKvSegStats st;
+    di_kv_seg_stats(s, &st);
+    CHECK_EQ_INT(st.files_skipped, 0);
+    di_kv_seg_close(s);
+    close(locked);
+    remove_dir(dir);
+    free(dir);
+}
+
 /* A live .open file that has no header yet (its writer holds the lock and is still writing
  * it) must be looked at again later, not skipped for good. */
 TEST(a_live_segment_without_its_header_yet_is_retried) {
@@ -341,8 +378,6 @@ TEST(a_live_segment_without_its_header_yet_is_retried) {
     free(dir);
 }
 
-static double fake_now;
-static double fake_clock(void *arg) { return fake_now; }
 
 TEST(ttl_drops_whole_hourly_segments) {
     char *dir = make_dir();
@@ -730,6 +765,7 @@ int main(void) {
     RUN_TEST(flipped_bits_never_serve_a_wrong_byte);
     RUN_TEST(foreign_files_are_skipped_and_counted_once);
     RUN_TEST(a_live_segment_without_its_header_yet_is_retried);
+    RUN_TEST(stale_hidden_temporaries_are_removed);
     RUN_TEST(ttl_drops_whole_hourly_segments);
     RUN_TEST(size_cap_evicts_oldest_segments_first);
     RUN_TEST(sigkill_mid_write_then_reopen_serves_only_complete_records);

@@ -431,6 +431,21 @@ static int find_seg(const DiKvSegStore *s, const char *name) {
     return s->segs[i].name && strcmp(s->segs[i].name, name) == 0 ? (int)i : -1;
 }
 
+/* A hidden ".kv-...open.new" left by a writer that died between creating its next segment and
+ * publishing it (start_segment): removed once unlocked and older than ten minutes, so a writer
+ * that has just created one is never raced. */
+static void remove_stale_temp(DiKvSegStore *s, const char *name) {
+    size_t n = strlen(name);
+    if (strncmp(name, ".kv-", 4) != 0 || n < 9 || strcmp(name + n - 9, ".open.new") != 0) return;
+    char *path = di_path_join(s->dir, name);
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && (double)st.st_mtime + 600 <= now_s(s) && flock(fd, LOCK_EX | LOCK_NB) == 0)
+        unlink(path);
+    if (fd >= 0) close(fd);
+    free(path);
+}
+
 static int refresh_locked(DiKvSegStore *s) {
     DIR *d = opendir(s->dir);
     if (!d) return di_errorf("kv cache: cannot list %s: %s", s->dir, strerror(errno));
@@ -438,7 +453,10 @@ static int refresh_locked(DiKvSegStore *s) {
     char **fresh = NULL;
     size_t n_fresh = 0;
     for (struct dirent *e; (e = readdir(d));) {
-        if (e->d_name[0] == '.') continue; /* ".", "..", NFS silly-renames, hidden temporaries */
+        if (e->d_name[0] == '.') { /* ".", "..", NFS silly-renames, hidden temporaries */
+            remove_stale_temp(s, e->d_name);
+            continue;
+        }
         int si = find_seg(s, e->d_name);
         if (si >= 0) {
             s->segs[si].seen = true;

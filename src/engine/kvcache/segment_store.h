@@ -24,7 +24,8 @@
  *
  * Retention.  Whole segments go: past the TTL (hour bucket end + ttl <= now), then oldest first
  * while the directory exceeds the size cap.  Any process may drop any sealed or orphaned
- * segment; unlink is safe under readers (POSIX keeps an open file readable).
+ * segment; unlink is safe under readers (POSIX keeps an open file readable).  A writer's hidden
+ * temporary left by a crash is removed once unlocked and ten minutes old.
  *
  * Threads.  All calls lock the store; the payload I/O of di_kv_seg_append and di_kv_seg_get
  * runs unlocked.  Append and seal must be called from one thread at a time (kv_writer.c's). */
