@@ -273,6 +273,37 @@ TEST(flipped_bits_never_serve_a_wrong_byte) {
     free(dir);
 }
 
+/* A damaged length field in the middle of a footerless segment (here it points past the end of
+ * the file, like a torn record) loses that record only: the scan resynchronises after it. */
+TEST(a_bad_length_mid_segment_loses_one_record) {
+    char *dir = make_dir();
+    enum { N = 10 };
+    DiKvSegStore *s = open_dir(dir);
+    append_range(s, 1, N + 1);
+    di_kv_seg_close(s);
+    char *seg = only_file(dir, ".kvs");
+    if (!seg) return;
+    uint64_t off[N + 2];
+    off[1] = ALIGN;
+    for (int i = 1; i <= N; i++) off[i + 1] = off[i] + ALIGN + (plen(i) + ALIGN - 1) / ALIGN * ALIGN;
+    if (truncate(seg, (off_t)(off[N] + ALIGN + plen(N))) != 0) abort(); /* no footer: a scan rebuilds */
+    flip_bit(seg, off[3] + 24 + 3, 0); /* record 3's len += 16 MiB: past the end of the file */
+    di_log_set_level(DI_LOG_ERROR);
+    s = open_dir(dir);
+    int ok = 0;
+    for (int i = 1; i <= N; i++) ok += served(s, i) == 1;
+    CHECK_EQ_INT(served(s, 3), 0);
+    CHECK_EQ_INT(ok, N - 1);
+    DiKvSegStats st;
+    di_kv_seg_stats(s, &st);
+    CHECK_EQ_INT(st.records_corrupt, 1);
+    di_kv_seg_close(s);
+    di_log_set_level(DI_LOG_INFO);
+    free(seg);
+    remove_dir(dir);
+    free(dir);
+}
+
 static void write_file(const char *dir, const char *name, const char *text) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -763,6 +794,7 @@ int main(void) {
     RUN_TEST(records_round_trip_through_open_and_sealed_segments);
     RUN_TEST(truncated_segments_serve_exactly_their_complete_records);
     RUN_TEST(flipped_bits_never_serve_a_wrong_byte);
+    RUN_TEST(a_bad_length_mid_segment_loses_one_record);
     RUN_TEST(foreign_files_are_skipped_and_counted_once);
     RUN_TEST(a_live_segment_without_its_header_yet_is_retried);
     RUN_TEST(stale_hidden_temporaries_are_removed);

@@ -222,30 +222,33 @@ static Check check_record(int fd, uint64_t off, uint64_t size, DiKvKey *key, uin
     return CHK_OK;
 }
 
-/* Scan records from seg->scan_off.  For a live writer's file an incomplete tail just waits. */
+/* Scan records from seg->scan_off.  For a live writer's file an incomplete tail just waits.
+ * A lost record is counted once: by the gap in seq numbers when a good record follows, else by
+ * the damaged headers seen (a page with no record magic is padding or payload, not damage). */
 static void scan_segment(DiKvSegStore *s, uint32_t si) {
     Seg *g = &s->segs[si];
     bool live = g->state == SEG_OPEN_OTHER && !g->orphan;
-    uint64_t off = g->scan_off < DI_KV_SEG_ALIGN ? DI_KV_SEG_ALIGN : g->scan_off;
+    uint64_t off = g->scan_off < DI_KV_SEG_ALIGN ? DI_KV_SEG_ALIGN : g->scan_off, damaged = 0;
     while (off < g->size) {
         DiKvKey key;
         uint64_t len, seq;
         Check c = check_record(g->fd, off, g->size, &key, &len, &seq, NULL, NULL, 0);
         if (c == CHK_OK && seq > g->last_seq) {
-            if (seq != g->last_seq + 1) s->st.records_corrupt++; /* records lost in between */
+            uint64_t gap = seq - g->last_seq - 1;
+            s->st.records_corrupt += gap > damaged ? gap : damaged;
+            damaged = 0;
             g->last_seq = seq;
             if (rec_add(s, key, si, off, len, seq) != 0) break;
             off = align_up(off + DI_KV_SEG_ALIGN + len);
             continue;
         }
         if (c == CHK_TORN && live) break; /* the writer is still writing it */
-        if (c == CHK_BAD || c == CHK_TORN || c == CHK_OK) s->st.records_corrupt++;
-        if (c == CHK_TORN) { /* nothing after a torn record */
-            off = g->size;
-            break;
-        }
-        off += DI_KV_SEG_ALIGN; /* resynchronise */
+        if (c != CHK_NOT_RECORD) damaged++;
+        /* resynchronise at the next page: a "torn" record may be a damaged length in the
+         * middle of the file, with good records after it */
+        off += DI_KV_SEG_ALIGN;
     }
+    s->st.records_corrupt += damaged;
     g->scan_off = off;
 }
 
