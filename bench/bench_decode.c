@@ -19,6 +19,7 @@
  * DEEPINFER_BENCH_ONLY=batch1 or =batched runs one half, DEEPINFER_BENCH_MODE=ref or =exact
  * runs batch 1 in that mode alone (both lines then show it), to profile them with perf. */
 #include "base/error.h"
+#include "base/mem.h"
 #include "base/threadpool.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -246,6 +247,11 @@ static double step_bytes(const Model *m, const int32_t *experts, int64_t rows, d
 
 /* ---------------------------------------------------------------- decode */
 
+/* Heap allocations (di_alloc_count: every allocation the library makes) inside the timed decode
+ * forwards, and the tokens they decoded: the model's allocations per decoded token (issue 20:
+ * 0 at steady state, ~570 on the tiny model before the workspace). */
+static long long timed_allocs, timed_tokens;
+
 static int32_t token_at(int64_t seq, int64_t i, int vocab) { return (int32_t)(3 + (seq * 7919 + i * 104729) % (vocab - 3)); }
 
 /* Median wall and CPU seconds per decode step of one sequence on `pool`. */
@@ -259,9 +265,13 @@ static void decode_batch1(Model *m, DiThreadPool *pool, double *wall, double *cp
     double w[DECODE_STEPS], c[DECODE_STEPS];
     for (int s = 0; s < WARMUP + DECODE_STEPS; s++) {
         int32_t tok = token_at(0, PROMPT + s, m->d.vocab);
+        long long a0 = di_alloc_count();
         double w0 = wall_s(), c0 = cpu_s();
         if (model_forward(m, st, &tok, 1, PROMPT + s, logits, false, NULL) != 0) die("decode");
-        if (s >= WARMUP) w[s - WARMUP] = wall_s() - w0, c[s - WARMUP] = cpu_s() - c0;
+        if (s >= WARMUP) {
+            w[s - WARMUP] = wall_s() - w0, c[s - WARMUP] = cpu_s() - c0;
+            timed_allocs += di_alloc_count() - a0, timed_tokens++;
+        }
     }
     *wall = median(w, DECODE_STEPS);
     *cpu = median(c, DECODE_STEPS);
@@ -298,10 +308,12 @@ static BatchedStep decode_batched(Model *m, int B, double active) {
             q[b].n = 1;
             q[b].start_pos = BATCH_PROMPT + s;
         }
+        long long a0 = di_alloc_count();
         double w0 = wall_s(), c0 = cpu_s();
         if (model_forward_batch(m, q, B, &trace) != 0) die("batched decode");
         if (s >= 1) {
             w[s - 1] = wall_s() - w0, c[s - 1] = cpu_s() - c0;
+            timed_allocs += di_alloc_count() - a0, timed_tokens += B;
             int distinct;
             r.bytes += step_bytes(m, experts, B, active, &distinct) / BATCH_STEPS;
             r.experts_per_layer += (double)distinct / m->d.n_layers / BATCH_STEPS;
@@ -324,6 +336,12 @@ typedef struct {
     double w1[REPS], c1[REPS], w2[REPS], c2[REPS];
 } Batch1Times;
 
+static void print_allocs(void) {
+    printf("  heap allocations per decoded token (model): %.2f  (%lld in %lld timed tokens)\n",
+           timed_tokens ? (double)timed_allocs / (double)timed_tokens : 0.0, timed_allocs, timed_tokens);
+    timed_allocs = timed_tokens = 0;
+}
+
 static void print_batch1(const char *dir, double active, double *bw1, double *bw2, Batch1Times *t) {
     double B1 = median(bw1, REPS), B2 = median(bw2, REPS), bw = B1 > B2 ? B1 : B2;
     printf("decode, medium synthetic checkpoint %s (%d-token prompt, median of %d x %d steps):\n", dir, PROMPT, REPS,
@@ -339,6 +357,7 @@ static void print_batch1(const char *dir, double active, double *bw1, double *bw
         printf("  %-5s batch 1, 2 threads        %.1f tokens/s  (%.1f ms wall, %.1f ms CPU per token)  %.1f %% of bound\n",
                numerics_mode_name(t[mi].mode), 1 / W2, W2 * 1e3, C2 * 1e3, 100 * (1 / W2) / (bw / active));
     }
+    print_allocs();
 }
 
 /* The ratio column "bound" is what the throughput ratio to batch 1 would be if every step were
@@ -380,6 +399,7 @@ static void run_batched(Model *m, DiThreadPool *pool2, double active) {
         printf("  batch %2d  %6.1f GFLOP/s = %4.1f %% of the FMA peak\n", batch_sizes[i], tps[i] * flop / 1e9,
                100 * tps[i] * flop / P);
     printf("  compute-bound ratio batch B / batch 1 (FMA peak / batch 1's FLOP/s): %.2fx\n", P / (tps[0] * flop));
+    print_allocs();
 }
 
 int main(void) {

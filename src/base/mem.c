@@ -3,9 +3,17 @@
 
 #include "base/error.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Relaxed: a count, never a synchronisation point (one uncontended add per allocation). */
+static atomic_llong alloc_count;
+
+long long di_alloc_count(void) { return atomic_load_explicit(&alloc_count, memory_order_relaxed); }
+
+static void counted(void) { atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed); }
 
 bool di_mul_size(size_t a, size_t b, size_t *out) {
     if (b != 0 && a > SIZE_MAX / b) return false;
@@ -19,12 +27,14 @@ void *di_calloc(size_t n, size_t size, const char *what) {
         di_errorf("allocating %s: %zu x %zu bytes overflows", what ? what : "memory", n, size);
         return NULL;
     }
+    counted();
     void *p = calloc(bytes ? bytes : 1, 1);
     if (!p) di_errorf("out of memory allocating %s (%zu bytes)", what ? what : "memory", bytes);
     return p;
 }
 
 void *di_malloc(size_t size, const char *what) {
+    counted();
     void *p = malloc(size ? size : 1);
     if (!p) di_errorf("out of memory allocating %s (%zu bytes)", what ? what : "memory", size);
     return p;
@@ -36,6 +46,7 @@ void *di_realloc_array(void *ptr, size_t n, size_t size, const char *what) {
         di_errorf("resizing %s: %zu x %zu bytes overflows", what ? what : "memory", n, size);
         return NULL;
     }
+    counted();
     void *p = realloc(ptr, bytes ? bytes : 1);
     if (!p) di_errorf("out of memory resizing %s to %zu bytes", what ? what : "memory", bytes);
     return p;
@@ -48,6 +59,7 @@ void *di_aligned_malloc(size_t n, size_t size, const char *what) {
         return NULL;
     }
     size_t rounded = (bytes + 63) & ~(size_t)63;
+    counted();
     void *p = aligned_alloc(64, rounded ? rounded : 64);
     if (!p) di_errorf("out of memory allocating %s (%zu bytes)", what ? what : "memory", bytes);
     return p;

@@ -18,6 +18,10 @@ void *di_aligned_calloc(size_t n, size_t size, const char *what);
 void *di_aligned_malloc(size_t n, size_t size, const char *what);
 void di_aligned_free(void *ptr);
 char *di_strdup(const char *s);
+/* Heap allocations made through these functions since the process started (every thread):
+ * the benchmarks and tests count the model's allocations per decode step with it. */
+long long di_alloc_count(void);
+
 /* a * b without overflow; false when it would overflow. */
 bool di_mul_size(size_t a, size_t b, size_t *out);
 

@@ -2,36 +2,17 @@
 #include "model/attention.h"
 
 #include "base/error.h"
-#include "base/mem.h"
 #include "kernels/numformats.h"
 #include "kernels/vec.h"
 #include "model/ops.h"
+#include "model/workspace.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define ALLOC(ptr, count, what) ((ptr) = di_malloc((size_t)(count) * sizeof *(ptr) + 1, what))
-
-int attn_shared_init(AttnShared *sh, const ModelDims *d, int64_t n) {
-    memset(sh, 0, sizeof *sh);
-    sh->n = n;
-    sh->sel_layer = sh->pool_layer = -1;
-    int64_t k = d->idx_topk > 0 ? d->idx_topk : 1, cb = d->cand_blocks > 0 ? d->cand_blocks : 1;
-    if (!ALLOC(sh->sel, n * k, "selections") || !ALLOC(sh->sel_count, n, "selections") || !ALLOC(sh->pool, n * cb, "candidate pools") ||
-        !ALLOC(sh->pool_count, n, "candidate pools")) {
-        attn_shared_free(sh);
-        return -1;
-    }
-    return 0;
-}
-
-void attn_shared_free(AttnShared *sh) {
-    free(sh->sel);
-    free(sh->sel_count);
-    free(sh->pool);
-    free(sh->pool_count);
-    memset(sh, 0, sizeof *sh);
+void attn_shared_init(AttnShared *sh, const Workspace *ws, int64_t n) {
+    *sh = (AttnShared){n, ws->attn.sel, ws->attn.sel_count, -1, ws->attn.cand, ws->attn.cand_count, -1};
 }
 
 /* ---------------------------------------------------------------- query, window KV (§5.6.1-2) */
@@ -97,12 +78,9 @@ static int run_compressor(const Model *m, RunState *st, int L, const LayerWeight
     int ratio = d->ratio[L], slot = d->kv_slot[L];
     int64_t Dh = d->head_dim;
     KvSourceState *ks = &st->kv[slot];
-    float *latent, *key;
+    float *latent = m->ws->attn.latent, *key = m->ws->attn.idx_key;
     int rc = -1;
     if (ratio > DIMS_MAX_LAYERS) return di_errorf("compressor of layer %d: ratio %d too large", L, ratio);
-    ALLOC(latent, Dh, "latent");
-    ALLOC(key, d->idx_head_dim, "index key");
-    if (!latent || !key) goto done;
     for (int64_t i = 0; i < n; i++) {
         int64_t p = s + i;
         if (ratio == 1) {
@@ -144,17 +122,12 @@ static int run_compressor(const Model *m, RunState *st, int L, const LayerWeight
     rc = 0;
 done:
     if (rc != 0) di_error_wrap("compressor of layer %d", L);
-    free(latent);
-    free(key);
     return rc;
 }
 
 /* ---------------------------------------------------------------- indexer (§5.6.6) */
 
-typedef struct {
-    float score;
-    int32_t id;
-} Scored;
+typedef WsScored Scored;
 
 /* score descending, id ascending (the canonical tie order, §5.6.6 step 6) */
 static inline bool ranks_before(Scored a, Scored b) { return a.score > b.score || (a.score == b.score && a.id < b.id); }
@@ -206,14 +179,14 @@ static int run_indexer(const Model *m, RunState *st, int L, float *qi, const flo
     int K = d->idx_topk, CS = d->cand_block_size, CB = d->cand_blocks;
     bool is_cand = L == d->cand_src, masked = d->cand_src >= 0 && L > d->cand_src;
     const RopeTable *rope = model_rope(m, ratio);
-    float *score;
-    Scored *tmp;
-    uint8_t *inpool = NULL;
+    float *score = m->ws->attn.idx_scores;
+    Scored *tmp = m->ws->attn.ranked;
+    uint8_t *inpool = m->ws->attn.in_pool;
     int rc = -1;
-    ALLOC(score, N + 1, "index scores");
-    ALLOC(tmp, N + 1, "index ranking");
-    if (masked || is_cand) ALLOC(inpool, N / (CS > 0 ? CS : 1) + 2, "candidate mask");
-    if (!score || !tmp || ((masked || is_cand) && !inpool)) goto done;
+    if (N > m->ws->attn.max_entries) {
+        di_errorf("indexer of layer %d: %lld compressed entries exceed the workspace's %lld", L, (long long)N, (long long)m->ws->attn.max_entries);
+        goto done;
+    }
     if (masked && sh->pool_layer != d->cand_src) {
         di_errorf("indexer of layer %d: no candidate pool from layer %d in this forward", L, d->cand_src);
         goto done;
@@ -268,9 +241,6 @@ static int run_indexer(const Model *m, RunState *st, int L, float *qi, const flo
     rc = 0;
 done:
     if (rc != 0) di_error_wrap("indexer of layer %d", L);
-    free(score);
-    free(tmp);
-    free(inpool);
     return rc;
 }
 
@@ -316,11 +286,8 @@ int attn_wo_a(const Model *m, const DiMatrix *wo_a, const float *o, int64_t n, f
     if (wo_a->rows != G * Ro || wo_a->cols != gw)
         return di_errorf("wo_a is [%lld, %lld], expected [%lld, %lld]", (long long)wo_a->rows, (long long)wo_a->cols,
                          (long long)(G * Ro), (long long)gw);
-    float *xg, *yg;
-    int rc = -1;
-    ALLOC(xg, n * gw, "output group input");
-    ALLOC(yg, n * (Ro + align - 1), "output group");
-    if (!xg || !yg) goto done;
+    if (!m->ws || n > m->ws->rows || align > 32) return di_errorf("wo_a: %lld rows exceed the workspace", (long long)n);
+    float *xg = m->ws->attn.group_in, *yg = m->ws->attn.group_out;
     for (int64_t g = 0; g < G; g++) {
         for (int64_t i = 0; i < n; i++) memcpy(xg + i * gw, o + i * H * Dh + g * gw, (size_t)gw * sizeof *xg);
         /* rows g·Ro .. g·Ro+Ro-1, from the start of the FP8 scale row-block holding the first (a
@@ -329,28 +296,20 @@ int attn_wo_a(const Model *m, const DiMatrix *wo_a, const float *o, int64_t n, f
          * activation quantisation */
         int64_t r0 = g * Ro / align * align, skip = g * Ro - r0, len = skip + Ro;
         DiMatrix rows;
-        if (di_matrix_rows(wo_a, r0, len, &rows) != 0 || model_matmul(m, &rows, xg, n, yg) != 0) goto done;
+        if (di_matrix_rows(wo_a, r0, len, &rows) != 0 || model_matmul(m, &rows, xg, n, yg) != 0) return -1;
         for (int64_t i = 0; i < n; i++) memcpy(z + i * G * Ro + g * Ro, yg + i * len + skip, (size_t)Ro * sizeof *z);
     }
-    rc = 0;
-done:
-    free(xg);
-    free(yg);
-    return rc;
+    return 0;
 }
 
 int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, float *o, int64_t n, const int64_t *pos, float *out) {
     const ModelDims *d = &m->d;
     int64_t H = d->n_heads, Dh = d->head_dim;
-    float *z;
-    int rc = -1;
-    ALLOC(z, n * d->o_groups * d->o_rank, "output groups");
-    if (!z) return -1;
+    float *z = m->ws->attn.groups;
     for (int64_t i = 0; i < n; i++)
         for (int64_t h = 0; h < H; h++) rope_apply(rope, o + (i * H + h) * Dh, Dh, pos[i], true);
-    if (attn_wo_a(m, &lw->wo_a, o, n, z) == 0 && model_linear(m, &lw->wo_b, z, n, out, model_act_quant(m)) == 0) rc = 0;
-    free(z);
-    return rc;
+    if (attn_wo_a(m, &lw->wo_a, o, n, z) != 0 || model_linear(m, &lw->wo_b, z, n, out, model_act_quant(m)) != 0) return -1;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- the sub-layer */
@@ -381,43 +340,27 @@ int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a,
     int ratio = d->ratio[L];
     const RopeTable *rope = model_rope(m, ratio);
     int64_t H = d->n_heads, Dh = d->head_dim, W = d->window, K = d->idx_topk, n = rb->row0[rb->n_seqs];
-    int64_t KW = W + K + 1; /* key slots per row */
-    float *q, *qr, *kv, *o, *z, *kc = NULL, *zc = NULL, *qi = NULL, *wp = NULL;
-    const float **keys;
-    int64_t *nkeys;
+    Workspace *ws = m->ws;
+    int64_t KW = ws->attn.key_slots; /* key slots per row: at least W + K */
+    float *q = ws->attn.q, *qr = ws->attn.q_low, *kv = ws->attn.kv, *o = ws->attn.heads_out, *z = ws->attn.scores;
+    float *kc = ws->attn.comp_kv, *zc = ws->attn.comp_gate, *qi = ws->attn.idx_q, *wp = ws->attn.idx_w;
+    const float **keys = ws->attn.keys;
+    int64_t *nkeys = ws->attn.n_keys;
     int rc = -1;
-    ALLOC(q, n * H * Dh, "queries");
-    ALLOC(qr, n * d->q_rank, "low-rank queries");
-    ALLOC(kv, n * Dh, "window KV");
-    ALLOC(o, n * H * Dh, "attention output");
-    ALLOC(z, di_pool_threads(m->pool) * KW, "attention scores"); /* one row of scores per thread */
-    ALLOC(keys, n * KW, "attention keys");
-    ALLOC(nkeys, n, "attention key counts");
-    if (!q || !qr || !kv || !o || !z || !keys || !nkeys) goto done;
     /* projections of every row of every request at once */
     if (attn_query(m, lw, rope, a, n, rb->pos, q, qr) != 0 || attn_window_kv(m, lw, rope, a, n, rb->pos, kv) != 0) goto done;
     /* the compressor's and indexer's projections are per row too: every request's rows at once
      * (fp32 GEMMs without activation quantisation for the compressor, §4.3) */
     bool compress = d->role[L] == ROLE_FULL, index = compress || d->role[L] == ROLE_REINDEX;
     int64_t HI = d->idx_heads, DI = d->idx_head_dim;
-    if (compress) {
-        ALLOC(kc, n * Dh, "compressor rows");
-        if (ratio > 1) ALLOC(zc, n * Dh, "compressor gates");
-        if (!kc || (ratio > 1 && !zc) || model_matmul(m, &lw->comp_wkv, a, n, kc) != 0 ||
-            (ratio > 1 && model_matmul(m, &lw->comp_wgate, a, n, zc) != 0))
-            goto done;
-    }
-    if (index) {
-        ALLOC(qi, n * HI * DI, "index queries");
-        ALLOC(wp, n * HI, "index weights");
-        if (!qi || !wp || model_linear(m, &lw->idx_wq_b, qr, n, qi, model_act_quant(m)) != 0 ||
-            model_matmul(m, &lw->idx_weights_proj, a, n, wp) != 0)
-            goto done;
-    }
+    if (compress && (model_matmul(m, &lw->comp_wkv, a, n, kc) != 0 || (ratio > 1 && model_matmul(m, &lw->comp_wgate, a, n, zc) != 0)))
+        goto done;
+    if (index && (model_linear(m, &lw->idx_wq_b, qr, n, qi, model_act_quant(m)) != 0 || model_matmul(m, &lw->idx_weights_proj, a, n, wp) != 0))
+        goto done;
     /* compressor and indexer then run per request: they read and extend that request's caches */
     for (int b = 0; b < rb->n_seqs; b++) {
         int64_t r0 = rb->row0[b], nb = rb->row0[b + 1] - r0;
-        if (compress && run_compressor(m, rb->st[b], L, lw, kc + r0 * Dh, zc ? zc + r0 * Dh : NULL, nb, rb->start[b]) != 0)
+        if (compress && run_compressor(m, rb->st[b], L, lw, kc + r0 * Dh, ratio > 1 ? zc + r0 * Dh : NULL, nb, rb->start[b]) != 0)
             goto done;
         if (index && run_indexer(m, rb->st[b], L, qi + r0 * HI * DI, wp + r0 * HI, nb, rb->start[b], sh, r0) != 0)
             goto done;
@@ -466,16 +409,5 @@ int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a,
     rc = 0;
 done:
     if (rc != 0) di_error_wrap("attention of layer %d", L);
-    free(q);
-    free(qr);
-    free(kv);
-    free(o);
-    free(z);
-    free(keys);
-    free(nkeys);
-    free(kc);
-    free(zc);
-    free(qi);
-    free(wp);
     return rc;
 }

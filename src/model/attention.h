@@ -35,8 +35,9 @@ typedef struct {
     const int64_t *pos;   /* [rows]: absolute position of every row */
 } RowBatch;
 
-int attn_shared_init(AttnShared *sh, const ModelDims *d, int64_t n);
-void attn_shared_free(AttnShared *sh);
+/* Nothing published yet, the arrays in the workspace (n <= its rows). */
+struct Workspace;
+void attn_shared_init(AttnShared *sh, const struct Workspace *ws, int64_t n);
 
 /* Full attention sub-layer of backbone layer L for every row of the batch: a[rows][D] ->
  * out[rows][D].  Updates each request's state (window ring of L; compressed rows, index keys and

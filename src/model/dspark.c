@@ -2,16 +2,13 @@
 #include "model/dspark.h"
 
 #include "base/error.h"
-#include "base/mem.h"
 #include "model/attention.h"
 #include "model/forward.h"
 #include "model/mhc.h"
 #include "model/ops.h"
+#include "model/workspace.h"
 
-#include <stdlib.h>
 #include <string.h>
-
-#define ALLOC(ptr, count, what) ((ptr) = di_malloc((size_t)(count) * sizeof *(ptr) + 1, what))
 
 typedef struct {
     const Model *m;
@@ -28,35 +25,18 @@ static int draft_attn(void *ctx, const float *a, int64_t n, float *out) {
     const ModelDims *d = &m->d;
     const LayerWeights *lw = &m->w.layers[d->n_layers + da->stage];
     int64_t H = d->n_heads, Dh = d->head_dim, W = d->window;
-    float *q, *qr, *kv, *o, *z;
-    const float **keys;
+    const Workspace *ws = m->ws;
+    float *q = ws->attn.q, *qr = ws->attn.q_low, *kv = ws->attn.kv, *o = ws->attn.heads_out, *z = ws->attn.scores;
+    const float **keys = ws->attn.keys; /* one row's key slots cover W + n (workspace.c) */
     int64_t pos[DSPARK_MAX_BLOCK];
-    int rc = -1;
     if (n > DSPARK_MAX_BLOCK) return di_errorf("dspark: block of %lld rows exceeds %d", (long long)n, DSPARK_MAX_BLOCK);
     for (int64_t r = 0; r < n; r++) pos[r] = da->p0 + r;
-    ALLOC(q, n * H * Dh, "draft queries");
-    ALLOC(qr, n * d->q_rank, "draft low-rank queries");
-    ALLOC(kv, n * Dh, "draft block KV");
-    ALLOC(o, n * H * Dh, "draft attention output");
-    ALLOC(z, W + n + 1, "draft scores");
-    ALLOC(keys, W + n + 1, "draft keys");
-    if (!q || !qr || !kv || !o || !z || !keys) goto done;
-    if (attn_query(m, lw, &m->rope_main, a, n, pos, q, qr) != 0 || attn_window_kv(m, lw, &m->rope_main, a, n, pos, kv) != 0)
-        goto done;
+    if (attn_query(m, lw, &m->rope_main, a, n, pos, q, qr) != 0 || attn_window_kv(m, lw, &m->rope_main, a, n, pos, kv) != 0) return -1;
     int64_t nk = 0;
     for (int64_t pos = da->p0 - W < 0 ? 0 : da->p0 - W; pos < da->p0; pos++) keys[nk++] = state_dspark_row(da->st, da->stage, pos);
     for (int64_t r = 0; r < n; r++) keys[nk++] = kv + r * Dh;
     for (int64_t r = 0; r < n; r++) attn_heads(m, lw, q + r * H * Dh, keys, nk, o + r * H * Dh, z);
-    if (attn_output(m, lw, &m->rope_main, o, n, pos, out) != 0) goto done;
-    rc = 0;
-done:
-    free(q);
-    free(qr);
-    free(kv);
-    free(o);
-    free(z);
-    free(keys);
-    return rc;
+    return attn_output(m, lw, &m->rope_main, o, n, pos, out);
 }
 
 /* given: imposed drafts; else sampler; else greedy */
@@ -69,16 +49,11 @@ static int draft(const Model *m, RunState *st, int32_t anchor, const int32_t *gi
     int B = d->dspark_block, hc = d->hc_mult;
     if (B <= 0 || B > DSPARK_MAX_BLOCK) return di_errorf("dspark: block size %d outside [1, %d]", B, DSPARK_MAX_BLOCK);
     int64_t D = d->dim, V = d->vocab, R = d->markov_rank, p0 = st->n_pos;
-    float *X, *pi, *x, *zn, *e, *bias, *cin;
+    if (workspace_acquire(m) != 0) return -1;
+    const Workspace *ws = m->ws; /* the block's streams in the forward's (a draft is no forward) */
+    float *X = ws->fwd.X, *pi = ws->fwd.pi, *x = ws->draft.x, *zn = ws->draft.norm_x, *e = ws->draft.markov_e;
+    float *bias = ws->draft.markov_bias, *cin = ws->draft.conf_in;
     int rc = -1;
-    ALLOC(X, (int64_t)B * hc * D, "draft streams");
-    ALLOC(pi, (int64_t)B * hc, "draft pre-mix");
-    ALLOC(x, (int64_t)B * D, "draft hidden");
-    ALLOC(zn, D, "draft normed hidden");
-    ALLOC(e, R, "Markov embedding");
-    ALLOC(bias, V, "Markov bias");
-    ALLOC(cin, D + R, "confidence input");
-    if (!X || !pi || !x || !zn || !e || !bias || !cin) goto done;
     for (int r = 0; r < B; r++) {
         int32_t tok = r == 0 ? anchor : d->dspark_noise;
         if (di_matrix_row(&m->w.embed, tok, zn) != 0) goto done;
@@ -127,13 +102,7 @@ static int draft(const Model *m, RunState *st, int32_t anchor, const int32_t *gi
     }
     rc = 0;
 done:
-    free(X);
-    free(pi);
-    free(x);
-    free(zn);
-    free(e);
-    free(bias);
-    free(cin);
+    workspace_release(m);
     return rc;
 }
 

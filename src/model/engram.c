@@ -2,9 +2,9 @@
 #include "model/engram.h"
 
 #include "base/error.h"
-#include "base/mem.h"
 #include "kernels/numformats.h"
 #include "model/ops.h"
+#include "model/workspace.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -81,28 +81,16 @@ int engram_forward(const Model *m, int slot, const LayerWeights *lw, const int64
     const ModelDims *d = &m->d;
     int cols = engram_columns(d), hd = d->engram_head_dim, hc = d->hc_mult;
     int64_t D = d->dim, in = (int64_t)cols * hd, outw = (int64_t)(hc + 1) * D;
-    float *u = di_malloc((size_t)(n * in) * sizeof *u + 1, "engram rows");
-    float *kv = di_malloc((size_t)(n * outw) * sizeof *kv + 1, "engram keys/value");
-    if (!u || !kv) {
-        free(u);
-        free(kv);
-        return -1;
-    }
+    if (!m->ws || n > m->ws->rows) return di_errorf("engram: %lld rows exceed the workspace", (long long)n);
+    float *u = m->ws->engram.rows, *kv = m->ws->engram.kv;
     for (int64_t i = 0; i < n; i++)
         for (int c = 0; c < cols; c++) {
             int64_t id = ids[(i * d->n_engram + slot) * cols + c];
-            if (id < 0 || id >= lw->engram_rows) {
-                free(u);
-                free(kv);
+            if (id < 0 || id >= lw->engram_rows)
                 return di_errorf("engram: row id %lld outside the table (%lld rows)", (long long)id, (long long)lw->engram_rows);
-            }
             table_row(lw, id, hd, u + i * in + (int64_t)c * hd);
         }
-    if (model_linear(m, &lw->engram_wkv, u, n, kv, model_act_quant(m)) != 0) {
-        free(u);
-        free(kv);
-        return di_error_wrap("engram wkv");
-    }
+    if (model_linear(m, &lw->engram_wkv, u, n, kv, model_act_quant(m)) != 0) return di_error_wrap("engram wkv");
     float inv_sqrt_d = 1.0f / sqrtf((float)D);
     for (int64_t i = 0; i < n; i++) {
         const float *value = kv + i * outw + (int64_t)hc * D;
@@ -123,7 +111,5 @@ int engram_forward(const Model *m, int slot, const LayerWeights *lw, const int64
             for (int64_t c = 0; c < D; c++) h[c] += g * value[c];
         }
     }
-    free(u);
-    free(kv);
     return 0;
 }

@@ -2,17 +2,14 @@
 #include "model/forward.h"
 
 #include "base/error.h"
-#include "base/mem.h"
 #include "model/attention.h"
 #include "model/engram.h"
 #include "model/mhc.h"
 #include "model/moe.h"
 #include "model/ops.h"
+#include "model/workspace.h"
 
-#include <stdlib.h>
 #include <string.h>
-
-#define ALLOC(ptr, count, what) ((ptr) = di_malloc((size_t)(count) * sizeof *(ptr) + 1, what))
 
 static HcSite site_of(const Model *m, const LayerWeights *lw, bool ffn) {
     const ModelDims *d = &m->d;
@@ -64,36 +61,23 @@ static void block_rows(void *ctx, int64_t r0, int64_t r1) {
 int model_block(const Model *m, int L, float *X, float *pi, int64_t n, BlockAttnFn attn, void *ctx, int32_t *experts) {
     const ModelDims *d = &m->d;
     const LayerWeights *lw = &m->w.layers[L];
-    int64_t D = d->dim;
+    Workspace *ws = m->ws;
     bool draft = L >= d->n_layers;
-    HcMix *mix_a, *mix_f;
-    float *a, *o;
-    int rc = -1;
-    ALLOC(mix_a, n, "mHC mixes");
-    ALLOC(mix_f, n, "mHC mixes");
-    ALLOC(a, n * D, "sub-layer input");
-    ALLOC(o, n * D, "sub-layer output");
-    if (!mix_a || !mix_f || !a || !o) goto done;
-    BlockRows rows = {d, lw, X, pi, a, o, mix_a, mix_f, ROWS_ATTN_IN};
+    if (!ws || n > ws->rows) return di_errorf("block of layer %d: %lld rows exceed the workspace", L, (long long)n);
+    BlockRows rows = {d, lw, X, pi, ws->block.in, ws->block.out, ws->block.mix_attn, ws->block.mix_ffn, ROWS_ATTN_IN};
     HcSite sa = site_of(m, lw, false), sf = site_of(m, lw, true);
-    if (mhc_mixes(m, &sa, X, n, mix_a) != 0) goto done;
+    if (mhc_mixes(m, &sa, X, n, ws->block.mix_attn) != 0) return -1;
     model_for_rows(m, n, block_rows, &rows);
-    if (attn(ctx, a, n, o) != 0) goto done;
+    if (attn(ctx, rows.a, n, rows.o) != 0) return -1;
     rows.step = ROWS_ATTN_OUT;
     model_for_rows(m, n, block_rows, &rows);
-    if (mhc_mixes(m, &sf, X, n, mix_f) != 0) goto done;
+    if (mhc_mixes(m, &sf, X, n, ws->block.mix_ffn) != 0) return -1;
     rows.step = ROWS_FFN_IN;
     model_for_rows(m, n, block_rows, &rows);
-    if (moe_forward(m, lw, draft ? d->dspark_top_k : d->top_k, a, n, o, experts) != 0) goto done;
+    if (moe_forward(m, lw, draft ? d->dspark_top_k : d->top_k, rows.a, n, rows.o, experts) != 0) return -1;
     rows.step = ROWS_FFN_OUT;
     model_for_rows(m, n, block_rows, &rows);
-    rc = 0;
-done:
-    free(mix_a);
-    free(mix_f);
-    free(a);
-    free(o);
-    return rc;
+    return 0;
 }
 
 typedef struct {
@@ -114,28 +98,19 @@ static int trunk_attn(void *ctx, const float *a, int64_t n, float *out) {
 static int update_dspark_rings(const Model *m, const RowBatch *rb, const float *taps) {
     const ModelDims *d = &m->d;
     int64_t D = d->dim, Dh = d->head_dim, W = d->window, n = rb->row0[rb->n_seqs];
-    float *mx, *kv;
-    int rc = -1;
-    ALLOC(mx, n * D, "DSpark context");
-    ALLOC(kv, n * Dh, "DSpark ring rows");
-    if (!mx || !kv) goto done;
-    if (model_linear(m, &m->w.main_proj, taps, n, mx, model_act_quant(m)) != 0) goto done;
+    float *mx = m->ws->fwd.ctx, *kv = m->ws->fwd.ctx_kv;
+    if (model_linear(m, &m->w.main_proj, taps, n, mx, model_act_quant(m)) != 0) return di_error_wrap("DSpark context");
     for (int64_t i = 0; i < n; i++) op_rmsnorm(mx + i * D, mx + i * D, m->w.main_norm, D, d->eps);
     for (int st_i = 0; st_i < d->n_mtp; st_i++) {
         const LayerWeights *lw = &m->w.layers[d->n_layers + st_i];
-        if (attn_window_kv(m, lw, &m->rope_main, mx, n, rb->pos, kv) != 0) goto done;
+        if (attn_window_kv(m, lw, &m->rope_main, mx, n, rb->pos, kv) != 0) return di_error_wrap("DSpark context");
         for (int b = 0; b < rb->n_seqs; b++) {
             int64_t r0 = rb->row0[b], nb = rb->row0[b + 1] - r0;
             for (int64_t i = nb > W ? nb - W : 0; i < nb; i++)
                 memcpy(state_dspark_row(rb->st[b], st_i, rb->start[b] + i), kv + (r0 + i) * Dh, (size_t)Dh * sizeof *kv);
         }
     }
-    rc = 0;
-done:
-    if (rc != 0) di_error_wrap("DSpark context");
-    free(mx);
-    free(kv);
-    return rc;
+    return 0;
 }
 
 /* Every argument error is found before any state changes. */
@@ -157,40 +132,44 @@ static int check_seq(const Model *m, const ForwardSeq *q, int b) {
     return 0;
 }
 
-int model_forward_batch(const Model *m, const ForwardSeq *seqs, int n_seqs, ForwardTrace *trace) {
-    if (!m || !seqs || n_seqs <= 0) return di_errorf("forward: no requests");
-    if (trace && n_seqs != 1 && (trace->layer_out || trace->selected || trace->engram_ids))
-        return di_errorf("forward: a trace of layer outputs, selections or Engram rows needs a single request");
+/* §5.8 final collapse with the last FFN site's pre, norm, head -- one matmul over every row
+ * that wants logits, so the head's weights are read once per batch, not once per request */
+static int head_logits(const Model *m, const ForwardSeq *seqs, int n_seqs, const int64_t *row0, const float *X, const float *pi) {
     const ModelDims *d = &m->d;
-    int64_t total = 0;
+    int hc = d->hc_mult;
+    int64_t D = d->dim, V = d->vocab, n_out = 0;
+    float *head_in = m->ws->fwd.head_in, *head_out = m->ws->fwd.head_out;
+    for (int b = 0; b < n_seqs; b++)
+        if (seqs[b].logits) {
+            for (int64_t i = seqs[b].all_rows ? 0 : seqs[b].n - 1; i < seqs[b].n; i++, n_out++) {
+                int64_t r = row0[b] + i;
+                mhc_collapse(X + r * hc * D, pi + r * hc, hc, (int)D, head_in + n_out * D);
+                op_rmsnorm(head_in + n_out * D, head_in + n_out * D, m->w.norm, D, d->eps);
+            }
+        }
+    if (n_out == 0) return 0;
+    if (model_matmul(m, &m->w.head, head_in, n_out, head_out) != 0) return -1;
+    int64_t o = 0;
     for (int b = 0; b < n_seqs; b++) {
-        if (check_seq(m, &seqs[b], b) != 0) return -1;
-        for (int c = 0; c < b; c++)
-            if (seqs[c].st == seqs[b].st) return di_errorf("forward: requests %d and %d share one state", c, b);
-        total += seqs[b].n;
-        if (total > FORWARD_MAX_CHUNK) return di_errorf("forward: batch of more than %d rows", FORWARD_MAX_CHUNK);
+        if (!seqs[b].logits) continue;
+        int64_t rows = seqs[b].all_rows ? seqs[b].n : 1;
+        memcpy(seqs[b].logits, head_out + o * V, (size_t)(rows * V) * sizeof *head_out);
+        o += rows;
     }
-    int hc = d->hc_mult, cols = d->n_engram ? (d->engram_max_ngram - 1) * d->engram_heads : 0;
-    int64_t D = d->dim, V = d->vocab, n = total;
-    float *X = NULL, *pi = NULL, *row = NULL, *taps = NULL, *head_in = NULL, *head_out = NULL;
-    int64_t *eids = NULL, *row0 = NULL, *start = NULL, *pos = NULL;
-    RunState **sts = NULL;
-    int32_t *tokens = NULL;
-    AttnShared sh;
-    int rc = -1;
-    if (attn_shared_init(&sh, d, n) != 0) return -1;
-    ALLOC(X, n * hc * D, "residual streams");
-    ALLOC(pi, n * hc, "pre-mix");
-    ALLOC(row, D, "row");
-    ALLOC(row0, n_seqs + 1, "batch rows");
-    ALLOC(start, n_seqs, "batch rows");
-    ALLOC(sts, n_seqs, "batch states");
-    ALLOC(pos, n, "positions");
-    ALLOC(tokens, n, "tokens");
-    if (d->n_engram) ALLOC(eids, n * d->n_engram * cols, "engram ids");
+    return 0;
+}
+
+/* One forward of n <= workspace rows, its arguments already checked. */
+static int forward_rows(const Model *m, const ForwardSeq *seqs, int n_seqs, int64_t n, ForwardTrace *trace) {
+    const ModelDims *d = &m->d;
+    Workspace *ws = m->ws;
+    int hc = d->hc_mult, cols = d->n_engram ? engram_columns(d) : 0;
+    int64_t D = d->dim;
+    float *X = ws->fwd.X, *pi = ws->fwd.pi, *taps = ws->fwd.taps;
+    int64_t *eids = ws->fwd.engram_ids, *row0 = ws->fwd.row0, *start = ws->fwd.start, *pos = ws->fwd.pos;
+    RunState **sts = ws->fwd.states;
+    int32_t *tokens = ws->fwd.tokens;
     bool drafter = m->w.has_dspark && d->n_taps > 0;
-    if (drafter) ALLOC(taps, n * d->n_taps * D, "DSpark taps");
-    if (!X || !pi || !row || !row0 || !start || !sts || !pos || !tokens || (d->n_engram && !eids) || (drafter && !taps)) goto done;
     row0[0] = 0;
     for (int b = 0; b < n_seqs; b++) {
         row0[b + 1] = row0[b] + seqs[b].n;
@@ -202,25 +181,24 @@ int model_forward_batch(const Model *m, const ForwardSeq *seqs, int n_seqs, Forw
         }
     }
     RowBatch rb = {n_seqs, sts, row0, start, pos};
+    AttnShared sh;
+    attn_shared_init(&sh, ws, n);
     /* §5.1 embedding copied to every stream; carried pre-mix (1, 0, ..., 0) */
     for (int64_t i = 0; i < n; i++) {
-        if (di_matrix_row(&m->w.embed, tokens[i], row) != 0) goto done;
+        if (di_matrix_row(&m->w.embed, tokens[i], ws->fwd.embed_row) != 0) return -1;
         for (int k = 0; k < hc; k++) {
-            memcpy(X + (i * hc + k) * D, row, (size_t)D * sizeof *row);
+            memcpy(X + (i * hc + k) * D, ws->fwd.embed_row, (size_t)D * sizeof *X);
             pi[i * hc + k] = k == 0 ? 1.0f : 0.0f;
         }
     }
     /* §5.2 Engram row ids, once per forward, from each request's own history */
     for (int b = 0; b < n_seqs && d->n_engram; b++)
-        if (engram_hash(m, sts[b], seqs[b].tokens, seqs[b].n, start[b], eids + row0[b] * d->n_engram * cols) != 0) goto done;
-    if (trace && trace->engram_ids && eids) memcpy(trace->engram_ids, eids, (size_t)(n * d->n_engram * cols) * sizeof *eids);
+        if (engram_hash(m, sts[b], seqs[b].tokens, seqs[b].n, start[b], eids + row0[b] * d->n_engram * cols) != 0) return -1;
+    if (trace && trace->engram_ids && d->n_engram) memcpy(trace->engram_ids, eids, (size_t)(n * d->n_engram * cols) * sizeof *eids);
     for (int L = 0; L < d->n_layers; L++) {
         const LayerWeights *lw = &m->w.layers[L];
         int es = model_dims_engram_slot(d, L);
-        if (es >= 0 && engram_forward(m, es, lw, eids, X, n) != 0) {
-            di_error_wrap("engram of layer %d", L);
-            goto done;
-        }
+        if (es >= 0 && engram_forward(m, es, lw, eids, X, n) != 0) return di_error_wrap("engram of layer %d", L);
         int tap = drafter ? model_dims_tap_slot(d, L) : -1;
         if (tap >= 0) /* the layer's input after Engram, averaged over the streams (§5.5) */
             for (int64_t i = 0; i < n; i++)
@@ -231,63 +209,62 @@ int model_forward_batch(const Model *m, const ForwardSeq *seqs, int n_seqs, Forw
                 }
         TrunkAttn ta = {m, &rb, L, &sh};
         int32_t *ex = trace && trace->experts ? trace->experts + (int64_t)L * n * d->top_k : NULL;
-        if (model_block(m, L, X, pi, n, trunk_attn, &ta, ex) != 0) {
-            di_error_wrap("layer %d", L);
-            goto done;
-        }
+        if (model_block(m, L, X, pi, n, trunk_attn, &ta, ex) != 0) return di_error_wrap("layer %d", L);
         if (trace && trace->layer_out) memcpy(trace->layer_out + (int64_t)L * n * hc * D, X, (size_t)(n * hc * D) * sizeof *X);
         if (trace && trace->selected && d->is_index_source[L])
             for (int64_t i = 0; i < n; i++)
                 for (int j = 0; j < d->idx_topk; j++)
                     trace->selected[((int64_t)L * n + i) * d->idx_topk + j] = j < sh.sel_count[i] ? sh.sel[i * d->idx_topk + j] : -1;
     }
-    if (drafter && update_dspark_rings(m, &rb, taps) != 0) goto done;
-    /* §5.8 final collapse with the last FFN site's pre, norm, head -- one matmul over every row
-     * that wants logits, so the head's weights are read once per batch, not once per request */
-    int64_t n_out = 0;
-    for (int b = 0; b < n_seqs; b++)
-        if (seqs[b].logits) n_out += seqs[b].all_rows ? seqs[b].n : 1;
-    if (n_out > 0) {
-        ALLOC(head_in, n_out * D, "head input rows");
-        ALLOC(head_out, n_out * V, "head output rows");
-        if (!head_in || !head_out) goto done;
-        int64_t o = 0;
-        for (int b = 0; b < n_seqs; b++) {
-            if (!seqs[b].logits) continue;
-            for (int64_t i = seqs[b].all_rows ? 0 : seqs[b].n - 1; i < seqs[b].n; i++, o++) {
-                int64_t r = row0[b] + i;
-                mhc_collapse(X + r * hc * D, pi + r * hc, hc, (int)D, head_in + o * D);
-                op_rmsnorm(head_in + o * D, head_in + o * D, m->w.norm, D, d->eps);
-            }
-        }
-        if (model_matmul(m, &m->w.head, head_in, n_out, head_out) != 0) goto done;
-        o = 0;
-        for (int b = 0; b < n_seqs; b++) {
-            if (!seqs[b].logits) continue;
-            int64_t rows = seqs[b].all_rows ? seqs[b].n : 1;
-            memcpy(seqs[b].logits, head_out + o * V, (size_t)(rows * V) * sizeof *head_out);
-            o += rows;
-        }
-    }
+    if (drafter && update_dspark_rings(m, &rb, taps) != 0) return -1;
+    if (head_logits(m, seqs, n_seqs, row0, X, pi) != 0) return -1;
     for (int b = 0; b < n_seqs; b++) {
         engram_push_history(m, sts[b], seqs[b].tokens, seqs[b].n);
         sts[b]->n_pos = start[b] + seqs[b].n;
     }
-    rc = 0;
-done:
-    attn_shared_free(&sh);
-    free(X);
-    free(pi);
-    free(row);
-    free(taps);
-    free(head_in);
-    free(head_out);
-    free(eids);
-    free(row0);
-    free(start);
-    free(sts);
-    free(pos);
-    free(tokens);
+    return 0;
+}
+
+/* A batch of more rows than the workspace holds runs as consecutive forwards of at most that
+ * many rows, each request cut into consecutive chunks (the way the engine chunks a prefill), so
+ * every row sees the same state it would in one call. */
+static int forward_chunked(const Model *m, const ForwardSeq *seqs, int n_seqs, ForwardTrace *trace) {
+    Workspace *ws = m->ws;
+    ForwardSeq *pieces = ws->fwd.pieces;
+    int64_t V = m->d.vocab, off = 0;
+    if (trace) return di_errorf("forward: a trace needs the batch within the workspace's %lld rows", (long long)ws->rows);
+    for (int b = 0; b < n_seqs;) {
+        int np = 0;
+        int64_t used = 0;
+        while (b < n_seqs && used < ws->rows) {
+            const ForwardSeq *q = &seqs[b];
+            int64_t k = q->n - off < ws->rows - used ? q->n - off : ws->rows - used;
+            float *lg = !q->logits ? NULL : q->all_rows ? q->logits + off * V : off + k == q->n ? q->logits : NULL;
+            pieces[np++] = (ForwardSeq){q->st, q->tokens + off, k, q->start_pos + off, lg, q->all_rows};
+            used += k;
+            off += k;
+            if (off == q->n) b++, off = 0;
+        }
+        if (forward_rows(m, pieces, np, used, NULL) != 0) return -1;
+    }
+    return 0;
+}
+
+int model_forward_batch(const Model *m, const ForwardSeq *seqs, int n_seqs, ForwardTrace *trace) {
+    if (!m || !seqs || n_seqs <= 0) return di_errorf("forward: no requests");
+    if (trace && n_seqs != 1 && (trace->layer_out || trace->selected || trace->engram_ids))
+        return di_errorf("forward: a trace of layer outputs, selections or Engram rows needs a single request");
+    int64_t total = 0;
+    for (int b = 0; b < n_seqs; b++) {
+        if (check_seq(m, &seqs[b], b) != 0) return -1;
+        for (int c = 0; c < b; c++)
+            if (seqs[c].st == seqs[b].st) return di_errorf("forward: requests %d and %d share one state", c, b);
+        total += seqs[b].n;
+        if (total > FORWARD_MAX_CHUNK) return di_errorf("forward: batch of more than %d rows", FORWARD_MAX_CHUNK);
+    }
+    if (workspace_acquire(m) != 0) return -1;
+    int rc = total <= m->ws->rows ? forward_rows(m, seqs, n_seqs, total, trace) : forward_chunked(m, seqs, n_seqs, trace);
+    workspace_release(m);
     return rc;
 }
 

@@ -2,8 +2,8 @@
 #include "model/mhc.h"
 
 #include "base/error.h"
-#include "base/mem.h"
 #include "model/ops.h"
+#include "model/workspace.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -68,16 +68,13 @@ int mhc_mixes(const Model *m, const HcSite *site, const float *X, int64_t n, HcM
     if (hc <= 0 || hc > MHC_MAX || site->fn->rows != nmix || site->fn->cols != flat)
         return di_errorf("mHC: fn is [%lld, %lld], expected [%lld, %lld]", (long long)site->fn->rows, (long long)site->fn->cols,
                          (long long)nmix, (long long)flat);
-    float *mu = di_malloc((size_t)(n * nmix) * sizeof *mu + 1, "mHC projections");
-    if (!mu) return -1;
+    if (!m->ws || n > m->ws->rows || hc > m->d.hc_mult)
+        return di_errorf("mHC: %lld rows of %d streams exceed the workspace", (long long)n, hc);
+    float *mu = m->ws->block.mix_proj;
     /* REF projects the raw state first and scales by the RMS afterwards (§7 item 2). */
-    if (model_matmul(m, site->fn, X, n, mu) != 0) {
-        free(mu);
-        return -1;
-    }
+    if (model_matmul(m, site->fn, X, n, mu) != 0) return -1;
     MixRows job = {site, X, mu, out};
     model_for_rows(m, n, mix_rows, &job);
-    free(mu);
     return 0;
 }
 

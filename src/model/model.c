@@ -6,6 +6,8 @@
 #include "base/mem.h"
 #include "kernels/numformats.h"
 #include "model/engram_rng.h"
+#include "model/forward.h"
+#include "model/workspace.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +34,15 @@ const char *numerics_mode_name(NumericsMode mode) {
 bool model_act_quant(const Model *m) { return m->mode == MODE_REF; }
 bool model_kv_quant(const Model *m) { return m->mode == MODE_REF || m->mode == MODE_KVQ; }
 
-int model_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y) {
-    return m->ref_kernels ? di_matmul_ref(w, x, n, y) : di_matmul(m->pool, w, x, n, y);
+/* Products run on the workspace's kernel scratch (sized for every matrix of the model at its
+ * rows and threads); a model without one (tests' hand-made models) gets the allocating entry. */
+static int matmul_on(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y, bool qa) {
+    if (m->ref_kernels) return qa ? di_matmul_ref_qa(w, x, n, y) : di_matmul_ref(w, x, n, y);
+    if (!m->ws) return qa ? di_matmul_qa(m->pool, w, x, n, y) : di_matmul(m->pool, w, x, n, y);
+    return di_matmul_into(m->pool, w, x, n, y, qa, m->ws->mm, m->ws->mm_floats);
 }
+
+int model_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y) { return matmul_on(m, w, x, n, y, false); }
 
 typedef struct {
     ModelRowsFn fn;
@@ -64,15 +72,14 @@ void model_for_rows(const Model *m, int64_t n, ModelRowsFn fn, void *ctx) {
 int model_linear(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y, bool act_quant) {
     if (!w || !x || !y || n < 0) return di_errorf("linear: invalid arguments");
     if (!act_quant) return model_matmul(m, w, x, n, y);
-    size_t count;
-    if (!di_mul_size((size_t)n, (size_t)w->cols, &count)) return di_errorf("linear: size overflow");
-    float *q = di_malloc(count * sizeof *q + 1, "quantised activations");
-    if (!q) return -1;
+    if (!m->ws || n > m->ws->rows || w->cols > m->ws->act_q_cols)
+        return di_errorf("linear: %lld x %lld activations exceed the workspace's %lld x %lld", (long long)n, (long long)w->cols,
+                         m->ws ? (long long)m->ws->rows : 0LL, m->ws ? (long long)m->ws->act_q_cols : 0LL);
+    size_t count = (size_t)n * (size_t)w->cols; /* <= the workspace's act_q: rows x widest matrix */
+    float *q = m->ws->act_q;
     memcpy(q, x, count * sizeof *q);
     int rc = di_roundtrip_fp8_block32(q, count);
-    if (rc == 0) rc = m->ref_kernels ? di_matmul_ref_qa(w, q, n, y) : di_matmul_qa(m->pool, w, q, n, y);
-    free(q);
-    return rc;
+    return rc == 0 ? matmul_on(m, w, q, n, y, true) : rc;
 }
 
 const RopeTable *model_rope(const Model *m, int ratio) { return ratio > 0 ? &m->rope_compress : &m->rope_main; }
@@ -124,6 +131,8 @@ Model *model_load(const char *dir, NumericsMode mode) {
                         d->beta_slow, d->original_seq_len) != 0)
         goto fail;
     if (load_engram_layout(m) != 0) goto fail;
+    int threads = di_default_threads();
+    if (threads < 1 || !(m->ws = workspace_create(m, WORKSPACE_DEFAULT_ROWS, threads))) goto fail;
     return m;
 fail:
     di_error_wrap("loading model %s", dir);
@@ -133,11 +142,23 @@ fail:
 
 void model_free(Model *m) {
     if (!m) return;
+    workspace_free(m->ws);
     weights_free(&m->w);
     if (m->ck) di_checkpoint_close(m->ck);
     di_config_free(&m->cfg);
     free(m->token_map);
     free(m);
+}
+
+int model_reserve_rows(Model *m, int64_t rows) {
+    if (!m || rows < 1 || rows > FORWARD_MAX_CHUNK) return di_errorf("reserve rows: %lld outside [1, %d]", (long long)rows, FORWARD_MAX_CHUNK);
+    if (m->ws && atomic_load(&m->ws->busy)) return di_errorf("reserve rows: a forward is running on the model");
+    int threads = m->ws ? m->ws->threads : di_default_threads();
+    Workspace *ws = threads >= 1 ? workspace_create(m, rows, threads) : NULL;
+    if (!ws) return di_error_wrap("reserving %lld rows per forward", (long long)rows);
+    workspace_free(m->ws);
+    m->ws = ws;
+    return 0;
 }
 
 int model_set_engram_token_map(Model *m, const int32_t *cid, int64_t len) {

@@ -51,10 +51,16 @@ typedef struct {
     /* true: every projection uses the scalar reference di_matmul_ref instead of the optimised
      * backend (tests compare the two). */
     bool ref_kernels;
+    /* every scratch buffer of a forward (workspace.h), sized at load; after `pool` so the A/B
+     * tools (tools/decode_ab.c) set the pool of either build at the same offset */
+    struct Workspace *ws;
 } Model;
 
 /* Load config.json and the checkpoint of `dir`, bind the weights.  NULL with an error. */
 Model *model_load(const char *dir, NumericsMode mode);
+/* Size the workspace for `rows` rows per forward call (the engine's max batch tokens; default
+ * WORKSPACE_DEFAULT_ROWS): a longer call runs in chunks of that many rows.  Not during a forward. */
+int model_reserve_rows(Model *m, int64_t rows);
 void model_free(Model *m);
 
 /* The compressed token map cid[t] for t < len (every value < engram_compressed_vocab_size). */

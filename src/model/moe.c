@@ -2,10 +2,10 @@
 #include "model/moe.h"
 
 #include "base/error.h"
-#include "base/mem.h"
 #include "kernels/expf_row.h"
 #include "kernels/numformats.h"
 #include "model/ops.h"
+#include "model/workspace.h"
 
 #include <stdatomic.h>
 
@@ -57,16 +57,11 @@ static void select_experts(const float *score, const float *bias, int E, int k, 
 #define EXPERT_DECODE_TOKENS 3
 static int64_t expert_cost(int64_t tokens) { return EXPERT_DECODE_TOKENS + tokens; }
 
-typedef struct {
-    const ExpertWeights *ex;
-    int64_t off, cnt; /* rows off .. off+cnt-1 of the gathered buffers */
-} ExpertSlot;
-
-typedef struct {
-    int slot;
-    int64_t r0, len; /* output rows r0 .. r0+len-1 of the slot's matrix; r0 a multiple of 32 */
-    int64_t cost;    /* expert_cost x len: comparable between tasks of one job */
-} ExpertTask;
+/* An expert (ex: const ExpertWeights *) and its rows off .. off+cnt-1 of the gathered buffers. */
+typedef WsExpertSlot ExpertSlot;
+/* Output rows r0 .. r0+len-1 of the slot's matrix (r0 a multiple of 32); cost: expert_cost x len,
+ * comparable between tasks of one job. */
+typedef WsExpertTask ExpertTask;
 
 typedef struct {
     const Model *m;
@@ -79,12 +74,14 @@ typedef struct {
     _Atomic int failed;
 } ExpertJob;
 
-/* One thread's matmul: the pool is busy running this job's tasks.  Under the reference numerics
- * the inputs were quantised (§4.3, run_experts), and FP4 experts take the block order
- * (di_matmul_qa, matmul.h) that the reference's fp4_gemm has. */
-static int task_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y) {
-    if (model_act_quant(m)) return m->ref_kernels ? di_matmul_ref_qa(w, x, n, y) : di_matmul_qa(NULL, w, x, n, y);
-    return m->ref_kernels ? di_matmul_ref(w, x, n, y) : di_matmul(NULL, w, x, n, y);
+/* One thread's matmul on that thread's kernel scratch: the pool is busy running this job's
+ * tasks.  Under the reference numerics the inputs were quantised (§4.3, run_experts), and FP4
+ * experts take the block order (di_matmul_qa, matmul.h) that the reference's fp4_gemm has. */
+static int task_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y, int thread) {
+    bool qa = model_act_quant(m);
+    if (m->ref_kernels) return qa ? di_matmul_ref_qa(w, x, n, y) : di_matmul_ref(w, x, n, y);
+    const Workspace *ws = m->ws;
+    return di_matmul_into(NULL, w, x, n, y, qa, ws->moe.task_mm + thread * ws->moe.task_mm_floats, ws->moe.task_mm_floats);
 }
 
 static int compare_task_cost(const void *pa, const void *pb) {
@@ -118,7 +115,6 @@ static int plan_tasks(const ExpertSlot *slots, int n_slots, int64_t rows, int ta
 
 /* Job A task: hidden[r][i] = silu(min(w1 x, L)) · clamp(w3 x, ±L) · weight[r] for one row slice. */
 static void hidden_task(void *ctx, int task, int thread) {
-    (void)thread;
     ExpertJob *j = ctx;
     const ExpertTask *t = &j->tasks_a[task];
     const ExpertSlot *s = &j->slots[t->slot];
@@ -126,8 +122,9 @@ static void hidden_task(void *ctx, int task, int thread) {
     DiMatrix w1, w3; /* r0 is a multiple of 32 (plan_tasks), as an FP8 slice needs */
     float *g = j->ga + s->off * F + cnt * r0, *u = j->ua + s->off * F + cnt * r0; /* this task's [cnt][len] */
     const float *x = j->xb + s->off * j->D;
-    if (di_matrix_rows(&s->ex->w1, r0, len, &w1) != 0 || di_matrix_rows(&s->ex->w3, r0, len, &w3) != 0 ||
-        task_matmul(j->m, &w1, x, cnt, g) != 0 || task_matmul(j->m, &w3, x, cnt, u) != 0) {
+    const ExpertWeights *ex = s->ex;
+    if (di_matrix_rows(&ex->w1, r0, len, &w1) != 0 || di_matrix_rows(&ex->w3, r0, len, &w3) != 0 ||
+        task_matmul(j->m, &w1, x, cnt, g, thread) != 0 || task_matmul(j->m, &w3, x, cnt, u, thread) != 0) {
         j->failed = 1;
         return;
     }
@@ -168,14 +165,14 @@ static void hidden_task(void *ctx, int task, int thread) {
 
 /* Job B task: out = w2 · hidden for one row slice of w2. */
 static void down_task(void *ctx, int task, int thread) {
-    (void)thread;
     ExpertJob *j = ctx;
     const ExpertTask *t = &j->tasks_b[task];
     const ExpertSlot *s = &j->slots[t->slot];
     int64_t r0 = t->r0, len = t->len, D = j->D, cnt = s->cnt;
     DiMatrix w2;
     float *o = j->obs + s->off * D + cnt * r0;
-    if (di_matrix_rows(&s->ex->w2, r0, len, &w2) != 0 || task_matmul(j->m, &w2, j->hidden + s->off * j->F, cnt, o) != 0) {
+    const ExpertWeights *ex = s->ex;
+    if (di_matrix_rows(&ex->w2, r0, len, &w2) != 0 || task_matmul(j->m, &w2, j->hidden + s->off * j->F, cnt, o, thread) != 0) {
         j->failed = 1;
         return;
     }
@@ -199,26 +196,15 @@ static int run_experts(const Model *m, ExpertJob *j, int n_slots, int64_t total)
      * block-32 round trip is the per-row one model_linear applies) */
     if (aq && di_roundtrip_fp8_block32((float *)j->xb, (size_t)(total * j->D)) != 0) return -1;
     int target = TASKS_PER_THREAD * (m->pool ? di_pool_threads(m->pool) : 1);
-    ExpertTask *tasks = di_malloc(2 * (size_t)(n_slots + target) * sizeof *tasks, "expert tasks");
-    if (!tasks) return -1;
-    int rc = -1, n_a = plan_tasks(j->slots, n_slots, j->F, target, tasks),
-        n_b = plan_tasks(j->slots, n_slots, j->D, target, tasks + n_slots + target);
+    ExpertTask *tasks = m->ws->moe.tasks; /* room for 2 x (E + 1 + TASKS_PER_THREAD x threads) */
+    int n_a = plan_tasks(j->slots, n_slots, j->F, target, tasks), n_b = plan_tasks(j->slots, n_slots, j->D, target, tasks + n_slots + target);
     j->tasks_a = tasks;
     j->tasks_b = tasks + n_slots + target;
     di_pool_run(m->pool, n_a, hidden_task, j);
-    if (j->failed) {
-        di_errorf("expert up-projection failed");
-        goto done;
-    }
+    if (j->failed) return di_errorf("expert up-projection failed");
     di_pool_run(m->pool, n_b, down_task, j);
-    if (j->failed) {
-        di_errorf("expert down-projection failed");
-        goto done;
-    }
-    rc = 0;
-done:
-    free(tasks);
-    return rc;
+    if (j->failed) return di_errorf("expert down-projection failed");
+    return 0;
 }
 
 /* Router (§5.7 steps 1-3): ids [n][top_k] best first and their weights. */
@@ -248,30 +234,21 @@ int moe_forward(const Model *m, const LayerWeights *lw, int top_k, const float *
     int64_t D = d->dim, F = d->moe_inter;
     if (top_k <= 0 || top_k > E) return di_errorf("MoE: top-k %d out of range for %d experts", top_k, E);
     int64_t total = n * top_k + (lw->has_shared ? n : 0); /* gathered rows: routed, then shared */
-    float *logits = di_malloc((size_t)(n * E) * sizeof(float) + 1, "router logits");
-    int32_t *ids = di_malloc((size_t)(n * top_k) * sizeof(int32_t) + 1, "routing");
-    float *wts = di_malloc((size_t)(n * top_k) * sizeof(float) + 1, "routing weights");
-    int64_t *rows = di_malloc((size_t)total * sizeof(int64_t) + 1, "expert rows");
-    int64_t *count = di_calloc((size_t)E + 1, sizeof(int64_t), "expert counts");
-    ExpertSlot *slots = di_malloc((size_t)(E + 1) * sizeof *slots, "expert slots");
-    ExpertJob j = {.m = m, .D = D, .F = F};
-    float *xb = di_malloc((size_t)(total * D) * sizeof(float) + 1, "expert inputs");
-    float *rw = di_malloc((size_t)total * sizeof(float) + 1, "expert weights");
-    j.hidden = di_malloc((size_t)(total * F) * sizeof(float) + 1, "expert hidden");
-    j.ga = di_malloc((size_t)(total * F) * sizeof(float) + 1, "expert hidden");
-    j.ua = di_malloc((size_t)(total * F) * sizeof(float) + 1, "expert hidden");
-    j.ob = di_malloc((size_t)(total * D) * sizeof(float) + 1, "expert outputs");
-    j.obs = di_malloc((size_t)(total * D) * sizeof(float) + 1, "expert outputs");
-    int rc = -1;
-    if (!logits || !ids || !wts || !rows || !count || !slots || !xb || !rw || !j.hidden || !j.ga || !j.ua || !j.ob || !j.obs) goto done;
-    if (route(m, lw, top_k, f, n, logits, ids, wts) != 0) goto done;
+    const Workspace *ws = m->ws;
+    int threads = m->pool ? di_pool_threads(m->pool) : 1;
+    if (!ws || n > ws->rows || threads > ws->threads || E > ws->moe.max_experts || top_k > ws->moe.max_top_k)
+        return di_errorf("MoE: %lld rows, %d threads, %d experts, top-%d exceed the workspace", (long long)n, threads, E, top_k);
+    float *logits = ws->moe.router, *wts = ws->moe.weights, *xb = ws->moe.x, *rw = ws->moe.row_weight;
+    int32_t *ids = ws->moe.ids;
+    int64_t *rows = ws->moe.rows, *count = ws->moe.count;
+    ExpertSlot *slots = ws->moe.slots;
+    ExpertJob j = {.m = m, .D = D, .F = F, .hidden = ws->moe.hidden, .ga = ws->moe.gate, .ua = ws->moe.up, .ob = ws->moe.y, .obs = ws->moe.y_task};
+    memset(count, 0, (size_t)(E + 1) * sizeof *count);
+    if (route(m, lw, top_k, f, n, logits, ids, wts) != 0) return -1;
     if (selected) memcpy(selected, ids, (size_t)(n * top_k) * sizeof *ids);
     /* gather: routed experts in ascending id (rows ascending within each), then the shared one */
     for (int64_t i = 0; i < n * top_k; i++) {
-        if (ids[i] < 0 || ids[i] >= E) {
-            di_errorf("MoE: router chose expert %d of %d", ids[i], E);
-            goto done;
-        }
+        if (ids[i] < 0 || ids[i] >= E) return di_errorf("MoE: router chose expert %d of %d", ids[i], E);
         count[ids[i]]++;
     }
     int n_slots = 0;
@@ -302,29 +279,11 @@ int moe_forward(const Model *m, const LayerWeights *lw, int top_k, const float *
     j.slots = slots;
     j.xb = xb;
     j.rw = rw;
-    if (run_experts(m, &j, n_slots, total) != 0) {
-        di_error_wrap("MoE experts");
-        goto done;
-    }
+    if (run_experts(m, &j, n_slots, total) != 0) return di_error_wrap("MoE experts");
     /* each row's sum in ascending expert order, the shared expert last (slot order) */
     memset(y, 0, (size_t)(n * D) * sizeof *y);
     for (int i = 0; i < n_slots; i++)
         for (int64_t t = slots[i].off; t < slots[i].off + slots[i].cnt; t++)
             for (int64_t c = 0; c < D; c++) y[rows[t] * D + c] += j.ob[t * D + c];
-    rc = 0;
-done:
-    free(logits);
-    free(ids);
-    free(wts);
-    free(rows);
-    free(count);
-    free(slots);
-    free(xb);
-    free(rw);
-    free(j.hidden);
-    free(j.ga);
-    free(j.ua);
-    free(j.ob);
-    free(j.obs);
-    return rc;
+    return 0;
 }

@@ -5,14 +5,21 @@
 #include "test.h"
 
 #include "model/mhc.h"
+#include "model/workspace.h"
 
 #include <math.h>
 #include <string.h>
 
-static Model fake_model(void) {
+/* A hand-made model of hc streams of width D with a one-row workspace (the mixes' projections
+ * go there); free with workspace_free(m.ws). */
+static Model fake_model(int hc, int D) {
     Model m;
     memset(&m, 0, sizeof m);
     m.ref_kernels = true;
+    m.d.hc_mult = hc;
+    m.d.dim = D;
+    m.ws = workspace_create(&m, 1, 1);
+    CHECK(m.ws != NULL);
     return m;
 }
 
@@ -27,9 +34,10 @@ TEST(mixes_of_a_hand_derived_state) {
     DiMatrix w = {.format = DI_MAT_F32, .rows = nmix, .cols = flat, .data = fn};
     HcSite site = {.fn = &w, .base = base, .scale = scale, .hc = hc, .dim = D, .sinkhorn_iters = 20, .eps = 1e-20f, .hc_eps = 1e-6f};
     float X[4] = {1, -1, 2, 0}; /* mean square = 6/4 -> ρ = 1/sqrt(1.5) */
-    Model m = fake_model();
+    Model m = fake_model(hc, D);
     HcMix mix;
     CHECK(mhc_mixes(&m, &site, X, 1, &mix) == 0);
+    CHECK(mhc_mixes(&m, &site, X, 2, &mix) == -1); /* more rows than the workspace holds */
     double rho = 1.0 / sqrt(1.5), v[4] = {1, -1, 2, 0};
     for (int k = 0; k < hc; k++) {
         CHECK_NEAR(mix.pre[k], 1.0 / (1.0 + exp(-(v[k] * rho * 1.0 + base[k]))) + 1e-6, 1e-6);
@@ -57,6 +65,7 @@ TEST(mixes_of_a_hand_derived_state) {
     /* ends with a column step: columns sum to ~1 */
     CHECK_NEAR(mix.comb[0] + mix.comb[2], 1.0, 1e-5);
     CHECK_NEAR(mix.comb[1] + mix.comb[3], 1.0, 1e-5);
+    workspace_free(m.ws);
 }
 
 TEST(collapse_and_expand) {
@@ -83,9 +92,10 @@ TEST(wrong_fn_shape_is_an_error) {
     float fn[4] = {0}, base[8] = {0}, scale[3] = {1, 1, 1}, X[4] = {0};
     DiMatrix w = {.format = DI_MAT_F32, .rows = 1, .cols = 4, .data = fn};
     HcSite site = {.fn = &w, .base = base, .scale = scale, .hc = 2, .dim = 2, .sinkhorn_iters = 20, .eps = 1e-20f, .hc_eps = 1e-6f};
-    Model m = fake_model();
+    Model m = fake_model(2, 2);
     HcMix mix;
     CHECK(mhc_mixes(&m, &site, X, 1, &mix) == -1);
+    workspace_free(m.ws);
 }
 
 int main(void) {

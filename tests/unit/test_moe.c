@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "model/moe.h"
 #include "model/ops.h"
+#include "model/workspace.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -113,6 +114,8 @@ static void check_layer(int L, NumericsMode mode, int threads) {
     model->mode = mode;
     DiThreadPool *pool = threads > 1 ? di_pool_create(threads) : NULL;
     model->pool = pool;
+    /* sizes the workspace's per-thread scratch for this pool, as a forward does */
+    CHECK_MSG(workspace_acquire(model) == 0, "%s", di_error_message());
     float *x = calloc((size_t)(ROWS * D), sizeof *x), *y = calloc((size_t)(ROWS * D), sizeof *y);
     float *one = calloc((size_t)D, sizeof *one), *want = calloc((size_t)D, sizeof *want);
     fill_rows(x, ROWS * D);
@@ -125,6 +128,7 @@ static void check_layer(int L, NumericsMode mode, int threads) {
         CHECK(moe_forward(model, &model->w.layers[L], top_k, x + r * D, 1, one, NULL) == 0);
         CHECK(memcmp(one, y + r * D, (size_t)D * sizeof *one) == 0);
     }
+    workspace_release(model);
     model->pool = NULL;
     if (pool) di_pool_destroy(pool);
     free(x);

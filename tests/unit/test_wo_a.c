@@ -16,6 +16,7 @@
 #include "model/attention.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
+#include "model/workspace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,11 +77,13 @@ static void check_same_bits(const Model *m, const DiMatrix *w, const char *what)
                 int64_t n = token_counts[t];
                 mm.ref_kernels = k == 0;
                 mm.pool = threads == 2 ? pool : NULL;
+                CHECK_MSG(workspace_acquire(&mm) == 0, "%s", di_error_message()); /* sized for this pool, as in a forward */
                 fill_inputs(o, n * in);
                 CHECK_MSG(attn_wo_a(&mm, w, o, n, za) == 0, "%s", di_error_message());
                 CHECK_MSG(attn_wo_a(&mm, &wb, o, n, zb) == 0, "%s", di_error_message());
                 CHECK_MSG(memcmp(za, zb, (size_t)(n * outw) * sizeof *za) == 0, "%s: %s kernels, %d thread(s), %lld tokens",
                           what, k == 0 ? "scalar" : "SIMD", threads, (long long)n);
+                workspace_release(&mm);
             }
     di_pool_destroy(pool);
     free(o);

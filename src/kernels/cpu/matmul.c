@@ -15,6 +15,7 @@
 #include "base/mem.h"
 #include "kernels/cpu/matmul_simd.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -194,63 +195,108 @@ static void gemm_task(void *ctx, int task, int thread) {
     di_simd_gemm_rows(job->w, &job->acts, job->y, r0, r1, job->scratch + thread * job->scratch_floats);
 }
 
-/* The activations with each row padded by zeros to k32 columns (a copy only when cols % 32). */
-static int padded_acts(const float *x, int64_t n_tokens, int64_t cols, DiSimdActs *acts, float **owned) {
+/* Scratch of one call, carved from the caller's buffer in this order (each part a whole number
+ * of 64-byte lines, so every part keeps the buffer's alignment): one region per thread, the
+ * activations padded to k32 columns (only when cols % 32), the FP4 block-order preparation. */
+typedef struct {
+    int64_t per_thread, padded, prepared; /* floats, each rounded up to 16 */
+    bool gemm, block_order;
+} ScratchPlan;
+
+static int64_t round16(int64_t floats) { return (floats + 15) / 16 * 16; }
+
+static ScratchPlan scratch_plan(const DiMatrix *w, int64_t n_tokens, bool block_order) {
+    ScratchPlan p = {0};
+    int64_t k32 = (w->cols + 31) / 32 * 32;
+    p.block_order = block_order && w->format == DI_MAT_FP4_ROW32;
+    p.gemm = !p.block_order && n_tokens >= gemm_min_tokens(w->format);
+    p.per_thread = round16(p.block_order ? di_simd_fp4q_scratch_floats(w->cols) : di_simd_scratch_floats(w->cols, p.gemm));
+    p.padded = k32 == w->cols ? 0 : round16(n_tokens * k32);
+    p.prepared = p.block_order ? round16(di_simd_fp4q_prepared_floats(n_tokens, w->cols)) : 0;
+    return p;
+}
+
+static int64_t plan_floats(const ScratchPlan *p, int threads) { return (int64_t)threads * p->per_thread + p->padded + p->prepared; }
+
+/* The activations with each row padded by zeros to k32 columns (into `padded` only when cols % 32). */
+static void padded_acts(const float *x, int64_t n_tokens, int64_t cols, DiSimdActs *acts, float *padded) {
     int64_t k32 = (cols + 31) / 32 * 32;
-    *owned = NULL;
     acts->n_tokens = n_tokens;
     acts->k32 = k32;
     acts->x = x;
-    if (k32 == cols) return 0;
-    float *copy = di_aligned_calloc((size_t)n_tokens, (size_t)k32 * sizeof(float), "matmul padded activations");
-    if (!copy) return -1;
-    for (int64_t t = 0; t < n_tokens; t++) memcpy(copy + t * k32, x + t * cols, (size_t)cols * sizeof(float));
-    acts->x = copy;
-    *owned = copy;
-    return 0;
+    if (k32 == cols) return;
+    for (int64_t t = 0; t < n_tokens; t++) {
+        memcpy(padded + t * k32, x + t * cols, (size_t)cols * sizeof(float));
+        memset(padded + t * k32 + cols, 0, (size_t)(k32 - cols) * sizeof(float));
+    }
+    acts->x = padded;
 }
 
 /* block_order: the FP4 block-order kernels of di_matmul_qa (every token count: they have no
- * panel GEMM), else the GEMV or the GEMM by token count. */
-static int matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y,
-                       bool block_order) {
+ * panel GEMM), else the GEMV or the GEMM by token count.  scratch: 64-byte aligned, at least
+ * scratch_plan's floats for the pool's thread count (checked by the callers). */
+static void matmul_simd_run(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y,
+                            const ScratchPlan *plan, float *scratch) {
+    int threads = pool ? di_pool_threads(pool) : 1;
+    MatmulJob job = {.w = w, .y = y};
+    job.chunk = row_chunk(w, plan->gemm, threads);
+    int n_tasks = (int)((w->rows + job.chunk - 1) / job.chunk);
+    /* not zeroed: the kernels write every scratch float they read (a GEMM's is ~240 KB a thread,
+     * and zeroing it was ~3 % of a batched decode step) */
+    job.scratch = scratch;
+    job.scratch_floats = plan->per_thread;
+    float *rest = scratch + (int64_t)threads * plan->per_thread;
+    padded_acts(x, n_tokens, w->cols, &job.acts, rest);
+    if (plan->block_order) {
+        float *prepared = rest + plan->padded;
+        di_simd_fp4q_prepare(&job.acts, prepared);
+        job.prepared = prepared;
+    }
+    di_pool_run(pool, n_tasks, plan->block_order ? fp4q_task : plan->gemm ? gemm_task : gemv_task, &job);
+}
+
+static int check_call(const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
     if (di_matrix_validate(w, "matmul weight") != 0) return -1;
     if (!x || !y || n_tokens < 0) return di_errorf("matmul: invalid activations (x %p, y %p, n_tokens %lld)",
                                                    (const void *)x, (void *)y, (long long)n_tokens);
     if (!di_simd_available()) return di_errorf("matmul: this CPU lacks AVX2 or FMA");
+    return 0;
+}
+
+/* The allocating entry points: scratch for this one call. */
+static int matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y,
+                       bool block_order) {
+    if (check_call(w, x, n_tokens, y) != 0) return -1;
     if (n_tokens == 0) return 0;
-    MatmulJob job = {.w = w, .y = y};
-    float *owned;
-    if (padded_acts(x, n_tokens, w->cols, &job.acts, &owned) != 0) return di_error_wrap("matmul");
-    int threads = pool ? di_pool_threads(pool) : 1;
-    block_order = block_order && w->format == DI_MAT_FP4_ROW32;
-    bool gemm = !block_order && n_tokens >= gemm_min_tokens(w->format);
-    job.chunk = row_chunk(w, gemm, threads);
-    int n_tasks = (int)((w->rows + job.chunk - 1) / job.chunk);
-    job.scratch_floats = block_order ? di_simd_fp4q_scratch_floats(w->cols) : di_simd_scratch_floats(w->cols, gemm);
-    /* not zeroed: the kernels write every scratch float they read (a GEMM's is ~240 KB a thread,
-     * and zeroing it was ~3 % of a batched decode step) */
-    job.scratch = di_aligned_malloc((size_t)threads, (size_t)job.scratch_floats * sizeof(float), "matmul scratch");
-    if (!job.scratch) {
-        di_aligned_free(owned);
-        return di_error_wrap("matmul");
-    }
-    float *prepared = NULL;
-    if (block_order) {
-        prepared = di_aligned_malloc(1, (size_t)di_simd_fp4q_prepared_floats(n_tokens, w->cols) * sizeof(float),
-                                     "matmul prepared activations");
-        if (!prepared) {
-            di_aligned_free(job.scratch);
-            di_aligned_free(owned);
-            return di_error_wrap("matmul");
-        }
-        di_simd_fp4q_prepare(&job.acts, prepared);
-        job.prepared = prepared;
-    }
-    di_pool_run(pool, n_tasks, block_order ? fp4q_task : gemm ? gemm_task : gemv_task, &job);
-    di_aligned_free(prepared);
-    di_aligned_free(job.scratch);
-    di_aligned_free(owned);
+    ScratchPlan plan = scratch_plan(w, n_tokens, block_order);
+    float *scratch = di_aligned_malloc((size_t)plan_floats(&plan, pool ? di_pool_threads(pool) : 1), sizeof(float), "matmul scratch");
+    if (!scratch) return di_error_wrap("matmul");
+    matmul_simd_run(pool, w, x, n_tokens, y, &plan, scratch);
+    di_aligned_free(scratch);
+    return 0;
+}
+
+int64_t di_matmul_scratch_floats(const DiMatrix *w, int64_t n_tokens, int threads, bool qa) {
+    Backend b;
+    if (!w || n_tokens <= 0 || threads < 1 || choose_backend(&b) != 0 || b != BACKEND_SIMD) return 0;
+    ScratchPlan plan = scratch_plan(w, n_tokens, qa);
+    return plan_floats(&plan, threads);
+}
+
+int di_matmul_into(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y, bool qa, float *scratch,
+                   int64_t scratch_floats) {
+    Backend b;
+    if (choose_backend(&b) != 0) return di_error_wrap("matmul");
+    if (b != BACKEND_SIMD) return qa ? di_matmul_ref_qa(w, x, n_tokens, y) : di_matmul_ref(w, x, n_tokens, y);
+    if (check_call(w, x, n_tokens, y) != 0) return -1;
+    if (n_tokens == 0) return 0;
+    ScratchPlan plan = scratch_plan(w, n_tokens, qa);
+    int64_t need = plan_floats(&plan, pool ? di_pool_threads(pool) : 1);
+    if (!scratch || ((uintptr_t)scratch & 63) != 0 || scratch_floats < need)
+        return di_errorf("matmul: [%lld, %lld] x %lld tokens needs %lld floats of 64-byte aligned scratch, given %lld",
+                         (long long)w->rows, (long long)w->cols, (long long)n_tokens, (long long)need,
+                         (long long)(scratch ? scratch_floats : 0));
+    matmul_simd_run(pool, w, x, n_tokens, y, &plan, scratch);
     return 0;
 }
 
