@@ -6,7 +6,8 @@
  * (dlopen, RTLD_LOCAL), loads the same checkpoint in each, and runs them in alternating rounds
  * on the same tokens at the same positions: a round is a fresh state, the same prompt and a run
  * of decode steps for one build, then the same for the other (which goes first alternates).
- * A round's ratio is A's time over B's for the timed steps (B's speed relative to A).  It reports the median of the rounds' ratios with the quartiles,
+ * A round's ratio is A's time over B's for the timed steps (B's speed relative to A); the round's
+ * prompt (DECODE_AB_PROMPT tokens, default 16, one forward) is timed the same way as a prefill.  It reports the median of the rounds' ratios with the quartiles,
  * each build's median tokens/s, and whether the two builds' logits were the same bits at every
  * step (they must be for a pure speed change).
  *
@@ -134,20 +135,27 @@ static int load_model(Build *b, const char *dir, NumericsMode mode, int threads)
 /* The token stream: deterministic, inside the vocabulary and the Engram map. */
 static int32_t token_at(int i, int64_t n_tokens) { return (int32_t)((7 + 13 * i) % n_tokens); }
 
-/* A fresh state and the prompt (not timed). */
-static int start_round(Build *b) {
+/* Prompt length: DECODE_AB_PROMPT, else PROMPT. */
+static int prompt_len = PROMPT;
+
+/* A fresh state and the prompt, one prefill forward timed into *seconds. */
+static int start_round(Build *b, double *seconds) {
     if (b->st) b->state_free(b->st);
     if (!(b->st = b->state_create(&b->m->d))) return fail(b, "state");
-    int32_t prompt[PROMPT];
-    for (int i = 0; i < PROMPT; i++) prompt[i] = token_at(i, b->n_tokens);
-    if (b->forward(b->m, b->st, prompt, PROMPT, 0, b->logits, false, NULL) != 0) return fail(b, "prefill");
-    return 0;
+    int32_t *prompt = malloc((size_t)prompt_len * sizeof *prompt);
+    if (!prompt) return fail(b, "prompt");
+    for (int i = 0; i < prompt_len; i++) prompt[i] = token_at(i, b->n_tokens);
+    double t0 = clock_s(CLOCK_MONOTONIC);
+    int rc = b->forward(b->m, b->st, prompt, prompt_len, 0, b->logits, false, NULL);
+    *seconds = clock_s(CLOCK_MONOTONIC) - t0;
+    free(prompt);
+    return rc != 0 ? fail(b, "prefill") : 0;
 }
 
 static int step(Build *b, int s, double *seconds) {
-    int32_t tok = token_at(PROMPT + s, b->n_tokens);
+    int32_t tok = token_at(prompt_len + s, b->n_tokens);
     double t0 = clock_s(CLOCK_MONOTONIC);
-    if (b->forward(b->m, b->st, &tok, 1, PROMPT + s, b->logits, false, NULL) != 0) return fail(b, "decode");
+    if (b->forward(b->m, b->st, &tok, 1, prompt_len + s, b->logits, false, NULL) != 0) return fail(b, "decode");
     *seconds = clock_s(CLOCK_MONOTONIC) - t0;
     return 0;
 }
@@ -167,6 +175,13 @@ int main(int argc, char **argv) {
         long t = strtol(argv[4], &end, 10);
         if (*end || t < 1 || t > 256) return usage();
         threads = (int)t;
+    }
+    const char *plen = getenv("DECODE_AB_PROMPT");
+    if (plen && *plen) {
+        char *end;
+        long p = strtol(plen, &end, 10);
+        if (*end || p < 1 || p > 4096) return fprintf(stderr, "decode_ab: DECODE_AB_PROMPT=%s: expected 1 to 4096\n", plen), 2;
+        prompt_len = (int)p;
     }
     char dir[1000];
     const char *model = getenv("DECODE_AB_MODEL"), *env = getenv("DEEPINFER_BENCH_DIR"), *cache = getenv("XDG_CACHE_HOME"),
@@ -190,13 +205,17 @@ int main(int argc, char **argv) {
     int64_t V = b[0].m->d.vocab;
     float *first = malloc((size_t)(WARMUP + STEPS) * (size_t)V * sizeof *first);
     if (!first) return fprintf(stderr, "decode_ab: out of memory\n"), 1;
-    double ratio[ROUNDS], tps[2][ROUNDS];
-    long long steps_differing = 0;
+    double ratio[ROUNDS], tps[2][ROUNDS], pratio[ROUNDS], ptps[2][ROUNDS];
+    long long steps_differing = 0, prompts_differing = 0;
+    float *first_prompt = malloc((size_t)V * sizeof *first_prompt);
+    if (!first_prompt) return fprintf(stderr, "decode_ab: out of memory\n"), 1;
     for (int r = 0; r < ROUNDS; r++) {
-        double total[2] = {0, 0};
+        double total[2] = {0, 0}, prefill[2];
         for (int k = 0; k < 2; k++) {
             int i = r % 2 ? 1 - k : k;
-            if (start_round(&b[i]) != 0) return 1;
+            if (start_round(&b[i], &prefill[i]) != 0) return 1;
+            if (k == 0) memcpy(first_prompt, b[i].logits, (size_t)V * sizeof *first_prompt);
+            else prompts_differing += memcmp(first_prompt, b[i].logits, (size_t)V * sizeof *first_prompt) != 0;
             for (int s = 0; s < WARMUP + STEPS; s++) {
                 double t;
                 if (step(&b[i], s, &t) != 0) return 1;
@@ -206,18 +225,26 @@ int main(int argc, char **argv) {
                 else steps_differing += memcmp(keep, b[i].logits, (size_t)V * sizeof *keep) != 0;
             }
         }
+        pratio[r] = prefill[0] / prefill[1];
+        ptps[0][r] = prompt_len / prefill[0];
+        ptps[1][r] = prompt_len / prefill[1];
         ratio[r] = total[0] / total[1];
         tps[0][r] = STEPS / total[0];
         tps[1][r] = STEPS / total[1];
     }
     free(first);
+    free(first_prompt);
     double q1 = quantile(ratio, ROUNDS, 0.25), med = quantile(ratio, ROUNDS, 0.5), q3 = quantile(ratio, ROUNDS, 0.75);
     printf("decode batch 1, %s numerics, %d thread%s, %s (%d rounds x %d steps after a %d-token prompt):\n",
            mode == MODE_REF ? "ref" : mode == MODE_KVQ ? "kvq" : "exact", threads, threads == 1 ? "" : "s", dir, ROUNDS,
-           STEPS, PROMPT);
+           STEPS, prompt_len);
     printf("  A %.1f tokens/s  B %.1f tokens/s (medians)  B/A %.3f [quartiles %.3f %.3f]  %s\n",
            quantile(tps[0], ROUNDS, 0.5), quantile(tps[1], ROUNDS, 0.5), med, q1, q3,
            steps_differing ? "DIFFERENT LOGITS" : "same logits (bits) at every step");
+    printf("  prefill of the %d-token prompt: A %.1f tokens/s  B %.1f tokens/s (medians)  B/A %.3f [quartiles %.3f %.3f]  %s\n",
+           prompt_len, quantile(ptps[0], ROUNDS, 0.5), quantile(ptps[1], ROUNDS, 0.5), quantile(pratio, ROUNDS, 0.5),
+           quantile(pratio, ROUNDS, 0.25), quantile(pratio, ROUNDS, 0.75),
+           prompts_differing ? "DIFFERENT LOGITS" : "same last-row logits (bits)");
     for (int i = 0; i < 2; i++) {
         b[i].state_free(b[i].st);
         b[i].m->pool = NULL;

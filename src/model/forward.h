@@ -25,7 +25,10 @@ typedef struct {
     int64_t *engram_ids;
 } ForwardTrace;
 
-/* Longest chunk one call accepts (the engine splits longer prefills). */
+/* Longest chunk one call accepts (the engine splits longer prefills).  A call of more rows than
+ * the model's workspace holds (workspace.h, model_reserve_rows) runs as consecutive forwards of
+ * that many rows, with the same results; the buffers of every step come from the workspace, so a
+ * forward makes no heap allocation (one forward or draft at a time per model). */
 #define FORWARD_MAX_CHUNK (1 << 20)
 
 /* logits: [n][V] when all_rows, else [V] for the last row only; may be NULL (state update only). */
