@@ -133,6 +133,7 @@ Model *model_load(const char *dir, NumericsMode mode) {
     if (load_engram_layout(m) != 0) goto fail;
     int threads = di_default_threads();
     if (threads < 1 || !(m->ws = workspace_create(m, WORKSPACE_DEFAULT_ROWS, threads))) goto fail;
+    DI_INFO("workspace: %.1f MB for %lld rows per forward on %d threads", (double)m->ws->bytes / 1e6, (long long)m->ws->rows, threads);
     return m;
 fail:
     di_error_wrap("loading model %s", dir);
