@@ -36,6 +36,10 @@ if [ -d "$CK" ]; then
     out=$(DECODE_AB_MODEL=$CK build/decode_ab $LIB $LIB ref 2 2>/dev/null); rc=$?
     [ $rc -eq 0 ] && ok || bad "decode_ab on tiny-a exit $rc"
     case "$out" in *"ref numerics, 2 threads"*"B/A "*"same logits (bits) at every step"*) ok ;; *) bad "decode_ab on tiny-a: $out" ;; esac
+    case "$out" in *"prefill of the 16-token prompt"*"B/A "*"same last-row logits (bits)"*) ok ;; *) bad "decode_ab prefill line: $out" ;; esac
+    out=$(DECODE_AB_PROMPT=40 DECODE_AB_MODEL=$CK build/decode_ab $LIB $LIB exact 1 2>/dev/null)
+    case "$out" in *"after a 40-token prompt"*"prefill of the 40-token prompt"*) ok ;; *) bad "decode_ab DECODE_AB_PROMPT=40: $out" ;; esac
+    DECODE_AB_PROMPT=0 DECODE_AB_MODEL=$CK build/decode_ab $LIB $LIB >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "DECODE_AB_PROMPT=0 must exit 2"
     err=$(DECODE_AB_MODEL=/nonexistent build/decode_ab $LIB $LIB 2>&1 >/dev/null); rc=$?
     [ $rc -eq 1 ] && ok || bad "decode_ab with a missing checkpoint exit $rc"
     case "$err" in *"loading the checkpoint"*) ok ;; *) bad "decode_ab missing checkpoint cause: $err" ;; esac
