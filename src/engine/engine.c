@@ -163,6 +163,7 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     e->n_samplers = di_pool_threads(e->threads);
     /* Only the thread executing a step drives the pool: the runner's forward, then sampling. */
     if (runner->ops->use_threads) runner->ops->use_threads(runner, e->threads);
+    if (runner->ops->reserve_rows && runner->ops->reserve_rows(runner, e->opts.max_batch_tokens) != 0) goto fail;
     e->samplers = di_calloc((size_t)e->n_samplers, sizeof *e->samplers, "samplers");
     if (!e->samplers) goto fail;
     for (int i = 0; i < e->n_samplers; i++)

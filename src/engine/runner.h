@@ -62,6 +62,9 @@ typedef struct {
      * pool (DEEPINFER_NUM_THREADS, else every online CPU) for the runner's forwards; it stays
      * valid until destroy, and only the thread calling forward uses it. */
     void (*use_threads)(DiRunner *runner, DiThreadPool *pool);
+    /* Optional: the most rows one forward will carry (the engine's max batch tokens), called
+     * once at engine creation so the runner sizes its scratch for them up front.  <0 on error. */
+    int (*reserve_rows)(DiRunner *runner, int64_t rows);
 } DiRunnerOps;
 
 /* A runner's built-in byte-level text, used when the engine was given no text hooks

@@ -122,7 +122,7 @@ void di_mock_text_hooks(DiTextHooks *out) {
     *out = (DiTextHooks){mock_encode, mock_token_bytes, mock_is_special, NULL, NULL, -1};
 }
 
-static const DiRunnerOps mock_ops = {mock_pages_for_tokens, mock_forward, mock_destroy, NULL};
+static const DiRunnerOps mock_ops = {mock_pages_for_tokens, mock_forward, mock_destroy, NULL, NULL};
 
 DiRunner *di_mock_runner_create(int32_t vocab_size, uint64_t model_seed) {
     if (vocab_size < 257) {

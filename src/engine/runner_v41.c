@@ -83,6 +83,14 @@ static void v41_use_threads(DiRunner *base, DiThreadPool *pool) {
     r->model->pool = pool;
 }
 
+/* The model's workspace is sized for the engine's largest step, so no step is split into
+ * several forwards (which would read the weights once per piece). */
+static int v41_reserve_rows(DiRunner *base, int64_t rows) {
+    V41Runner *r = (V41Runner *)base;
+    if (model_reserve_rows(r->model, rows) != 0) return di_error_wrap("v41 runner: workspace for %lld rows", (long long)rows);
+    return 0;
+}
+
 static void v41_destroy(DiRunner *base) {
     V41Runner *r = (V41Runner *)base;
     if (r->lent_pool) r->model->pool = r->model_pool;
@@ -93,7 +101,7 @@ static void v41_destroy(DiRunner *base) {
     free(r);
 }
 
-static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads};
+static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows};
 
 DiRunner *di_v41_runner_create(Model *model, int own_model, size_t page_bytes) {
     if (!model) {

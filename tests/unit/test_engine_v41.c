@@ -12,6 +12,7 @@
 #include "model/forward.h"
 #include "golden/golden.h"
 #include "model/state.h"
+#include "model/workspace.h"
 
 #include <stdint.h>
 
@@ -260,6 +261,20 @@ TEST(the_engine_lends_its_threads_to_the_model) {
     unsetenv("DEEPINFER_NUM_THREADS");
 }
 
+/* The model's workspace is sized for the engine's step budget at creation, so a step of up to
+ * max_batch_tokens rows runs as one forward (a smaller workspace would split it into pieces,
+ * each reading every weight again). */
+TEST(the_engine_sizes_the_model_workspace_for_its_step_budget) {
+    DiEngineOptions opts;
+    di_engine_options_init(&opts);
+    opts.max_batch_tokens = 700;
+    DiEngine *e = di_engine_create_with_runner(di_v41_runner_create(model, 0, PAGE), &opts);
+    CHECK(e != NULL);
+    CHECK(model->ws != NULL);
+    if (model->ws) CHECK_EQ_INT(model->ws->rows, 700);
+    if (e) di_engine_destroy(e);
+}
+
 int main(void) {
     if (load() != 0) {
         fprintf(stderr, "loading golden tiny-a: %s\n", di_last_error());
@@ -269,6 +284,7 @@ int main(void) {
     RUN_TEST(engine_matches_direct_forward_in_any_batch_and_chunking);
     RUN_TEST(a_cached_conversation_state_gives_bit_identical_logits);
     RUN_TEST(the_engine_lends_its_threads_to_the_model);
+    RUN_TEST(the_engine_sizes_the_model_workspace_for_its_step_budget);
     free(ref_rows);
     model_free(model);
     return TEST_SUMMARY();
