@@ -18,7 +18,7 @@ static const char *const k_bodies[] = {
     "{\"model\":\"m\",\"stream\":true,\"input\":\"x\",\"reasoning\":{\"effort\":\"none\"},"
     "\"tools\":[{\"type\":\"function\",\"name\":\"f\"},{\"type\":\"custom\",\"name\":\"g\"}]}",
     "{\"model\":\"m\",\"stream\":true,\"max_tokens\":5,\"stop_sequences\":[\"END\"],\"tools\":[{\"name\":\"f\","
-    "\"input_schema\":{}}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+    "\"input_schema\":{\"type\":\"object\"}}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
 };
 
 typedef struct {
