@@ -26,37 +26,18 @@ static inline __attribute__((always_inline)) void fp4_lanes_decode(__m256i x, __
     out[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w1));
 }
 
-/* FP4 rows of at most 1 KiB are the exception: they prefetch to L1 (T0).  Kernel_ab on Zen 4,
- * T0 against T1, medians of 25 pairs, matrices of 32 MB, n = 1 / 2 / 4 tokens:
- *   rows of 256 B (65536x512)   1.02-1.03 / 1.02-1.03 / 1.05-1.07x
- *        512 B (65536x1024)     1.01-1.08 / 1.16-1.19 / 1.03-1.07x
- *        1 KiB (32768x2048)     0.98-1.01 / 1.03-1.10 / 1.06-1.09x
- *        2 KiB (16384x4096)     0.92-1.00 / 1.01-1.08 / 1.03-1.04x
- *        4 KiB (8192x8192)      0.76 / 0.96 / 1.01x (L1 set aliasing: matmul_avx2.c, rows_prefetched)
- *   in L2 (512x1024, 1024x512)  0.99-1.01x.
- * Up to 1 KiB a tile and the tile it prefetches (16 rows) fill at most a third of an L1 set on
- * Zen 4 (12 ways) or half of one on Zen 3 (8 ways); from 2 KiB on they fill them.  FP8 goes the
- * other way (T0 at 512 B rows 0.58-0.65x) and keeps T1; why the two formats differ was not
- * established (FP4's decoder reads ~10 GB/s of weights a core, FP8's ~20).  Not yet measured on
- * Zen 3.  The tiles take the choice as a constant (gemv_fp4_rows and di_simd_fp4q_rows
- * instantiate both), so the unrolled loops carry no branch; in matmul_avx2.c the second copy
- * moved code so that n = 3 in L2 measures 0.975-0.985x.  PF_FP4_L1=0 makes FP4 prefetch like the
- * other formats. */
-#ifndef PF_FP4_L1
-#define PF_FP4_L1 1 /* 0: every FP4 row prefetches with PF_FP4_FAR_HINT */
-#endif
-#ifndef PF_FP4_FAR_HINT
-#define PF_FP4_FAR_HINT _MM_HINT_T1 /* rows above 1 KiB: into L2, as matmul_avx2.c's PF_HINT */
-#endif
-static inline bool fp4_prefetch_to_l1(const DiMatrix *w) {
-    return PF_FP4_L1 && w->cols / 2 <= 1024;
-}
+/* FP4 rows of at most 1 KiB prefetch to L1 (T0), longer ones to L2 (T1, as the other formats):
+ * up to 1 KiB a tile and the tile it prefetches fill at most a third of an L1 set on Zen 4 (half
+ * on Zen 3); from 2 KiB on they fill it and T0 evicts the tile's own lines (0.76x at 4 KiB rows).
+ * FP8 keeps T1 at every row size.  Kernel_ab figures: bench/kernels_cpu.md.  The tiles take the
+ * choice as a constant (both GEMVs instantiate both), so the unrolled loops carry no branch. */
+static inline bool fp4_prefetch_to_l1(const DiMatrix *w) { return w->cols / 2 <= 1024; }
 
 static inline __attribute__((always_inline)) void prefetch_fp4(const uint8_t *p, bool to_l1) {
     if (to_l1)
         _mm_prefetch((const char *)p, _MM_HINT_T0);
     else
-        _mm_prefetch((const char *)p, PF_FP4_FAR_HINT);
+        _mm_prefetch((const char *)p, _MM_HINT_T1);
 }
 
 #endif

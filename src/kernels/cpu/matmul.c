@@ -20,22 +20,9 @@
 #include <string.h>
 
 /* From this many tokens on, decoding the weights once into a panel beats decoding them in
- * registers (4096x4096, one thread, CPU time).  FP8 and FP4: the GEMV takes tokens in pairs,
- * ~36-44 GFLOP/s for n = 2..6, while the panel GEMM gives ~22-31 at n = 8, ~37 at 12, ~37-50 at 16
- * (EPYC build machine).  On the Intel machine of a later session FP4 takes fours: ~26-36 for
- * n = 4..12 against ~36 for the GEMM at 13, ~40 at 16; the threshold stays.
- * FP4 since the in-lane GEMV decoder, on the issue's Zen 3 (wall clock, two interleaved rounds):
- * the GEMV's four-token tiles give 45-60 GFLOP/s for n = 8..20 against 15-34 for the GEMM, 40-50
- * against 27-36 at 24, and about level from 32 to 64 (43-56 against 30-52); the GEMM wins from
- * ~128 (the GEMV reads the matrix once per four tokens).  So FP4 moves to the GEMM at 32.
- * FP8 with four-token tiles too: about level with the GEMM from 13 to 32 tokens (29-41 against
- * 23-41 GFLOP/s, noisy), ahead below.  Since the FP16 widening from registers (Zen 3, kernel_ab,
- * GEMM / GEMV medians of 25 alternating pairs): at 16 tokens 0.86-0.95 for 1024x1024, 1024x256,
- * 512x512 and 4096x4096, 0.96-1.10 for 256x1024; at 20-24 tokens 0.87-1.13, mixed.  So FP8
- * moves to the GEMM at 17.
- * F32/BF16 have no decode to amortise, so the GEMM wins earlier: with the GEMV's two-to-four-token
- * tiles (kernel_ab, GEMM / GEMV) 0.76-0.96 at 4 tokens, 1.01-1.32 at 8, 1.15-1.59 at 16 (BF16
- * 256x512 and 297x1024, F32 24x4096).  Same bits either way. */
+ * registers.  FP4's four-token GEMV tiles stay ahead to ~32 tokens, FP8's to ~16; F32 and BF16
+ * have no decode to amortise and switch at 8.  Same bits either way; the measurements (Zen 3,
+ * EPYC, Intel) are in bench/kernels_cpu.md. */
 static int64_t gemm_min_tokens(DiMatFormat format) {
     switch (format) {
     case DI_MAT_FP4_ROW32: return 32;
@@ -99,17 +86,12 @@ void di_matrix_fp8_subnormal_map(const DiMatrix *w, uint8_t *map) {
     }
 }
 
-/* FP8_MAP_PREPARE=0 (-D, for A/B runs): no maps, so the mapped route widens through FP16 throughout. */
-#ifndef FP8_MAP_PREPARE
-#define FP8_MAP_PREPARE 1
-#endif
-
 int di_matrix_prepare(DiMatrix *w, void **owned) {
     if (!owned) return di_errorf("di_matrix_prepare: no output given");
     *owned = NULL;
     if (!w) return di_errorf("di_matrix_prepare: no matrix given");
     if (di_matrix_validate(w, "prepared weight") != 0) return -1;
-    if (!FP8_MAP_PREPARE || w->format != DI_MAT_FP8_BLOCK || !di_kernels_use_simd() ||
+    if (w->format != DI_MAT_FP8_BLOCK || !di_kernels_use_simd() ||
         di_simd_fp8_gemv_route(NULL) != DI_FP8_GEMV_MAPPED)
         return 0;
     uint8_t *map = di_malloc((size_t)di_matrix_fp8_subnormal_map_bytes(w), "FP8 subnormal map");
