@@ -73,8 +73,10 @@ static int check_threads(const char *name, const char *v) {
 }
 
 static int check_kernels(const char *name, const char *v) {
-    if (strcmp(v, "auto") == 0 || strcmp(v, "ref") == 0 || strcmp(v, "simd") == 0) return 0;
-    return di_errorf("%s='%s': expected auto, ref or simd", name, v);
+    if (strcmp(v, "auto") == 0 || strcmp(v, "ref") == 0 || strcmp(v, "simd") == 0 || strcmp(v, "avx2") == 0 ||
+        strcmp(v, "avx512") == 0)
+        return 0;
+    return di_errorf("%s='%s': expected auto, ref, simd, avx2 or avx512", name, v);
 }
 
 static int check_fp8_gemv(const char *name, const char *v) {

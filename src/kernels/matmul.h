@@ -103,8 +103,9 @@ int64_t di_matmul_scratch_floats(const DiMatrix *w, int64_t n_tokens, int thread
 int di_matmul_into(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y, bool qa, float *scratch,
                    int64_t scratch_floats);
 
-/* Which path di_matmul takes on this machine: "avx2-fma" or "reference" (DEEPINFER_KERNELS =
- * auto | ref | simd overrides the cpuid choice); NULL with an error for a bad DEEPINFER_KERNELS. */
+/* Which path di_matmul takes on this machine: "avx512" (the AVX2+FMA kernels with their AVX-512
+ * tiles, the same bits), "avx2-fma" or "reference" (DEEPINFER_KERNELS = auto | ref | simd | avx2 |
+ * avx512 overrides the cpuid choice); NULL with an error for a bad DEEPINFER_KERNELS. */
 const char *di_matmul_backend(void);
 
 /* How the SIMD FP8 GEMV widens E4M3 codes here: "f32" (float32 patterns, where float32 subnormal

@@ -31,7 +31,8 @@ static void bench_usage(FILE *out) {
             "  --tokens N   tokens of the GEMM (default 512)\n"
             "  --threads T  worker threads (default: DEEPINFER_NUM_THREADS, else all CPUs)\n"
             "  --help       this text\n\n"
-            "DEEPINFER_KERNELS=ref|simd|auto selects the kernels (default auto: AVX2+FMA when present).\n",
+            "DEEPINFER_KERNELS=ref|simd|avx2|avx512|auto selects the kernels (default auto: AVX2+FMA when present,\n"
+            "with AVX-512 tiles where the CPU has AVX-512; the same bits as AVX2).\n",
             RUNS);
 }
 

@@ -33,6 +33,8 @@ static int64_t gemm_min_tokens(DiMatFormat format) {
 
 typedef enum { BACKEND_REF, BACKEND_SIMD } Backend;
 
+/* simd, avx2 and avx512 demand their kernels (an error where the CPU lacks them); avx2 also keeps
+ * the SIMD kernels off their AVX-512 tiles (di_simd_use_avx512), which give the same bits. */
 static int choose_backend(Backend *out) {
     const char *env = getenv("DEEPINFER_KERNELS");
     bool simd = di_simd_available();
@@ -40,11 +42,15 @@ static int choose_backend(Backend *out) {
         *out = simd ? BACKEND_SIMD : BACKEND_REF;
     } else if (strcmp(env, "ref") == 0) {
         *out = BACKEND_REF;
-    } else if (strcmp(env, "simd") == 0) {
-        if (!simd) return di_errorf("DEEPINFER_KERNELS=simd, but this CPU lacks AVX2 or FMA");
+    } else if (strcmp(env, "simd") == 0 || strcmp(env, "avx2") == 0) {
+        if (!simd) return di_errorf("DEEPINFER_KERNELS=%s, but this CPU lacks AVX2, FMA or F16C", env);
+        *out = BACKEND_SIMD;
+    } else if (strcmp(env, "avx512") == 0) {
+        if (!di_simd_avx512_available())
+            return di_errorf("DEEPINFER_KERNELS=avx512, but this CPU lacks AVX-512 F, BW or VL (or AVX2)");
         *out = BACKEND_SIMD;
     } else {
-        return di_errorf("DEEPINFER_KERNELS=%s: expected auto, ref or simd", env);
+        return di_errorf("DEEPINFER_KERNELS=%s: expected auto, ref, simd, avx2 or avx512", env);
     }
     DiFp8GemvRoute route;
     if (*out == BACKEND_SIMD && di_fp8_gemv_route_from_env(&route) != 0) return -1;
@@ -105,7 +111,8 @@ int di_matrix_prepare(DiMatrix *w, void **owned) {
 const char *di_matmul_backend(void) {
     Backend b;
     if (choose_backend(&b) != 0) return NULL;
-    return b == BACKEND_SIMD ? "avx2-fma" : "reference";
+    if (b == BACKEND_REF) return "reference";
+    return di_simd_use_avx512() ? "avx512" : "avx2-fma";
 }
 
 const char *di_matmul_fp8_gemv_route(double *subnormal_slowdown) {

@@ -19,6 +19,7 @@
 #include "kernels/cpu/matmul_avx2.h"
 
 #include <cpuid.h>
+#include <stdlib.h>
 
 #define TILE_ROWS 3    /* GEMM register tile: 3 rows x 4 tokens = 12 accumulators, + 3 weight */
 #define TILE_TOKENS 4  /*   registers + 1 activation register = the 16 ymm registers of AVX2 */
@@ -35,6 +36,18 @@ bool di_simd_available(void) {
     bool f16c = __builtin_cpu_supports("f16c");
 #endif
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+}
+
+bool di_simd_avx512_available(void) {
+    __builtin_cpu_init();
+    return di_simd_available() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+}
+
+bool di_simd_use_avx512(void) {
+    const char *env = getenv("DEEPINFER_KERNELS");
+    if (env && strcmp(env, "avx2") == 0) return false;
+    return di_simd_avx512_available();
 }
 
 int64_t di_simd_scratch_floats(int64_t cols, bool gemm) {

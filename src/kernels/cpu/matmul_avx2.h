@@ -36,6 +36,15 @@
 void di_simd_fp8_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch);
 void di_simd_fp4_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch);
 
+/* The FP4 GEMV's byte tables (matmul_fp4_avx2.c, filled before any GEMV runs): for scale byte b,
+ * bytes 2 and 3 of the float32 weight of each of the 16 codes. */
+extern uint8_t di_fp4_weight_bytes[256][32];
+
+/* The one-token FP4 GEMV on AVX-512 (matmul_fp4_avx512.c): y[r] for r in [r0, r1) from the
+ * token's activations xp in FP4_LANE_ORDER, bit-identical to the AVX2 tile.  Only where
+ * di_simd_use_avx512(). */
+void di_simd_fp4_gemv_one_avx512(const DiMatrix *w, const float *xp, float *yt, int64_t r0, int64_t r1);
+
 /* How many tokens the GEMV takes together from `left` tokens: fours, then one group of three
  * (one decode for three tokens, not a pair and a single), then pairs, then one. */
 static inline int gemv_token_group(int64_t left) { return left >= 4 ? 4 : left == 3 ? 3 : left >= 2 ? 2 : 1; }

@@ -22,7 +22,7 @@
  * so their low two bytes are zero for every b (subnormals and inf included), and the two bytes
  * are the whole weight.  Row b: 16 bytes "2", then 16 bytes "3"; filled once from the same
  * multiplies, so the table holds exactly decode_fp4_block's weights. */
-static uint8_t fp4_weight_bytes[256][32] __attribute__((aligned(32)));
+uint8_t di_fp4_weight_bytes[256][32] __attribute__((aligned(32)));
 static pthread_once_t fp4_weight_bytes_once = PTHREAD_ONCE_INIT;
 
 static void fill_fp4_weight_bytes(void) {
@@ -32,8 +32,8 @@ static void fill_fp4_weight_bytes(void) {
             uint32_t u;
             memcpy(&u, &v, sizeof u);
             u |= (uint32_t)(n >> 3) << 31;
-            fp4_weight_bytes[b][n] = (uint8_t)(u >> 16);
-            fp4_weight_bytes[b][16 + n] = (uint8_t)(u >> 24);
+            di_fp4_weight_bytes[b][n] = (uint8_t)(u >> 16);
+            di_fp4_weight_bytes[b][16 + n] = (uint8_t)(u >> 24);
         }
 }
 
@@ -42,7 +42,7 @@ static void fill_fp4_weight_bytes(void) {
  * 0.5 for in-lane ones, and decode_fp4_block's four vpermps and eight variable shifts per block
  * bound the GEMV there (~1.7x on Zen 3 with this one).  The 16 bytes go to both lanes; lane 0 keeps the low nibbles (even
  * columns), lane 1 the high ones (odd columns); two byte shuffles read bytes 2 and 3 of each
- * weight's float from fp4_weight_bytes; unpacking with zero bytes assembles the floats.
+ * weight's float from di_fp4_weight_bytes; unpacking with zero bytes assembles the floats.
  * Register g then holds columns 8g .. 8g+7 in the lane order FP4_LANE_ORDER instead of 0 .. 7,
  * so the activations are permuted the same way (fp4_permute_acts) and lane_sum_fp4 adds the
  * lanes in matmul_simd.h's fixed order: every lane carries exactly the terms, in exactly the
@@ -50,8 +50,8 @@ static void fill_fp4_weight_bytes(void) {
 #define FP4_LANE_ORDER 0, 2, 4, 6, 1, 3, 5, 7
 
 static inline void decode_fp4_block_lanes(const uint8_t *p, uint8_t b, __m256 out[4]) {
-    __m256i byte2 = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)fp4_weight_bytes[b]));
-    __m256i byte3 = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(fp4_weight_bytes[b] + 16)));
+    __m256i byte2 = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)di_fp4_weight_bytes[b]));
+    __m256i byte3 = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(di_fp4_weight_bytes[b] + 16)));
     fp4_lanes_decode(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p)), byte2, byte3, out);
 }
 
@@ -116,9 +116,11 @@ static void fp4_permute_acts(const float *x, int64_t k32, int n, float *xp) {
 }
 
 /* xp: 4 * k32 floats of scratch for the permuted activations of up to four tokens; to_l1 a
- * constant at both calls (di_simd_fp4_gemv_rows). */
+ * constant at both calls (di_simd_fp4_gemv_rows); avx512: a token alone takes the AVX-512 tile
+ * (matmul_fp4_avx512.c, the same bits). */
 static inline __attribute__((always_inline)) void gemv_fp4_rows_to(const DiMatrix *w, const DiSimdActs *a, float *y,
-                                                                   int64_t r0, int64_t r1, float *xp, bool to_l1) {
+                                                                   int64_t r0, int64_t r1, float *xp, bool to_l1,
+                                                                   bool avx512) {
     int64_t k32 = a->k32;
     for (int64_t t = 0; t < a->n_tokens;) {
         int nt = gemv_token_group(a->n_tokens - t);
@@ -128,7 +130,12 @@ static inline __attribute__((always_inline)) void gemv_fp4_rows_to(const DiMatri
         case 4: gemv_fp4_tiles(w, xp, k32, 4, yt, r0, r1, to_l1); break;
         case 3: gemv_fp4_tiles(w, xp, k32, 3, yt, r0, r1, to_l1); break;
         case 2: gemv_fp4_tiles(w, xp, k32, 2, yt, r0, r1, to_l1); break;
-        default: gemv_fp4_tiles(w, xp, k32, 1, yt, r0, r1, to_l1); break;
+        default:
+            if (avx512)
+                di_simd_fp4_gemv_one_avx512(w, xp, yt, r0, r1);
+            else
+                gemv_fp4_tiles(w, xp, k32, 1, yt, r0, r1, to_l1);
+            break;
         }
         t += nt;
     }
@@ -136,8 +143,9 @@ static inline __attribute__((always_inline)) void gemv_fp4_rows_to(const DiMatri
 
 void di_simd_fp4_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xp) {
     pthread_once(&fp4_weight_bytes_once, fill_fp4_weight_bytes);
+    bool avx512 = di_simd_use_avx512();
     if (fp4_prefetch_to_l1(w))
-        gemv_fp4_rows_to(w, a, y, r0, r1, xp, true);
+        gemv_fp4_rows_to(w, a, y, r0, r1, xp, true, avx512);
     else
-        gemv_fp4_rows_to(w, a, y, r0, r1, xp, false);
+        gemv_fp4_rows_to(w, a, y, r0, r1, xp, false, avx512);
 }

@@ -32,6 +32,14 @@ typedef struct {
 /* True when this CPU runs the AVX2+FMA kernels (checked at run time with cpuid). */
 bool di_simd_available(void);
 
+/* True when it also has AVX-512 F, BW and VL, which the AVX-512 tiles use (cpuid). */
+bool di_simd_avx512_available(void);
+
+/* Whether the SIMD kernels take their AVX-512 tiles now: where the CPU has them, unless
+ * DEEPINFER_KERNELS=avx2 (read at each call, so a test can switch it; matmul.c reports a bad
+ * value, here it means false).  The AVX-512 tiles give the AVX2 ones' bits. */
+bool di_simd_use_avx512(void);
+
 /* How the FP8 GEMV widens E4M3 codes (matmul_avx2.c, e4m3_block_gemv_widen): the same bits every
  * way, only the speed differs.  F32: straight to float32 patterns, fastest where the multiplier
  * takes float32 subnormal operands at full speed (Zen); FP16: through FP16, whose speed never

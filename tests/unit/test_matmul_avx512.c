@@ -1,0 +1,134 @@
+/* Specification of the AVX-512 kernel route (DEEPINFER_KERNELS=avx512, cpu/matmul_fp4_avx512.c):
+ *  - where the CPU has AVX-512 (F, BW, VL) it is the default, and every FP4 GEMV output is bit
+ *    for bit the AVX2 route's: random matrices over every code and every scale byte, odd and
+ *    even row counts (a tile's last row pair half empty), row ranges cut at any row as the
+ *    thread pool's tasks cut them, and 1 to 5 tokens (the one-token tiles inside groups);
+ *  - where the CPU lacks it, DEEPINFER_KERNELS=avx512 is an error naming the variable, and auto
+ *    takes the AVX2 route;
+ *  - DEEPINFER_KERNELS=avx2 keeps the AVX2 route on any SIMD CPU, and a bad value is an error. */
+#include "test.h"
+
+#include "base/error.h"
+#include "base/threadpool.h"
+#include "kernels/matmul.h"
+#include "kernels/cpu/matmul_simd.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float rnd_act(void) { return ((float)(test_rand32() % 2000001) - 1000000.0f) / 250000.0f; }
+
+/* rows x cols FP4 weights: random bytes (all 256 nibble pairs), with row r's first bytes
+ * running through every code, and scale bytes cycling through all 256 values. */
+static DiMatrix make_fp4(int64_t rows, int64_t cols, uint8_t **data, uint8_t **scale) {
+    DiMatrix w = {.format = DI_MAT_FP4_ROW32, .rows = rows, .cols = cols};
+    *data = malloc((size_t)(rows * cols / 2));
+    for (int64_t i = 0; i < rows * cols / 2; i++) (*data)[i] = (uint8_t)test_rand32();
+    for (int64_t r = 0; r < rows && cols >= 32; r++)
+        for (int c = 0; c < 16; c++) (*data)[r * cols / 2 + c / 2 + (c % 2) * 8] = (uint8_t)(c | (15 - c) << 4);
+    int64_t nscale = rows * (cols / 32);
+    *scale = malloc((size_t)nscale);
+    uint8_t start = (uint8_t)test_rand32();
+    for (int64_t i = 0; i < nscale; i++) (*scale)[i] = (uint8_t)(start + i * 7);
+    w.data = *data;
+    w.scale = *scale;
+    return w;
+}
+
+/* y from di_matmul under DEEPINFER_KERNELS=kernels (rows split over pool's threads). */
+static int matmul_with(const char *kernels, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n,
+                       float *y) {
+    setenv("DEEPINFER_KERNELS", kernels, 1);
+    int rc = di_matmul(pool, w, x, n, y);
+    unsetenv("DEEPINFER_KERNELS");
+    return rc;
+}
+
+TEST(avx512_fp4_gemv_gives_the_avx2_bits) {
+    if (!di_simd_available()) return; /* checked by the next test: the CPU lacks even AVX2 */
+    if (!di_simd_avx512_available()) {
+        CHECK_STR(di_matmul_backend(), "avx2-fma");
+        return;
+    }
+    CHECK_STR(di_matmul_backend(), "avx512");
+    DiThreadPool *pool = di_pool_create(3);
+    const int64_t rows[] = {1, 2, 3, 7, 8, 9, 17, 64, 131};
+    const int64_t cols[] = {32, 64, 96, 1024, 2080};
+    int compared = 0;
+    for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+        for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++)
+            for (int64_t n = 1; n <= 5; n++) {
+                uint8_t *data, *scale;
+                DiMatrix w = make_fp4(rows[ri], cols[ci], &data, &scale);
+                float *x = malloc(sizeof(float) * (size_t)(n * cols[ci]));
+                for (int64_t i = 0; i < n * cols[ci]; i++) x[i] = rnd_act();
+                float *y2 = malloc(sizeof(float) * (size_t)(n * rows[ri]));
+                float *y5 = malloc(sizeof(float) * (size_t)(n * rows[ri]));
+                memset(y2, 0xA5, sizeof(float) * (size_t)(n * rows[ri]));
+                memset(y5, 0x5A, sizeof(float) * (size_t)(n * rows[ri]));
+                CHECK(matmul_with("avx2", pool, &w, x, n, y2) == 0);
+                CHECK(matmul_with("avx512", pool, &w, x, n, y5) == 0);
+                CHECK_MSG(memcmp(y2, y5, sizeof(float) * (size_t)(n * rows[ri])) == 0,
+                          "fp4 %lldx%lld n=%lld: the AVX-512 route's bits differ from AVX2's", (long long)rows[ri],
+                          (long long)cols[ci], (long long)n);
+                compared++;
+                free(x);
+                free(y2);
+                free(y5);
+                free(data);
+                free(scale);
+            }
+    CHECK_EQ_INT(compared, 9 * 5 * 5);
+    di_pool_destroy(pool);
+}
+
+/* Row ranges as tasks cut them (any first row, any length): the kernel entry itself. */
+TEST(avx512_fp4_gemv_rows_match_on_any_row_range) {
+    if (!di_simd_avx512_available()) return;
+    uint8_t *data, *scale;
+    DiMatrix w = make_fp4(45, 256, &data, &scale);
+    float x[256] __attribute__((aligned(32))), scratch[8 * 256] __attribute__((aligned(32)));
+    for (int i = 0; i < 256; i++) x[i] = rnd_act();
+    DiSimdActs a = {.x = x, .n_tokens = 1, .k32 = 256};
+    for (int64_t r0 = 0; r0 < 45; r0 += 5)
+        for (int64_t r1 = r0 + 1; r1 <= 45; r1 += 3) {
+            float y2[45], y5[45];
+            memset(y2, 0, sizeof y2);
+            memset(y5, 0, sizeof y5);
+            setenv("DEEPINFER_KERNELS", "avx2", 1);
+            di_simd_gemv_rows(&w, &a, y2, r0, r1, scratch);
+            setenv("DEEPINFER_KERNELS", "avx512", 1);
+            di_simd_gemv_rows(&w, &a, y5, r0, r1, scratch);
+            unsetenv("DEEPINFER_KERNELS");
+            CHECK_MSG(memcmp(y2, y5, sizeof y2) == 0, "rows [%lld, %lld) differ", (long long)r0, (long long)r1);
+        }
+    free(data);
+    free(scale);
+}
+
+TEST(kernels_env_names_the_route) {
+    uint8_t *data, *scale;
+    DiMatrix w = make_fp4(4, 64, &data, &scale);
+    float x[64] = {0}, y[4];
+    setenv("DEEPINFER_KERNELS", "avx2", 1);
+    CHECK_STR(di_matmul_backend(), di_simd_available() ? "avx2-fma" : NULL);
+    setenv("DEEPINFER_KERNELS", "avx1024", 1);
+    CHECK(di_matmul_backend() == NULL);
+    CHECK(di_matmul(NULL, &w, x, 1, y) == -1);
+    CHECK(strstr(di_error_message(), "DEEPINFER_KERNELS=avx1024") != NULL);
+    if (!di_simd_avx512_available()) {
+        CHECK(matmul_with("avx512", NULL, &w, x, 1, y) == -1);
+        CHECK(strstr(di_error_message(), "DEEPINFER_KERNELS=avx512") != NULL);
+    }
+    unsetenv("DEEPINFER_KERNELS");
+    free(data);
+    free(scale);
+}
+
+int main(void) {
+    RUN_TEST(avx512_fp4_gemv_gives_the_avx2_bits);
+    RUN_TEST(avx512_fp4_gemv_rows_match_on_any_row_range);
+    RUN_TEST(kernels_env_names_the_route);
+    return TEST_SUMMARY();
+}
