@@ -40,9 +40,10 @@ static void fill_fp4_weight_bytes(void) {
 /* The GEMV's FP4 decoder: the same 32 weights as decode_fp4_block, from in-lane shuffles only.
  * Lane-crossing shuffles (vpermps, vpermq, vextracti128) cost ~1.3 cycles each on Zen 3 against
  * 0.5 for in-lane ones, and decode_fp4_block's four vpermps and eight variable shifts per block
- * bound the GEMV there (~1.7x on Zen 3 with this one).  The 16 bytes go to both lanes; lane 0 keeps the low nibbles (even
- * columns), lane 1 the high ones (odd columns); two byte shuffles read bytes 2 and 3 of each
- * weight's float from di_fp4_weight_bytes; unpacking with zero bytes assembles the floats.
+ * bound the GEMV there (~1.7x on Zen 3 with this one).  The 16 bytes go to both lanes; lane 0
+ * keeps the low nibbles (even columns), lane 1 the high ones (odd columns); two byte shuffles
+ * read bytes 2 and 3 of each weight's float from di_fp4_weight_bytes; unpacking with zero
+ * bytes assembles the floats.
  * Register g then holds columns 8g .. 8g+7 in the lane order FP4_LANE_ORDER instead of 0 .. 7,
  * so the activations are permuted the same way (fp4_permute_acts) and lane_sum_fp4 adds the
  * lanes in matmul_simd.h's fixed order: every lane carries exactly the terms, in exactly the
