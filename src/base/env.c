@@ -1,4 +1,5 @@
-/* env.c — validation of the DEEPINFER_* environment variables (see env.h). */
+/* env.c — the environment variables: their validation and the accessors that read them (see
+ * env.h).  No other source calls getenv (tests/cli/test_module_hygiene.sh checks it). */
 #include "base/env.h"
 
 #include "base/error.h"
@@ -72,15 +73,24 @@ static int check_threads(const char *name, const char *v) {
     return 0;
 }
 
+/* The values of the choice variables, in the order of their enums in env.h. */
+static const char *const kernels_names[] = {"auto", "ref", "simd", "avx2", "avx512", NULL};
+static const char *const fp8_gemv_names[] = {"auto", "f32", "fp16", "mapped", NULL};
+
+/* The index of v in the NULL-terminated names, -1 when it is none of them. */
+static int choice_index(const char *const *names, const char *v) {
+    for (int i = 0; names[i]; i++)
+        if (strcmp(v, names[i]) == 0) return i;
+    return -1;
+}
+
 static int check_kernels(const char *name, const char *v) {
-    if (strcmp(v, "auto") == 0 || strcmp(v, "ref") == 0 || strcmp(v, "simd") == 0 || strcmp(v, "avx2") == 0 ||
-        strcmp(v, "avx512") == 0)
-        return 0;
+    if (choice_index(kernels_names, v) >= 0) return 0;
     return di_errorf("%s='%s': expected auto, ref, simd, avx2 or avx512", name, v);
 }
 
 static int check_fp8_gemv(const char *name, const char *v) {
-    if (strcmp(v, "auto") == 0 || strcmp(v, "f32") == 0 || strcmp(v, "fp16") == 0 || strcmp(v, "mapped") == 0) return 0;
+    if (choice_index(fp8_gemv_names, v) >= 0) return 0;
     return di_errorf("%s='%s': expected auto, f32, fp16 or mapped", name, v);
 }
 
@@ -112,6 +122,69 @@ static const EnvVar known[] = {
     {"DEEPINFER_BENCH_DIR", check_any},  /* bench_decode's checkpoint cache */
     {"DEEPINFER_BENCH_ONLY", check_any}, /* bench_decode: one half only */
 };
+
+/* ---- the accessors: the one place the process reads its environment ------------------------ */
+
+/* The value of a variable; NULL when it is unset or empty (the two mean the same everywhere). */
+static const char *value_of(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+const char *di_env_hf_model_dir(void) { return value_of("DEEPINFER_HF_MODEL_DIR"); }
+
+const char *di_env_xdg_cache_home(void) { return value_of("XDG_CACHE_HOME"); }
+
+const char *di_env_home(void) { return value_of("HOME"); }
+
+int di_env_batch_invariant(int *out) {
+    if (!out) return di_errorf("di_env_batch_invariant: no output");
+    const char *v = value_of("DEEPINFER_BATCH_INVARIANT");
+    *out = 0;
+    if (!v || strcmp(v, "0") == 0) return 0;
+    if (strcmp(v, "1") == 0) return *out = 1, 0;
+    return di_errorf("DEEPINFER_BATCH_INVARIANT must be 0 or 1, got \"%s\"", v);
+}
+
+int di_env_num_threads(int *out) {
+    if (!out) return di_errorf("di_env_num_threads: no output");
+    const char *v = value_of("DEEPINFER_NUM_THREADS");
+    long n = 0;
+    *out = 0;
+    if (!v) return 0;
+    if (check_threads("DEEPINFER_NUM_THREADS", v) != 0) return -1;
+    parse_long(v, &n);
+    *out = (int)n;
+    return 0;
+}
+
+int di_env_log_level(DiLogLevel *out) {
+    if (!out) return di_errorf("di_env_log_level: no output");
+    const char *v = value_of("DEEPINFER_LOG_LEVEL");
+    return v ? di_log_parse_level(v, out) : 0;
+}
+
+int di_env_kernels(DiEnvKernels *out) {
+    if (!out) return di_errorf("di_env_kernels: no output");
+    const char *v = value_of("DEEPINFER_KERNELS");
+    int i = v ? choice_index(kernels_names, v) : DI_ENV_KERNELS_AUTO;
+    if (i < 0) return di_errorf("DEEPINFER_KERNELS=%s: expected auto, ref, simd, avx2 or avx512", v);
+    *out = (DiEnvKernels)i;
+    return 0;
+}
+
+const char *di_env_kernels_name(DiEnvKernels k) {
+    return k >= DI_ENV_KERNELS_AUTO && k <= DI_ENV_KERNELS_AVX512 ? kernels_names[k] : "?";
+}
+
+int di_env_fp8_gemv(DiEnvFp8Gemv *out) {
+    if (!out) return di_errorf("di_env_fp8_gemv: no output");
+    const char *v = value_of("DEEPINFER_FP8_GEMV");
+    int i = v ? choice_index(fp8_gemv_names, v) : DI_ENV_FP8_GEMV_AUTO;
+    if (i < 0) return di_errorf("DEEPINFER_FP8_GEMV=%s: expected auto, f32, fp16 or mapped", v);
+    *out = (DiEnvFp8Gemv)i;
+    return 0;
+}
 
 int di_env_check(void) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {

@@ -3,11 +3,37 @@
  * architecture.md fixes the names users know; a bad value must be an error, never silently
  * ignored.  Some variables name features this build does not have yet (the CUDA backend, DSpark
  * speculative decoding, bounded-replay prefill truncation): their "off" values are accepted and
- * anything that would turn them on is refused with the reason, so nobody believes they are on. */
+ * anything that would turn them on is refused with the reason, so nobody believes they are on.
+ * Every read of the environment goes through the accessors below: each knob is parsed here, in
+ * one way, and its value passed to the code that uses it.  Unset and empty mean the same. */
 #ifndef DI_BASE_ENV_H
 #define DI_BASE_ENV_H
 
+#include "base/log.h"
+
 /* Checks every DEEPINFER_* variable that is set; -1 with an error naming the first bad one. */
 int di_env_check(void);
+
+/* DEEPINFER_HF_MODEL_DIR, XDG_CACHE_HOME, HOME: the value, NULL when unset or empty. */
+const char *di_env_hf_model_dir(void);
+const char *di_env_xdg_cache_home(void);
+const char *di_env_home(void);
+
+/* DEEPINFER_BATCH_INVARIANT into *out (0 when unset); -1 with an error for anything but 0 or 1. */
+int di_env_batch_invariant(int *out);
+/* DEEPINFER_NUM_THREADS into *out (0 when unset); -1 with an error outside 1 .. 1024. */
+int di_env_num_threads(int *out);
+/* DEEPINFER_LOG_LEVEL into *out (left alone when unset); -1 with an error for an unknown level. */
+int di_env_log_level(DiLogLevel *out);
+
+/* DEEPINFER_KERNELS (unset: auto); -1 with an error naming the variable for any other value. */
+typedef enum { DI_ENV_KERNELS_AUTO, DI_ENV_KERNELS_REF, DI_ENV_KERNELS_SIMD, DI_ENV_KERNELS_AVX2, DI_ENV_KERNELS_AVX512 } DiEnvKernels;
+int di_env_kernels(DiEnvKernels *out);
+/* The value's spelling ("simd", "avx2", ...), for messages. */
+const char *di_env_kernels_name(DiEnvKernels k);
+
+/* DEEPINFER_FP8_GEMV (unset: auto); -1 with an error naming the variable for any other value. */
+typedef enum { DI_ENV_FP8_GEMV_AUTO, DI_ENV_FP8_GEMV_F32, DI_ENV_FP8_GEMV_FP16, DI_ENV_FP8_GEMV_MAPPED } DiEnvFp8Gemv;
+int di_env_fp8_gemv(DiEnvFp8Gemv *out);
 
 #endif

@@ -1,6 +1,7 @@
 /* log.c — leveled logging (see log.h). */
 #include "base/log.h"
 
+#include "base/env.h"
 #include "base/error.h"
 
 #include <pthread.h>
@@ -23,9 +24,8 @@ int di_log_parse_level(const char *name, DiLogLevel *out) {
 }
 
 static void init_level(void) {
-    const char *env = getenv("DEEPINFER_LOG_LEVEL");
     DiLogLevel level = DI_LOG_INFO;
-    if (env && *env && di_log_parse_level(env, &level) != 0)
+    if (di_env_log_level(&level) != 0)
         fprintf(stderr, "deepinfer: DEEPINFER_LOG_LEVEL: %s; using info\n", di_error_message());
     if (current_level < 0) current_level = (int)level;
 }

@@ -10,6 +10,7 @@
  * it when the cores are oversubscribed. */
 #include "base/threadpool.h"
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/mem.h"
 
@@ -49,14 +50,9 @@ typedef struct {
 } WorkerArg;
 
 int di_default_threads(void) {
-    const char *env = getenv("DEEPINFER_NUM_THREADS");
-    if (env && *env) {
-        char *end;
-        long n = strtol(env, &end, 10);
-        if (*end != '\0' || n < 1 || n > 1024)
-            return di_errorf("DEEPINFER_NUM_THREADS='%s': expected an integer from 1 to 1024", env);
-        return (int)n;
-    }
+    int threads;
+    if (di_env_num_threads(&threads) != 0) return -1;
+    if (threads > 0) return threads;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : (int)n;
 }

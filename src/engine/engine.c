@@ -8,6 +8,7 @@
  * is keyed by (seed, position), so the streams are identical. */
 #include "engine/engine.h"
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "engine/pages.h"
@@ -64,10 +65,8 @@ void di_engine_options_init(DiEngineOptions *o) {
 int di_engine_resolve_batch_invariant(int opt) {
     if (opt == 0 || opt == 1) return opt;
     if (opt != -1) return di_errorf("engine options: batch_invariant must be -1, 0 or 1, got %d", opt);
-    const char *env = getenv("DEEPINFER_BATCH_INVARIANT");
-    if (!env || !*env || strcmp(env, "0") == 0) return 0;
-    if (strcmp(env, "1") == 0) return 1;
-    return di_errorf("DEEPINFER_BATCH_INVARIANT must be 0 or 1, got \"%s\"", env);
+    int on;
+    return di_env_batch_invariant(&on) == 0 ? on : -1;
 }
 
 static int check_options(const DiEngineOptions *o) {

@@ -25,8 +25,8 @@
 static const char *resolve_model_dir(const char *model_dir, char *buf, size_t n, int *builtin) {
     *builtin = 0;
     if (model_dir && *model_dir) return model_dir;
-    const char *env = getenv("DEEPINFER_HF_MODEL_DIR");
-    if (env && *env) return env;
+    const char *env = di_env_hf_model_dir();
+    if (env) return env;
     if (di_tiny_default_dir(buf, n) != 0 || di_tiny_ensure(buf) != 0) {
         di_error_wrap("preparing the built-in tiny model");
         return NULL;

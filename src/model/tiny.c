@@ -5,6 +5,7 @@
 
 #include "deepinfer.h"
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/file.h"
 #include "base/json.h"
@@ -444,11 +445,11 @@ int di_tiny_write(const char *out_dir, const char *preset, uint64_t seed, int pr
 
 int di_tiny_default_dir(char *buf, size_t n) {
     if (!buf || n == 0) return di_errorf("di_tiny_default_dir: no buffer given");
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    const char *xdg = di_env_xdg_cache_home(), *home = di_env_home();
     int len;
-    if (xdg && *xdg)
+    if (xdg)
         len = snprintf(buf, n, "%s/deepinfer/tiny-v41", xdg);
-    else if (home && *home)
+    else if (home)
         len = snprintf(buf, n, "%s/.cache/deepinfer/tiny-v41", home);
     else
         return di_errorf("cannot place the built-in model: neither XDG_CACHE_HOME nor HOME is set");

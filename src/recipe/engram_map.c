@@ -10,6 +10,7 @@
 
 #include "base/file.h"
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/mem.h"
 
@@ -170,7 +171,7 @@ int di_model_dir_engram_map(const char *model_dir, int32_t **cid, int64_t *n_ids
     if (!cid || !n_ids) return di_errorf("engram map: no output");
     *cid = NULL;
     *n_ids = 0;
-    if (!model_dir || !*model_dir) model_dir = getenv("DEEPINFER_HF_MODEL_DIR");
+    if (!model_dir || !*model_dir) model_dir = di_env_hf_model_dir();
     if (!model_dir || !*model_dir) return 0; /* the built-in model ships its map file */
     char *map_file = di_path_join(model_dir, "engram_token_map.json");
     char *tok_file = di_path_join(model_dir, "tokenizer.json");

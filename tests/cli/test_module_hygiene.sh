@@ -3,7 +3,8 @@
 # libdeepinfer.so exports exactly the functions include/deepinfer.h declares (all di_, no
 # internal name, no data), the internal .so of the A/B tools still exports the internals, the
 # engine sources include nothing of the cluster planners or the golden harness (data flows one
-# way), and PCRE2 is a dependency of the pre-tokenizer benchmark alone.
+# way), PCRE2 is a dependency of the pre-tokenizer benchmark alone, and no source but
+# src/base/env.c reads the environment (issue 20: every knob is parsed once and passed in).
 set -u
 cd "$(dirname "$0")/../.."
 pass=0; fail=0
@@ -34,6 +35,10 @@ for a in build/libdeepinfer.a; do
 done
 nm build/libdeepinfer_cluster.a | grep -q ' T di_eplb_rebalance$' && ok || bad "libdeepinfer_cluster.a lacks di_eplb_rebalance"
 nm build/libdeepinfer_golden.a | grep -q ' T golden_open$' && ok || bad "libdeepinfer_golden.a lacks golden_open"
+
+# The environment is read in one place: src/base/env.c's accessors.
+readers=$(grep -rn 'getenv' src --include='*.[ch]' | grep -v '^src/base/env\.c:')
+[ -z "$readers" ] && ok || bad "getenv outside src/base/env.c: $readers"
 
 # PCRE2 only where it is the baseline: no other link command names it (the linker's --as-needed
 # would drop an unused -lpcre2-8 from the binaries anyway, so the commands are what to check).

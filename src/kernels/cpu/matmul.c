@@ -11,6 +11,7 @@
  * schedule changes a bit of the result (engine-features.md §4.2: no split-K). */
 #include "kernels/matmul.h"
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "kernels/cpu/matmul_simd.h"
@@ -36,21 +37,22 @@ typedef enum { BACKEND_REF, BACKEND_SIMD } Backend;
 /* simd, avx2 and avx512 demand their kernels (an error where the CPU lacks them); avx2 also keeps
  * the SIMD kernels off their AVX-512 tiles (di_simd_use_avx512), which give the same bits. */
 static int choose_backend(Backend *out) {
-    const char *env = getenv("DEEPINFER_KERNELS");
+    DiEnvKernels want;
+    if (di_env_kernels(&want) != 0) return -1;
     bool simd = di_simd_available();
-    if (!env || !*env || strcmp(env, "auto") == 0) {
-        *out = simd ? BACKEND_SIMD : BACKEND_REF;
-    } else if (strcmp(env, "ref") == 0) {
-        *out = BACKEND_REF;
-    } else if (strcmp(env, "simd") == 0 || strcmp(env, "avx2") == 0) {
-        if (!simd) return di_errorf("DEEPINFER_KERNELS=%s, but this CPU lacks AVX2, FMA or F16C", env);
+    switch (want) {
+    case DI_ENV_KERNELS_AUTO: *out = simd ? BACKEND_SIMD : BACKEND_REF; break;
+    case DI_ENV_KERNELS_REF: *out = BACKEND_REF; break;
+    case DI_ENV_KERNELS_SIMD:
+    case DI_ENV_KERNELS_AVX2:
+        if (!simd) return di_errorf("DEEPINFER_KERNELS=%s, but this CPU lacks AVX2, FMA or F16C", di_env_kernels_name(want));
         *out = BACKEND_SIMD;
-    } else if (strcmp(env, "avx512") == 0) {
+        break;
+    case DI_ENV_KERNELS_AVX512:
         if (!di_simd_avx512_available())
             return di_errorf("DEEPINFER_KERNELS=avx512, but this CPU lacks AVX-512 F, BW or VL (or AVX2)");
         *out = BACKEND_SIMD;
-    } else {
-        return di_errorf("DEEPINFER_KERNELS=%s: expected auto, ref, simd, avx2 or avx512", env);
+        break;
     }
     DiFp8GemvRoute route;
     if (*out == BACKEND_SIMD && di_fp8_gemv_route_from_env(&route) != 0) return -1;
@@ -58,17 +60,14 @@ static int choose_backend(Backend *out) {
 }
 
 int di_fp8_gemv_route_from_env(DiFp8GemvRoute *route) {
-    const char *env = getenv("DEEPINFER_FP8_GEMV");
-    if (!env || !*env || strcmp(env, "auto") == 0)
-        *route = DI_FP8_GEMV_AUTO;
-    else if (strcmp(env, "f32") == 0)
-        *route = DI_FP8_GEMV_F32;
-    else if (strcmp(env, "fp16") == 0)
-        *route = DI_FP8_GEMV_FP16;
-    else if (strcmp(env, "mapped") == 0)
-        *route = DI_FP8_GEMV_MAPPED;
-    else
-        return di_errorf("DEEPINFER_FP8_GEMV=%s: expected auto, f32, fp16 or mapped", env);
+    DiEnvFp8Gemv want;
+    if (di_env_fp8_gemv(&want) != 0) return -1;
+    switch (want) {
+    case DI_ENV_FP8_GEMV_AUTO: *route = DI_FP8_GEMV_AUTO; break;
+    case DI_ENV_FP8_GEMV_F32: *route = DI_FP8_GEMV_F32; break;
+    case DI_ENV_FP8_GEMV_FP16: *route = DI_FP8_GEMV_FP16; break;
+    case DI_ENV_FP8_GEMV_MAPPED: *route = DI_FP8_GEMV_MAPPED; break;
+    }
     return 0;
 }
 

@@ -18,6 +18,8 @@
 
 #include "kernels/cpu/matmul_avx2.h"
 
+#include "base/env.h"
+
 #include <cpuid.h>
 #include <stdlib.h>
 
@@ -45,8 +47,9 @@ bool di_simd_avx512_available(void) {
 }
 
 bool di_simd_use_avx512(void) {
-    const char *env = getenv("DEEPINFER_KERNELS");
-    if (env && strcmp(env, "avx2") == 0) return false;
+    /* a bad value is choose_backend's error to report; here it is simply not avx2 */
+    DiEnvKernels want;
+    if (di_env_kernels(&want) == 0 && want == DI_ENV_KERNELS_AVX2) return false;
     return di_simd_avx512_available();
 }
 
