@@ -52,6 +52,22 @@ void *di_realloc_array(void *ptr, size_t n, size_t size, const char *what) {
     return p;
 }
 
+int di_grow(void *pptr, size_t *cap, size_t need, size_t first, size_t elem, const char *what) {
+    if (!pptr || !cap || elem == 0) return di_errorf("growing %s: bad arguments", what ? what : "memory");
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap : first ? first : 1, bytes;
+    while (n < need) n = n > SIZE_MAX / 2 ? need : n * 2;
+    if (!di_mul_size(n, elem, &bytes))
+        return di_errorf("growing %s to %zu items of %zu bytes: the size overflows", what ? what : "memory", need, elem);
+    void *old; /* pptr is a T **: copied, not cast, so no T * is read through a void * lvalue */
+    memcpy(&old, pptr, sizeof old);
+    void *grown = di_realloc_array(old, n, elem, what);
+    if (!grown) return -1;
+    memcpy(pptr, &grown, sizeof grown);
+    *cap = n;
+    return 0;
+}
+
 void *di_aligned_malloc(size_t n, size_t size, const char *what) {
     size_t bytes;
     if (!di_mul_size(n, size, &bytes) || bytes > SIZE_MAX - 64) {

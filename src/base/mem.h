@@ -12,6 +12,11 @@ void *di_calloc(size_t n, size_t size, const char *what);
 void *di_malloc(size_t size, const char *what);
 /* Resize to n * size bytes; on failure the old block is left untouched and NULL is returned. */
 void *di_realloc_array(void *ptr, size_t n, size_t size, const char *what);
+/* Grows the array *(T **)pptr of *cap items of `elem` bytes to hold at least `need`: the capacity
+ * doubles from *cap (from `first` when *cap is 0) until it fits, so appends cost O(1) amortised.
+ * A no-op when need <= *cap.  -1 with an error naming `what` when the size overflows or memory
+ * runs out; then the array and *cap are left untouched. */
+int di_grow(void *pptr, size_t *cap, size_t need, size_t first, size_t elem, const char *what);
 /* 64-byte aligned (SIMD loads, cache lines), zeroed. Free with di_aligned_free. */
 void *di_aligned_calloc(size_t n, size_t size, const char *what);
 /* The same, not zeroed: scratch that is written before it is read. */

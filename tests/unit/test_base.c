@@ -29,6 +29,31 @@ TEST(calloc_rejects_overflow) {
     CHECK(di_mul_size(1000, 1000, &out) && out == 1000000);
 }
 
+/* di_grow: doubles until the need fits, keeps what was there, leaves everything alone on overflow
+ * or when the array is already big enough. */
+TEST(grow_doubles_keeps_contents_and_refuses_overflow) {
+    int *a = NULL;
+    size_t cap = 0;
+    CHECK(di_grow(&a, &cap, 1, 4, sizeof *a, "test ints") == 0);
+    CHECK(a != NULL && cap == 4);
+    for (int i = 0; i < 4; i++) a[i] = 100 + i;
+    CHECK(di_grow(&a, &cap, 9, 4, sizeof *a, "test ints") == 0);
+    CHECK(cap == 16); /* 4 -> 8 -> 16: the first power-of-two multiple that holds 9 */
+    for (int i = 0; i < 4; i++) CHECK(a[i] == 100 + i);
+    int *before = a;
+    CHECK(di_grow(&a, &cap, 16, 4, sizeof *a, "test ints") == 0); /* need <= cap: no-op */
+    CHECK(a == before && cap == 16);
+    di_error_clear();
+    CHECK(di_grow(&a, &cap, SIZE_MAX / 2, 4, sizeof *a, "test ints") == -1);
+    CHECK(strstr(di_error_message(), "test ints") != NULL);
+    CHECK(strstr(di_error_message(), "overflows") != NULL);
+    CHECK(a == before && cap == 16);
+    for (int i = 0; i < 4; i++) CHECK(a[i] == 100 + i);
+    CHECK(di_grow(NULL, &cap, 32, 4, sizeof *a, "test ints") == -1);
+    CHECK(cap == 16);
+    free(a);
+}
+
 TEST(json_errors_name_the_field) {
     const char *src = "{\"a\": {\"n\": \"x\", \"k\": 3}}";
     json_t *root = di_json_load_buffer(src, strlen(src), "cfg");
@@ -169,6 +194,7 @@ TEST(pool_publishes_plain_writes_of_each_job) {
 int main(void) {
     RUN_TEST(error_wrap_prefixes_context);
     RUN_TEST(calloc_rejects_overflow);
+    RUN_TEST(grow_doubles_keeps_contents_and_refuses_overflow);
     RUN_TEST(json_errors_name_the_field);
     RUN_TEST(atomic_write_then_map_roundtrip);
     RUN_TEST(pool_runs_every_task_once);
