@@ -62,14 +62,9 @@ int di_read_stream(FILE *stream, const char *what, char **out_data, size_t *out_
     char *buf = di_malloc(cap, what);
     if (!buf) return -1;
     for (;;) {
-        if (len + 1 >= cap) {
-            char *bigger = di_realloc_array(buf, cap, 2, what);
-            if (!bigger) {
-                free(buf);
-                return -1;
-            }
-            buf = bigger;
-            cap *= 2;
+        if (di_grow(&buf, &cap, len + 2, cap, 1, what) != 0) { /* room for a byte and the NUL */
+            free(buf);
+            return -1;
         }
         size_t got = fread(buf + len, 1, cap - len - 1, stream);
         len += got;

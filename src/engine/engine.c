@@ -329,13 +329,9 @@ static int check_prompt(const DiEngine *e, const int32_t *ids, int n, const DiSa
 }
 
 static int remember(DiEngine *e, DiRequest *req) {
-    if (e->n_requests == e->cap_requests) {
-        int cap = e->cap_requests ? e->cap_requests * 2 : 64;
-        DiRequest **grown = di_realloc_array(e->requests, (size_t)cap, sizeof *grown, "request list");
-        if (!grown) return -1;
-        e->requests = grown;
-        e->cap_requests = cap;
-    }
+    size_t cap = (size_t)e->cap_requests;
+    if (di_grow(&e->requests, &cap, (size_t)e->n_requests + 1, 64, sizeof *e->requests, "request list") != 0) return -1;
+    e->cap_requests = (int)cap;
     e->requests[e->n_requests++] = req;
     return 0;
 }

@@ -79,14 +79,7 @@ int di_page_table_reserve(DiPagePool *pool, DiPageTable *table, size_t n_pages) 
     if (need > pool->n_free)
         return di_errorf("state memory exhausted: need %zu more pages of %zu bytes, %zu free of %zu", need,
                          pool->page_bytes, pool->n_free, pool->n_pages);
-    if (n_pages > table->cap) {
-        size_t cap = table->cap ? table->cap : 8;
-        while (cap < n_pages) cap *= 2;
-        uint8_t **grown = di_realloc_array(table->pages, cap, sizeof *grown, "page table");
-        if (!grown) return -1;
-        table->pages = grown;
-        table->cap = cap;
-    }
+    if (di_grow(&table->pages, &table->cap, n_pages, 8, sizeof *table->pages, "page table") != 0) return -1;
     for (size_t i = 0; i < need; i++) {
         uint32_t index = pool->free_stack[--pool->n_free];
         table->pages[table->n++] = pool->slab + (size_t)index * pool->page_bytes;

@@ -72,11 +72,9 @@ void di_prefix_cache_store(DiPrefixCache *c, const int32_t *tokens, int64_t n_to
         }
     while (c->pages + need > c->max_pages) evict_one(c, NULL);
     int32_t *copy = malloc((size_t)n_tokens * sizeof *copy);
-    if (c->n_entries == c->cap_entries) {
-        int cap = c->cap_entries ? c->cap_entries * 2 : 16;
-        DiPrefixEntry *grown = realloc(c->entries, (size_t)cap * sizeof *grown);
-        if (grown) c->entries = grown, c->cap_entries = cap;
-    }
+    size_t cap = (size_t)c->cap_entries;
+    if (di_grow(&c->entries, &cap, (size_t)c->n_entries + 1, 16, sizeof *c->entries, "prefix cache entries") == 0)
+        c->cap_entries = (int)cap;
     if (!copy || c->n_entries == c->cap_entries) { /* no memory for the entry: just free the state */
         free(copy);
         di_page_table_release(c->pool, pages);

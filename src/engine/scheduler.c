@@ -38,26 +38,18 @@ void di_scheduler_free(DiScheduler *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* The five lists share one capacity: each grows from it to the same doubled size. */
 static int ensure_capacity(DiScheduler *s, int needed) {
     if (needed <= s->cap) return 0;
-    int cap = s->cap * 2;
-    while (cap < needed) cap *= 2;
-    DiRequest **w = di_realloc_array(s->waiting, (size_t)cap, sizeof *w, "waiting queue");
-    if (!w) return -1;
-    s->waiting = w;
-    DiRequest **r = di_realloc_array(s->running, (size_t)cap, sizeof *r, "running list");
-    if (!r) return -1;
-    s->running = r;
-    DiPrefillWant *wants = di_realloc_array(s->wants, (size_t)cap, sizeof *wants, "prefill wants");
-    if (!wants) return -1;
-    s->wants = wants;
-    int *g = di_realloc_array(s->grants, (size_t)cap, sizeof *g, "prefill grants");
-    if (!g) return -1;
-    s->grants = g;
-    DiRequest **c = di_realloc_array(s->candidates, (size_t)cap, sizeof *c, "prefill candidates");
-    if (!c) return -1;
-    s->candidates = c;
-    s->cap = cap;
+    size_t need = (size_t)needed, c[5];
+    for (int i = 0; i < 5; i++) c[i] = (size_t)s->cap;
+    if (di_grow(&s->waiting, &c[0], need, 64, sizeof *s->waiting, "waiting queue") != 0 ||
+        di_grow(&s->running, &c[1], need, 64, sizeof *s->running, "running list") != 0 ||
+        di_grow(&s->wants, &c[2], need, 64, sizeof *s->wants, "prefill wants") != 0 ||
+        di_grow(&s->grants, &c[3], need, 64, sizeof *s->grants, "prefill grants") != 0 ||
+        di_grow(&s->candidates, &c[4], need, 64, sizeof *s->candidates, "prefill candidates") != 0)
+        return -1;
+    s->cap = (int)c[0];
     return 0;
 }
 

@@ -53,14 +53,7 @@ void di_step_reset(DiStep *step) {
 int di_step_add(DiStep *step, DiRequest *req, int64_t start_pos, int32_t n_tokens, bool sample) {
     if (step->n_seqs >= step->cap_seqs) return di_errorf("step: more than %d sequences", step->cap_seqs);
     size_t need = step->n_page_ptrs + req->pages.n;
-    if (need > step->cap_page_ptrs) {
-        size_t cap = step->cap_page_ptrs ? step->cap_page_ptrs : 256;
-        while (cap < need) cap *= 2;
-        uint8_t **grown = di_realloc_array(step->page_ptrs, cap, sizeof *grown, "step page list");
-        if (!grown) return -1;
-        step->page_ptrs = grown;
-        step->cap_page_ptrs = cap;
-    }
+    if (di_grow(&step->page_ptrs, &step->cap_page_ptrs, need, 256, sizeof *step->page_ptrs, "step page list") != 0) return -1;
     DiStepSeq *s = &step->seqs[step->n_seqs++];
     s->req = req;
     s->start_pos = start_pos;

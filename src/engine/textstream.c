@@ -17,14 +17,7 @@ void di_text_stream_free(DiTextStream *ts) {
 }
 
 static int put(DiTextStream *ts, const char *bytes, size_t n) {
-    if (ts->len + n + 1 > ts->cap) {
-        size_t cap = ts->cap ? ts->cap : 64;
-        while (cap < ts->len + n + 1) cap *= 2;
-        char *grown = di_realloc_array(ts->text, cap, 1, "generated text");
-        if (!grown) return -1;
-        ts->text = grown;
-        ts->cap = cap;
-    }
+    if (di_grow(&ts->text, &ts->cap, ts->len + n + 1, 64, 1, "generated text") != 0) return -1;
     memcpy(ts->text + ts->len, bytes, n);
     ts->len += n;
     ts->text[ts->len] = '\0';

@@ -26,15 +26,9 @@ static DiInventoryEntry *add(Builder *b, DiDType dtype, DiInventoryKind kind, in
 static DiInventoryEntry *add(Builder *b, DiDType dtype, DiInventoryKind kind, int64_t d0, int64_t d1, const char *fmt,
                              ...) {
     if (b->failed) return NULL;
-    if (b->inv->n == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        DiInventoryEntry *e = di_realloc_array(b->inv->entries, cap, sizeof *e, "inventory");
-        if (!e) {
-            b->failed = 1;
-            return NULL;
-        }
-        b->inv->entries = e;
-        b->cap = cap;
+    if (di_grow(&b->inv->entries, &b->cap, b->inv->n + 1, 256, sizeof *b->inv->entries, "inventory") != 0) {
+        b->failed = 1;
+        return NULL;
     }
     DiInventoryEntry *e = &b->inv->entries[b->inv->n++];
     memset(e, 0, sizeof *e);

@@ -219,15 +219,11 @@ int64_t state_kv_append(RunState *st, int slot) {
             return di_errorf("state: entry %lld of KV source %d beyond the %zu attached pages", (long long)kv->n_rows, slot, st->n_pages);
         return kv->n_rows++;
     }
-    if (kv->n_rows == kv->cap_rows) {
-        int64_t cap = kv->cap_rows ? kv->cap_rows * 2 : 64;
-        float *c = di_realloc_array(kv->comp, (size_t)cap * (size_t)st->head_dim, sizeof(float), "compressed KV rows");
-        if (!c) return -1;
-        kv->comp = c;
-        float *k = di_realloc_array(kv->ikeys, (size_t)cap * (size_t)st->idx_head_dim, sizeof(float), "index-key rows");
-        if (!k) return -1;
-        kv->ikeys = k;
-        kv->cap_rows = cap;
-    }
+    /* two arrays of rows, one capacity; a row is head_dim (idx_head_dim) floats */
+    size_t cap = (size_t)kv->cap_rows, cap_ikeys = (size_t)kv->cap_rows, need = (size_t)kv->n_rows + 1;
+    if (di_grow(&kv->comp, &cap, need, 64, (size_t)st->head_dim * sizeof(float), "compressed KV rows") != 0 ||
+        di_grow(&kv->ikeys, &cap_ikeys, need, 64, (size_t)st->idx_head_dim * sizeof(float), "index-key rows") != 0)
+        return -1;
+    kv->cap_rows = (int64_t)cap;
     return kv->n_rows++;
 }

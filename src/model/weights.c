@@ -10,13 +10,7 @@
 #include <string.h>
 
 static int own(Weights *w, void *p) {
-    if (w->n_owned == w->cap_owned) {
-        size_t cap = w->cap_owned ? w->cap_owned * 2 : 64;
-        void **n = di_realloc_array(w->owned, cap, sizeof *n, "weight copies");
-        if (!n) return -1;
-        w->owned = n;
-        w->cap_owned = cap;
-    }
+    if (di_grow(&w->owned, &w->cap_owned, w->n_owned + 1, 64, sizeof *w->owned, "weight copies") != 0) return -1;
     w->owned[w->n_owned++] = p;
     return 0;
 }

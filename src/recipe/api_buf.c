@@ -14,14 +14,7 @@ static int buf_reserve(DiApiBuf *buf, size_t extra) {
     if (!buf) return di_errorf("api buffer: NULL buffer");
     if (extra > SIZE_MAX - buf->len - 1) return di_errorf("api buffer: size overflow");
     size_t need = buf->len + extra + 1;
-    if (need <= buf->cap) return 0;
-    size_t cap = buf->cap ? buf->cap : 256;
-    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    char *grown = di_realloc_array(buf->data, cap, 1, "api buffer");
-    if (!grown) return -1;
-    buf->data = grown;
-    buf->cap = cap;
-    return 0;
+    return di_grow(&buf->data, &buf->cap, need, 256, 1, "api buffer");
 }
 
 int di_api_buf_append(DiApiBuf *buf, const char *data, size_t len) {

@@ -12,17 +12,8 @@
 /* ---- id vectors --------------------------------------------------------------------- */
 
 static int idvec_reserve(DiIdVec *vec, size_t extra) {
-    if (vec->n + extra <= vec->cap) return 0;
-    size_t cap = vec->cap ? vec->cap : 64;
-    while (cap < vec->n + extra) {
-        if (cap > ((size_t)-1) / 8) return di_errorf("token id list too long");
-        cap *= 2;
-    }
-    int32_t *v = di_realloc_array(vec->v, cap, sizeof *v, "token ids");
-    if (!v) return -1;
-    vec->v = v;
-    vec->cap = cap;
-    return 0;
+    if (extra > ((size_t)-1) / 8 - vec->n) return di_errorf("token id list too long");
+    return di_grow(&vec->v, &vec->cap, vec->n + extra, 64, sizeof *vec->v, "token ids");
 }
 
 int di_idvec_push(DiIdVec *vec, int32_t id) {

@@ -280,13 +280,7 @@ static DiParsedToolCall *current_call(DiStreamParser *p) {
 
 static int begin_call(DiStreamParser *p) {
     DiParsedMessage *m = &p->msg;
-    if (m->n_calls == m->cap_calls) {
-        size_t cap = m->cap_calls ? m->cap_calls * 2 : 4;
-        DiParsedToolCall *c = di_realloc_array(m->calls, cap, sizeof *c, "parsed tool calls");
-        if (!c) return -1;
-        m->calls = c;
-        m->cap_calls = cap;
-    }
+    if (di_grow(&m->calls, &m->cap_calls, m->n_calls + 1, 4, sizeof *m->calls, "parsed tool calls") != 0) return -1;
     memset(&m->calls[m->n_calls++], 0, sizeof m->calls[0]);
     return 0;
 }

@@ -32,18 +32,7 @@ int di_str_append(DiStr *s, const char *data, size_t len) {
 int di_str_reserve(DiStr *s, size_t len) {
     if (!s) return di_errorf("string buffer: invalid argument");
     if (len > ((size_t)-1) / 2 - s->len) return di_errorf("string buffer: too large");
-    if (s->len + len + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 64;
-        while (cap < s->len + len + 1) {
-            if (cap > ((size_t)-1) / 2) return di_errorf("string buffer: too large");
-            cap *= 2;
-        }
-        char *p = di_realloc_array(s->data, cap, 1, "string buffer");
-        if (!p) return -1;
-        s->data = p;
-        s->cap = cap;
-    }
-    return 0;
+    return di_grow(&s->data, &s->cap, s->len + len + 1, 64, 1, "string buffer");
 }
 
 int di_str_appends(DiStr *s, const char *text) { return di_str_append(s, text, text ? strlen(text) : 0); }

@@ -24,28 +24,13 @@ void di_segments_clear(DiSegmentList *list) {
 }
 
 static int reserve_bytes(DiSegmentList *list, size_t extra) {
-    if (list->n_bytes + extra + 1 <= list->cap_bytes) return 0;
-    size_t cap = list->cap_bytes ? list->cap_bytes : 256;
-    while (cap < list->n_bytes + extra + 1) {
-        if (cap > ((size_t)-1) / 2) return di_errorf("prompt too large");
-        cap *= 2;
-    }
-    char *p = di_realloc_array(list->bytes, cap, 1, "prompt bytes");
-    if (!p) return -1;
-    list->bytes = p;
-    list->cap_bytes = cap;
-    return 0;
+    if (extra > ((size_t)-1) / 2 - list->n_bytes - 1) return di_errorf("prompt too large");
+    return di_grow(&list->bytes, &list->cap_bytes, list->n_bytes + extra + 1, 256, 1, "prompt bytes");
 }
 
 static int push_segment(DiSegmentList *list, DiSegmentKind kind, const char *data, size_t len) {
     if (reserve_bytes(list, len) != 0) return -1;
-    if (list->n_segs == list->cap_segs) {
-        size_t cap = list->cap_segs ? list->cap_segs * 2 : 16;
-        DiSegment *s = di_realloc_array(list->segs, cap, sizeof *s, "prompt segments");
-        if (!s) return -1;
-        list->segs = s;
-        list->cap_segs = cap;
-    }
+    if (di_grow(&list->segs, &list->cap_segs, list->n_segs + 1, 16, sizeof *list->segs, "prompt segments") != 0) return -1;
     memcpy(list->bytes + list->n_bytes, data, len);
     list->segs[list->n_segs++] = (DiSegment){kind, list->n_bytes, len, false};
     list->n_bytes += len;

@@ -102,13 +102,7 @@ static DiAddedToken *find_id(DiAddedToken *list, size_t n, int32_t id) {
 static int append_token(DiAddedToken **list, size_t *n, size_t *cap, int32_t id, const char *content, bool special,
                         bool normalized) {
     if (find_id(*list, *n, id)) return 0; /* the file's own token wins */
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : 64;
-        DiAddedToken *l = di_realloc_array(*list, c, sizeof *l, "added tokens");
-        if (!l) return -1;
-        *list = l;
-        *cap = c;
-    }
+    if (di_grow(list, cap, *n + 1, 64, sizeof **list, "added tokens") != 0) return -1;
     char *copy = di_strdup(content);
     if (!copy) return -1;
     (*list)[(*n)++] = (DiAddedToken){id, copy, special, normalized};
@@ -152,13 +146,7 @@ int di_added_apply_table(DiAddedToken **list, size_t *n, DiAddedTable table) {
 /* ---- trie --------------------------------------------------------------------------- */
 
 static int32_t trie_new_node(DiTrie *trie, uint8_t byte) {
-    if (trie->n == trie->cap) {
-        size_t c = trie->cap ? trie->cap * 2 : 256;
-        DiTrieNode *nodes = di_realloc_array(trie->nodes, c, sizeof *nodes, "added-token trie");
-        if (!nodes) return -1;
-        trie->nodes = nodes;
-        trie->cap = c;
-    }
+    if (di_grow(&trie->nodes, &trie->cap, trie->n + 1, 256, sizeof *trie->nodes, "added-token trie") != 0) return -1;
     trie->nodes[trie->n] = (DiTrieNode){-1, -1, -1, byte};
     return (int32_t)trie->n++;
 }

@@ -414,16 +414,11 @@ static int be_submit(void *self, const DiApiRequest *req, DiBackendEmit emit, vo
 static void be_abort(void *self, uint64_t id) {
     DiEngineBackend *b = self;
     pthread_mutex_lock(&b->lock);
-    if (b->n_aborts == b->cap_aborts) {
-        size_t cap = b->cap_aborts ? 2 * b->cap_aborts : 64;
-        uint64_t *grown = di_realloc_array(b->aborts, cap, sizeof *grown, "abort queue");
-        if (!grown) { /* keep the old queue; the request still ends at its deadline */
-            pthread_mutex_unlock(&b->lock);
-            DI_WARN("engine backend: cannot queue an abort: %s", di_error_message());
-            return;
-        }
-        b->aborts = grown;
-        b->cap_aborts = cap;
+    if (di_grow(&b->aborts, &b->cap_aborts, b->n_aborts + 1, 64, sizeof *b->aborts, "abort queue") != 0) {
+        /* keep the old queue; the request still ends at its deadline */
+        pthread_mutex_unlock(&b->lock);
+        DI_WARN("engine backend: cannot queue an abort: %s", di_error_message());
+        return;
     }
     b->aborts[b->n_aborts++] = id;
     pthread_cond_signal(&b->wake);

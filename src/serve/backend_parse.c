@@ -161,14 +161,7 @@ void di_output_events_cache_hits(DiOutputEvents *o, int64_t cache_hit_tokens) {
 int di_output_events_logprobs(DiOutputEvents *o, const DiApiLogprob *lp, size_t n) {
     if (!o || (n && !lp)) return di_errorf("output events: bad logprobs arguments");
     if (o->done || !n) return 0;
-    if (o->n_pending_lp + n > o->cap_pending_lp) {
-        size_t cap = o->cap_pending_lp ? 2 * o->cap_pending_lp : 16;
-        while (cap < o->n_pending_lp + n) cap *= 2;
-        DiApiLogprob *grown = di_realloc_array(o->pending_lp, cap, sizeof *grown, "pending logprobs");
-        if (!grown) return -1;
-        o->pending_lp = grown;
-        o->cap_pending_lp = cap;
-    }
+    if (di_grow(&o->pending_lp, &o->cap_pending_lp, o->n_pending_lp + n, 16, sizeof *lp, "pending logprobs") != 0) return -1;
     memcpy(o->pending_lp + o->n_pending_lp, lp, n * sizeof *lp);
     o->n_pending_lp += n;
     return 0;

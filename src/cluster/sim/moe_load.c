@@ -138,13 +138,7 @@ static float table_normal(DiSimMoe *m, uint64_t *bits, int *left) {
 /* Keep the step's per-layer sums of max and mean GPU load for the over-time buckets. */
 static int trace_add(DiSimMoe *m, double now_s, DiEplbPolicyStats e0, DiEplbPolicyStats e1, DiEplbPolicyStats f0,
                      DiEplbPolicyStats f1) {
-    if (m->n_trace + 5 > m->cap_trace) {
-        size_t cap = m->cap_trace ? 2 * m->cap_trace : 5 * 4096;
-        double *t = di_realloc_array(m->trace, cap, sizeof *t, "moe_lb over time");
-        if (!t) return -1;
-        m->trace = t;
-        m->cap_trace = cap;
-    }
+    if (di_grow(&m->trace, &m->cap_trace, m->n_trace + 5, 5 * 4096, sizeof *m->trace, "moe_lb over time") != 0) return -1;
     double *row = m->trace + m->n_trace;
     row[0] = now_s;
     row[1] = e1.sum_max - e0.sum_max;

@@ -139,13 +139,7 @@ typedef struct {
 } Sim;
 
 static int sample_push(Samples *s, double x) {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 1024;
-        double *v = di_realloc_array(s->v, cap, sizeof *v, "simulation samples");
-        if (!v) return -1;
-        s->v = v;
-        s->cap = cap;
-    }
+    if (di_grow(&s->v, &s->cap, s->n + 1, 1024, sizeof *s->v, "simulation samples") != 0) return -1;
     s->v[s->n++] = x;
     return 0;
 }
@@ -191,13 +185,9 @@ static int rank_position(const Sim *s, const Rank *r, int id, double *ahead_ns) 
 }
 
 static int rank_add(Sim *s, Rank *r, int id) {
-    if (r->n == r->cap) {
-        int cap = r->cap ? 2 * r->cap : 8;
-        int *ids = di_realloc_array(r->ids, (size_t)cap, sizeof *ids, "rank requests");
-        if (!ids) return -1;
-        r->ids = ids;
-        r->cap = cap;
-    }
+    size_t cap = (size_t)r->cap;
+    if (di_grow(&r->ids, &cap, (size_t)r->n + 1, 8, sizeof *r->ids, "rank requests") != 0) return -1;
+    r->cap = (int)cap;
     double ahead, cost = remaining_cost(s, &s->req[id]);
     int at = rank_position(s, r, id, &ahead);
     s->req[id].solo_ns = cost;

@@ -26,29 +26,19 @@ typedef struct {
 } Builder;
 
 static int push_request(Builder *b, const DiSimRequest *r, size_t block_start) {
-    if (b->t.n == b->cap_reqs) {
-        size_t cap = b->cap_reqs ? 2 * b->cap_reqs : 1024;
-        DiSimRequest *reqs = di_realloc_array(b->t.reqs, cap, sizeof *reqs, "trace requests");
-        if (!reqs) return -1;
-        b->t.reqs = reqs;
-        size_t *starts = di_realloc_array(b->block_start, cap, sizeof *starts, "trace block offsets");
-        if (!starts) return -1;
-        b->block_start = starts;
-        b->cap_reqs = cap;
-    }
+    size_t cap = b->cap_reqs, cap_starts = b->cap_reqs; /* two arrays, one capacity */
+    if (di_grow(&b->t.reqs, &cap, b->t.n + 1, 1024, sizeof *b->t.reqs, "trace requests") != 0 ||
+        di_grow(&b->block_start, &cap_starts, b->t.n + 1, 1024, sizeof *b->block_start, "trace block offsets") != 0)
+        return -1;
+    b->cap_reqs = cap;
     b->block_start[b->t.n] = block_start;
     b->t.reqs[b->t.n++] = *r;
     return 0;
 }
 
 static int push_block(Builder *b, uint64_t id) {
-    if (b->t.n_block_ids == b->cap_blocks) {
-        size_t cap = b->cap_blocks ? 2 * b->cap_blocks : 16384;
-        uint64_t *ids = di_realloc_array(b->t.block_ids, cap, sizeof *ids, "trace block ids");
-        if (!ids) return -1;
-        b->t.block_ids = ids;
-        b->cap_blocks = cap;
-    }
+    if (di_grow(&b->t.block_ids, &b->cap_blocks, b->t.n_block_ids + 1, 16384, sizeof *b->t.block_ids, "trace block ids") != 0)
+        return -1;
     b->t.block_ids[b->t.n_block_ids++] = id;
     return 0;
 }

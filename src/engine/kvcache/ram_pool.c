@@ -69,12 +69,9 @@ static uint32_t new_entry(DiKvRamPool *p) {
         p->free_head = p->e[i].next;
         return i;
     }
-    if (p->n_entries == p->cap_entries) {
-        DiKvRamEntry *e = di_realloc_array(p->e, (size_t)p->cap_entries * 2, sizeof *e, "kv ram pool entries");
-        if (!e) return 0;
-        p->e = e;
-        p->cap_entries *= 2;
-    }
+    size_t cap = p->cap_entries;
+    if (di_grow(&p->e, &cap, (size_t)p->n_entries + 1, 64, sizeof *p->e, "kv ram pool entries") != 0) return 0;
+    p->cap_entries = (uint32_t)cap;
     return p->n_entries++;
 }
 

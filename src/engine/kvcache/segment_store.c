@@ -143,12 +143,9 @@ static int rec_add(DiKvSegStore *s, DiKvKey key, uint32_t seg, uint64_t off, uin
         r = s->free_rec - 1;
         s->free_rec = s->recs[r].seg;
     } else {
-        if (s->n_recs == s->cap_recs) {
-            uint32_t cap = s->cap_recs ? s->cap_recs * 2 : 1024;
-            Rec *n = di_realloc_array(s->recs, cap, sizeof *n, "kv segment records");
-            if (!n) return -1;
-            s->recs = n, s->cap_recs = cap;
-        }
+        size_t cap = s->cap_recs;
+        if (di_grow(&s->recs, &cap, (size_t)s->n_recs + 1, 1024, sizeof *s->recs, "kv segment records") != 0) return -1;
+        s->cap_recs = (uint32_t)cap;
         r = s->n_recs++;
     }
     if (di_kv_map_put(&s->map, key, r) != 0) {
@@ -303,12 +300,9 @@ static void skip_file(DiKvSegStore *s, uint32_t si, const char *why) {
 }
 
 static int add_seg(DiKvSegStore *s, const char *name) {
-    if (s->n_segs == s->cap_segs) {
-        uint32_t cap = s->cap_segs ? s->cap_segs * 2 : 64;
-        Seg *n = di_realloc_array(s->segs, cap, sizeof *n, "kv segment table");
-        if (!n) return -1;
-        s->segs = n, s->cap_segs = cap;
-    }
+    size_t cap = s->cap_segs;
+    if (di_grow(&s->segs, &cap, (size_t)s->n_segs + 1, 64, sizeof *s->segs, "kv segment table") != 0) return -1;
+    s->cap_segs = (uint32_t)cap;
     Seg *g = &s->segs[s->n_segs];
     memset(g, 0, sizeof *g);
     g->fd = -1;
