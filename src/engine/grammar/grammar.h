@@ -61,6 +61,9 @@ int di_gnode_class_add(DiGNode *cls, uint32_t lo, uint32_t hi);
 /* Replace a CLASS's ranges by their complement within the Unicode scalar values. */
 int di_gnode_class_negate(DiGNode *cls);
 void di_gnode_free(DiGNode *node);
+/* Decode one UTF-8 scalar value from s[0..left): its length, or 0 when invalid (overlong,
+ * surrogate, truncated, beyond U+10FFFF).  Shared by the EBNF and regex front-ends. */
+int di_grammar_utf8_decode(const uint8_t *s, size_t left, uint32_t *cp);
 
 /* A grammar under construction: named rules, each an AST. */
 typedef struct {
@@ -146,6 +149,10 @@ typedef struct DiGrammarVocab {
  * where the grammar accepts).  Everything is copied. */
 DiGrammarVocab *di_grammar_vocab_new(size_t n, const uint32_t *off, const uint8_t *bytes, const uint8_t *special,
                                      const int32_t *eos, size_t n_eos);
+/* The vocabulary of this project's tokenizer (src/recipe/tokenizer*.c): each id's exact decoded
+ * bytes; added tokens and unused ids are special. */
+typedef struct DiTokenizer DiTokenizer;
+DiGrammarVocab *di_grammar_vocab_from_tokenizer(const DiTokenizer *tok, const int32_t *eos, size_t n_eos);
 size_t di_grammar_vocab_size(const DiGrammarVocab *v);
 void di_grammar_vocab_free(DiGrammarVocab *v);
 

@@ -69,23 +69,10 @@ static int hexval(char c) {
     return -1;
 }
 
-/* Decode one UTF-8 code point of the source (invalid bytes are an error). */
 static int utf8_next(P *p, uint32_t *cp) {
-    const uint8_t *u = (const uint8_t *)p->s + p->i;
-    size_t left = p->n - p->i;
-    uint8_t c = u[0];
-    int len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || (size_t)len > left) return perr(p, "invalid UTF-8 in the grammar text");
-    uint32_t v = len == 1 ? c : c & (0x7F >> len);
-    for (int k = 1; k < len; k++) {
-        if ((u[k] & 0xC0) != 0x80) return perr(p, "invalid UTF-8 in the grammar text");
-        v = v << 6 | (u[k] & 0x3F);
-    }
-    static const uint32_t min_of_len[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (v < min_of_len[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
-        return perr(p, "invalid UTF-8 in the grammar text");
+    int len = di_grammar_utf8_decode((const uint8_t *)p->s + p->i, p->n - p->i, cp);
+    if (!len) return perr(p, "invalid UTF-8 in the grammar text");
     p->i += (size_t)len;
-    *cp = v;
     return 0;
 }
 

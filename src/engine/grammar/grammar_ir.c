@@ -126,6 +126,21 @@ void di_gnode_free(DiGNode *n) {
     free(n);
 }
 
+int di_grammar_utf8_decode(const uint8_t *u, size_t left, uint32_t *cp) {
+    static const uint32_t min_of_len[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (!left) return 0;
+    int len = u[0] < 0x80 ? 1 : (u[0] & 0xE0) == 0xC0 ? 2 : (u[0] & 0xF0) == 0xE0 ? 3 : (u[0] & 0xF8) == 0xF0 ? 4 : 0;
+    if (!len || (size_t)len > left) return 0;
+    uint32_t v = len == 1 ? u[0] : u[0] & (0x7Fu >> len);
+    for (int k = 1; k < len; k++) {
+        if ((u[k] & 0xC0) != 0x80) return 0;
+        v = v << 6 | (u[k] & 0x3F);
+    }
+    if (v < min_of_len[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+    *cp = v;
+    return len;
+}
+
 int di_grules_find(const DiGRules *rules, const char *name) {
     for (size_t i = 0; i < rules->n; i++)
         if (strcmp(rules->names[i], name) == 0) return (int)i;
@@ -445,7 +460,7 @@ static int check_left_recursion(const DiGrammar *g) {
             if (!a) goto out;
             adj = a;
         }
-        memcpy(adj + n_adj, refs, nr * sizeof *refs);
+        if (nr) memcpy(adj + n_adj, refs, nr * sizeof *refs);
         n_adj += nr;
         adj_off[r + 1] = (int32_t)n_adj;
     }
