@@ -129,6 +129,8 @@ static int walk_check(const DiGrammar *g, const DiGrammarVocab *v, int32_t think
     CHECK(m != NULL);
     if (!m) return 0;
     uint32_t *masks = calloc((size_t)(steps + 1) * words, 4), *bf = calloc(words, 4);
+    DiGrammarMaskCache *cache = di_grammar_mask_cache_new(g, v);
+    CHECK(cache != NULL);
     int done = 0;
     for (; done <= steps; done++) {
         uint32_t *mk = masks + (size_t)done * words;
@@ -136,6 +138,10 @@ static int walk_check(const DiGrammar *g, const DiGrammarVocab *v, int32_t think
         brute_mask(m, n, bf);
         CHECK_MSG(memcmp(mk, bf, words * 4) == 0, "seed %llu step %d: mask differs from brute force",
                   (unsigned long long)seed, done);
+        CHECK(di_grammar_matcher_set_cache(m, cache) == 0); /* the cached mask is the same */
+        CHECK(di_grammar_matcher_fill_mask(m, bf) == 0);
+        CHECK(di_grammar_matcher_set_cache(m, NULL) == 0);
+        CHECK_MSG(memcmp(mk, bf, words * 4) == 0, "seed %llu step %d: cached mask differs", (unsigned long long)seed, done);
         size_t allowed[256], na = 0;
         for (size_t t = 0; t < n && na < 256; t++)
             if (mk[t >> 5] >> (t & 31) & 1) allowed[na++] = t;
@@ -159,6 +165,7 @@ static int walk_check(const DiGrammar *g, const DiGrammarVocab *v, int32_t think
     free(masks);
     free(bf);
     di_grammar_matcher_free(m);
+    di_grammar_mask_cache_free(cache);
     return done;
 }
 

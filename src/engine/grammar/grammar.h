@@ -76,6 +76,8 @@ typedef struct {
 int di_grules_add(DiGRules *rules, const char *name, size_t len, DiGNode *body);
 int di_grules_find(const DiGRules *rules, const char *name);
 void di_grules_free(DiGRules *rules);
+/* Substitute references to small non-recursive rules by their bodies (grammar_inline.c). */
+int di_grules_inline(DiGRules *rules);
 
 /* ---- compiled grammar (grammar_ir.c) ---- */
 
@@ -177,5 +179,21 @@ bool di_grammar_matcher_can_end(const DiGrammarMatcher *m);
 /* Undo the last k accepted tokens; an error when k exceeds the tokens accepted. */
 int di_grammar_matcher_rollback(DiGrammarMatcher *m, size_t k);
 size_t di_grammar_matcher_num_tokens(const DiGrammarMatcher *m);
+
+/* ---- mask cache (grammar_cache.c) ---- */
+
+/* Per NFA position, the tokens whose fate is decided inside the position's rule frame
+ * (accepted / rejected without returning to the caller: "context-independent", §5.2 item 5)
+ * and the few that reach the caller ("uncertain", checked against the live stacks).  Built
+ * lazily, one position at a time, and shared by every matcher of the same grammar and
+ * vocabulary (thread-safe).  Masks through the cache equal the full trie walk exactly. */
+typedef struct DiGrammarMaskCache DiGrammarMaskCache;
+DiGrammarMaskCache *di_grammar_mask_cache_new(const DiGrammar *g, const DiGrammarVocab *v);
+void di_grammar_mask_cache_free(DiGrammarMaskCache *c);
+/* Positions computed so far and their bytes (for benches and memory accounting). */
+size_t di_grammar_mask_cache_positions(const DiGrammarMaskCache *c, size_t *bytes);
+/* Use (or with NULL stop using) a cache for m's masks; it must be for m's grammar and
+ * vocabulary and outlive m. */
+int di_grammar_matcher_set_cache(DiGrammarMatcher *m, DiGrammarMaskCache *c);
 
 #endif

@@ -541,6 +541,7 @@ DiGrammar *di_grammar_build(DiGRules *rules, const char *root) {
         goto fail;
     }
     g->root = r;
+    if (di_grules_inline(rules) != 0) goto fail;
     g->n_rules = rules->n;
     g->rule_start = di_calloc(rules->n, sizeof *g->rule_start, "grammar rules");
     if (!g->rule_start) goto fail;

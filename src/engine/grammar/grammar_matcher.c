@@ -12,6 +12,7 @@
  * vocabulary's DFS token trie from the current state, one state per trie depth, and removes
  * the frames it created when done. */
 #include "engine/grammar/grammar.h"
+#include "engine/grammar/grammar_matcher_internal.h"
 
 #include "base/error.h"
 #include "base/mem.h"
@@ -19,46 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    int32_t pos, node;
-} GStack;
-
-typedef struct {
-    size_t off;   /* into the history arena: the state before the token */
-    uint32_t n;
-    bool accept, thinking, terminated;
-    size_t node_mark;
-} GHist;
-
-struct DiGrammarMatcher {
-    const DiGrammar *g;
-    const DiGrammarVocab *v;
-    int32_t think_end;
-    bool thinking, terminated;
-    /* frames */
-    int32_t *ret, *parent, *hnext, *buckets;
-    size_t n_nodes, node_cap, bucket_mask;
-    /* the current state */
-    GStack *cur;
-    size_t n_cur, cur_cap;
-    bool accept;
-    /* closure scratch: visited (pos, node) pairs, stamped by generation */
-    uint64_t *vkey;
-    uint32_t *vgen, gen;
-    size_t vmask, v_used;
-    GStack *work;
-    size_t work_cap;
-    /* advance output / mask levels */
-    GStack *arena;
-    size_t arena_cap;
-    /* history */
-    GHist *hist;
-    size_t n_hist, hist_cap;
-    GStack *hst;
-    size_t n_hst, hst_cap;
-};
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem, const char *what) {
+int di_gm_grow(void **p, size_t *cap, size_t need, size_t elem, const char *what) {
     if (need <= *cap) return 0;
     size_t c = *cap ? *cap : 64;
     while (c < need) c *= 2;
@@ -117,7 +79,7 @@ static int32_t node_intern(DiGrammarMatcher *m, int32_t ret, int32_t parent) {
     return id;
 }
 
-static void node_truncate(DiGrammarMatcher *m, size_t mark) {
+void di_gm_node_truncate(DiGrammarMatcher *m, size_t mark) {
     while (m->n_nodes > mark) {
         int32_t i = (int32_t)--m->n_nodes;
         size_t h = node_hash(m->ret[i], m->parent[i]) & m->bucket_mask;
@@ -163,7 +125,7 @@ static int closure(DiGrammarMatcher *m, int32_t pos, int32_t node, GStack **out,
                    size_t *n, bool *accept) {
     const DiGrammar *g = m->g;
     size_t sp = 0;
-    if (grow((void **)&m->work, &m->work_cap, 1, sizeof *m->work, "grammar matcher scratch") != 0) return -1;
+    if (di_gm_grow((void **)&m->work, &m->work_cap, 1, sizeof *m->work, "grammar matcher scratch") != 0) return -1;
     m->work[sp++] = (GStack){pos, node};
     while (sp) {
         GStack s = m->work[--sp];
@@ -180,14 +142,14 @@ static int closure(DiGrammarMatcher *m, int32_t pos, int32_t node, GStack **out,
                     continue;
                 }
                 int32_t fr = node_intern(m, e->target, s.node); /* push: return to e->target */
-                if (fr < 0 || grow((void **)&m->work, &m->work_cap, sp + 1, sizeof *m->work, "grammar matcher scratch"))
+                if (fr < 0 || di_gm_grow((void **)&m->work, &m->work_cap, sp + 1, sizeof *m->work, "grammar matcher scratch"))
                     return -1;
                 m->work[sp++] = (GStack){g->rule_start[e->rule], fr};
             }
             if (q->final_rule >= 0) { /* pop */
                 if (s.node < 0) *accept = true;
                 else {
-                    if (grow((void **)&m->work, &m->work_cap, sp + 1, sizeof *m->work, "grammar matcher scratch"))
+                    if (di_gm_grow((void **)&m->work, &m->work_cap, sp + 1, sizeof *m->work, "grammar matcher scratch"))
                         return -1;
                     m->work[sp++] = (GStack){m->ret[s.node], m->parent[s.node]};
                 }
@@ -195,7 +157,7 @@ static int closure(DiGrammarMatcher *m, int32_t pos, int32_t node, GStack **out,
             if (scans) {
                 if (*n >= DI_GRAMMAR_MAX_STACKS)
                     return di_errorf("grammar too ambiguous: more than %d parse stacks at once", DI_GRAMMAR_MAX_STACKS);
-                if (grow((void **)out, out_cap, base + *n + 1, sizeof **out, "grammar matcher state") != 0) return -1;
+                if (di_gm_grow((void **)out, out_cap, base + *n + 1, sizeof **out, "grammar matcher state") != 0) return -1;
                 (*out)[base + (*n)++] = (GStack){(int32_t)qi, s.node};
             }
         }
@@ -205,7 +167,7 @@ static int closure(DiGrammarMatcher *m, int32_t pos, int32_t node, GStack **out,
 
 /* The state after byte b from in[0..n_in) (which must not live in *out), written to
  * (*out)[base..base + *n_out). */
-static int advance(DiGrammarMatcher *m, const GStack *in, size_t n_in, uint8_t b, GStack **out, size_t *out_cap,
+int di_gm_advance(DiGrammarMatcher *m, const GStack *in, size_t n_in, uint8_t b, GStack **out, size_t *out_cap,
                    size_t base, size_t *n_out, bool *accept) {
     *n_out = 0;
     *accept = false;
@@ -254,7 +216,7 @@ void di_grammar_matcher_free(DiGrammarMatcher *m) {
     if (!m) return;
     free(m->ret), free(m->parent), free(m->hnext), free(m->buckets);
     free(m->cur), free(m->vkey), free(m->vgen), free(m->work), free(m->arena);
-    free(m->hist), free(m->hst);
+    free(m->hist), free(m->hst), free(m->tmp[0]), free(m->tmp[1]);
     free(m);
 }
 
@@ -263,9 +225,9 @@ static int run_bytes(DiGrammarMatcher *m, const uint8_t *bytes, size_t len) {
     for (size_t i = 0; i < len; i++) {
         size_t n;
         bool acc;
-        if (advance(m, m->cur, m->n_cur, bytes[i], &m->arena, &m->arena_cap, 0, &n, &acc) != 0) return -1;
+        if (di_gm_advance(m, m->cur, m->n_cur, bytes[i], &m->arena, &m->arena_cap, 0, &n, &acc) != 0) return -1;
         if (n == 0 && !acc) return di_errorf("the grammar rejects byte 0x%02x at offset %zu", bytes[i], i);
-        if (grow((void **)&m->cur, &m->cur_cap, n, sizeof *m->cur, "grammar matcher state") != 0) return -1;
+        if (di_gm_grow((void **)&m->cur, &m->cur_cap, n, sizeof *m->cur, "grammar matcher state") != 0) return -1;
         memcpy(m->cur, m->arena, n * sizeof *m->cur);
         m->n_cur = n;
         m->accept = acc;
@@ -274,8 +236,8 @@ static int run_bytes(DiGrammarMatcher *m, const uint8_t *bytes, size_t len) {
 }
 
 static int save_state(DiGrammarMatcher *m) {
-    if (grow((void **)&m->hist, &m->hist_cap, m->n_hist + 1, sizeof *m->hist, "grammar matcher history") != 0 ||
-        grow((void **)&m->hst, &m->hst_cap, m->n_hst + m->n_cur, sizeof *m->hst, "grammar matcher history") != 0)
+    if (di_gm_grow((void **)&m->hist, &m->hist_cap, m->n_hist + 1, sizeof *m->hist, "grammar matcher history") != 0 ||
+        di_gm_grow((void **)&m->hst, &m->hst_cap, m->n_hst + m->n_cur, sizeof *m->hst, "grammar matcher history") != 0)
         return -1;
     m->hist[m->n_hist++] = (GHist){m->n_hst, (uint32_t)m->n_cur, m->accept, m->thinking, m->terminated, m->n_nodes};
     memcpy(m->hst + m->n_hst, m->cur, m->n_cur * sizeof *m->cur);
@@ -288,13 +250,13 @@ int di_grammar_matcher_rollback(DiGrammarMatcher *m, size_t k) {
     if (k > m->n_hist) return di_errorf("grammar matcher: cannot roll back %zu tokens, only %zu accepted", k, m->n_hist);
     if (k == 0) return 0;
     const GHist *h = &m->hist[m->n_hist - k];
-    if (grow((void **)&m->cur, &m->cur_cap, h->n, sizeof *m->cur, "grammar matcher state") != 0) return -1;
+    if (di_gm_grow((void **)&m->cur, &m->cur_cap, h->n, sizeof *m->cur, "grammar matcher state") != 0) return -1;
     memcpy(m->cur, m->hst + h->off, h->n * sizeof *m->cur);
     m->n_cur = h->n;
     m->accept = h->accept;
     m->thinking = h->thinking;
     m->terminated = h->terminated;
-    node_truncate(m, h->node_mark);
+    di_gm_node_truncate(m, h->node_mark);
     m->n_hst = h->off;
     m->n_hist -= k;
     return 0;
@@ -357,6 +319,7 @@ int di_grammar_matcher_fill_mask(DiGrammarMatcher *m, uint32_t *mask) {
     if (!m || !mask) return di_errorf("grammar matcher: NULL argument");
     const DiGrammarVocab *v = m->v;
     size_t words = (v->n + 31) / 32;
+    if (m->cache && !m->thinking && !m->terminated) return di_gm_fill_mask_cached(m, mask);
     if (m->thinking) { /* anything goes until </think> */
         memset(mask, 0xFF, words * sizeof *mask);
         if (v->n % 32) mask[words - 1] = (1u << (v->n % 32)) - 1;
@@ -370,7 +333,7 @@ int di_grammar_matcher_fill_mask(DiGrammarMatcher *m, uint32_t *mask) {
     size_t *lvl_n = di_malloc((v->max_depth + 2) * sizeof *lvl_n, "grammar mask walk");
     if (!lvl_off || !lvl_n) return free(lvl_off), free(lvl_n), -1;
     size_t mark = m->n_nodes;
-    int rc = grow((void **)&m->arena, &m->arena_cap, m->n_cur, sizeof *m->arena, "grammar mask walk");
+    int rc = di_gm_grow((void **)&m->arena, &m->arena_cap, m->n_cur, sizeof *m->arena, "grammar mask walk");
     if (rc == 0) memcpy(m->arena, m->cur, m->n_cur * sizeof *m->cur);
     lvl_off[0] = 0;
     lvl_n[0] = m->n_cur;
@@ -380,10 +343,10 @@ int di_grammar_matcher_fill_mask(DiGrammarMatcher *m, uint32_t *mask) {
         bool acc;
         /* advance reads level d-1 from the arena while appending level d after it: room for
          * the most stacks a state may have, so the arena never moves during the call */
-        rc = grow((void **)&m->arena, &m->arena_cap, base + DI_GRAMMAR_MAX_STACKS + 1, sizeof *m->arena,
+        rc = di_gm_grow((void **)&m->arena, &m->arena_cap, base + DI_GRAMMAR_MAX_STACKS + 1, sizeof *m->arena,
                   "grammar mask walk");
         if (rc == 0)
-            rc = advance(m, m->arena + lvl_off[d - 1], lvl_n[d - 1], v->tbyte[i], &m->arena, &m->arena_cap, base, &n,
+            rc = di_gm_advance(m, m->arena + lvl_off[d - 1], lvl_n[d - 1], v->tbyte[i], &m->arena, &m->arena_cap, base, &n,
                          &acc);
         if (rc != 0) break;
         if (n == 0 && !acc) {
@@ -395,7 +358,7 @@ int di_grammar_matcher_fill_mask(DiGrammarMatcher *m, uint32_t *mask) {
         for (int32_t t = v->tok_first[i]; t >= 0; t = v->tok_next[t]) mask[t >> 5] |= 1u << (t & 31);
         i++;
     }
-    node_truncate(m, mark);
+    di_gm_node_truncate(m, mark);
     free(lvl_off);
     free(lvl_n);
     return rc;
