@@ -72,6 +72,35 @@ static DiGrammarVocab *load_vocab_file(const char *path, const int32_t *eos, siz
     return v;
 }
 
+/* The grammar vocabulary of a tokenizer, through the public API: each id's exact bytes; added
+ * tokens (their spelling maps back to them as a special id) and unused ids are specials. */
+static DiGrammarVocab *vocab_from_tokenizer(const DiTokenizer *tok, const int32_t *eos, size_t n_eos) {
+    size_t n = di_tokenizer_vocab_size(tok), total = 0;
+    uint32_t *off = calloc(n + 1, sizeof *off);
+    uint8_t *special = calloc(n + 1, 1), *bytes = NULL;
+    for (int pass = 0; pass < 2; pass++) { /* sizes, then bytes */
+        size_t at = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t len = 0;
+            const char *b = di_tokenizer_token_bytes(tok, (int32_t)i, &len);
+            const char *spelling = b ? di_tokenizer_id_to_token(tok, (int32_t)i) : NULL;
+            bool added = spelling && di_tokenizer_special_id(tok, spelling) == (int32_t)i;
+            if (!b || added) len = 0;
+            off[i] = (uint32_t)at;
+            special[i] = !b || added;
+            if (pass && len) memcpy(bytes + at, b, len);
+            at += len;
+        }
+        off[n] = (uint32_t)at;
+        total = at;
+        if (!pass) bytes = malloc(total + 1);
+    }
+    di_error_clear();
+    DiGrammarVocab *v = di_grammar_vocab_new(n, off, bytes, special, eos, n_eos);
+    free(off), free(special), free(bytes);
+    return v;
+}
+
 static uint64_t rng;
 static uint64_t rnd(void) {
     rng ^= rng << 13;
@@ -173,7 +202,7 @@ int main(int argc, char **argv) {
     DiGrammarVocab *v = NULL;
     if (tokpath) {
         tok = di_tokenizer_load_table(tokpath, DI_ADDED_TABLE_V4);
-        v = tok ? di_grammar_vocab_from_tokenizer(tok, eos, n_eos) : NULL;
+        v = tok ? vocab_from_tokenizer(tok, eos, n_eos) : NULL;
     } else if (vocab) v = load_vocab_file(vocab, eos, n_eos);
     if (!v) return fprintf(stderr, "grammar_driver: vocabulary: %s\n", di_error_message()), 1;
     size_t n = di_grammar_vocab_size(v), words = (n + 31) / 32;

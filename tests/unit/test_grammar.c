@@ -41,6 +41,7 @@ TEST(ebnf_errors_name_the_problem) {
     check_error("root ::= (\"a\"", "expected ')'");
     check_error("root ::= \"\\q\"", "unknown escape");
     check_error("root ::= [z-a]", "reversed");
+    check_error("root ::= \"a\"*??*??*??*", "more than 8 repetition operators");
     check_error("root ::= \"a\"{10000} \"b\"{10000} (\"cdefghijklmnopqrstuvwxyz\"{10000}){10000}", "");
 }
 

@@ -148,13 +148,11 @@ typedef struct DiGrammarVocab {
 
 /* n tokens; token i's bytes are bytes[off[i] .. off[i+1]); special[i] != 0 marks a special
  * (control) token that is never grammar text; eos: the ids that end the output (allowed only
- * where the grammar accepts).  Everything is copied. */
+ * where the grammar accepts).  Everything is copied.  The engine sits below the tokenizer
+ * (README "Layout"), so the caller fills these from it: di_tokenizer_token_bytes for the bytes,
+ * added tokens and unused ids as specials (tests/support/grammar_driver.c shows how). */
 DiGrammarVocab *di_grammar_vocab_new(size_t n, const uint32_t *off, const uint8_t *bytes, const uint8_t *special,
                                      const int32_t *eos, size_t n_eos);
-/* The vocabulary of this project's tokenizer (src/recipe/tokenizer*.c): each id's exact decoded
- * bytes; added tokens and unused ids are special. */
-typedef struct DiTokenizer DiTokenizer;
-DiGrammarVocab *di_grammar_vocab_from_tokenizer(const DiTokenizer *tok, const int32_t *eos, size_t n_eos);
 size_t di_grammar_vocab_size(const DiGrammarVocab *v);
 void di_grammar_vocab_free(DiGrammarVocab *v);
 

@@ -193,8 +193,9 @@ static int read_int(P *p, int32_t *out) {
 }
 
 static DiGNode *parse_postfix(P *p, DiGNode *atom) {
-    for (;;) {
+    for (int count = 0;; count++) {
         skip_ws(p);
+        if (count > 8) return di_gnode_free(atom), perr(p, "more than 8 repetition operators on one item"), NULL;
         if (p->i >= p->n) return atom;
         char c = p->s[p->i];
         int32_t mn, mx;

@@ -377,7 +377,7 @@ static int build_closures(DiGrammar *g, const int32_t *eps_off, const int32_t *e
         while (sp) {
             uint32_t q = stack[--sp];
             if (g->n_eclose == cap) {
-                if (cap > (size_t)64 * DI_GRAMMAR_MAX_POSITIONS) {
+                if (cap > (size_t)8 * DI_GRAMMAR_MAX_POSITIONS) {
                     free(mark), free(stack);
                     return di_errorf("grammar too large: epsilon closures exceed %zu entries", cap);
                 }
@@ -403,27 +403,30 @@ static int build_closures(DiGrammar *g, const int32_t *eps_off, const int32_t *e
 /* Positions of rule r reachable from its start without consuming a byte: via epsilon moves and
  * through references to nullable rules.  Calls visit(rule referenced) for each reference met;
  * returns whether the rule's end is reachable (the rule is nullable). */
-static bool null_walk(const DiGrammar *g, int32_t r, const bool *nullable, uint8_t *seen, int32_t *stack,
-                      int32_t *refs, size_t *n_refs) {
+static bool null_walk(const DiGrammar *g, int32_t r, const bool *nullable, uint32_t *seen, int32_t *stack,
+                      int32_t *refs, size_t *n_refs, uint32_t *stamp) {
+    /* seen[p] >= *stamp: p was pushed; == *stamp + 1: its edges were scanned too.  Stamps
+     * instead of clearing keep the analysis linear in the grammar, not rules x positions. */
     bool reaches_end = false;
     size_t sp = 0;
-    memset(seen, 0, g->n_pos);
+    uint32_t pushed = *stamp, scanned = *stamp + 1;
+    *stamp += 2;
     stack[sp++] = g->rule_start[r];
-    seen[g->rule_start[r]] = 1;
+    seen[g->rule_start[r]] = pushed;
     while (sp) {
         const DiGPos *p = &g->pos[stack[--sp]];
         for (uint32_t c = 0; c < p->n_eclose; c++) {
             uint32_t qi = g->eclose[p->eclose_off + c];
-            if (seen[qi] & 2) continue; /* each position's edges once: refs stays <= n_edges */
-            seen[qi] |= 2;
+            if (seen[qi] == scanned) continue; /* each position's edges once: refs stays <= n_edges */
+            seen[qi] = scanned; /* (a later push of qi is redundant: its closure is inside this one) */
             const DiGPos *q = &g->pos[qi];
             if (q->final_rule == r) reaches_end = true;
             for (uint32_t k = 0; k < q->n_edges; k++) {
                 const DiGEdge *e = &g->edges[q->edge_off + k];
                 if (e->kind != DI_GE_RULE) continue;
                 if (refs) refs[(*n_refs)++] = e->rule;
-                if (nullable[e->rule] && !(seen[e->target] & 1)) {
-                    seen[e->target] |= 1;
+                if (nullable[e->rule] && seen[e->target] < pushed) {
+                    seen[e->target] = pushed;
                     stack[sp++] = e->target;
                 }
             }
@@ -434,7 +437,7 @@ static bool null_walk(const DiGrammar *g, int32_t r, const bool *nullable, uint8
 
 static int check_left_recursion(const DiGrammar *g) {
     bool *nullable = di_calloc(g->n_rules, sizeof *nullable, "grammar analysis");
-    uint8_t *seen = di_malloc(g->n_pos, "grammar analysis");
+    uint32_t *seen = di_calloc(g->n_pos, sizeof *seen, "grammar analysis"), stamp = 1;
     int32_t *stack = di_malloc(g->n_pos * sizeof *stack, "grammar analysis");
     int32_t *refs = di_malloc((g->n_edges + 1) * sizeof *refs, "grammar analysis");
     uint8_t *color = di_calloc(g->n_rules, 1, "grammar analysis");
@@ -446,14 +449,14 @@ static int check_left_recursion(const DiGrammar *g) {
     for (bool changed = true; changed;) { /* nullable rules: least fixed point */
         changed = false;
         for (size_t r = 0; r < g->n_rules; r++)
-            if (!nullable[r] && null_walk(g, (int32_t)r, nullable, seen, stack, NULL, NULL))
+            if (!nullable[r] && null_walk(g, (int32_t)r, nullable, seen, stack, NULL, NULL, &stamp))
                 nullable[r] = changed = true;
     }
     /* left-reference graph: r -> s when r can reach a reference to s before any byte */
     size_t n_adj = 0, cap = 0;
     for (size_t r = 0; r < g->n_rules; r++) {
         size_t nr = 0;
-        null_walk(g, (int32_t)r, nullable, seen, stack, refs, &nr);
+        null_walk(g, (int32_t)r, nullable, seen, stack, refs, &nr, &stamp);
         if (n_adj + nr > cap) {
             cap = (n_adj + nr) * 2 + 16;
             int32_t *a = di_realloc_array(adj, cap, sizeof *a, "grammar analysis");

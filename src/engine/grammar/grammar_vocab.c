@@ -9,7 +9,6 @@
 
 #include "base/error.h"
 #include "base/mem.h"
-#include "recipe/tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -124,16 +123,4 @@ void di_grammar_vocab_free(DiGrammarVocab *v) {
     free(v->off), free(v->bytes), free(v->special), free(v->eos);
     free(v->tbyte), free(v->depth), free(v->subtree), free(v->tok_first), free(v->tok_next);
     free(v);
-}
-
-DiGrammarVocab *di_grammar_vocab_from_tokenizer(const DiTokenizer *tok, const int32_t *eos, size_t n_eos) {
-    if (!tok) return di_errorf("grammar vocabulary: NULL tokenizer"), NULL;
-    uint8_t *special = di_malloc(tok->n_ids + 1, "grammar vocabulary");
-    if (!special) return NULL;
-    /* added tokens (<｜begin▁of▁sentence｜>, </think>, DSML markers...) and unused ids are
-     * control tokens: never grammar text */
-    for (size_t i = 0; i < tok->n_ids; i++) special[i] = tok->kind[i] != DI_TOK_VOCAB;
-    DiGrammarVocab *v = di_grammar_vocab_new(tok->n_ids, tok->bytes_off, tok->bytes, special, eos, n_eos);
-    free(special);
-    return v;
 }
