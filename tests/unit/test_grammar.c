@@ -244,6 +244,36 @@ TEST(thinking_mode_applies_grammar_after_think_end) {
     di_grammar_vocab_free(v);
 }
 
+TEST(store_compiles_once_and_evicts_unused) {
+    int32_t eos, think;
+    DiGrammarVocab *v = syn_vocab(&eos, &think);
+    DiGrammarStore *s = di_grammar_store_new(v, 2);
+    DiGrammarRef a, a2, b, c;
+    const char *schema = "{\"type\":\"string\"}", *re = "ab+";
+    CHECK(s != NULL);
+    if (!s) return;
+    CHECK(di_grammar_store_get(s, DI_GRAMMAR_JSON_SCHEMA, schema, strlen(schema), &a) == 0);
+    CHECK(di_grammar_store_get(s, DI_GRAMMAR_JSON_SCHEMA, schema, strlen(schema), &a2) == 0);
+    CHECK(a.grammar == a2.grammar && a.cache == a2.cache); /* compiled once */
+    CHECK(di_grammar_store_get(s, DI_GRAMMAR_REGEX, schema, strlen(schema), &b) == 0);
+    CHECK(b.grammar != a.grammar); /* same text, other kind: another grammar */
+    CHECK(di_grammar_store_get(s, DI_GRAMMAR_REGEX, re, strlen(re), &c) == 0);
+    CHECK_EQ_INT(di_grammar_store_size(s), 3); /* all held: over the limit until released */
+    CHECK(di_grammar_store_release(s, b.grammar) == 0);
+    CHECK_EQ_INT(di_grammar_store_size(s), 2); /* b was the only unreferenced one */
+    CHECK(di_grammar_store_release(s, b.grammar) != 0);
+    DiGrammarMatcher *m = di_grammar_matcher_new(c.grammar, v, -1); /* what admission does */
+    CHECK(m && di_grammar_matcher_set_cache(m, c.cache) == 0);
+    CHECK(m && di_grammar_matcher_set_cache(m, a.cache) != 0); /* another grammar's cache */
+    di_grammar_matcher_free(m);
+    CHECK(di_grammar_store_get(s, DI_GRAMMAR_EBNF, "root ::= nope", 13, &b) != 0);
+    CHECK(strstr(di_error_message(), "rule 'nope'") != NULL);
+    CHECK(di_grammar_store_release(s, a.grammar) == 0 && di_grammar_store_release(s, a2.grammar) == 0);
+    CHECK(di_grammar_store_release(s, c.grammar) == 0);
+    di_grammar_store_free(s);
+    di_grammar_vocab_free(v);
+}
+
 TEST(bad_arguments_are_refused) {
     uint32_t off[2] = {0, 1};
     CHECK(di_grammar_vocab_new(0, off, NULL, NULL, NULL, 0) == NULL);
@@ -261,6 +291,7 @@ int main(void) {
     RUN_TEST(mask_equals_brute_force_on_synthetic_vocab);
     RUN_TEST(eos_only_when_accepting_and_specials_never_text);
     RUN_TEST(thinking_mode_applies_grammar_after_think_end);
+    RUN_TEST(store_compiles_once_and_evicts_unused);
     RUN_TEST(bad_arguments_are_refused);
     return TEST_SUMMARY();
 }

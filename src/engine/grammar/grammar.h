@@ -194,4 +194,23 @@ size_t di_grammar_mask_cache_positions(const DiGrammarMaskCache *c, size_t *byte
  * vocabulary and outlive m. */
 int di_grammar_matcher_set_cache(DiGrammarMatcher *m, DiGrammarMaskCache *c);
 
+/* ---- compiled-grammar store (grammar_store.c) ---- */
+
+/* Compiled grammars cached by (kind, text) for one vocabulary, each with its mask cache; what
+ * admission uses so that a repeated schema compiles once.  Reference-counted; least recently
+ * used unreferenced entries go when more than max_entries are held. */
+typedef enum { DI_GRAMMAR_EBNF = 0, DI_GRAMMAR_REGEX = 1, DI_GRAMMAR_JSON_SCHEMA = 2 } DiGrammarKind;
+typedef struct {
+    DiGrammar *grammar;
+    DiGrammarMaskCache *cache;
+} DiGrammarRef;
+typedef struct DiGrammarStore DiGrammarStore;
+DiGrammarStore *di_grammar_store_new(const DiGrammarVocab *v, size_t max_entries);
+void di_grammar_store_free(DiGrammarStore *s);
+/* The grammar of text (compiled now on a miss; the error names the problem on bad input);
+ * hold it until di_grammar_store_release. */
+int di_grammar_store_get(DiGrammarStore *s, DiGrammarKind kind, const char *text, size_t len, DiGrammarRef *out);
+int di_grammar_store_release(DiGrammarStore *s, const DiGrammar *g);
+size_t di_grammar_store_size(DiGrammarStore *s);
+
 #endif
