@@ -274,6 +274,27 @@ TEST(store_compiles_once_and_evicts_unused) {
     di_grammar_vocab_free(v);
 }
 
+/* A grammar whose only sentence is "": the state has no stacks at all (fuzz_grammar_regex found
+ * memcpy from a NULL state under UBSan on the empty pattern). */
+TEST(empty_language_allows_only_eos) {
+    int32_t eos, think;
+    DiGrammarVocab *v = syn_vocab(&eos, &think);
+    DiGrammar *gs[2] = {di_grammar_compile_regex("", 0), ebnf("root ::= # nothing but a comment\n")};
+    for (int i = 0; i < 2; i++) {
+        CHECK(gs[i] != NULL);
+        CHECK(walk_check(gs[i], v, -1, 3, 3) >= 1); /* masks, cache, brute force, rollback */
+        DiGrammarMatcher *m = di_grammar_matcher_new(gs[i], v, -1);
+        uint32_t mask[4];
+        CHECK(m && di_grammar_matcher_fill_mask(m, mask) == 0);
+        CHECK(mask[eos >> 5] >> (eos & 31) & 1);
+        CHECK(m && di_grammar_matcher_accept_token(m, 9) != 0);
+        CHECK(m && di_grammar_matcher_accept_token(m, eos) == 0 && di_grammar_matcher_rollback(m, 1) == 0);
+        di_grammar_matcher_free(m);
+        di_grammar_free(gs[i]);
+    }
+    di_grammar_vocab_free(v);
+}
+
 TEST(bad_arguments_are_refused) {
     uint32_t off[2] = {0, 1};
     CHECK(di_grammar_vocab_new(0, off, NULL, NULL, NULL, 0) == NULL);
@@ -292,6 +313,7 @@ int main(void) {
     RUN_TEST(eos_only_when_accepting_and_specials_never_text);
     RUN_TEST(thinking_mode_applies_grammar_after_think_end);
     RUN_TEST(store_compiles_once_and_evicts_unused);
+    RUN_TEST(empty_language_allows_only_eos);
     RUN_TEST(bad_arguments_are_refused);
     return TEST_SUMMARY();
 }

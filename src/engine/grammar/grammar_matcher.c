@@ -228,7 +228,7 @@ static int run_bytes(DiGrammarMatcher *m, const uint8_t *bytes, size_t len) {
         if (di_gm_advance(m, m->cur, m->n_cur, bytes[i], &m->arena, &m->arena_cap, 0, &n, &acc) != 0) return -1;
         if (n == 0 && !acc) return di_errorf("the grammar rejects byte 0x%02x at offset %zu", bytes[i], i);
         if (di_gm_grow((void **)&m->cur, &m->cur_cap, n, sizeof *m->cur, "grammar matcher state") != 0) return -1;
-        memcpy(m->cur, m->arena, n * sizeof *m->cur);
+        if (n) memcpy(m->cur, m->arena, n * sizeof *m->cur);
         m->n_cur = n;
         m->accept = acc;
     }
@@ -240,7 +240,7 @@ static int save_state(DiGrammarMatcher *m) {
         di_gm_grow((void **)&m->hst, &m->hst_cap, m->n_hst + m->n_cur, sizeof *m->hst, "grammar matcher history") != 0)
         return -1;
     m->hist[m->n_hist++] = (GHist){m->n_hst, (uint32_t)m->n_cur, m->accept, m->thinking, m->terminated, m->n_nodes};
-    memcpy(m->hst + m->n_hst, m->cur, m->n_cur * sizeof *m->cur);
+    if (m->n_cur) memcpy(m->hst + m->n_hst, m->cur, m->n_cur * sizeof *m->cur);
     m->n_hst += m->n_cur;
     return 0;
 }
@@ -251,7 +251,7 @@ int di_grammar_matcher_rollback(DiGrammarMatcher *m, size_t k) {
     if (k == 0) return 0;
     const GHist *h = &m->hist[m->n_hist - k];
     if (di_gm_grow((void **)&m->cur, &m->cur_cap, h->n, sizeof *m->cur, "grammar matcher state") != 0) return -1;
-    memcpy(m->cur, m->hst + h->off, h->n * sizeof *m->cur);
+    if (h->n) memcpy(m->cur, m->hst + h->off, h->n * sizeof *m->cur);
     m->n_cur = h->n;
     m->accept = h->accept;
     m->thinking = h->thinking;
@@ -334,7 +334,7 @@ int di_grammar_matcher_fill_mask(DiGrammarMatcher *m, uint32_t *mask) {
     if (!lvl_off || !lvl_n) return free(lvl_off), free(lvl_n), -1;
     size_t mark = m->n_nodes;
     int rc = di_gm_grow((void **)&m->arena, &m->arena_cap, m->n_cur, sizeof *m->arena, "grammar mask walk");
-    if (rc == 0) memcpy(m->arena, m->cur, m->n_cur * sizeof *m->cur);
+    if (rc == 0 && m->n_cur) memcpy(m->arena, m->cur, m->n_cur * sizeof *m->cur); /* cur is NULL when empty */
     lvl_off[0] = 0;
     lvl_n[0] = m->n_cur;
     for (size_t i = 0; rc == 0 && i < v->n_nodes;) {
