@@ -295,6 +295,18 @@ TEST(empty_language_allows_only_eos) {
     di_grammar_vocab_free(v);
 }
 
+/* One step whose closure visits thousands of (position, frame) pairs: the visited set must grow
+ * mid-closure (it filled up and probed forever: a fuzz_grammar_regex timeout). */
+TEST(wide_closure_grows_the_visited_set) {
+    const char *re = "(|a|ab){0,400}c";
+    DiGrammar *g = di_grammar_compile_regex(re, strlen(re));
+    CHECK(g != NULL);
+    if (!g) return;
+    CHECK(accepts(g, "aababc"));
+    CHECK(!accepts(g, "abba"));
+    di_grammar_free(g);
+}
+
 TEST(bad_arguments_are_refused) {
     uint32_t off[2] = {0, 1};
     CHECK(di_grammar_vocab_new(0, off, NULL, NULL, NULL, 0) == NULL);
@@ -314,6 +326,7 @@ int main(void) {
     RUN_TEST(thinking_mode_applies_grammar_after_think_end);
     RUN_TEST(store_compiles_once_and_evicts_unused);
     RUN_TEST(empty_language_allows_only_eos);
+    RUN_TEST(wide_closure_grows_the_visited_set);
     RUN_TEST(bad_arguments_are_refused);
     return TEST_SUMMARY();
 }

@@ -89,18 +89,43 @@ void di_gm_node_truncate(DiGrammarMatcher *m, size_t mark) {
 
 /* ---- closure and advance ---- */
 
-/* Insert (pos, node) into the visited set; false when it was already there. */
-static bool visit(DiGrammarMatcher *m, uint32_t pos, int32_t node) {
+#define VISIT_MAX (1u << 24) /* (position, frame) pairs one closure may visit */
+
+/* Double the visited set, keeping the current generation's entries. */
+static int visit_grow(DiGrammarMatcher *m) {
+    size_t n = 2 * (m->vmask + 1);
+    if (n > 2 * (size_t)VISIT_MAX)
+        return di_errorf("grammar too complex: one step reaches more than %u parse positions", VISIT_MAX);
+    uint64_t *k = di_malloc(n * sizeof *k, "grammar matcher scratch");
+    uint32_t *g = di_calloc(n, sizeof *g, "grammar matcher scratch");
+    if (!k || !g) return free(k), free(g), -1;
+    for (size_t i = 0; i <= m->vmask; i++) {
+        if (m->vgen[i] != m->gen) continue;
+        size_t h = (size_t)((m->vkey[i] * 0x9E3779B97F4A7C15ull) >> 20) & (n - 1);
+        while (g[h] == m->gen) h = (h + 1) & (n - 1);
+        g[h] = m->gen;
+        k[h] = m->vkey[i];
+    }
+    free(m->vkey), free(m->vgen);
+    m->vkey = k, m->vgen = g, m->vmask = n - 1;
+    return 0;
+}
+
+/* Insert (pos, node) into the visited set: 1 when new, 0 when already there, -1 on error.
+ * The set grows while a closure fills it (a full table would make the probe loop endless:
+ * fuzz_grammar_regex found "(ab(|a){,97} ...)" doing that). */
+static int visit(DiGrammarMatcher *m, uint32_t pos, int32_t node) {
+    if (m->v_used * 2 > m->vmask && visit_grow(m) != 0) return -1;
     uint64_t key = (uint64_t)pos << 32 | (uint32_t)node;
     size_t h = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & m->vmask;
     while (m->vgen[h] == m->gen) {
-        if (m->vkey[h] == key) return false;
+        if (m->vkey[h] == key) return 0;
         h = (h + 1) & m->vmask;
     }
     m->vgen[h] = m->gen;
     m->vkey[h] = key;
     m->v_used++;
-    return true;
+    return 1;
 }
 
 static int new_generation(DiGrammarMatcher *m) {
@@ -132,7 +157,9 @@ static int closure(DiGrammarMatcher *m, int32_t pos, int32_t node, GStack **out,
         const DiGPos *p = &g->pos[s.pos];
         for (uint32_t c = 0; c < p->n_eclose; c++) {
             uint32_t qi = g->eclose[p->eclose_off + c];
-            if (!visit(m, qi, s.node)) continue;
+            int fresh = visit(m, qi, s.node);
+            if (fresh < 0) return -1;
+            if (!fresh) continue;
             const DiGPos *q = &g->pos[qi];
             bool scans = false;
             for (uint32_t k = 0; k < q->n_edges; k++) {
