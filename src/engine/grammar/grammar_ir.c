@@ -386,7 +386,9 @@ static int build_closures(DiGrammar *g, const int32_t *eps_off, const int32_t *e
                 g->eclose = c;
                 cap *= 2;
             }
-            g->eclose[g->n_eclose++] = q;
+            /* keep p itself (first: the matcher relies on it) and the positions that do
+             * something (edges or a rule end); pure epsilon junctions would only be re-visited */
+            if (q == p || g->pos[q].n_edges || g->pos[q].final_rule >= 0) g->eclose[g->n_eclose++] = q;
             for (int32_t i = eps_off[q]; i < eps_off[q + 1]; i++)
                 if (mark[eps[i]] != (uint32_t)p + 1) {
                     mark[eps[i]] = (uint32_t)p + 1;

@@ -159,6 +159,10 @@ static int closure(DiGrammarMatcher *m, int32_t pos, int32_t node, GStack **out,
             uint32_t qi = g->eclose[p->eclose_off + c];
             int fresh = visit(m, qi, s.node);
             if (fresh < 0) return -1;
+            /* eclose(p) starts with p; p seen means all of eclose(p) was seen (closures are
+             * transitive), so the whole item is done: this keeps nullable repetitions such as
+             * (|a){0,97} linear instead of quadratic per byte */
+            if (!fresh && c == 0) break;
             if (!fresh) continue;
             const DiGPos *q = &g->pos[qi];
             bool scans = false;
