@@ -30,8 +30,8 @@ def build_driver():
         return DRIVER
     os.makedirs(os.path.dirname(DRIVER), exist_ok=True)
     subprocess.run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-O2", "-g", "-pthread",
-                    "-Iinclude", "-Isrc", "-o", DRIVER, src, lib, "-ljansson", "-lpcre2-8", "-lutf8proc",
-                    "-lxxhash", "-lmicrohttpd", "-lm", "-lpthread"], cwd=ROOT, check=True)
+                    "-Iinclude", "-Isrc", "-o", DRIVER, src, lib, "-ljansson", "-lutf8proc",
+                    "-lxxhash", "-lisal", "-lmicrohttpd", "-lmvec", "-lm", "-lpthread"], cwd=ROOT, check=True)
     return DRIVER
 
 

@@ -368,7 +368,10 @@ static int build_closures(DiGrammar *g, const int32_t *eps_off, const int32_t *e
     g->eclose = di_malloc(cap * sizeof *g->eclose, "grammar closures");
     uint32_t *mark = di_calloc(g->n_pos, sizeof *mark, "grammar closure marks");
     uint32_t *stack = di_malloc(g->n_pos * sizeof *stack, "grammar closure stack");
-    if (!g->eclose || !mark || !stack) return free(mark), free(stack), -1;
+    uint8_t *is_target = di_calloc(g->n_pos, 1, "grammar closure marks");
+    if (!g->eclose || !mark || !stack || !is_target) return free(mark), free(stack), free(is_target), -1;
+    for (size_t i = 0; i < g->n_edges; i++) is_target[g->edges[i].target] = 1;
+    for (size_t r = 0; r < g->n_rules; r++) is_target[g->rule_start[r]] = 1;
     for (size_t p = 0; p < g->n_pos; p++) {
         g->pos[p].eclose_off = (uint32_t)g->n_eclose;
         size_t sp = 0;
@@ -378,17 +381,18 @@ static int build_closures(DiGrammar *g, const int32_t *eps_off, const int32_t *e
             uint32_t q = stack[--sp];
             if (g->n_eclose == cap) {
                 if (cap > (size_t)8 * DI_GRAMMAR_MAX_POSITIONS) {
-                    free(mark), free(stack);
+                    free(mark), free(stack), free(is_target);
                     return di_errorf("grammar too large: epsilon closures exceed %zu entries", cap);
                 }
                 uint32_t *c = di_realloc_array(g->eclose, cap * 2, sizeof *c, "grammar closures");
-                if (!c) return free(mark), free(stack), -1;
+                if (!c) return free(mark), free(stack), free(is_target), -1;
                 g->eclose = c;
                 cap *= 2;
             }
-            /* keep p itself (first: the matcher relies on it) and the positions that do
-             * something (edges or a rule end); pure epsilon junctions would only be re-visited */
-            if (q == p || g->pos[q].n_edges || g->pos[q].final_rule >= 0) g->eclose[g->n_eclose++] = q;
+            /* keep p itself (first: the matcher relies on it), the positions that do something
+             * (edges or a rule end) and those the matcher starts closures from (edge targets,
+             * so it sees they were covered); other epsilon junctions would only be re-visited */
+            if (q == p || g->pos[q].n_edges || g->pos[q].final_rule >= 0 || is_target[q]) g->eclose[g->n_eclose++] = q;
             for (int32_t i = eps_off[q]; i < eps_off[q + 1]; i++)
                 if (mark[eps[i]] != (uint32_t)p + 1) {
                     mark[eps[i]] = (uint32_t)p + 1;
@@ -397,6 +401,7 @@ static int build_closures(DiGrammar *g, const int32_t *eps_off, const int32_t *e
         }
         g->pos[p].n_eclose = (uint32_t)(g->n_eclose - g->pos[p].eclose_off);
     }
+    free(is_target);
     free(mark);
     free(stack);
     return 0;
