@@ -66,6 +66,17 @@ TEST(ebnf_accepts_hand_derived_strings) {
     CHECK(!accepts(g, "a\"b\xc3\xa9\xc3\xa9" "A"));   /* excluded char */
     CHECK(!accepts(g, "ab\xc3\xa9\xc3\xa9" "B"));
     di_grammar_free(g);
+    /* nullable repeated items (rewritten to B'{0,n}): the language is unchanged */
+    g = ebnf("root ::= (\"a\" | ){2,3} ([bc]{0,2}){2} (\"\")* \"x\"");
+    CHECK(g != NULL);
+    if (!g) return;
+    CHECK(accepts(g, "x"));
+    CHECK(accepts(g, "aaax"));
+    CHECK(!accepts(g, "aaaax"));
+    CHECK(accepts(g, "abcbcx"));
+    CHECK(accepts(g, "aabbx"));
+    CHECK(!accepts(g, "bcbcbx"));
+    di_grammar_free(g);
     g = ebnf("root ::= a{2} b{1,} c{0,2}\na ::= \"a\"\nb ::= \"b\" | \"\"\nc ::= \"c\"");
     CHECK(g != NULL);
     if (!g) return;
@@ -189,6 +200,7 @@ TEST(mask_equals_brute_force_on_synthetic_vocab) {
         "root ::= \"(\" root* \")\" | \"x\"",
         "root ::= [\\u00e9\\u4e2d]+ \"\\\"\" | \"ab\" \"c\"?",
         "root ::= (\"a\" | \"ab\") (\"bc\" | \"c\")? \"1\"{0,3}", /* ambiguous */
+        "root ::= (\"a\" | ){3,40} ([bc]{0,2}){2,5} (\"x\"? | \"(\")+ \"1\"", /* nullable repeats */
     };
     for (size_t gi = 0; v && gi < sizeof grammars / sizeof *grammars; gi++) {
         DiGrammar *g = ebnf(grammars[gi]);
