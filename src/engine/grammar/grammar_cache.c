@@ -84,7 +84,7 @@ int di_grammar_matcher_set_cache(DiGrammarMatcher *m, DiGrammarMaskCache *c) {
 }
 
 static int add_uncertain(PosEntry *e, size_t *cap, int32_t t) {
-    if (di_gm_grow((void **)&e->uncertain, cap, e->n_uncertain + 1, sizeof *e->uncertain, "grammar mask cache") != 0)
+    if (di_grow(&e->uncertain, cap, e->n_uncertain + 1, 64, sizeof *e->uncertain, "grammar mask cache") != 0)
         return -1;
     e->uncertain[e->n_uncertain++] = t;
     return 0;
@@ -102,7 +102,7 @@ static PosEntry *build_entry(DiGrammarMaskCache *c, int32_t pos) {
     if (e) e->accepted = di_calloc(words, sizeof *e->accepted, "grammar mask cache");
     int rc = e && e->accepted && lvl_off && lvl_n && lvl_pop ? 0 : -1;
     size_t mark = m->n_nodes;
-    if (rc == 0) rc = di_gm_grow((void **)&m->arena, &m->arena_cap, 1, sizeof *m->arena, "grammar mask cache");
+    if (rc == 0) rc = di_grow(&m->arena, &m->arena_cap, 1, 64, sizeof *m->arena, "grammar mask cache");
     if (rc == 0) {
         m->arena[0] = (GStack){pos, -1};
         lvl_off[0] = 0, lvl_n[0] = 1, lvl_pop[0] = false;
@@ -111,7 +111,7 @@ static PosEntry *build_entry(DiGrammarMaskCache *c, int32_t pos) {
         uint32_t d = v->depth[i];
         size_t base = lvl_off[d - 1] + lvl_n[d - 1], n;
         bool popped;
-        rc = di_gm_grow((void **)&m->arena, &m->arena_cap, base + DI_GRAMMAR_MAX_STACKS + 1, sizeof *m->arena,
+        rc = di_grow(&m->arena, &m->arena_cap, base + DI_GRAMMAR_MAX_STACKS + 1, 64, sizeof *m->arena,
                         "grammar mask cache");
         if (rc == 0)
             rc = di_gm_advance(m, m->arena + lvl_off[d - 1], lvl_n[d - 1], v->tbyte[i], &m->arena, &m->arena_cap, base,

@@ -20,17 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int di_gm_grow(void **p, size_t *cap, size_t need, size_t elem, const char *what) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = di_realloc_array(*p, c, elem, what);
-    if (!q) return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
 /* ---- frames (hash-consed) ---- */
 
 static size_t node_hash(int32_t ret, int32_t parent) {
@@ -150,7 +139,7 @@ static int closure(DiGrammarMatcher *m, int32_t pos, int32_t node, GStack **out,
                    size_t *n, bool *accept) {
     const DiGrammar *g = m->g;
     size_t sp = 0;
-    if (di_gm_grow((void **)&m->work, &m->work_cap, 1, sizeof *m->work, "grammar matcher scratch") != 0) return -1;
+    if (di_grow(&m->work, &m->work_cap, 1, 64, sizeof *m->work, "grammar matcher scratch") != 0) return -1;
     m->work[sp++] = (GStack){pos, node};
     while (sp) {
         GStack s = m->work[--sp];
@@ -173,14 +162,14 @@ static int closure(DiGrammarMatcher *m, int32_t pos, int32_t node, GStack **out,
                     continue;
                 }
                 int32_t fr = node_intern(m, e->target, s.node); /* push: return to e->target */
-                if (fr < 0 || di_gm_grow((void **)&m->work, &m->work_cap, sp + 1, sizeof *m->work, "grammar matcher scratch"))
+                if (fr < 0 || di_grow(&m->work, &m->work_cap, sp + 1, 64, sizeof *m->work, "grammar matcher scratch"))
                     return -1;
                 m->work[sp++] = (GStack){g->rule_start[e->rule], fr};
             }
             if (q->final_rule >= 0) { /* pop */
                 if (s.node < 0) *accept = true;
                 else {
-                    if (di_gm_grow((void **)&m->work, &m->work_cap, sp + 1, sizeof *m->work, "grammar matcher scratch"))
+                    if (di_grow(&m->work, &m->work_cap, sp + 1, 64, sizeof *m->work, "grammar matcher scratch"))
                         return -1;
                     m->work[sp++] = (GStack){m->ret[s.node], m->parent[s.node]};
                 }
@@ -188,7 +177,7 @@ static int closure(DiGrammarMatcher *m, int32_t pos, int32_t node, GStack **out,
             if (scans) {
                 if (*n >= DI_GRAMMAR_MAX_STACKS)
                     return di_errorf("grammar too ambiguous: more than %d parse stacks at once", DI_GRAMMAR_MAX_STACKS);
-                if (di_gm_grow((void **)out, out_cap, base + *n + 1, sizeof **out, "grammar matcher state") != 0) return -1;
+                if (di_grow(out, out_cap, base + *n + 1, 64, sizeof **out, "grammar matcher state") != 0) return -1;
                 (*out)[base + (*n)++] = (GStack){(int32_t)qi, s.node};
             }
         }
@@ -258,7 +247,7 @@ static int run_bytes(DiGrammarMatcher *m, const uint8_t *bytes, size_t len) {
         bool acc;
         if (di_gm_advance(m, m->cur, m->n_cur, bytes[i], &m->arena, &m->arena_cap, 0, &n, &acc) != 0) return -1;
         if (n == 0 && !acc) return di_errorf("the grammar rejects byte 0x%02x at offset %zu", bytes[i], i);
-        if (di_gm_grow((void **)&m->cur, &m->cur_cap, n, sizeof *m->cur, "grammar matcher state") != 0) return -1;
+        if (di_grow(&m->cur, &m->cur_cap, n, 64, sizeof *m->cur, "grammar matcher state") != 0) return -1;
         if (n) memcpy(m->cur, m->arena, n * sizeof *m->cur);
         m->n_cur = n;
         m->accept = acc;
@@ -267,8 +256,8 @@ static int run_bytes(DiGrammarMatcher *m, const uint8_t *bytes, size_t len) {
 }
 
 static int save_state(DiGrammarMatcher *m) {
-    if (di_gm_grow((void **)&m->hist, &m->hist_cap, m->n_hist + 1, sizeof *m->hist, "grammar matcher history") != 0 ||
-        di_gm_grow((void **)&m->hst, &m->hst_cap, m->n_hst + m->n_cur, sizeof *m->hst, "grammar matcher history") != 0)
+    if (di_grow(&m->hist, &m->hist_cap, m->n_hist + 1, 64, sizeof *m->hist, "grammar matcher history") != 0 ||
+        di_grow(&m->hst, &m->hst_cap, m->n_hst + m->n_cur, 64, sizeof *m->hst, "grammar matcher history") != 0)
         return -1;
     m->hist[m->n_hist++] = (GHist){m->n_hst, (uint32_t)m->n_cur, m->accept, m->thinking, m->terminated, m->n_nodes};
     if (m->n_cur) memcpy(m->hst + m->n_hst, m->cur, m->n_cur * sizeof *m->cur);
@@ -281,7 +270,7 @@ int di_grammar_matcher_rollback(DiGrammarMatcher *m, size_t k) {
     if (k > m->n_hist) return di_errorf("grammar matcher: cannot roll back %zu tokens, only %zu accepted", k, m->n_hist);
     if (k == 0) return 0;
     const GHist *h = &m->hist[m->n_hist - k];
-    if (di_gm_grow((void **)&m->cur, &m->cur_cap, h->n, sizeof *m->cur, "grammar matcher state") != 0) return -1;
+    if (di_grow(&m->cur, &m->cur_cap, h->n, 64, sizeof *m->cur, "grammar matcher state") != 0) return -1;
     if (h->n) memcpy(m->cur, m->hst + h->off, h->n * sizeof *m->cur);
     m->n_cur = h->n;
     m->accept = h->accept;
@@ -364,7 +353,7 @@ int di_grammar_matcher_fill_mask(DiGrammarMatcher *m, uint32_t *mask) {
     size_t *lvl_n = di_malloc((v->max_depth + 2) * sizeof *lvl_n, "grammar mask walk");
     if (!lvl_off || !lvl_n) return free(lvl_off), free(lvl_n), -1;
     size_t mark = m->n_nodes;
-    int rc = di_gm_grow((void **)&m->arena, &m->arena_cap, m->n_cur, sizeof *m->arena, "grammar mask walk");
+    int rc = di_grow(&m->arena, &m->arena_cap, m->n_cur, 64, sizeof *m->arena, "grammar mask walk");
     if (rc == 0 && m->n_cur) memcpy(m->arena, m->cur, m->n_cur * sizeof *m->cur); /* cur is NULL when empty */
     lvl_off[0] = 0;
     lvl_n[0] = m->n_cur;
@@ -374,7 +363,7 @@ int di_grammar_matcher_fill_mask(DiGrammarMatcher *m, uint32_t *mask) {
         bool acc;
         /* advance reads level d-1 from the arena while appending level d after it: room for
          * the most stacks a state may have, so the arena never moves during the call */
-        rc = di_gm_grow((void **)&m->arena, &m->arena_cap, base + DI_GRAMMAR_MAX_STACKS + 1, sizeof *m->arena,
+        rc = di_grow(&m->arena, &m->arena_cap, base + DI_GRAMMAR_MAX_STACKS + 1, 64, sizeof *m->arena,
                   "grammar mask walk");
         if (rc == 0)
             rc = di_gm_advance(m, m->arena + lvl_off[d - 1], lvl_n[d - 1], v->tbyte[i], &m->arena, &m->arena_cap, base, &n,

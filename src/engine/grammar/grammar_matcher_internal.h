@@ -48,8 +48,6 @@ struct DiGrammarMatcher {
     size_t n_hst, hst_cap;
 };
 
-/* Grow *p to hold need elements (doubling); -1 with an error naming `what`. */
-int di_gm_grow(void **p, size_t *cap, size_t need, size_t elem, const char *what);
 /* Drop the frames created after `mark` (newest first). */
 void di_gm_node_truncate(DiGrammarMatcher *m, size_t mark);
 /* The state after byte b from in[0..n_in) (not inside *out) into (*out)[base..base + *n_out);
