@@ -32,8 +32,10 @@ fi
 # xgrammar, the mask oracle of tests/python/test_grammar_xgrammar.py, declares torch, triton and
 # more as dependencies (gigabytes of CUDA wheels); its grammar core needs none of them, so it is
 # installed without dependencies plus the FFI runtime it loads (the test stubs the torch import).
+# Pinned: the test compares masks with this exact version (newer ones may move the known
+# differences the test documents).
 if ! $PY -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('xgrammar') and u.find_spec('tvm_ffi')))" 2>/dev/null; then
-    echo "install-deps: pip install --no-deps xgrammar apache-tvm-ffi"
-    $PY -m pip install -q --no-deps xgrammar apache-tvm-ffi 2>&1 | grep -v "Running pip as the 'root' user" || true
+    echo "install-deps: pip install --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2"
+    $PY -m pip install -q --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2 2>&1 | grep -v "Running pip as the 'root' user" || true
 fi
 echo "install-deps: all dependencies present"
