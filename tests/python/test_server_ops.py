@@ -212,7 +212,10 @@ def test_big_bodies_do_not_stall_other_streams(tiny):
     assert not watch.errors and watch.done >= 3, watch.errors[:3]
     took = sorted(durations)[len(durations) // 2]
     assert took > 0.5, f"a big body took only {took:.2f} s: the test shows nothing"
-    assert worst < 0.5 * took, f"a stream stalled {worst:.2f} s while big bodies took {took:.2f} s each"
+    # On the HTTP or engine thread a body stalls the stream for its whole time (measured 2.19 s
+    # for 2.00 s bodies); off them, the worst gap was 0.13 s idle and 0.48 s for 0.93 s bodies
+    # with a second test run on the same 2 cores, so the bound leaves room for such load.
+    assert worst < 0.7 * took, f"a stream stalled {worst:.2f} s while big bodies took {took:.2f} s each"
     print(f"big bodies: {took:.2f} s each (median of {len(durations)}), worst stream gap {worst:.3f} s")
 
 
