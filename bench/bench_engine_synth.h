@@ -125,7 +125,7 @@ static int synth_forward(DiRunner *r, const DiRunnerBatch *b) {
     int R = 0;
     for (int s = 0, t = 0; s < b->n_seqs; s++) {
         t += b->seqs[s].n_tokens;
-        if (b->seqs[s].want_logits)
+        if (b->seqs[s].n_logits > 0)
             memcpy(m->rows + (size_t)R++ * H, m->x + (size_t)(t - 1) * H, sizeof(float) * (size_t)H);
     }
     if (R > 0)
@@ -164,7 +164,7 @@ static const char *synth_token_bytes(const void *ctx, int32_t token, size_t *len
     return synth_piece_buf;
 }
 
-static const DiRunnerOps synth_ops = {synth_pages_for_tokens, synth_forward, synth_destroy, NULL, NULL};
+static const DiRunnerOps synth_ops = {synth_pages_for_tokens, synth_forward, synth_destroy, NULL, NULL, NULL, NULL};
 
 /* max_tokens: the most tokens one step may hold (the engine's max_batch_tokens). */
 static DiRunner *synth_runner_create(const SynthConfig *cfg, int max_tokens) {

@@ -19,8 +19,9 @@
  *
  * Batches.  One forward runs a mixed batch: decode sequences (one token each) and prefill chunks
  * (any number of tokens), each {state pages, token ids, start position}.  The runner writes one
- * logits row (fp32, vocab_size values) for every sequence with want_logits, in sequence order,
- * for the sequence's last token.  With batch_invariant set, a row's logits must be bit-identical
+ * logits rows (fp32, vocab_size values each) for every sequence with n_logits > 0, in sequence
+ * order: one row for each of the sequence's last n_logits tokens, in position order (a plain
+ * decode or the end of a prefill asks for 1; a speculative verify for 1 + its drafts).  With batch_invariant set, a row's logits must be bit-identical
  * whatever else is in the batch, at any batch position and with any chunking
  * (engine-features.md §4.2); a CPU runner whose reductions run per row in a fixed order is
  * invariant by construction. */
@@ -40,15 +41,41 @@ typedef struct {
     const int32_t *tokens;  /* the chunk's token ids */
     int32_t n_tokens;       /* >= 1 */
     int64_t start_pos;      /* position of tokens[0]; the state holds positions [0, start_pos) */
-    bool want_logits;       /* write a logits row for the last token */
+    int32_t n_logits;       /* logits rows for the last n_logits tokens (0: none; <= n_tokens) */
+    /* Speculative verify: the engine will cut this chunk back with commit() once it knows how
+     * many of its rows were accepted, so the runner keeps what it needs to undo the rest. */
+    bool speculative;
 } DiRunnerSeq;
 
 typedef struct {
     const DiRunnerSeq *seqs;
     int n_seqs;
     bool batch_invariant;   /* DEEPINFER_BATCH_INVARIANT: fixed-geometry kernels */
-    float *logits;          /* [number of seqs with want_logits][vocab_size] */
+    float *logits;          /* [sum of n_logits][vocab_size] */
 } DiRunnerBatch;
+
+/* Speculative decoding (engine-features.md §1).  A request's state holds its committed
+ * positions [0, start_pos); anchor is the token at start_pos, not yet forwarded.  draft()
+ * proposes the next draft_block tokens (positions start_pos+1 ..) from the state alone (the
+ * drafter's context is written by forward for every committed row), with:
+ *   tokens[k]      the draft for position start_pos + 1 + k
+ *   confidence[k]  the confidence head's raw logit for draft k given drafts < k (no sigmoid)
+ *   logits[k]      (optional, may be NULL) the draft distribution's logits z_k before
+ *                  temperature, the row tokens[k] was picked from (verification at T > 0)
+ * pick chooses token k from z_k (the engine's sampler, so drafts follow the request's sampling
+ * parameters); NULL picks the argmax (ties to the lower id).  pick returns -1 on error. */
+typedef int32_t (*DiDraftPick)(void *ctx, int row, const float *logits, int32_t vocab_size);
+typedef struct {
+    uint8_t *const *pages;
+    size_t n_pages;
+    int64_t start_pos;      /* committed positions */
+    int32_t anchor;         /* the token at start_pos */
+    int32_t *tokens;        /* [draft_block] out */
+    float *confidence;      /* [draft_block] out */
+    float *logits;          /* [draft_block][vocab_size] out, or NULL */
+    DiDraftPick pick;
+    void *pick_ctx;
+} DiRunnerDraft;
 
 typedef struct DiRunner DiRunner;
 
@@ -65,6 +92,15 @@ typedef struct {
     /* Optional: the most rows one forward will carry (the engine's max batch tokens), called
      * once at engine creation so the runner sizes its scratch for them up front.  <0 on error. */
     int (*reserve_rows)(DiRunner *runner, int64_t rows);
+    /* Optional (NULL: no drafter; then draft_block is 0): draft for n requests, their states
+     * left unchanged.  <0 on error. */
+    int (*draft)(DiRunner *runner, const DiRunnerDraft *drafts, int n);
+    /* Required when draft is set: after a forward whose batch had speculative sequences and
+     * before any other forward, keep[i] (1 <= keep[i] <= n_tokens, for each sequence of that
+     * batch; ignored for non-speculative ones) cuts sequence i back so that its state holds
+     * exactly start_pos + keep[i] positions, bit-identical to a forward of its first keep[i]
+     * tokens alone.  <0 on error. */
+    int (*commit)(DiRunner *runner, const DiRunnerBatch *batch, const int32_t *keep);
 } DiRunnerOps;
 
 /* A runner's built-in byte-level text, used when the engine was given no text hooks
@@ -83,6 +119,7 @@ struct DiRunner {
     const int32_t *eos_ids;  /* tokens that end a generation */
     int n_eos_ids;
     const char *name;        /* for messages */
+    int32_t draft_block;     /* drafts one draft() proposes (dspark_block_size); 0: no drafter */
     DiTextCodec codec;       /* optional built-in text */
     /* Optional: called just before a request's pages go back to the pool (finish, abort,
      * preemption, engine destroy), for a runner that keeps something outside the pages. */

@@ -54,6 +54,8 @@ static int mock_forward(DiRunner *r, const DiRunnerBatch *batch) {
     for (int i = 0; i < batch->n_seqs; i++) {
         const DiRunnerSeq *seq = &batch->seqs[i];
         int64_t end = seq->start_pos + seq->n_tokens;
+        if (seq->n_logits > 1 || seq->speculative)
+            return di_errorf("mock runner: sequence %d: several logits rows and speculative rows are not supported", i);
         if (seq->n_tokens < 1 || seq->n_pages < mock_pages_for_tokens(r, end))
             return di_errorf("mock runner: sequence %d has %zu pages for %lld tokens", i, seq->n_pages,
                              (long long)end);
@@ -63,7 +65,7 @@ static int mock_forward(DiRunner *r, const DiRunnerBatch *batch) {
             *row_at(m, seq, pos) = row_hash(previous, seq->tokens[t], pos, m->seed);
             *ring_at(m, seq, pos) = seq->tokens[t];
         }
-        if (!seq->want_logits) continue;
+        if (seq->n_logits <= 0) continue;
         uint64_t fold = 0;
         for (int64_t q = 0; q < end; q++) fold = fold * 1099511628211ULL + *row_at(m, seq, q);
         int32_t window[DI_MOCK_WINDOW];
@@ -122,7 +124,7 @@ void di_mock_text_hooks(DiTextHooks *out) {
     *out = (DiTextHooks){mock_encode, mock_token_bytes, mock_is_special, NULL, NULL, -1};
 }
 
-static const DiRunnerOps mock_ops = {mock_pages_for_tokens, mock_forward, mock_destroy, NULL, NULL};
+static const DiRunnerOps mock_ops = {mock_pages_for_tokens, mock_forward, mock_destroy, NULL, NULL, NULL, NULL};
 
 DiRunner *di_mock_runner_create(int32_t vocab_size, uint64_t model_seed) {
     if (vocab_size < 257) {

@@ -59,6 +59,8 @@ static int v41_forward(DiRunner *base, const DiRunnerBatch *batch) {
     int row = 0;
     for (int i = 0; i < batch->n_seqs; i++) {
         const DiRunnerSeq *seq = &batch->seqs[i];
+        if (seq->n_logits > 1 || seq->speculative)
+            return di_errorf("sequence %d: several logits rows and speculative rows are not supported", i);
         RunState *st = r->views[i];
         state_reset(st);
         if (state_attach_pages(st, &r->layout, seq->pages, seq->n_pages, seq->start_pos) != 0)
@@ -66,7 +68,7 @@ static int v41_forward(DiRunner *base, const DiRunnerBatch *batch) {
         if ((int64_t)seq->n_pages < state_pages_for_tokens(&r->layout, seq->start_pos + seq->n_tokens))
             return di_errorf("sequence %d: %zu state pages cannot hold %lld positions", i, seq->n_pages,
                              (long long)(seq->start_pos + seq->n_tokens));
-        float *logits = seq->want_logits ? batch->logits + (size_t)row++ * (size_t)base->vocab_size : NULL;
+        float *logits = seq->n_logits > 0 ? batch->logits + (size_t)row++ * (size_t)base->vocab_size : NULL;
         r->fseqs[i] = (ForwardSeq){st, seq->tokens, seq->n_tokens, seq->start_pos, logits, false};
     }
     if (model_forward_batch(r->model, r->fseqs, batch->n_seqs, NULL) != 0)
@@ -101,7 +103,7 @@ static void v41_destroy(DiRunner *base) {
     free(r);
 }
 
-static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows};
+static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, NULL, NULL};
 
 DiRunner *di_v41_runner_create(Model *model, int own_model, size_t page_bytes) {
     if (!model) {

@@ -139,7 +139,8 @@ void di_step_execute(const DiStepExecutor *exec, DiStep *step) {
         r->tokens = s->req->tokens + s->start_pos; /* written by the previous step when decoding */
         r->n_tokens = s->n_tokens;
         r->start_pos = s->start_pos;
-        r->want_logits = s->sample;
+        r->n_logits = s->sample ? 1 : 0;
+        r->speculative = false;
         if (s->sample) step->sample_seq[step->n_rows++] = i;
     }
     DiRunnerBatch batch = {step->runner_seqs, step->n_seqs, exec->batch_invariant, step->logits};
