@@ -361,13 +361,14 @@ static bool needs_penalties(const DiSamplingParams *p) {
     return p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
 }
 
-int di_sampler_sample(DiSampler *s, const DiSamplingParams *p, const DiSampleContext *c, const float *logits,
-                      int32_t *out_token, DiTokenLogprobs *logprobs) {
-    if (!s || !p || !c || !logits || !out_token) return di_errorf("sampler: NULL argument");
+/* The pipeline up to the draw.  Returns 0 when the token is decided (*token: the forced
+ * end-of-thinking or the processed argmax), 1 when the request samples (s->cand[0, *n) are the
+ * survivors, weights s->prob, *reordered whether cand left id order), -1 on bad logits. */
+static int prepare(DiSampler *s, const DiSamplingParams *p, const DiSampleContext *c, const float *logits,
+                   int32_t *token, size_t *n, bool *reordered) {
     const int32_t V = s->vocab;
     if (thinking_budget_spent(p, c)) {
-        *out_token = p->think_end_id;
-        if (logprobs && p->logprobs >= 0) fill_logprobs(logits, V, p->think_end_id, p->logprobs, logprobs);
+        *token = p->think_end_id;
         return 0;
     }
     const float *x = logits;
@@ -391,23 +392,57 @@ int di_sampler_sample(DiSampler *s, const DiSamplingParams *p, const DiSampleCon
             if (isnan(x[v]) || x[v] == INFINITY)
                 return di_errorf("sampler: logits row has %s at token %d", isnan(x[v]) ? "NaN" : "+inf", v);
     if (max == -INFINITY) return di_errorf("sampler: every token is masked");
-    int32_t token = 0; /* the argmax; ties stay with the lower id */
-    while (x[token] != max) token++;
-    if (p->temperature >= DI_SAMPLER_GREEDY_EPS) {
-        float inv_t = 1.0f / p->temperature;
-        size_t n = 0;
-        di_expf_row(x, (size_t)V, max, inv_t, s->prob);
-        for (int32_t v = 0; v < V; v++) { /* masked tokens (-inf) are no candidates */
-            s->cand[n] = v;
-            n += x[v] != -INFINITY;
-        }
-        bool reordered = false;
-        n = filter_candidates(s, p, n, &reordered);
-        token = draw_token(s, n, reordered, c->seed, c->position);
+    int32_t argmax = 0; /* ties stay with the lower id */
+    while (x[argmax] != max) argmax++;
+    *token = argmax;
+    if (p->temperature < DI_SAMPLER_GREEDY_EPS) return 0;
+    size_t m = 0;
+    di_expf_row(x, (size_t)V, max, 1.0f / p->temperature, s->prob);
+    for (int32_t v = 0; v < V; v++) { /* masked tokens (-inf) are no candidates */
+        s->cand[m] = v;
+        m += x[v] != -INFINITY;
     }
+    *reordered = false;
+    *n = filter_candidates(s, p, m, reordered);
+    return 1;
+}
+
+int di_sampler_sample(DiSampler *s, const DiSamplingParams *p, const DiSampleContext *c, const float *logits,
+                      int32_t *out_token, DiTokenLogprobs *logprobs) {
+    if (!s || !p || !c || !logits || !out_token) return di_errorf("sampler: NULL argument");
+    int32_t token;
+    size_t n;
+    bool reordered;
+    int how = prepare(s, p, c, logits, &token, &n, &reordered);
+    if (how < 0) return -1;
+    if (how == 1) token = draw_token(s, n, reordered, c->seed, c->position);
     *out_token = token;
-    if (logprobs && p->logprobs >= 0) fill_logprobs(logits, V, token, p->logprobs, logprobs);
+    if (logprobs && p->logprobs >= 0) fill_logprobs(logits, s->vocab, token, p->logprobs, logprobs);
     return 0;
+}
+
+int di_sampler_probs(DiSampler *s, const DiSamplingParams *p, const DiSampleContext *c, const float *logits,
+                     float *probs) {
+    if (!s || !p || !c || !logits || !probs) return di_errorf("sampler: NULL argument");
+    int32_t token;
+    size_t n;
+    bool reordered;
+    int how = prepare(s, p, c, logits, &token, &n, &reordered);
+    if (how < 0) return -1;
+    memset(probs, 0, (size_t)s->vocab * sizeof *probs);
+    if (how == 0) {
+        probs[token] = 1.0f;
+        return 0;
+    }
+    double total = 0;
+    for (size_t i = 0; i < n; i++) total += s->prob[s->cand[i]];
+    for (size_t i = 0; i < n; i++) probs[s->cand[i]] = (float)(s->prob[s->cand[i]] / total);
+    return 0;
+}
+
+void di_sampler_logprobs(const float *logits, int32_t vocab_size, int32_t token, int n_best,
+                         DiTokenLogprobs *out) {
+    fill_logprobs(logits, vocab_size, token, n_best, out);
 }
 
 void di_sampling_params_init(DiSamplingParams *p) {

@@ -47,6 +47,17 @@ int di_sampling_params_check(const DiSamplingParams *params, int32_t vocab_size)
 int di_sampler_sample(DiSampler *sampler, const DiSamplingParams *params, const DiSampleContext *ctx,
                       const float *logits, int32_t *out_token, DiTokenLogprobs *logprobs);
 
+/* The distribution di_sampler_sample draws from for the same arguments: probs (vocab_size
+ * values) gets the survivors' normalised probabilities and 0 elsewhere; a one-hot vector when
+ * the parameters are greedy or the thinking budget forces its end.  Speculative verification
+ * compares these (spec_verify.h).  -1 with the cause on bad logits. */
+int di_sampler_probs(DiSampler *sampler, const DiSamplingParams *params, const DiSampleContext *ctx,
+                     const float *logits, float *probs);
+
+/* The logprobs report di_sampler_sample gives for `token` of a raw logits row (n_best <= DI_MAX_LOGPROBS). */
+void di_sampler_logprobs(const float *logits, int32_t vocab_size, int32_t token, int n_best,
+                         DiTokenLogprobs *out);
+
 /* The counter-based uniform in (0, 1) for (seed, position, draw). */
 double di_sampler_uniform(uint64_t seed, int64_t position, uint32_t draw);
 

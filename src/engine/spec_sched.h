@@ -34,10 +34,12 @@
  * prefix of each request's drafts.  A cap per request (tokens left before max_tokens, a grammar
  * that refused a draft, ...) drops the drafts at and past it before ranking.
  *
- * The drafter's own cost: with b > 0 drafts the step also runs the drafter (draft_seconds, the
- * engine's measurement of it for this batch); with none the engine may skip it, so the no-draft
- * baseline is R / seconds(required_rows).  required_rows is the rows the forward carries anyway
- * (R decode anchors plus any prefill chunks batched with them), >= R.
+ * The drafter's own cost (draft_seconds, the engine's measurement of it for this batch): the
+ * budget is chosen before drafting, so it compares b > 0 drafts (drafter + verify) with the
+ * baseline R / seconds(required_rows) of a step that skips the drafter.  The exact scheduler
+ * runs on current confidences, so the drafter already ran: its cost is in every option, the
+ * baseline included.  required_rows is the rows the forward carries anyway (R decode anchors
+ * plus any prefill chunks batched with them), >= R.
  *
  * Caveat for the caller: survivals exist only for steps that drafted.  A scheduler that chose 0
  * learns nothing new; the engine should draft now and then (or when the load changes) so that

@@ -32,6 +32,7 @@ typedef struct {
     double trials[DI_SPEC_STS_MAX_POSITIONS][DI_SPEC_STS_BINS];
     double hits[DI_SPEC_STS_MAX_POSITIONS][DI_SPEC_STS_BINS];
     float temps[DI_SPEC_STS_MAX_POSITIONS];   /* the current fit, read by the scheduler */
+    double curve[DI_SPEC_STS_GRID][DI_SPEC_STS_BINS];  /* sigmoid(bin_mid / T_i), filled by init */
 } DiSpecSts;
 
 /* Empty histograms, every temperature 1; n_positions in [1, DI_SPEC_STS_MAX_POSITIONS] (the
@@ -45,8 +46,9 @@ int di_spec_sts_init(DiSpecSts *sts, int32_t n_positions);
 int di_spec_sts_observe(DiSpecSts *sts, const float *logits, int32_t n_drafted, int32_t verified,
                         int32_t accepted);
 
-/* Refit every temperature from the histograms (a few thousand multiplications: once a step). */
-void di_spec_sts_refit(DiSpecSts *sts);
+/* Refit every temperature from the histograms (about 800 multiply-adds per position: once a
+ * step is fine).  -1 on a NULL or uninitialised state. */
+int di_spec_sts_refit(DiSpecSts *sts);
 
 /* The grid value i (0 <= i < DI_SPEC_STS_GRID): 8^((i - 24) / 24). */
 double di_spec_sts_grid(int i);

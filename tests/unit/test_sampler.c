@@ -417,9 +417,45 @@ TEST(thinking_budget_forces_the_end_of_thinking) {
     di_sampler_destroy(s);
 }
 
+/* di_sampler_probs is the distribution di_sampler_sample draws from: the hand-derived top-k set
+ * renormalised, one-hot when greedy or forced, and the empirical frequencies of the draws. */
+TEST(probs_are_the_distribution_the_draws_follow) {
+    DiSampler *s = di_sampler_create(4);
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.top_k = 2;
+    float logits[4] = {1, 2, 0, -1}, probs[4];
+    DiSampleContext c = ctx_at(0, 3);
+    CHECK_EQ_INT(di_sampler_probs(s, &p, &c, logits, probs), 0);
+    double e = exp(1.0);
+    CHECK_NEAR(probs[0], 1 / (1 + e), 1e-6); /* e^1 / (e^1 + e^2) */
+    CHECK_NEAR(probs[1], e / (1 + e), 1e-6);
+    CHECK(probs[2] == 0.0f && probs[3] == 0.0f);
+    int counts[4] = {0};
+    for (int i = 0; i < 20000; i++) {
+        DiSampleContext ci = ctx_at(i, 3);
+        counts[sample1(s, &p, &ci, logits)]++;
+    }
+    CHECK_NEAR(counts[0] / 20000.0, probs[0], 0.012); /* 4 standard errors */
+    CHECK_EQ_INT(counts[2] + counts[3], 0);
+    p.temperature = 0;
+    CHECK_EQ_INT(di_sampler_probs(s, &p, &c, logits, probs), 0);
+    CHECK(probs[0] == 0.0f && probs[1] == 1.0f && probs[2] == 0.0f && probs[3] == 0.0f);
+    p.temperature = 1;
+    p.has_thinking_budget = 1; /* budget 0 spent at once: the end of thinking is forced */
+    p.think_end_id = 3;
+    CHECK_EQ_INT(di_sampler_probs(s, &p, &c, logits, probs), 0);
+    CHECK(probs[3] == 1.0f && probs[1] == 0.0f);
+    logits[2] = NAN;
+    p.has_thinking_budget = 0;
+    CHECK(di_sampler_probs(s, &p, &c, logits, probs) == -1);
+    di_sampler_destroy(s);
+}
+
 int main(void) {
     RUN_TEST(logit_bias_moves_the_choice);
     RUN_TEST(thinking_budget_forces_the_end_of_thinking);
+    RUN_TEST(probs_are_the_distribution_the_draws_follow);
     RUN_TEST(large_vocab_top_p_matches_a_brute_force_nucleus);
     RUN_TEST(uniform_is_deterministic_and_keyed);
     RUN_TEST(greedy_takes_argmax_with_lowest_id_on_ties);
