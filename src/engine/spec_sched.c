@@ -17,7 +17,8 @@ int di_spec_survival(const float *logits, const float *temps, int32_t n, float *
     for (int32_t j = 0; j < n; j++) {
         double t = temps ? temps[j] : 1.0;
         if (isnan(logits[j])) return di_errorf("spec survival: confidence logit %d is NaN", j);
-        if (!(t > 0) || !isfinite(t)) return di_errorf("spec survival: temperature %d must be finite and > 0, got %g", j, t);
+        if (!(t > 0) || !isfinite(t))
+            return di_errorf("spec survival: temperature %d must be finite and > 0, got %g", j, t);
         a *= 1.0 / (1.0 + exp(-(double)logits[j] / t));
         survival[j] = (float)a;
     }
@@ -241,8 +242,10 @@ int64_t di_spec_budget(DiSpecSched *s, int32_t n_requests, const DiSpecStepCost 
     if (n_requests < 1) return di_errorf("spec budget: n_requests must be >= 1, got %d", n_requests);
     if (check_step(step, n_requests) != 0) return -1;
     int64_t cap = (int64_t)s->max_requests * s->max_draft;
-    if (n < 0 || n > cap) return di_errorf("spec budget: %lld stale survivals, expected [0, %lld]", (long long)n, (long long)cap);
-    if (!(keep_frac > 0 && keep_frac <= 1)) return di_errorf("spec budget: keep_frac must be in (0, 1], got %g", keep_frac);
+    if (n < 0 || n > cap)
+        return di_errorf("spec budget: %lld stale survivals, expected [0, %lld]", (long long)n, (long long)cap);
+    if (!(keep_frac > 0 && keep_frac <= 1))
+        return di_errorf("spec budget: keep_frac must be in (0, 1], got %g", keep_frac);
     for (int64_t i = 0; i < n; i++)
         if (!(stale[i] >= 0.0f && stale[i] <= 1.0f))
             return di_errorf("spec budget: stale survival %lld = %g is outside [0, 1]", (long long)i, stale[i]);

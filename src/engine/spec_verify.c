@@ -61,8 +61,10 @@ static int check_tokens(const DiSpecVerifier *v, const int32_t *drafts, int32_t 
 /* v->output = base output + drafts[0, n); *ctx = base reading it, still at base's position. */
 static int extend_context(DiSpecVerifier *v, const DiSampleContext *base, const int32_t *drafts, int32_t n,
                           DiSampleContext *ctx) {
-    if (base->n_output > 0 && !base->output) return di_errorf("spec verifier: %zu output tokens but no array", base->n_output);
-    if (base->position < 0) return di_errorf("spec verifier: position must be >= 0, got %lld", (long long)base->position);
+    if (base->n_output > 0 && !base->output)
+        return di_errorf("spec verifier: %zu output tokens but no array", base->n_output);
+    if (base->position < 0)
+        return di_errorf("spec verifier: position must be >= 0, got %lld", (long long)base->position);
     size_t need = base->n_output + (size_t)n;
     if (di_grow(&v->output, &v->cap_output, need, 256, sizeof *v->output, "spec verifier context") != 0) return -1;
     if (base->n_output > 0) memcpy(v->output, base->output, base->n_output * sizeof *v->output);

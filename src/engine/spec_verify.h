@@ -48,8 +48,9 @@ int di_spec_draft_pick(DiSpecVerifier *verifier, const DiSamplingParams *params,
 /* Verify a request's drafts.
  *   target_logits  [n_draft + 1][vocab_size], the forward's rows for anchor, drafts[0..n_draft)
  *   drafts         [n_draft], n_draft >= 0
- *   draft_logits   [n_draft][vocab_size], the rows the drafts were picked from; may be NULL only
- *                  with greedy parameters
+ *   draft_logits   [n_draft][vocab_size], the rows the drafts were picked from: q at T > 0
+ *                  (required there); greedy acceptance compares argmaxes only and does not
+ *                  read them (NULL is fine)
  *   out_tokens     [n_draft + 1]: receives the accepted drafts then the correction or bonus
  *   out_logprobs   NULL or [n_draft + 1]: when params->logprobs >= 0, each emitted token's raw
  *                  logprob in its target row and the n best (as the sampler reports them)

@@ -8,6 +8,7 @@
 #include "engine/spec_verify.h"
 
 #include <math.h>
+#include <stdbool.h>
 
 /* A curve with seconds(rows) = f(rows) measured at rows 1..n. */
 static void curve_from(DiSpecCost *c, int n, double (*f)(int)) {
@@ -278,22 +279,27 @@ TEST(fixed_lengths_and_bad_inputs) {
     di_spec_sched_destroy(s);
 }
 
-/* DSP appendix A: target p = (0.7, 0.3) at both positions, draft q = (0.5, 0.5), the second
- * confidence high only when the first draft is token 0.  Verifying one draft does not pay but
- * two likely ones do.  A scheduler that looks past a non-improving draft verifies exactly when
- * d1 = 0 and the first emitted token becomes 0 with probability 0.5 + 0.5 * 0.7 = 0.85; the early
- * stop decides on d1 before it sees the confidence that depends on it: 0.7. */
-static double first_token_zero_rate(int use_exact, int n) {
+/* DSP appendix A: target p = (0.7, 0.3) at every position, draft q = (0.5, 0.5), the second
+ * confidence high only when the first draft is token 0.  With `steep` costs verifying one draft
+ * does not pay but two likely ones do: a scheduler that looks past a non-improving draft
+ * verifies exactly when d1 = 0 and the first emitted token becomes 0 with probability
+ * 0.5 + 0.5 * 0.7 = 0.85; the early stop decides on d1 before it sees the confidence that depends
+ * on it.  With gentle costs one draft always pays and the second only when d1 = 0: the length
+ * depends on d1, but only through the admission of d2, which stays lossless.  pairs[a][b] counts
+ * the first two emitted tokens (a second, plain step when the first emitted only one). */
+static void first_two_tokens(bool exact, bool steep, int n, int pairs[2][2], int lengths[3]) {
     DiSpecVerifier *v = di_spec_verifier_create(2);
     DiSpecSched *s = di_spec_sched_create(1, 2);
     DiSpecCost c;
-    curve_points(&c, 3, (const int64_t[]){1, 2, 3}, (const double[]){1.0, 1.6, 1.7});
+    const double steep_s[3] = {1.0, 1.6, 1.7}, gentle_s[3] = {1.0, 1.2, 1.3};
+    curve_points(&c, 3, (const int64_t[]){1, 2, 3}, steep ? steep_s : gentle_s);
     DiSpecStepCost step = {&c, 1, 0.0};
     DiSamplingParams p;
     di_sampling_params_init(&p);
     const float target[3 * 2] = {0.0f, logf(0.3f / 0.7f), 0.0f, logf(0.3f / 0.7f), 0.0f, logf(0.3f / 0.7f)};
     const float draft[2 * 2] = {0, 0, 0, 0};
-    int zeros = 0;
+    memset(pairs, 0, 4 * sizeof pairs[0][0]);
+    memset(lengths, 0, 3 * sizeof *lengths);
     for (int i = 0; i < n; i++) {
         DiSampleContext base = {.position = 100, .seed = (uint64_t)i * 7919u + 1};
         int32_t d[2], out[3], acc, len[1];
@@ -302,29 +308,54 @@ static double first_token_zero_rate(int use_exact, int n) {
         float conf[2] = {0.0f, d[0] == 0 ? 4.0f : -4.6f}, a[2];
         di_spec_survival(conf, NULL, 2, a);
         DiSpecDrafts dr = {1, 2, a, NULL};
-        if (use_exact) {
+        if (exact) {
             di_spec_schedule_exact(s, &dr, &step, len);
         } else { /* the best length by brute force, no early stop */
             len[0] = 0;
-            double best = 1.0 / 1.0;
+            double best = 1.0 / di_spec_cost_seconds(&c, 1);
             for (int l = 1; l <= 2; l++) {
                 double t = (1 + a[0] + (l == 2 ? a[1] : 0)) / di_spec_cost_seconds(&c, 1 + l);
                 if (t > best) best = t, len[0] = l;
             }
         }
+        lengths[len[0]]++;
         di_spec_verify(v, &p, &base, target, d, len[0], draft, out, NULL, &acc);
-        zeros += out[0] == 0;
+        if (acc == 0) { /* one token out: the next one from a plain step at the next position */
+            DiSampleContext next = base;
+            next.position++;
+            int32_t none;
+            di_spec_verify(v, &p, &next, target, NULL, 0, NULL, &out[1], NULL, &none);
+        }
+        pairs[out[0]][out[1]]++;
     }
     di_spec_sched_destroy(s);
     di_spec_verifier_destroy(v);
-    return (double)zeros / n;
+}
+
+/* Chi-square of pair counts against (0.7, 0.3) x (0.7, 0.3) (3 degrees of freedom). */
+static double chi_square_pairs(int pairs[2][2], int n) {
+    const double p[2] = {0.7, 0.3};
+    double chi = 0;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++) {
+            double e = p[a] * p[b] * n;
+            chi += (pairs[a][b] - e) * (pairs[a][b] - e) / e;
+        }
+    return chi;
 }
 
 TEST(appendix_a_counterexample_stays_lossless_with_the_early_stop) {
-    const int n = 20000; /* standard error of the rate ~0.0033 */
-    double exact = first_token_zero_rate(1, n), greedy_best = first_token_zero_rate(0, n);
-    CHECK_NEAR(exact, 0.7, 0.015);
-    CHECK_NEAR(greedy_best, 0.85, 0.015);
+    const int n = 20000; /* standard error of a rate ~0.0033; P(chi2_3 > 20) ~ 2e-4 */
+    int pairs[2][2], lengths[3];
+    first_two_tokens(false, true, n, pairs, lengths);
+    CHECK_NEAR((pairs[0][0] + pairs[0][1]) / (double)n, 0.85, 0.015); /* the distortion is real */
+    first_two_tokens(true, true, n, pairs, lengths);
+    CHECK_EQ_INT(lengths[0], n); /* one draft never pays, and the early stop looks no further */
+    CHECK_NEAR((pairs[0][0] + pairs[0][1]) / (double)n, 0.7, 0.015);
+    CHECK_MSG(chi_square_pairs(pairs, n) < 20, "steep costs: chi-square %.1f", chi_square_pairs(pairs, n));
+    first_two_tokens(true, false, n, pairs, lengths);
+    CHECK(lengths[0] == 0 && lengths[1] > n / 3 && lengths[2] > n / 3); /* d2 verified iff d1 = 0 */
+    CHECK_MSG(chi_square_pairs(pairs, n) < 20, "gentle costs: chi-square %.1f", chi_square_pairs(pairs, n));
 }
 
 int main(void) {
