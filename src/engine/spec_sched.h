@@ -27,7 +27,9 @@
  *   - di_spec_budget + di_spec_admit: the production variant (§1.3 l).  The budget K (drafts to
  *     verify this step, all requests together) comes from survivals of an earlier step (stale,
  *     so independent of the current drafts: every b may be tried, no early stop); then the top K
- *     current (r, j) by survival (same order and ties) are admitted.
+ *     current (r, j) by survival (same order and ties) are admitted.  Still lossless: whether
+ *     (r, j) is in the top K depends on other requests' drafts and on request r's earlier ones,
+ *     never on a_(r, j+1..), which ranks after it.
  *   - di_spec_fixed_lengths: one length for every request (DEEPINFER_ENABLE_MTP_VARLEN=0, the
  *     deterministic mode: a seeded request's tokens then depend on nothing that runs beside it).
  * Because a is non-increasing in j and ties go to the lower index, every admitted set is a
@@ -53,7 +55,8 @@
 /* ---- survival ---------------------------------------------------------------------------- */
 
 /* survival[j] = prod_{i <= j} sigmoid(logits[i] / temps[i]) for j < n (temps NULL: all 1).
- * logits must be finite (+-inf allowed: they saturate), temps finite and > 0.  -1 on error. */
+ * A NaN logit is an error (+-inf saturate to c = 1 or 0); temps must be finite and > 0.  -1 on
+ * error. */
 int di_spec_survival(const float *logits, const float *temps, int32_t n, float *survival);
 
 /* ---- step-cost curve --------------------------------------------------------------------- */
