@@ -296,7 +296,7 @@ static BatchedStep decode_batched(Model *m, int B, double active) {
     for (int b = 0; b < B; b++) {
         if (!(st[b] = state_create(&m->d))) die("state");
         for (int i = 0; i < BATCH_PROMPT; i++) toks[b * BATCH_PROMPT + i] = token_at(b, i, m->d.vocab);
-        q[b] = (ForwardSeq){st[b], toks + b * BATCH_PROMPT, BATCH_PROMPT, 0, logits + (int64_t)b * m->d.vocab, false};
+        q[b] = (ForwardSeq){st[b], toks + b * BATCH_PROMPT, BATCH_PROMPT, 0, logits + (int64_t)b * m->d.vocab, false, 0};
     }
     if (model_forward_batch(m, q, B, NULL) != 0) die("batched prefill");
     double w[BATCH_STEPS], c[BATCH_STEPS];

@@ -1,10 +1,15 @@
-/* runner_v41.c — the V4.1 model as a runner (see runner_v41.h). */
+/* runner_v41.c — the V4.1 model as a runner (see runner_v41.h): batched forwards over paged
+ * state, several logits rows per sequence, and DSpark speculation (draft; commit cuts a verify
+ * chunk back to its accepted rows through model/state_undo.h). */
 #include "engine/runner_v41.h"
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "model/dspark.h"
 #include "model/forward.h"
 #include "model/state.h"
+#include "model/state_undo.h"
+#include "model/workspace.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +32,14 @@ typedef struct {
     StateLayout layout;
     ForwardSeq *fseqs; /* scratch: the batch as model_forward_batch takes it */
     RunState **views;  /* one paged view per batch slot */
+    int *undo_record;  /* per batch slot: its state_undo record, -1 when not speculative */
     int cap_seqs;
+    /* speculation */
+    StateUndo *undo;
+    int64_t reserved_rows;     /* the engine's max batch rows (reserve_rows), sizes the undo */
+    bool uncommitted;          /* a forward with speculative rows awaits commit() */
+    RunState *draft_view;
+    float *draft_base, *draft_logits; /* [draft_block][vocab] scratch of dspark_draft */
 } V41Runner;
 
 static size_t v41_pages_for_tokens(const DiRunner *r, int64_t n_tokens) {
@@ -42,6 +54,9 @@ static int ensure_batch_capacity(V41Runner *r, int n) {
     RunState **views = di_realloc_array(r->views, (size_t)n, sizeof *views, "state views");
     if (!views) return -1;
     r->views = views;
+    int *rec = di_realloc_array(r->undo_record, (size_t)n, sizeof *rec, "undo records");
+    if (!rec) return -1;
+    r->undo_record = rec;
     for (int i = r->cap_seqs; i < n; i++) r->views[i] = NULL;
     for (int i = r->cap_seqs; i < n; i++) {
         r->views[i] = state_create_paged(&r->model->d);
@@ -51,28 +66,110 @@ static int ensure_batch_capacity(V41Runner *r, int n) {
     return 0;
 }
 
+/* Attach batch slot i's view to the sequence's pages, holding n_pos positions. */
+static int attach_view(V41Runner *r, int i, const DiRunnerSeq *seq, int64_t n_pos) {
+    RunState *st = r->views[i];
+    state_reset(st);
+    if (state_attach_pages(st, &r->layout, seq->pages, seq->n_pages, n_pos) != 0) return di_error_wrap("sequence %d", i);
+    return 0;
+}
+
+/* A speculative sequence's undo record; the undo is sized once, at the first verify. */
+static int save_undo(V41Runner *r, int i, const DiRunnerSeq *seq) {
+    int64_t want = r->reserved_rows > 0 ? r->reserved_rows : WORKSPACE_DEFAULT_ROWS;
+    if (state_undo_reserve(r->undo, want) != 0) return -1;
+    r->undo_record[i] = state_undo_save(r->undo, r->views[i], seq->n_tokens);
+    if (r->undo_record[i] < 0) return di_error_wrap("speculative sequence %d", i);
+    return 0;
+}
+
 /* The whole batch in one model_forward_batch: every projection reads its weights once for all
  * rows, attention runs per request; each request's result is bit-identical to its own forward. */
 static int v41_forward(DiRunner *base, const DiRunnerBatch *batch) {
     V41Runner *r = (V41Runner *)base;
+    if (!batch || !batch->seqs || batch->n_seqs <= 0) return di_errorf("v41 runner: empty batch");
+    if (r->uncommitted) return di_errorf("v41 runner: forward before the last speculative batch was committed");
     if (ensure_batch_capacity(r, batch->n_seqs) != 0) return -1;
-    int row = 0;
+    state_undo_clear(r->undo);
+    int64_t row = 0;
+    bool spec = false;
     for (int i = 0; i < batch->n_seqs; i++) {
         const DiRunnerSeq *seq = &batch->seqs[i];
-        if (seq->n_logits > 1 || seq->speculative)
-            return di_errorf("sequence %d: several logits rows and speculative rows are not supported", i);
-        RunState *st = r->views[i];
-        state_reset(st);
-        if (state_attach_pages(st, &r->layout, seq->pages, seq->n_pages, seq->start_pos) != 0)
-            return di_error_wrap("sequence %d", i);
+        if (seq->n_tokens < 1 || seq->n_logits < 0 || seq->n_logits > seq->n_tokens)
+            return di_errorf("sequence %d: n_logits %d outside [0, n_tokens = %d]", i, seq->n_logits, seq->n_tokens);
+        if (attach_view(r, i, seq, seq->start_pos) != 0) return -1;
         if ((int64_t)seq->n_pages < state_pages_for_tokens(&r->layout, seq->start_pos + seq->n_tokens))
             return di_errorf("sequence %d: %zu state pages cannot hold %lld positions", i, seq->n_pages,
                              (long long)(seq->start_pos + seq->n_tokens));
-        float *logits = seq->n_logits > 0 ? batch->logits + (size_t)row++ * (size_t)base->vocab_size : NULL;
-        r->fseqs[i] = (ForwardSeq){st, seq->tokens, seq->n_tokens, seq->start_pos, logits, false};
+        r->undo_record[i] = -1;
+        if (seq->speculative && save_undo(r, i, seq) != 0) {
+            state_undo_clear(r->undo);
+            return -1;
+        }
+        spec |= seq->speculative;
+        float *logits = seq->n_logits > 0 ? batch->logits + (size_t)row * (size_t)base->vocab_size : NULL;
+        row += seq->n_logits;
+        r->fseqs[i] = (ForwardSeq){r->views[i], seq->tokens, seq->n_tokens, seq->start_pos, logits, false, seq->n_logits};
     }
-    if (model_forward_batch(r->model, r->fseqs, batch->n_seqs, NULL) != 0)
+    if (model_forward_batch(r->model, r->fseqs, batch->n_seqs, NULL) != 0) {
+        state_undo_clear(r->undo);
         return di_error_wrap("model forward of %d sequences", batch->n_seqs);
+    }
+    r->uncommitted = spec;
+    return 0;
+}
+
+/* Cut every speculative sequence of the last batch back to its accepted rows. */
+static int v41_commit(DiRunner *base, const DiRunnerBatch *batch, const int32_t *keep) {
+    V41Runner *r = (V41Runner *)base;
+    if (!batch || !keep || !batch->seqs || batch->n_seqs > r->cap_seqs) return di_errorf("v41 commit: invalid arguments");
+    if (!r->uncommitted) return di_errorf("v41 commit: no speculative forward to commit");
+    int rc = 0;
+    for (int i = 0; i < batch->n_seqs && rc == 0; i++) {
+        const DiRunnerSeq *seq = &batch->seqs[i];
+        if (!seq->speculative) continue;
+        if (r->undo_record[i] < 0) rc = di_errorf("v41 commit: sequence %d was not speculative in the last forward", i);
+        else if (keep[i] < 1 || keep[i] > seq->n_tokens) rc = di_errorf("v41 commit: sequence %d keeps %d of %d rows", i, keep[i], seq->n_tokens);
+        else if (attach_view(r, i, seq, seq->start_pos + seq->n_tokens) != 0 ||
+                 state_undo_commit(r->undo, r->undo_record[i], r->model, r->views[i], seq->tokens, keep[i]) != 0)
+            rc = di_error_wrap("v41 commit: sequence %d", i);
+    }
+    state_undo_clear(r->undo);
+    r->uncommitted = false;
+    return rc;
+}
+
+typedef struct {
+    DiDraftPick pick;
+    void *ctx;
+} PickAdapter;
+
+static int32_t pick_adapter(void *ctx, const float *logits, int64_t vocab, int row) {
+    const PickAdapter *a = ctx;
+    return a->pick(a->ctx, row, logits, (int32_t)vocab);
+}
+
+/* One request's draft over its paged state (the drafter only reads it). */
+static int draft_one(V41Runner *r, const DiRunnerDraft *dr, int i) {
+    if (!dr->pages || !dr->tokens || !dr->confidence || dr->start_pos < 0)
+        return di_errorf("v41 draft %d: invalid arguments (start_pos %lld)", i, (long long)dr->start_pos);
+    state_reset(r->draft_view);
+    if (state_attach_pages(r->draft_view, &r->layout, dr->pages, dr->n_pages, dr->start_pos) != 0) return di_error_wrap("v41 draft %d", i);
+    DraftOutput out = {r->draft_base, dr->logits ? dr->logits : r->draft_logits, dr->confidence, dr->tokens};
+    PickAdapter ad = {dr->pick, dr->pick_ctx};
+    DraftSampler sampler = {pick_adapter, &ad};
+    int rc = dr->pick ? dspark_draft_sampled(r->model, r->draft_view, dr->anchor, &sampler, &out)
+                      : dspark_draft(r->model, r->draft_view, dr->anchor, NULL, &out);
+    if (rc != 0) return di_error_wrap("v41 draft %d", i);
+    return 0;
+}
+
+static int v41_draft(DiRunner *base, const DiRunnerDraft *drafts, int n) {
+    V41Runner *r = (V41Runner *)base;
+    if (!drafts || n < 0) return di_errorf("v41 draft: invalid arguments");
+    if (r->uncommitted) return di_errorf("v41 draft: the last speculative batch is not committed");
+    for (int i = 0; i < n; i++)
+        if (draft_one(r, &drafts[i], i) != 0) return -1;
     return 0;
 }
 
@@ -90,6 +187,7 @@ static void v41_use_threads(DiRunner *base, DiThreadPool *pool) {
 static int v41_reserve_rows(DiRunner *base, int64_t rows) {
     V41Runner *r = (V41Runner *)base;
     if (model_reserve_rows(r->model, rows) != 0) return di_error_wrap("v41 runner: workspace for %lld rows", (long long)rows);
+    r->reserved_rows = rows;
     return 0;
 }
 
@@ -99,11 +197,32 @@ static void v41_destroy(DiRunner *base) {
     if (r->own_model) model_free(r->model);
     for (int i = 0; i < r->cap_seqs; i++) state_free(r->views[i]);
     free(r->views);
+    free(r->undo_record);
+    state_undo_free(r->undo);
+    state_free(r->draft_view);
+    free(r->draft_base);
+    free(r->draft_logits);
     free(r->fseqs);
     free(r);
 }
 
-static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, NULL, NULL};
+static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, NULL, v41_commit};
+static const DiRunnerOps v41_ops_dspark = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, v41_draft, v41_commit};
+
+/* The drafter's scratch, when the checkpoint has DSpark stages and taps. */
+static int setup_drafter(V41Runner *r) {
+    const ModelDims *d = &r->model->d;
+    if (!r->model->w.has_dspark || d->n_mtp <= 0 || d->n_taps <= 0) return 0;
+    if (d->dspark_block <= 0 || d->dspark_block > DSPARK_MAX_BLOCK) return di_errorf("v41 runner: DSpark block size %d", d->dspark_block);
+    size_t n = (size_t)d->dspark_block * (size_t)d->vocab;
+    r->draft_view = state_create_paged(d);
+    r->draft_base = di_malloc(n * sizeof(float), "draft logits");
+    r->draft_logits = di_malloc(n * sizeof(float), "draft logits");
+    if (!r->draft_view || !r->draft_base || !r->draft_logits) return -1;
+    r->base.ops = &v41_ops_dspark;
+    r->base.draft_block = d->dspark_block;
+    return 0;
+}
 
 DiRunner *di_v41_runner_create(Model *model, int own_model, size_t page_bytes) {
     if (!model) {
@@ -120,8 +239,15 @@ DiRunner *di_v41_runner_create(Model *model, int own_model, size_t page_bytes) {
     }
     r->model = model;
     r->own_model = own_model;
-    r->eos[0] = (int32_t)model->cfg.eos_token_id;
     r->base.ops = &v41_ops;
+    r->undo = state_undo_create(&model->d);
+    if (!r->undo || setup_drafter(r) != 0) {
+        r->own_model = 0; /* the caller keeps its model when creation fails */
+        v41_destroy(&r->base);
+        di_error_wrap("v41 runner: speculative decoding state");
+        return NULL;
+    }
+    r->eos[0] = (int32_t)model->cfg.eos_token_id;
     r->base.vocab_size = model->d.vocab;
     r->base.page_bytes = page_bytes;
     r->base.eos_ids = r->eos;

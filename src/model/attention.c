@@ -96,6 +96,7 @@ static int run_compressor(const Model *m, RunState *st, int L, const LayerWeight
         if (r < ratio - 1) { /* hold the row until its group is complete */
             memcpy(state_pending_row(st, slot, 0, r), kc + i * Dh, (size_t)Dh * sizeof(float));
             memcpy(state_pending_row(st, slot, 1, r), zc + i * Dh, (size_t)Dh * sizeof(float));
+            state_log_pending(st, slot, p, kc + i * Dh, zc + i * Dh); /* a speculative verify's undo */
             ks->n_pending = r + 1;
             continue;
         }

@@ -119,6 +119,8 @@ static int check_seq(const Model *m, const ForwardSeq *q, int b) {
     if (!q->st || !q->tokens || q->n <= 0) return di_errorf("forward: request %d: invalid arguments (n = %lld)", b, (long long)q->n);
     /* bounds that keep every per-chunk buffer size far from overflow, and the context limit */
     if (q->n > FORWARD_MAX_CHUNK) return di_errorf("forward: chunk of %lld tokens exceeds the limit of %d", (long long)q->n, FORWARD_MAX_CHUNK);
+    if (q->logits && !q->all_rows && (q->n_logits < 0 || q->n_logits > q->n))
+        return di_errorf("forward: request %d asks for %lld logits rows of a %lld-row chunk", b, (long long)q->n_logits, (long long)q->n);
     if (q->start_pos != q->st->n_pos)
         return di_errorf("forward: chunk starts at %lld but the request state holds %lld positions", (long long)q->start_pos,
                          (long long)q->st->n_pos);
@@ -132,6 +134,12 @@ static int check_seq(const Model *m, const ForwardSeq *q, int b) {
     return 0;
 }
 
+/* Logits rows a request asks for: its last forward_logit_rows rows. */
+static int64_t forward_logit_rows(const ForwardSeq *q) {
+    if (!q->logits) return 0;
+    return q->all_rows ? q->n : q->n_logits > 0 ? q->n_logits : 1;
+}
+
 /* §5.8 final collapse with the last FFN site's pre, norm, head -- one matmul over every row
  * that wants logits, so the head's weights are read once per batch, not once per request */
 static int head_logits(const Model *m, const ForwardSeq *seqs, int n_seqs, const int64_t *row0, const float *X, const float *pi) {
@@ -141,7 +149,7 @@ static int head_logits(const Model *m, const ForwardSeq *seqs, int n_seqs, const
     float *head_in = m->ws->fwd.head_in, *head_out = m->ws->fwd.head_out;
     for (int b = 0; b < n_seqs; b++)
         if (seqs[b].logits) {
-            for (int64_t i = seqs[b].all_rows ? 0 : seqs[b].n - 1; i < seqs[b].n; i++, n_out++) {
+            for (int64_t i = seqs[b].n - forward_logit_rows(&seqs[b]); i < seqs[b].n; i++, n_out++) {
                 int64_t r = row0[b] + i;
                 mhc_collapse(X + r * hc * D, pi + r * hc, hc, (int)D, head_in + n_out * D);
                 op_rmsnorm(head_in + n_out * D, head_in + n_out * D, m->w.norm, D, d->eps);
@@ -152,7 +160,7 @@ static int head_logits(const Model *m, const ForwardSeq *seqs, int n_seqs, const
     int64_t o = 0;
     for (int b = 0; b < n_seqs; b++) {
         if (!seqs[b].logits) continue;
-        int64_t rows = seqs[b].all_rows ? seqs[b].n : 1;
+        int64_t rows = forward_logit_rows(&seqs[b]);
         memcpy(seqs[b].logits, head_out + o * V, (size_t)(rows * V) * sizeof *head_out);
         o += rows;
     }
@@ -239,8 +247,11 @@ static int forward_chunked(const Model *m, const ForwardSeq *seqs, int n_seqs, F
         while (b < n_seqs && used < ws->rows) {
             const ForwardSeq *q = &seqs[b];
             int64_t k = q->n - off < ws->rows - used ? q->n - off : ws->rows - used;
-            float *lg = !q->logits ? NULL : q->all_rows ? q->logits + off * V : off + k == q->n ? q->logits : NULL;
-            pieces[np++] = (ForwardSeq){q->st, q->tokens + off, k, q->start_pos + off, lg, q->all_rows};
+            /* the logits rows are a suffix of the request, so their part in a piece is its suffix */
+            int64_t first = q->n - forward_logit_rows(q), from = first > off ? first : off;
+            int64_t rows = off + k > from ? off + k - from : 0;
+            float *lg = rows > 0 ? q->logits + (from - first) * V : NULL;
+            pieces[np++] = (ForwardSeq){q->st, q->tokens + off, k, q->start_pos + off, lg, false, rows};
             used += k;
             off += k;
             if (off == q->n) b++, off = 0;
@@ -270,6 +281,6 @@ int model_forward_batch(const Model *m, const ForwardSeq *seqs, int n_seqs, Forw
 
 int model_forward(const Model *m, RunState *st, const int32_t *tokens, int64_t n, int64_t s, float *logits, bool all_rows,
                   ForwardTrace *trace) {
-    ForwardSeq q = {st, tokens, n, s, logits, all_rows};
+    ForwardSeq q = {st, tokens, n, s, logits, all_rows, 0};
     return model_forward_batch(m, &q, 1, trace);
 }

@@ -42,6 +42,9 @@ typedef struct {
     int64_t n, start_pos;
     float *logits; /* as model_forward's; may be NULL */
     bool all_rows;
+    /* Without all_rows: logits rows for the last n_logits rows, in position order ([n_logits][V];
+     * 0 means 1, the plain decode).  A speculative verify asks for the anchor and its drafts. */
+    int64_t n_logits;
 } ForwardSeq;
 
 /* Several requests in one forward: their rows go through every projection together (weights

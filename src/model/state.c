@@ -83,10 +83,8 @@ void state_reset(RunState *st) {
     st->paged = false;
     st->pages = NULL;
     st->n_pages = 0;
-    for (int k = 0; k < st->n_kv; k++) {
-        st->kv[k].n_rows = 0;
-        st->kv[k].n_pending = 0;
-    }
+    state_log_pending_stop(st);
+    state_set_positions(st, 0);
     memset(st->hist_own, 0, sizeof st->hist_own);
 }
 
@@ -158,13 +156,38 @@ int state_attach_pages(RunState *st, const StateLayout *l, uint8_t *const *pages
     st->layout = *l;
     st->pages = pages;
     st->n_pages = n_pages;
+    state_set_positions(st, n_pos);
+    return 0;
+}
+
+void state_set_positions(RunState *st, int64_t n_pos) {
     st->n_pos = n_pos;
     for (int k = 0; k < st->n_kv; k++) {
         int m = st->kv_ratio[k];
-        st->kv[k].n_rows = n_pos / m;
+        st->kv[k].n_rows = m > 0 ? n_pos / m : 0;
         st->kv[k].n_pending = m > 1 ? (int)(n_pos % m) : 0;
     }
-    return 0;
+}
+
+/* ------------------------------------------------------------------ pending-row log */
+
+void state_log_pending_start(RunState *st, float *log, int64_t start, int64_t rows) {
+    st->pend_log = log;
+    st->pend_log_start = start;
+    st->pend_log_rows = rows;
+}
+
+void state_log_pending_stop(RunState *st) {
+    if (st) st->pend_log = NULL;
+}
+
+void state_log_pending(RunState *st, int slot, int64_t pos, const float *kappa, const float *zeta) {
+    int64_t i = pos - st->pend_log_start;
+    if (!st->pend_log || i < 0 || i >= st->pend_log_rows) return;
+    size_t dh = (size_t)st->head_dim;
+    float *row = st->pend_log + ((size_t)i * (size_t)st->n_kv + (size_t)slot) * 2 * dh;
+    memcpy(row, kappa, dh * sizeof *row);
+    memcpy(row + dh, zeta, dh * sizeof *row);
 }
 
 static float *slot_ptr(RunState *st, int64_t slot) {

@@ -64,6 +64,9 @@ typedef struct {
     StateLayout layout;
     uint8_t *const *pages;
     size_t n_pages;
+    /* speculative verify (state_undo.h): where the compressor logs the pending rows it writes */
+    float *pend_log;          /* [pend_log_rows][n_kv][2][head_dim], NULL when not logging */
+    int64_t pend_log_start, pend_log_rows;
 } RunState;
 
 RunState *state_create(const ModelDims *d);
@@ -82,6 +85,15 @@ int64_t state_pages_for_tokens(const StateLayout *l, int64_t n_tokens);
  * cover state_pages_for_tokens(n_pos + the chunk about to run).  st must have been made by
  * state_create for the same dims; its owned buffers are left alone. */
 int state_attach_pages(RunState *st, const StateLayout *l, uint8_t *const *pages, size_t n_pages, int64_t n_pos);
+
+/* Cut the counters back to n_pos positions (<= st->n_pos); rows past them are overwritten later. */
+void state_set_positions(RunState *st, int64_t n_pos);
+
+/* ---- speculative verify: a log of the compressor's pending rows (state_undo.h) */
+void state_log_pending_start(RunState *st, float *log, int64_t start, int64_t rows);
+void state_log_pending_stop(RunState *st);
+/* The compressor wrote (κ, ζ) rows of position pos into KV source slot k's pending rows. */
+void state_log_pending(RunState *st, int slot, int64_t pos, const float *kappa, const float *zeta);
 
 /* ---- accessors used by the forward */
 float *state_window_row(RunState *st, int layer, int64_t pos);

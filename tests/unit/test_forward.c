@@ -310,7 +310,7 @@ static void batched_vs_separate(int threads) {
     CHECK(model_forward(model, a1, ids + 10, 1, 10, sep, false, NULL) == 0);
     CHECK(model_forward(model, b1, ids + 20, 7, 0, sep + V, true, NULL) == 0);
     CHECK(model_forward(model, c1, ids + 45, 4, 5, sep + 8 * V, false, NULL) == 0);
-    ForwardSeq q[3] = {{a2, ids + 10, 1, 10, bat, false}, {b2, ids + 20, 7, 0, bat + V, true}, {c2, ids + 45, 4, 5, bat + 8 * V, false}};
+    ForwardSeq q[3] = {{a2, ids + 10, 1, 10, bat, false, 0}, {b2, ids + 20, 7, 0, bat + V, true, 0}, {c2, ids + 45, 4, 5, bat + 8 * V, false, 0}};
     model->pool = pool;
     int rc = model_forward_batch(model, q, 3, NULL);
     model->pool = NULL;
@@ -322,9 +322,9 @@ static void batched_vs_separate(int threads) {
     CHECK(model_forward(model, b2, ids + 27, 1, 7, y, false, NULL) == 0);
     CHECK(memcmp(x, y, (size_t)V * sizeof *x) == 0);
     /* a state twice in one batch, or a bad request, is rejected before anything changes */
-    ForwardSeq dup[2] = {{a2, ids, 1, 11, NULL, false}, {a2, ids, 1, 11, NULL, false}};
+    ForwardSeq dup[2] = {{a2, ids, 1, 11, NULL, false, 0}, {a2, ids, 1, 11, NULL, false, 0}};
     CHECK(model_forward_batch(model, dup, 2, NULL) == -1);
-    ForwardSeq badq[2] = {{a2, ids, 1, 11, NULL, false}, {b2, ids, 1, 3, NULL, false}};
+    ForwardSeq badq[2] = {{a2, ids, 1, 11, NULL, false, 0}, {b2, ids, 1, 3, NULL, false, 0}};
     CHECK(model_forward_batch(model, badq, 2, NULL) == -1);
     CHECK_EQ_INT(a2->n_pos, 11);
     free(x);

@@ -56,7 +56,7 @@ static long long decode_allocs(Model *m, int batch) {
         int32_t tok[4];
         for (int b = 0; b < batch; b++) {
             tok[b] = (int32_t)((s * 13 + b * 7 + 3) % V);
-            q[b] = (ForwardSeq){st[b], &tok[b], 1, PROMPT + s, logits + (size_t)b * V, false};
+            q[b] = (ForwardSeq){st[b], &tok[b], 1, PROMPT + s, logits + (size_t)b * V, false, 0};
         }
         if (model_forward_batch(m, q, batch, NULL) != 0) goto done;
     }
@@ -123,8 +123,8 @@ TEST(long_batch_runs_in_chunks_with_the_same_bits) {
         fill_tokens(tok[i], (int)n[i], V, i);
         sa[i] = state_create(&a->d);
         sb[i] = state_create(&b->d);
-        qa[i] = (ForwardSeq){sa[i], tok[i], n[i], 0, la + off, all[i]};
-        qb[i] = (ForwardSeq){sb[i], tok[i], n[i], 0, lb + off, all[i]};
+        qa[i] = (ForwardSeq){sa[i], tok[i], n[i], 0, la + off, all[i], 0};
+        qb[i] = (ForwardSeq){sb[i], tok[i], n[i], 0, lb + off, all[i], 0};
         off += (size_t)(all[i] ? n[i] : 1) * V;
     }
     CHECK_MSG(model_forward_batch(a, qa, 3, NULL) == 0, "%s", di_error_message());
@@ -133,8 +133,8 @@ TEST(long_batch_runs_in_chunks_with_the_same_bits) {
     /* the next step continues from the chunked states the same way */
     int32_t next[3] = {3, 4, 5};
     for (int i = 0; i < 3; i++) {
-        qa[i] = (ForwardSeq){sa[i], &next[i], 1, n[i], la + (size_t)i * V, false};
-        qb[i] = (ForwardSeq){sb[i], &next[i], 1, n[i], lb + (size_t)i * V, false};
+        qa[i] = (ForwardSeq){sa[i], &next[i], 1, n[i], la + (size_t)i * V, false, 0};
+        qb[i] = (ForwardSeq){sb[i], &next[i], 1, n[i], lb + (size_t)i * V, false, 0};
     }
     CHECK(model_forward_batch(a, qa, 3, NULL) == 0 && model_forward_batch(b, qb, 3, NULL) == 0);
     CHECK(memcmp(la, lb, (size_t)3 * V * sizeof(float)) == 0);
