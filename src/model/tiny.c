@@ -14,6 +14,7 @@
 #include "kernels/numformats.h"
 #include "model/checkpoint_inventory.h"
 #include "model/config.h"
+#include "model/tiny_planted.h"
 
 #include <errno.h>
 #include <math.h>
@@ -405,7 +406,7 @@ static int write_shards(const char *dir, const DiModelConfig *cfg, const DiInven
     return rc;
 }
 
-int di_tiny_write(const char *out_dir, const char *preset, uint64_t seed, int progress) {
+static int write_preset(const char *out_dir, const char *preset, uint64_t seed, int progress, int planted) {
     if (!out_dir || !*out_dir) return di_errorf("make-tiny: no output directory given");
     int p = find_preset(preset);
     if (p < 0) return -1;
@@ -424,6 +425,7 @@ int di_tiny_write(const char *out_dir, const char *preset, uint64_t seed, int pr
         DI_INFO("make-tiny: preset %s, seed %llu: %zu tensors, %.1f MB -> %s", preset, (unsigned long long)seed, inv.n,
                 (double)inv.total_bytes / 1e6, out_dir);
     if (rc == 0) rc = generate(&inv, seed, data, progress);
+    if (rc == 0 && planted) rc = di_tiny_plant(&cfg, &inv, data);
     if (rc == 0) rc = write_shards(out_dir, &cfg, &inv, data);
     if (rc == 0 && presets[p].has_tokenizer) {
         char *path = di_path_join(out_dir, "tokenizer.json");
@@ -439,6 +441,14 @@ int di_tiny_write(const char *out_dir, const char *preset, uint64_t seed, int pr
     json_decref(root);
     if (rc < 0) return di_error_wrap("make-tiny %s", out_dir);
     return 0;
+}
+
+int di_tiny_write(const char *out_dir, const char *preset, uint64_t seed, int progress) {
+    return write_preset(out_dir, preset, seed, progress, 0);
+}
+
+int di_tiny_write_planted(const char *out_dir, const char *preset, uint64_t seed, int progress) {
+    return write_preset(out_dir, preset, seed, progress, 1);
 }
 
 /* ---- the built-in model cache -------------------------------------------------------------- */

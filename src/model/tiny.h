@@ -37,6 +37,10 @@ const char *di_tiny_config_json(const char *preset);
  * logged at info level when `progress` is non-zero. */
 int di_tiny_write(const char *out_dir, const char *preset, uint64_t seed, int progress);
 
+/* The same weights rewritten so that the DSpark drafter agrees with the target (greedy next token
+ * di_tiny_planted_next(t), drafts accepted; engine-features.md §1.7 item 2, tiny_planted.h). */
+int di_tiny_write_planted(const char *out_dir, const char *preset, uint64_t seed, int progress);
+
 /* The default seed of the built-in model. */
 #define DI_TINY_DEFAULT_SEED 1
 

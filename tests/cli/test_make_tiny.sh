@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_make_tiny.sh — `deepinfer make-tiny` end to end: usage errors exit 2 with a message, the
 # written directory has the official layout, the same seed gives identical bytes, another seed
-# different weights, and a bad output path fails with its cause (exit 1).
+# different weights, --planted other weights of the same inventory, and a bad output path fails
+# with its cause (exit 1).
 set -u
 cd "$(dirname "$0")/../.."
 CLI=build/deepinfer
@@ -39,6 +40,12 @@ check "make-tiny seed 6" test "$(exit_code $CLI make-tiny --out "$tmp/c" --seed 
 check "other seed, other weights" bash -c "! cmp -s '$tmp/a/model-00001-of-00002.safetensors' '$tmp/c/model-00001-of-00002.safetensors'"
 check "spec9 preset: §9.5 count and bytes" bash -c "$CLI make-tiny --out '$tmp/s' --config spec9 2>/dev/null | grep -q '809 tensors, 2562692 bytes'"
 check "spec9 has no tokenizer" test ! -e "$tmp/s/tokenizer.json"
+# --planted: same inventory and sizes, other weights (the drafter agrees with the target; the
+# model-level checks are tests/unit/test_dspark_runner.c)
+check "make-tiny --planted seed 5" test "$(exit_code $CLI make-tiny --out "$tmp/p" --seed 5 --planted)" = 0
+check "planted summary line" grep -q "wrote $tmp/p: 809 tensors, 2581060 bytes of weights in 2 shards" "$tmp/out"
+check "planted weights differ from random" bash -c "! cmp -s '$tmp/a/model-00002-of-00002.safetensors' '$tmp/p/model-00002-of-00002.safetensors'"
+check "--help documents --planted" bash -c "$CLI make-tiny --help | grep -q -- '--planted'"
 touch "$tmp/file"
 check "unwritable output fails with exit 1" test "$(exit_code $CLI make-tiny --out "$tmp/file/sub")" = 1
 check "failure names the path" grep -q "$tmp/file" "$tmp/err"

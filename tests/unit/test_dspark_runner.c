@@ -7,6 +7,7 @@
  *   - draft() leaves the request state untouched, honours the pick callback;
  *   - greedy draft -> verify -> commit loops give plain greedy decoding's tokens and logits, for
  *     every fixed draft length 0..5;
+ *   - planted: the target follows the planted map and greedy drafts are its continuation;
  *   - weights plumbing (§1.7 item 7): main_proj reads 3 taps of hidden width, each tap the
  *     stream mean of the input of its layer.
  * The reference is a direct model_forward loop, one token at a time, on an owned RunState. */
@@ -23,6 +24,7 @@
 #include "model/ops.h"
 #include "model/state.h"
 #include "model/tiny.h"
+#include "model/tiny_planted.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -426,6 +428,42 @@ TEST(taps_are_stream_means_of_tap_layer_inputs) {
     free(kv);
 }
 
+/* ------------------------------------------------------------------ planted checkpoint */
+
+/* make-tiny --planted: the target's greedy next token is the planted map; the greedy drafts
+ * from any state are the target's greedy continuation of the anchor, with positive confidence. */
+TEST(planted_drafts_match_the_target) {
+    int32_t prompt[PROMPT], seq[PROMPT + GEN];
+    float *ref = malloc(sizeof(float) * GEN * (size_t)V), *row = malloc(sizeof(float) * (size_t)V);
+    random_prompt(prompt);
+    CHECK_MSG(reference(prompt, seq, ref) == 0, "%s", di_error_message());
+    int off_map = 0, bad_drafts = 0, nonpositive = 0;
+    for (int k = 0; k < GEN; k++) off_map += seq[PROMPT + k] != di_tiny_planted_next(seq[PROMPT + k - 1], V);
+    CHECK_EQ_INT(off_map, 0);
+    Pages p = {.fill = 0x3c};
+    int B = runner->draft_block;
+    for (int k = 0; k + B < GEN; k += 3) {
+        int64_t committed = PROMPT + k; /* state over seq[0 .. committed), anchor seq[committed] */
+        pages_free(&p);
+        CHECK(run1(&p, seq, (int)committed, 0, 1, false, row) == 0);
+        int32_t dt[DSPARK_MAX_BLOCK];
+        float conf[DSPARK_MAX_BLOCK];
+        DiRunnerDraft dr = {p.pages, p.n, committed, seq[committed], dt, conf, NULL, NULL, NULL};
+        CHECK_MSG(runner->ops->draft(runner, &dr, 1) == 0, "%s", di_error_message());
+        for (int j = 0; j < B; j++) {
+            bad_drafts += dt[j] != seq[committed + 1 + j];
+            nonpositive += !(conf[j] > 0);
+        }
+    }
+    CHECK_EQ_INT(bad_drafts, 0);
+    CHECK_EQ_INT(nonpositive, 0);
+    pages_free(&p);
+    free(ref);
+    free(row);
+}
+
+TEST(planted_speculation_is_lossless_and_accepted) { check_lossless("planted tiny", true); }
+
 /* ------------------------------------------------------------------ setup */
 
 static int load(const char *dir) {
@@ -471,6 +509,14 @@ int main(void) {
     RUN_TEST(draft_reads_state_only_and_honours_pick);
     RUN_TEST(greedy_speculation_is_lossless);
     RUN_TEST(taps_are_stream_means_of_tap_layer_inputs);
+    unload(dir);
+    if (di_tiny_write_planted(dir, "tiny", DI_TINY_DEFAULT_SEED, 0) < 0 || load(dir) != 0) {
+        fprintf(stderr, "%s\n", di_error_message());
+        return 1;
+    }
+    RUN_TEST(planted_drafts_match_the_target);
+    RUN_TEST(planted_speculation_is_lossless_and_accepted);
+    RUN_TEST(rollback_equals_plain_decoding);
     unload(dir);
     return TEST_SUMMARY();
 }

@@ -1,4 +1,4 @@
-/* cmd_make_tiny.c — `deepinfer make-tiny --out DIR [--seed N] [--config tiny|medium|spec9]`:
+/* cmd_make_tiny.c — `deepinfer make-tiny --out DIR [--seed N] [--config tiny|medium|spec9] [--planted]`:
  * write a synthetic V4.1 checkpoint in the official layout (src/model/tiny.h), then open it with
  * the checkpoint reader as a self-check and print one summary line. */
 #include "commands.h"
@@ -15,7 +15,7 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: deepinfer make-tiny --out DIR [--seed N] [--config tiny|medium|spec9]\n"
+            "usage: deepinfer make-tiny --out DIR [--seed N] [--config tiny|medium|spec9] [--planted]\n"
             "\n"
             "Write a synthetic DeepSeek-V4.1 checkpoint in the official Hugging Face layout: nested\n"
             "config.json, two safetensors shards + model.safetensors.index.json (FP8 E4M3 weights with\n"
@@ -26,6 +26,9 @@ static void usage(FILE *out) {
             "  --config NAME  tiny   (default) model-v41.md §9 shapes, vocabulary 291 with a tokenizer\n"
             "                 medium benchmark size: hidden 1024, 64 experts, about 520 MB\n"
             "                 spec9  §9.2 verbatim (vocabulary 256), no tokenizer\n"
+            "  --planted      a drafter that agrees with its target: the blocks' outputs shrunk to\n"
+            "                 2^-16, the head and the DSpark Markov head encoding one next-token map,\n"
+            "                 so speculative drafts are accepted (engine-features.md 1.7 item 2)\n"
             "  --help         this text\n",
             DI_TINY_DEFAULT_SEED);
 }
@@ -62,11 +65,16 @@ static int self_check(const char *dir) {
 int cmd_make_tiny(int argc, char **argv) {
     const char *out = NULL, *preset = "tiny";
     uint64_t seed = DI_TINY_DEFAULT_SEED;
+    int planted = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return 0;
+        }
+        if (strcmp(a, "--planted") == 0) {
+            planted = 1;
+            continue;
         }
         if (i + 1 >= argc || (strcmp(a, "--out") && strcmp(a, "--seed") && strcmp(a, "--config"))) {
             fprintf(stderr, "deepinfer make-tiny: %s '%s'\n",
@@ -93,7 +101,8 @@ int cmd_make_tiny(int argc, char **argv) {
         fprintf(stderr, "deepinfer make-tiny: --config: %s\n", di_error_message());
         return 2;
     }
-    if (di_tiny_write(out, preset, seed, 1) < 0 || self_check(out) < 0) {
+    int wrote = planted ? di_tiny_write_planted(out, preset, seed, 1) : di_tiny_write(out, preset, seed, 1);
+    if (wrote < 0 || self_check(out) < 0) {
         fprintf(stderr, "deepinfer make-tiny: %s\n", di_error_message());
         return 1;
     }
