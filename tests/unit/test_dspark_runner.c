@@ -225,6 +225,43 @@ TEST(rollback_equals_plain_decoding) {
     free(lb);
 }
 
+/* One forward carrying a plain decode and two speculative verifies (one cut back, one kept
+ * whole), committed together: each request ends as plain decoding over its committed tokens. */
+TEST(rollback_in_a_mixed_batch) {
+    enum { NS = 3 };
+    static const int n_tok[NS] = {1, 5, 4}, keep[NS] = {1, 2, 4}, start[NS] = {6, 11, 3};
+    static const bool spec[NS] = {false, true, true};
+    int32_t toks[NS][32], chunk[NS][8];
+    Pages plain[NS], mixed[NS];
+    DiRunnerSeq seqs[NS];
+    float *lg = malloc(sizeof(float) * 16 * (size_t)V), *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
+    int rc = 0;
+    for (int i = 0; i < NS; i++) {
+        plain[i] = (Pages){.fill = 0x21};
+        mixed[i] = (Pages){.fill = 0x6b};
+        for (int k = 0; k < 32; k++) toks[i][k] = (int32_t)(test_rand32() % (uint32_t)V);
+        for (int k = 0; k < n_tok[i]; k++) chunk[i][k] = k < keep[i] ? toks[i][start[i] + k] : (int32_t)(test_rand32() % (uint32_t)V);
+        rc |= run1(&plain[i], toks[i], start[i] + keep[i], 0, 0, false, NULL);
+        rc |= run1(&mixed[i], toks[i], start[i], 0, 0, false, NULL);
+        rc |= pages_cover(&mixed[i], start[i] + n_tok[i]);
+        seqs[i] = seq_of(&mixed[i], chunk[i], n_tok[i], start[i], n_tok[i], spec[i]);
+    }
+    DiRunnerBatch b = {seqs, NS, true, lg};
+    int32_t keep32[NS] = {keep[0], keep[1], keep[2]};
+    CHECK_MSG(rc == 0 && runner->ops->forward(runner, &b) == 0 && runner->ops->commit(runner, &b, keep32) == 0, "%s", di_error_message());
+    for (int i = 0; i < NS; i++) {
+        int64_t n = start[i] + keep[i];
+        CHECK_EQ_INT(state_rows_differ(&plain[i], &mixed[i], n), 0);
+        CHECK(run1(&plain[i], &toks[i][n], 1, n, 1, false, la) == 0 && run1(&mixed[i], &toks[i][n], 1, n, 1, false, lb) == 0);
+        CHECK(memcmp(la, lb, sizeof(float) * (size_t)V) == 0);
+        pages_free(&plain[i]);
+        pages_free(&mixed[i]);
+    }
+    free(lg);
+    free(la);
+    free(lb);
+}
+
 /* Misuse is refused with an error: forward or draft before commit, keep out of range, a
  * speculative chunk longer than the window. */
 TEST(commit_contract_is_enforced) {
@@ -505,6 +542,7 @@ int main(void) {
     }
     RUN_TEST(logit_rows_equal_plain_decoding);
     RUN_TEST(rollback_equals_plain_decoding);
+    RUN_TEST(rollback_in_a_mixed_batch);
     RUN_TEST(commit_contract_is_enforced);
     RUN_TEST(draft_reads_state_only_and_honours_pick);
     RUN_TEST(greedy_speculation_is_lossless);
