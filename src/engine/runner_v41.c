@@ -38,8 +38,7 @@ typedef struct {
     StateUndo *undo;
     int64_t reserved_rows;     /* the engine's max batch rows (reserve_rows), sizes the undo */
     bool uncommitted;          /* a forward with speculative rows awaits commit() */
-    RunState *draft_view;
-    float *draft_base, *draft_logits; /* [draft_block][vocab] scratch of dspark_draft */
+    struct DraftScratch *drafts; /* draft(): per-request views and outputs, grown to the most asked */
 } V41Runner;
 
 static size_t v41_pages_for_tokens(const DiRunner *r, int64_t n_tokens) {
@@ -139,6 +138,8 @@ static int v41_commit(DiRunner *base, const DiRunnerBatch *batch, const int32_t 
     return rc;
 }
 
+/* The engine's pick for one request; NULL picks the argmax (ties to the lower id), as greedy
+ * drafting does, so requests with and without a pick share one batched draft. */
 typedef struct {
     DiDraftPick pick;
     void *ctx;
@@ -146,30 +147,89 @@ typedef struct {
 
 static int32_t pick_adapter(void *ctx, const float *logits, int64_t vocab, int row) {
     const PickAdapter *a = ctx;
-    return a->pick(a->ctx, row, logits, (int32_t)vocab);
+    if (a->pick) return a->pick(a->ctx, row, logits, (int32_t)vocab);
+    int32_t best = 0;
+    for (int64_t v = 1; v < vocab; v++)
+        if (logits[v] > logits[best]) best = (int32_t)v;
+    return best;
 }
 
-/* One request's draft over its paged state (the drafter only reads it). */
-static int draft_one(V41Runner *r, const DiRunnerDraft *dr, int i) {
-    if (!dr->pages || !dr->tokens || !dr->confidence || dr->start_pos < 0)
-        return di_errorf("v41 draft %d: invalid arguments (start_pos %lld)", i, (long long)dr->start_pos);
-    state_reset(r->draft_view);
-    if (state_attach_pages(r->draft_view, &r->layout, dr->pages, dr->n_pages, dr->start_pos) != 0) return di_error_wrap("v41 draft %d", i);
-    DraftOutput out = {r->draft_base, dr->logits ? dr->logits : r->draft_logits, dr->confidence, dr->tokens};
-    PickAdapter ad = {dr->pick, dr->pick_ctx};
-    DraftSampler sampler = {pick_adapter, &ad};
-    int rc = dr->pick ? dspark_draft_sampled(r->model, r->draft_view, dr->anchor, &sampler, &out)
-                      : dspark_draft(r->model, r->draft_view, dr->anchor, NULL, &out);
-    if (rc != 0) return di_error_wrap("v41 draft %d", i);
+struct DraftScratch {
+    int cap;
+    RunState **views;
+    DraftOutput *outs;
+    int32_t *anchors;
+    PickAdapter *adapters;
+    DraftSampler *samplers;
+    float *base, *logits; /* [cap][draft_block][vocab]: base logits; logits when the caller has none */
+};
+
+static void draft_scratch_free(struct DraftScratch *ds) {
+    if (!ds) return;
+    for (int i = 0; i < ds->cap; i++) state_free(ds->views[i]);
+    free(ds->views);
+    free(ds->outs);
+    free(ds->anchors);
+    free(ds->adapters);
+    free(ds->samplers);
+    free(ds->base);
+    free(ds->logits);
+    free(ds);
+}
+
+/* Room for n requests' drafts (grows to the most requests one call has drafted). */
+static int draft_capacity(V41Runner *r, int n) {
+    struct DraftScratch *ds = r->drafts;
+    if (n <= ds->cap) return 0;
+    size_t rows = (size_t)n * (size_t)r->model->d.dspark_block * (size_t)r->model->d.vocab;
+    RunState **views = di_realloc_array(ds->views, (size_t)n, sizeof *views, "draft views");
+    if (!views) return -1;
+    ds->views = views;
+    for (int i = ds->cap; i < n; i++) ds->views[i] = NULL;
+    if (!(ds->outs = di_realloc_array(ds->outs, (size_t)n, sizeof *ds->outs, "draft outputs")) ||
+        !(ds->anchors = di_realloc_array(ds->anchors, (size_t)n, sizeof *ds->anchors, "draft anchors")) ||
+        !(ds->adapters = di_realloc_array(ds->adapters, (size_t)n, sizeof *ds->adapters, "draft picks")) ||
+        !(ds->samplers = di_realloc_array(ds->samplers, (size_t)n, sizeof *ds->samplers, "draft samplers")) ||
+        !(ds->base = di_realloc_array(ds->base, rows, sizeof(float), "draft logits")) ||
+        !(ds->logits = di_realloc_array(ds->logits, rows, sizeof(float), "draft logits")))
+        return -1; /* what was grown stays owned by ds (freed with it) */
+    for (int i = ds->cap; i < n; i++) {
+        if (!(ds->views[i] = state_create_paged(&r->model->d))) return -1;
+        ds->cap = i + 1;
+    }
     return 0;
 }
 
+/* Request i's view, output arrays and pick. */
+static int draft_prepare(V41Runner *r, const DiRunnerDraft *dr, int i) {
+    struct DraftScratch *ds = r->drafts;
+    size_t block = (size_t)r->model->d.dspark_block * (size_t)r->model->d.vocab;
+    if (!dr->pages || !dr->tokens || !dr->confidence || dr->start_pos < 0)
+        return di_errorf("v41 draft %d: invalid arguments (start_pos %lld)", i, (long long)dr->start_pos);
+    state_reset(ds->views[i]);
+    if (state_attach_pages(ds->views[i], &r->layout, dr->pages, dr->n_pages, dr->start_pos) != 0) return di_error_wrap("v41 draft %d", i);
+    ds->outs[i] = (DraftOutput){ds->base + i * block, dr->logits ? dr->logits : ds->logits + i * block, dr->confidence, dr->tokens};
+    ds->anchors[i] = dr->anchor;
+    ds->adapters[i] = (PickAdapter){dr->pick, dr->pick_ctx};
+    ds->samplers[i] = (DraftSampler){pick_adapter, &ds->adapters[i]};
+    return 0;
+}
+
+/* Every request's block in one batched drafter pass (the drafter only reads the states). */
 static int v41_draft(DiRunner *base, const DiRunnerDraft *drafts, int n) {
     V41Runner *r = (V41Runner *)base;
     if (!drafts || n < 0) return di_errorf("v41 draft: invalid arguments");
     if (r->uncommitted) return di_errorf("v41 draft: the last speculative batch is not committed");
-    for (int i = 0; i < n; i++)
-        if (draft_one(r, &drafts[i], i) != 0) return -1;
+    if (n == 0) return 0;
+    if (draft_capacity(r, n) != 0) return di_error_wrap("v41 draft: room for %d requests", n);
+    bool any_pick = false;
+    for (int i = 0; i < n; i++) {
+        if (draft_prepare(r, &drafts[i], i) != 0) return -1;
+        any_pick |= drafts[i].pick != NULL;
+    }
+    struct DraftScratch *ds = r->drafts;
+    if (dspark_draft_batch(r->model, ds->views, ds->anchors, NULL, any_pick ? ds->samplers : NULL, ds->outs, n) != 0)
+        return di_error_wrap("v41 draft of %d requests", n);
     return 0;
 }
 
@@ -199,9 +259,7 @@ static void v41_destroy(DiRunner *base) {
     free(r->views);
     free(r->undo_record);
     state_undo_free(r->undo);
-    state_free(r->draft_view);
-    free(r->draft_base);
-    free(r->draft_logits);
+    draft_scratch_free(r->drafts);
     free(r->fseqs);
     free(r);
 }
@@ -214,14 +272,11 @@ static int setup_drafter(V41Runner *r) {
     const ModelDims *d = &r->model->d;
     if (!r->model->w.has_dspark || d->n_mtp <= 0 || d->n_taps <= 0) return 0;
     if (d->dspark_block <= 0 || d->dspark_block > DSPARK_MAX_BLOCK) return di_errorf("v41 runner: DSpark block size %d", d->dspark_block);
-    size_t n = (size_t)d->dspark_block * (size_t)d->vocab;
-    r->draft_view = state_create_paged(d);
-    r->draft_base = di_malloc(n * sizeof(float), "draft logits");
-    r->draft_logits = di_malloc(n * sizeof(float), "draft logits");
-    if (!r->draft_view || !r->draft_base || !r->draft_logits) return -1;
+    r->drafts = di_calloc(1, sizeof *r->drafts, "draft scratch");
+    if (!r->drafts) return -1;
     r->base.ops = &v41_ops_dspark;
     r->base.draft_block = d->dspark_block;
-    return 0;
+    return draft_capacity(r, 1);
 }
 
 DiRunner *di_v41_runner_create(Model *model, int own_model, size_t page_bytes) {

@@ -7,7 +7,14 @@
  * one contiguous buffer.  The state is fully described by its pages and the position count; the
  * runner keeps only per-batch-slot views that it re-attaches before every forward.  Each step is
  * one model_forward_batch: weights are read once for all rows, and every request's result is
- * bit-identical to running it alone. */
+ * bit-identical to running it alone.
+ *
+ * Speculative decoding (runner.h): a sequence may ask for the logits of its last n_logits rows;
+ * a speculative one (a verify: anchor + drafts, at most the model's window of rows) is cut back
+ * by commit() through model/state_undo.h, whose buffers are sized at the first verify for the
+ * engine's reserve_rows.  draft() (set when the checkpoint has DSpark stages and taps;
+ * draft_block = dspark_block_size) runs the drafter over a request's pages, one request at a
+ * time, without writing them. */
 #ifndef DI_ENGINE_RUNNER_V41_H
 #define DI_ENGINE_RUNNER_V41_H
 

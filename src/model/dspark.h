@@ -36,4 +36,12 @@ typedef struct {
 } DraftSampler;
 int dspark_draft_sampled(const Model *m, RunState *st, int32_t anchor, const DraftSampler *sampler, DraftOutput *out);
 
+/* n_req requests in one call: every stage's projections and experts run over all their block
+ * rows together (the drafter's weights read once, not once per request), attention and the
+ * Markov chain per request; each request's outputs are bit-identical to its own dspark_draft.
+ * given (NULL, or per request NULL / B drafts) as dspark_draft; samplers NULL (greedy) or one per
+ * request. */
+int dspark_draft_batch(const Model *m, RunState *const *st, const int32_t *anchors, const int32_t *const *given,
+                       const DraftSampler *samplers, DraftOutput *outs, int n_req);
+
 #endif

@@ -178,8 +178,6 @@ static void layout(Workspace *ws, const Model *m, Carver *c) {
     CARVE(c, ws->engram.kv, R * (hc + 1) * D);
     c->used = c->used > end ? c->used : end;
     /* DSpark draft heads (the block's streams are fwd.X / fwd.pi: a draft is not a forward) */
-    CARVE(c, ws->draft.x, B * D);
-    CARVE(c, ws->draft.norm_x, D);
     CARVE(c, ws->draft.markov_e, d->markov_rank);
     CARVE(c, ws->draft.markov_bias, V);
     CARVE(c, ws->draft.conf_in, D + d->markov_rank);

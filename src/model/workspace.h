@@ -86,7 +86,7 @@ typedef struct Workspace {
         float *rows, *kv;
     } engram;
     struct { /* dspark.c */
-        float *x, *norm_x, *markov_e, *markov_bias, *conf_in;
+        float *markov_e, *markov_bias, *conf_in; /* the block rows use the forward's buffers */
     } draft;
     /* model_linear: the FP8 round trip's private copy of the activations (§4.3) */
     float *act_q;

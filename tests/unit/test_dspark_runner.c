@@ -4,7 +4,8 @@
  *   - several logits rows per sequence, each bit-identical to the row plain decoding gives;
  *   - rollback: after a speculative forward cut back by commit(keep), every state row a later
  *     forward or draft reads, and the next logits, equal plain decoding's over the committed tokens;
- *   - draft() leaves the request state untouched, honours the pick callback;
+ *   - draft() leaves the request state untouched, honours the pick callback, and drafts several
+ *     requests in one call exactly as one by one;
  *   - greedy draft -> verify -> commit loops give plain greedy decoding's tokens and logits, for
  *     every fixed draft length 0..5;
  *   - planted: the target follows the planted map and greedy drafts are its continuation;
@@ -135,7 +136,9 @@ static int state_rows_differ(Pages *a, Pages *b, int64_t n) {
             diff += memcmp(state_ikey_row(sa, k, g), state_ikey_row(sb, k, g), (size_t)d->idx_head_dim * sizeof(float)) != 0;
         }
     }
-    diff += memcmp(state_engram_history(sa), state_engram_history(sb), sizeof(int32_t) * (size_t)sa->ngram_hist) != 0;
+    /* history entry k is position n-1-k: the ones before position 0 are never read */
+    int64_t hist = sa->ngram_hist < n ? sa->ngram_hist : n;
+    diff += memcmp(state_engram_history(sa), state_engram_history(sb), sizeof(int32_t) * (size_t)hist) != 0;
 done:
     state_free(sa);
     state_free(sb);
@@ -349,6 +352,46 @@ TEST(draft_reads_state_only_and_honours_pick) {
     free(row);
 }
 
+/* Requests of different lengths (one shorter than the window) drafted in one call, some with a
+ * pick and some without: each request's drafts, confidences and draft logits are bit-identical to
+ * drafting it alone. */
+TEST(batched_drafts_equal_single_drafts) {
+    enum { NR = 4 };
+    static const int len[NR] = {3, 17, 9, 12};
+    int B = runner->draft_block;
+    Pages p[NR];
+    DiRunnerDraft dr[NR];
+    int32_t tok_b[NR][DSPARK_MAX_BLOCK], tok_1[NR][DSPARK_MAX_BLOCK], toks[32];
+    float conf_b[NR][DSPARK_MAX_BLOCK], conf_1[NR][DSPARK_MAX_BLOCK];
+    float *lg_b = malloc(sizeof(float) * NR * (size_t)B * (size_t)V), *lg_1 = malloc(sizeof(float) * NR * (size_t)B * (size_t)V);
+    PickLog logs[NR];
+    for (int i = 0; i < NR; i++) {
+        p[i] = (Pages){.fill = (uint8_t)(0x10 + i)};
+        for (int k = 0; k < 32; k++) toks[k] = (int32_t)(test_rand32() % (uint32_t)V);
+        CHECK(run1(&p[i], toks, len[i], 0, 0, false, NULL) == 0);
+        logs[i] = (PickLog){0, 0, -1};
+        dr[i] = (DiRunnerDraft){p[i].pages, p[i].n, len[i], toks[len[i]], tok_b[i], conf_b[i], lg_b + (size_t)i * (size_t)B * (size_t)V,
+                                i % 2 ? pick_argmax : NULL, &logs[i]};
+    }
+    CHECK_MSG(runner->ops->draft(runner, dr, NR) == 0, "%s", di_error_message());
+    int differ = 0;
+    for (int i = 0; i < NR; i++) {
+        DiRunnerDraft one = dr[i];
+        logs[i] = (PickLog){0, 0, -1};
+        one.tokens = tok_1[i];
+        one.confidence = conf_1[i];
+        one.logits = lg_1 + (size_t)i * (size_t)B * (size_t)V;
+        CHECK(runner->ops->draft(runner, &one, 1) == 0);
+        differ += memcmp(tok_1[i], tok_b[i], sizeof(int32_t) * (size_t)B) != 0 || memcmp(conf_1[i], conf_b[i], sizeof(float) * (size_t)B) != 0;
+        CHECK_EQ_INT(logs[i].next_row, i % 2 ? B : 0);
+        pages_free(&p[i]);
+    }
+    differ += memcmp(lg_1, lg_b, sizeof(float) * NR * (size_t)B * (size_t)V) != 0;
+    CHECK_EQ_INT(differ, 0);
+    free(lg_b);
+    free(lg_1);
+}
+
 typedef struct {
     int proposed, accepted, bad_tokens, bad_rows, steps, errors;
 } LoopStats;
@@ -545,6 +588,7 @@ int main(void) {
     RUN_TEST(rollback_in_a_mixed_batch);
     RUN_TEST(commit_contract_is_enforced);
     RUN_TEST(draft_reads_state_only_and_honours_pick);
+    RUN_TEST(batched_drafts_equal_single_drafts);
     RUN_TEST(greedy_speculation_is_lossless);
     RUN_TEST(taps_are_stream_means_of_tap_layer_inputs);
     unload(dir);
