@@ -90,7 +90,19 @@ static float *ring_slot(RunState *st, const StateUndo *u, int j, int64_t pos) {
     return j < u->n_layers ? state_window_row(st, j, pos) : state_dspark_row(st, j - u->n_layers, pos);
 }
 
-static float *pend_copy(const StateUndo *u, const UndoRecord *r, int64_t j) { return u->pend + ((size_t)r->row0 * (size_t)(u->pend_rows ? u->pend_rows : 1) + (size_t)j) * (size_t)u->dh; }
+/* The record's copy of ring slot j of its row i, of pending row j, and its log row of position q. */
+static float *ring_copy(const StateUndo *u, const UndoRecord *r, int64_t i, int j) {
+    return u->ring + ((size_t)(r->row0 + i) * (size_t)(u->n_layers + u->n_mtp) + (size_t)j) * (size_t)u->dh;
+}
+
+static float *pend_copy(const StateUndo *u, const UndoRecord *r, int64_t j) {
+    return u->pend + ((size_t)r->row0 * (size_t)(u->pend_rows ? u->pend_rows : 1) + (size_t)j) * (size_t)u->dh;
+}
+
+static float *log_row(const StateUndo *u, const UndoRecord *r, int64_t q, int k, int which) {
+    size_t row = (size_t)(r->row0 + q - r->start) * (size_t)(u->n_kv ? u->n_kv : 1) + (size_t)k;
+    return u->log + (row * 2 + (size_t)which) * (size_t)u->dh;
+}
 
 int state_undo_save(StateUndo *u, RunState *st, int64_t n) {
     if (!u || !st || n < 1 || n > u->window)
@@ -102,14 +114,14 @@ int state_undo_save(StateUndo *u, RunState *st, int64_t n) {
     int slots = u->n_layers + u->n_mtp;
     size_t dh = (size_t)u->dh * sizeof(float);
     for (int64_t i = 0; i < n; i++)
-        for (int j = 0; j < slots; j++) memcpy(u->ring + ((size_t)(r->row0 + i) * (size_t)slots + (size_t)j) * (size_t)u->dh, ring_slot(st, u, j, r->start + i), dh);
+        for (int j = 0; j < slots; j++) memcpy(ring_copy(u, r, i, j), ring_slot(st, u, j, r->start + i), dh);
     int64_t pj = 0;
     for (int k = 0; k < u->n_kv; k++)
         for (int which = 0; which < 2 && u->ratio[k] > 1; which++)
             for (int row = 0; row < u->ratio[k] - 1; row++) memcpy(pend_copy(u, r, pj++), state_pending_row(st, k, which, row), dh);
     memset(u->history + (size_t)r->row0 * DIMS_MAX_NGRAM, 0, DIMS_MAX_NGRAM * sizeof(int32_t));
     if (u->hist > 0) memcpy(u->history + (size_t)r->row0 * DIMS_MAX_NGRAM, state_engram_history(st), (size_t)u->hist * sizeof(int32_t));
-    state_log_pending_start(st, u->log + (size_t)r->row0 * (size_t)(u->n_kv ? u->n_kv : 1) * 2 * (size_t)u->dh, r->start, n);
+    state_log_pending_start(st, log_row(u, r, r->start, 0, 0), r->start, n);
     u->used_rows += n;
     return u->n_records++;
 }
@@ -126,9 +138,7 @@ static void restore_pending(const StateUndo *u, const UndoRecord *r, RunState *s
             for (int row = 0; row < m - 1; row++) memcpy(state_pending_row(st, k, which, row), pend_copy(u, r, pj++), dh);
         int64_t g0 = committed / m * m;
         for (int64_t q = g0 > r->start ? g0 : r->start; q < committed; q++)
-            for (int which = 0; which < 2; which++)
-                memcpy(state_pending_row(st, k, which, (int)(q - g0)),
-                       u->log + ((((size_t)(r->row0 + q - r->start)) * (size_t)u->n_kv + (size_t)k) * 2 + (size_t)which) * (size_t)u->dh, dh);
+            for (int which = 0; which < 2; which++) memcpy(state_pending_row(st, k, which, (int)(q - g0)), log_row(u, r, q, k, which), dh);
     }
 }
 
@@ -140,7 +150,7 @@ int state_undo_commit(StateUndo *u, int record, const Model *m, RunState *st, co
     int slots = u->n_layers + u->n_mtp;
     size_t dh = (size_t)u->dh * sizeof(float);
     for (int64_t i = keep; i < r->n; i++)
-        for (int j = 0; j < slots; j++) memcpy(ring_slot(st, u, j, r->start + i), u->ring + ((size_t)(r->row0 + i) * (size_t)slots + (size_t)j) * (size_t)u->dh, dh);
+        for (int j = 0; j < slots; j++) memcpy(ring_slot(st, u, j, r->start + i), ring_copy(u, r, i, j), dh);
     restore_pending(u, r, st, r->start + keep);
     if (u->hist > 0) memcpy(state_engram_history(st), u->history + (size_t)r->row0 * DIMS_MAX_NGRAM, (size_t)u->hist * sizeof(int32_t));
     engram_push_history(m, st, tokens, keep);
