@@ -21,6 +21,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/threadpool.h"
+#include "bench_medium.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/state.h"
@@ -71,17 +72,6 @@ static void die(const char *what) {
 }
 
 /* ---------------------------------------------------------------- checkpoint cache */
-
-static void bench_dir(char *buf, size_t n) {
-    const char *env = getenv("DEEPINFER_BENCH_DIR");
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (env && *env)
-        snprintf(buf, n, "%s", env);
-    else if (xdg && *xdg)
-        snprintf(buf, n, "%s/deepinfer/bench-medium", xdg);
-    else
-        snprintf(buf, n, "%s/.cache/deepinfer/bench-medium", home && *home ? home : "/tmp");
-}
 
 /* Reused when complete and written by a build with the same config and tokenizer, else
  * (re)generated: ~1.5 min. */
@@ -404,7 +394,7 @@ static void run_batched(Model *m, DiThreadPool *pool2, double active) {
 
 int main(void) {
     char dir[1000];
-    bench_dir(dir, sizeof dir);
+    bench_medium_dir(dir, sizeof dir);
     ensure_checkpoint(dir);
     Model *m = model_load(dir, MODE_EXACT);
     const int32_t *map;

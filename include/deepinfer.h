@@ -34,7 +34,10 @@ int di_builtin_model_dir(char *buf, size_t n);
  * forwards run on it, except for the setters below; each request has its own DiModelState (§6:
  * window rings, compressed KV rows, index keys, compressor pending rows, Engram history, DSpark
  * rings).  numerics: "ref" (default, NULL: the reference's FP8 activation quantisation and KV
- * round trips), "kvq" (KV / indexer round trips only), "exact" (float32 throughout). */
+ * round trips), "kvq" (KV / indexer round trips only), "exact" (float32 throughout).  A prefill
+ * chunk runs every layer on every row unless DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=compact
+ * (decoder bounded replay over the chunk's last DEEPINFER_YOCO_PREFILL_KEEP_TOKENS rows, default
+ * 140), read when the model loads, as di_engine_create does. */
 typedef struct DiModel DiModel;
 typedef struct DiModelState DiModelState;
 

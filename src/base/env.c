@@ -46,17 +46,14 @@ static int check_mtp_varlen(const char *name, const char *v) {
 }
 
 static int check_yoco_mode(const char *name, const char *v) {
-    if (strcmp(v, "off") == 0) return 0;
-    if (strcmp(v, "compact") == 0)
-        return di_errorf("%s=compact: decoder sliding-window bounded replay is not implemented yet; use off", name);
+    if (strcmp(v, "off") == 0 || strcmp(v, "compact") == 0) return 0;
     return di_errorf("%s='%s': expected off or compact", name, v);
 }
 
 static int check_keep_tokens(const char *name, const char *v) {
     long n;
-    /* Only the form is checked: the count is for bounded replay (TRUNCATION_MODE=compact), which
-     * is refused, so nothing reads it yet.  That it covers the model's sliding window (128 in the
-     * release) is for bounded replay to check when it lands; no load checks it now. */
+    /* Only the form is checked here: that the count covers the model's sliding window is checked
+     * when the engine loads the model (engine_model.c), the first point that knows the window. */
     if (parse_long(v, &n) != 0 || n < 1 || n > (1L << 30)) return di_errorf("%s='%s': expected a positive token count", name, v);
     return 0;
 }
@@ -183,6 +180,17 @@ int di_env_fp8_gemv(DiEnvFp8Gemv *out) {
     int i = v ? choice_index(fp8_gemv_names, v) : DI_ENV_FP8_GEMV_AUTO;
     if (i < 0) return di_errorf("DEEPINFER_FP8_GEMV=%s: expected auto, f32, fp16 or mapped", v);
     *out = (DiEnvFp8Gemv)i;
+    return 0;
+}
+
+int di_env_prefill_replay(DiEnvPrefillReplay *out) {
+    if (!out) return di_errorf("di_env_prefill_replay: no output");
+    const char *mode = value_of("DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE"), *keep = value_of("DEEPINFER_YOCO_PREFILL_KEEP_TOKENS");
+    *out = (DiEnvPrefillReplay){0, 0};
+    if (mode && check_yoco_mode("DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE", mode) != 0) return -1;
+    if (keep && check_keep_tokens("DEEPINFER_YOCO_PREFILL_KEEP_TOKENS", keep) != 0) return -1;
+    out->compact = mode && strcmp(mode, "compact") == 0;
+    if (keep) parse_long(keep, &out->keep);
     return 0;
 }
 

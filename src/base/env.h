@@ -2,7 +2,7 @@
  *
  * architecture.md fixes the names users know; a bad value must be an error, never silently
  * ignored.  Some variables name features this build does not have yet (the CUDA backend, DSpark
- * speculative decoding, bounded-replay prefill truncation): their "off" values are accepted and
+ * speculative decoding): their "off" values are accepted and
  * anything that would turn them on is refused with the reason, so nobody believes they are on.
  * Every read of the environment goes through the accessors below: each knob is parsed here, in
  * one way, and its value passed to the code that uses it.  Unset and empty mean the same. */
@@ -35,5 +35,14 @@ const char *di_env_kernels_name(DiEnvKernels k);
 /* DEEPINFER_FP8_GEMV (unset: auto); -1 with an error naming the variable for any other value. */
 typedef enum { DI_ENV_FP8_GEMV_AUTO, DI_ENV_FP8_GEMV_F32, DI_ENV_FP8_GEMV_FP16, DI_ENV_FP8_GEMV_MAPPED } DiEnvFp8Gemv;
 int di_env_fp8_gemv(DiEnvFp8Gemv *out);
+
+/* DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE (off | compact; unset: off) and
+ * DEEPINFER_YOCO_PREFILL_KEEP_TOKENS (a positive count; unset: keep 0, the model's default);
+ * -1 with an error naming the variable for a bad value. */
+typedef struct {
+    int compact;
+    long keep;
+} DiEnvPrefillReplay;
+int di_env_prefill_replay(DiEnvPrefillReplay *out);
 
 #endif

@@ -17,6 +17,8 @@
 #include "engine/runner_v41.h"
 #include "model/engram_map_file.h"
 #include "model/model.h"
+#include "model/replay.h"
+#include "model/replay.h"
 #include "model/tiny.h"
 
 #include <stdlib.h>
@@ -64,7 +66,7 @@ DiEngine *di_engine_create(const char *model_dir, const DiEngineOptions *opts) {
     const char *dir = resolve_model_dir(model_dir, builtin_dir, sizeof builtin_dir, &builtin);
     if (!dir) return NULL;
     Model *model = model_load(dir, MODE_REF);
-    if (!model || setup_engram_map(model, dir, builtin, opts) != 0) {
+    if (!model || setup_engram_map(model, dir, builtin, opts) != 0 || model_prefill_replay_from_env(model) != 0) {
         model_free(model);
         di_error_wrap("creating the engine");
         return NULL;

@@ -126,6 +126,24 @@ done:
     return rc;
 }
 
+int attn_write_sources(const Model *m, const RowBatch *rb, int L, const float *a) {
+    const ModelDims *d = &m->d;
+    if (!rb || !a || L < 0 || L >= d->n_layers || d->role[L] != ROLE_FULL)
+        return di_errorf("compressor: layer %d is not a Full layer of the backbone", L);
+    const LayerWeights *lw = &m->w.layers[L];
+    int ratio = d->ratio[L];
+    int64_t Dh = d->head_dim, n = rb->row0[rb->n_seqs];
+    float *kc = m->ws->attn.comp_kv, *zc = m->ws->attn.comp_gate;
+    /* fp32 GEMMs without activation quantisation (§4.3), every request's rows at once */
+    if (model_matmul(m, &lw->comp_wkv, a, n, kc) != 0 || (ratio > 1 && model_matmul(m, &lw->comp_wgate, a, n, zc) != 0))
+        return di_error_wrap("compressor of layer %d", L);
+    for (int b = 0; b < rb->n_seqs; b++) { /* each extends its own request's caches */
+        int64_t r0 = rb->row0[b], nb = rb->row0[b + 1] - r0;
+        if (run_compressor(m, rb->st[b], L, lw, kc + r0 * Dh, ratio > 1 ? zc + r0 * Dh : NULL, nb, rb->start[b]) != 0) return -1;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- indexer (§5.6.6) */
 
 typedef WsScored Scored;
@@ -344,27 +362,23 @@ int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a,
     Workspace *ws = m->ws;
     int64_t KW = ws->attn.key_slots; /* key slots per row: at least W + K */
     float *q = ws->attn.q, *qr = ws->attn.q_low, *kv = ws->attn.kv, *o = ws->attn.heads_out, *z = ws->attn.scores;
-    float *kc = ws->attn.comp_kv, *zc = ws->attn.comp_gate, *qi = ws->attn.idx_q, *wp = ws->attn.idx_w;
+    float *qi = ws->attn.idx_q, *wp = ws->attn.idx_w;
     const float **keys = ws->attn.keys;
     int64_t *nkeys = ws->attn.n_keys;
     int rc = -1;
     /* projections of every row of every request at once */
     if (attn_query(m, lw, rope, a, n, rb->pos, q, qr) != 0 || attn_window_kv(m, lw, rope, a, n, rb->pos, kv) != 0) goto done;
-    /* the compressor's and indexer's projections are per row too: every request's rows at once
-     * (fp32 GEMMs without activation quantisation for the compressor, §4.3) */
-    bool compress = d->role[L] == ROLE_FULL, index = compress || d->role[L] == ROLE_REINDEX;
+    /* the KV source's caches first: the indexer reads the entries of this chunk's rows */
+    bool index = d->role[L] == ROLE_FULL || d->role[L] == ROLE_REINDEX;
+    if (d->role[L] == ROLE_FULL && !rb->sources_done && attn_write_sources(m, rb, L, a) != 0) goto done;
+    /* the indexer's projections are per row: every request's rows at once */
     int64_t HI = d->idx_heads, DI = d->idx_head_dim;
-    if (compress && (model_matmul(m, &lw->comp_wkv, a, n, kc) != 0 || (ratio > 1 && model_matmul(m, &lw->comp_wgate, a, n, zc) != 0)))
-        goto done;
     if (index && (model_linear(m, &lw->idx_wq_b, qr, n, qi, model_act_quant(m)) != 0 || model_matmul(m, &lw->idx_weights_proj, a, n, wp) != 0))
         goto done;
-    /* compressor and indexer then run per request: they read and extend that request's caches */
-    for (int b = 0; b < rb->n_seqs; b++) {
+    /* then scoring per request: it reads that request's caches */
+    for (int b = 0; b < rb->n_seqs && index; b++) {
         int64_t r0 = rb->row0[b], nb = rb->row0[b + 1] - r0;
-        if (compress && run_compressor(m, rb->st[b], L, lw, kc + r0 * Dh, ratio > 1 ? zc + r0 * Dh : NULL, nb, rb->start[b]) != 0)
-            goto done;
-        if (index && run_indexer(m, rb->st[b], L, qi + r0 * HI * DI, wp + r0 * HI, nb, rb->start[b], sh, r0) != 0)
-            goto done;
+        if (run_indexer(m, rb->st[b], L, qi + r0 * HI * DI, wp + r0 * HI, nb, rb->start[b], sh, r0) != 0) goto done;
     }
     if (d->role[L] == ROLE_FULL || d->role[L] == ROLE_REINDEX) {
         sh->sel_layer = L;
@@ -377,12 +391,13 @@ int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a,
     int slot = ratio > 0 ? d->kv_slot[d->kv_src_of[L]] : -1;
     for (int b = 0; b < rb->n_seqs; b++) {
         RunState *st = rb->st[b];
-        int64_t r0 = rb->row0[b], s = rb->start[b];
+        int64_t r0 = rb->row0[b], s = rb->start[b], floor = rb->swa_floor ? rb->swa_floor[b] : 0;
         for (int64_t i = r0; i < rb->row0[b + 1]; i++) {
             int64_t p = rb->pos[i], nk = 0;
             const float **ki = keys + i * KW;
-            /* window rows of this layer, ascending positions max(0, p-W+1) .. p (§5.6.7) */
-            for (int64_t pos = p - W + 1 < 0 ? 0 : p - W + 1; pos <= p; pos++)
+            /* window rows of this layer, ascending positions max(floor, p-W+1) .. p (§5.6.7; the
+             * floor is a bounded replay's start, replay.h) */
+            for (int64_t pos = p - W + 1 < floor ? floor : p - W + 1; pos <= p; pos++)
                 ki[nk++] = pos >= s ? kv + (r0 + pos - s) * Dh : state_window_row(st, L, pos);
             /* then the selected compressed rows of the KV source, ascending entry index */
             if (ratio > 0)

@@ -33,6 +33,9 @@ typedef struct {
     const int64_t *row0;  /* [n_seqs + 1]: first row of each request; row0[n_seqs] = rows */
     const int64_t *start; /* [n_seqs]: position of each request's first row */
     const int64_t *pos;   /* [rows]: absolute position of every row */
+    /* Bounded replay (replay.h); NULL / false in a plain forward. */
+    const int64_t *swa_floor; /* [n_seqs]: lowest position whose window key a row may read */
+    bool sources_done;        /* the layer's compressor and index keys already ran on the whole chunk */
 } RowBatch;
 
 /* Nothing published yet, the arrays in the workspace (n <= its rows). */
@@ -43,6 +46,10 @@ void attn_shared_init(AttnShared *sh, const struct Workspace *ws, int64_t n);
  * out[rows][D].  Updates each request's state (window ring of L; compressed rows, index keys and
  * pending rows when L is a KV source). */
 int attention_forward(const Model *m, const RowBatch *rb, int layer, const float *a, AttnShared *sh, float *out);
+
+/* The KV-source part of a Full layer L for every row: compressor projections of a[rows][D], then
+ * per request its compressed entries, index keys and pending rows (§5.6.3-5.6.5). */
+int attn_write_sources(const Model *m, const RowBatch *rb, int layer, const float *a);
 
 /* ---- pieces shared with the DSpark drafter ---- */
 /* q[n][H·Dh] with RoPE at pos[i]; qr[n][Rq] (the normalised low-rank query, kept for the indexer). */

@@ -7,6 +7,7 @@
 #include "model/mhc.h"
 #include "model/moe.h"
 #include "model/ops.h"
+#include "model/replay.h"
 #include "model/workspace.h"
 
 #include <string.h>
@@ -141,7 +142,9 @@ static int64_t forward_logit_rows(const ForwardSeq *q) {
 }
 
 /* §5.8 final collapse with the last FFN site's pre, norm, head -- one matmul over every row
- * that wants logits, so the head's weights are read once per batch, not once per request */
+ * that wants logits, so the head's weights are read once per batch, not once per request.
+ * row0: the rows that reached the head (a bounded replay keeps a chunk's last rows only, and
+ * never trims a request that wants logits of more rows than it keeps). */
 static int head_logits(const Model *m, const ForwardSeq *seqs, int n_seqs, const int64_t *row0, const float *X, const float *pi) {
     const ModelDims *d = &m->d;
     int hc = d->hc_mult;
@@ -149,8 +152,7 @@ static int head_logits(const Model *m, const ForwardSeq *seqs, int n_seqs, const
     float *head_in = m->ws->fwd.head_in, *head_out = m->ws->fwd.head_out;
     for (int b = 0; b < n_seqs; b++)
         if (seqs[b].logits) {
-            for (int64_t i = seqs[b].n - forward_logit_rows(&seqs[b]); i < seqs[b].n; i++, n_out++) {
-                int64_t r = row0[b] + i;
+            for (int64_t r = row0[b + 1] - forward_logit_rows(&seqs[b]); r < row0[b + 1]; r++, n_out++) {
                 mhc_collapse(X + r * hc * D, pi + r * hc, hc, (int)D, head_in + n_out * D);
                 op_rmsnorm(head_in + n_out * D, head_in + n_out * D, m->w.norm, D, d->eps);
             }
@@ -188,7 +190,15 @@ static int forward_rows(const Model *m, const ForwardSeq *seqs, int n_seqs, int6
             tokens[row0[b] + i] = seqs[b].tokens[i];
         }
     }
-    RowBatch rb = {n_seqs, sts, row0, start, pos};
+    /* bounded replay: the rows of each request that run the decoder (replay.h) */
+    int replay_at = -1;
+    for (int b = 0; b < n_seqs; b++) {
+        ws->fwd.keep[b] = replay_keep_rows(m, seqs[b].n, forward_logit_rows(&seqs[b]));
+        if (ws->fwd.keep[b] < seqs[b].n) replay_at = replay_first_layer(m);
+    }
+    if (replay_at >= 0 && trace && (trace->layer_out || trace->experts || trace->selected))
+        return di_errorf("forward: a trace of every layer's rows needs a forward that runs every row (bounded replay trims this one)");
+    RowBatch rb = {n_seqs, sts, row0, start, pos, NULL, false};
     AttnShared sh;
     attn_shared_init(&sh, ws, n);
     /* §5.1 embedding copied to every stream; carried pre-mix (1, 0, ..., 0) */
@@ -215,6 +225,9 @@ static int forward_rows(const Model *m, const ForwardSeq *seqs, int n_seqs, int6
                     for (int k = 0; k < hc; k++) acc += X[(i * hc + k) * D + c];
                     taps[(i * d->n_taps + tap) * D + c] = acc / (float)hc;
                 }
+        if (L == replay_at && replay_enter(m, &rb, L, &n) != 0) return -1;
+        rb.sources_done = L == replay_at; /* the replay's first layer wrote its caches on every row */
+        rb.swa_floor = replay_at >= 0 && L > replay_at ? ws->fwd.swa_floor : NULL;
         TrunkAttn ta = {m, &rb, L, &sh};
         int32_t *ex = trace && trace->experts ? trace->experts + (int64_t)L * n * d->top_k : NULL;
         if (model_block(m, L, X, pi, n, trunk_attn, &ta, ex) != 0) return di_error_wrap("layer %d", L);
@@ -224,11 +237,13 @@ static int forward_rows(const Model *m, const ForwardSeq *seqs, int n_seqs, int6
                 for (int j = 0; j < d->idx_topk; j++)
                     trace->selected[((int64_t)L * n + i) * d->idx_topk + j] = j < sh.sel_count[i] ? sh.sel[i * d->idx_topk + j] : -1;
     }
+    if (trace && trace->decoder_rows)
+        for (int b = 0; b < n_seqs; b++) trace->decoder_rows[b] = row0[b + 1] - row0[b];
     if (drafter && update_dspark_rings(m, &rb, taps) != 0) return -1;
     if (head_logits(m, seqs, n_seqs, row0, X, pi) != 0) return -1;
     for (int b = 0; b < n_seqs; b++) {
         engram_push_history(m, sts[b], seqs[b].tokens, seqs[b].n);
-        sts[b]->n_pos = start[b] + seqs[b].n;
+        sts[b]->n_pos = seqs[b].start_pos + seqs[b].n; /* start[] may hold a replay start */
     }
     return 0;
 }

@@ -17,12 +17,14 @@
  *   layer_out [n_layers][n][hc][D]  residual streams after every backbone layer
  *   experts   [n_layers][n][top_k]  routed experts, best first
  *   selected  [n_layers][n][index_topk]  selection of each index-source layer (-1 padded)
- *   engram_ids [n][n_engram][cols]  Engram table rows */
+ *   engram_ids [n][n_engram][cols]  Engram table rows
+ * The per-layer ones need every row to run every layer (no bounded replay trim, replay.h). */
 typedef struct {
     float *layer_out;
     int32_t *experts;
     int32_t *selected;
     int64_t *engram_ids;
+    int64_t *decoder_rows; /* [n_seqs]: rows of each request that ran the decoder layers (bounded replay) */
 } ForwardTrace;
 
 /* Longest chunk one call accepts (the engine splits longer prefills).  A call of more rows than

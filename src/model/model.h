@@ -33,6 +33,13 @@ typedef struct {
     int64_t offset[DIMS_MAX_NGRAM * 64];     /* Off[c] */
 } EngramHash;
 
+/* Decoder SWA bounded replay of prefill chunks (replay.h); set by model_set_prefill_replay. */
+typedef enum { REPLAY_OFF = 0, REPLAY_COMPACT } ReplayMode;
+typedef struct {
+    ReplayMode mode; /* off (default): every layer on every row, exact */
+    int64_t keep;    /* compact: rows of a chunk that run the decoder layers (>= the window) */
+} PrefillReplay;
+
 typedef struct {
     DiModelConfig cfg;
     ModelDims d;
@@ -54,6 +61,7 @@ typedef struct {
     /* every scratch buffer of a forward (workspace.h), sized at load; after `pool` so the A/B
      * tools (tools/decode_ab.c) set the pool of either build at the same offset */
     struct Workspace *ws;
+    PrefillReplay replay;
 } Model;
 
 /* Load config.json and the checkpoint of `dir`, bind the weights.  NULL with an error. */

@@ -8,6 +8,7 @@
 #include "model/dspark.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/replay.h"
 #include "model/state.h"
 
 #include <stdlib.h>
@@ -27,7 +28,8 @@ DiModel *di_model_load(const char *dir, const char *numerics) {
     DiModel *dm = di_calloc(1, sizeof *dm, "model");
     if (!dm) return NULL;
     dm->m = model_load(dir, mode);
-    if (!dm->m) {
+    if (!dm->m || model_prefill_replay_from_env(dm->m) != 0) {
+        model_free(dm->m);
         free(dm);
         return NULL;
     }

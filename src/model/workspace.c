@@ -104,6 +104,8 @@ static void layout(Workspace *ws, const Model *m, Carver *c) {
     CARVE(c, ws->fwd.row0, R + 1);
     CARVE(c, ws->fwd.start, R);
     CARVE(c, ws->fwd.pos, R);
+    CARVE(c, ws->fwd.keep, R);
+    CARVE(c, ws->fwd.swa_floor, R);
     CARVE(c, ws->fwd.tokens, R);
     CARVE(c, ws->fwd.states, R);
     ws->fwd.pieces = carve(c, R, sizeof(ForwardSeq));

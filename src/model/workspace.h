@@ -54,6 +54,7 @@ typedef struct Workspace {
     struct { /* forward.c: the batch, residual streams, taps, head */
         float *X, *pi, *embed_row, *taps, *head_in, *head_out, *ctx, *ctx_kv;
         int64_t *engram_ids, *row0, *start, *pos;
+        int64_t *keep, *swa_floor; /* bounded replay (replay.h): rows kept, window floor per request */
         int32_t *tokens;
         RunState **states;
         void *pieces; /* ForwardSeq[rows]: one chunk of a split call */

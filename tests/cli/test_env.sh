@@ -17,13 +17,14 @@ expect "unknown accelerator" 2 "expected cpu or nvidia" DEEPINFER_ACCELERATOR=tp
 expect "draft length refused" 2 "DEEPINFER_USE_NEXTN_DECODE=5: DSpark" DEEPINFER_USE_NEXTN_DECODE=5
 expect "draft length garbage" 2 "expected a draft length" DEEPINFER_USE_NEXTN_DECODE=many
 expect "batch invariant garbage" 2 "DEEPINFER_BATCH_INVARIANT='yes': expected 0 or 1" DEEPINFER_BATCH_INVARIANT=yes
-expect "yoco compact refused" 2 "bounded replay is not implemented" DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=compact
+expect "yoco mode garbage" 2 "DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE='full': expected off or compact" DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=full
 expect "keep tokens garbage" 2 "DEEPINFER_YOCO_PREFILL_KEEP_TOKENS='-3'" DEEPINFER_YOCO_PREFILL_KEEP_TOKENS=-3
 expect "threads garbage" 2 "DEEPINFER_NUM_THREADS='0'" DEEPINFER_NUM_THREADS=0
 expect "log level garbage" 2 "DEEPINFER_LOG_LEVEL: unknown log level 'loud'" DEEPINFER_LOG_LEVEL=loud
 expect "kernels garbage" 2 "DEEPINFER_KERNELS='gpu'" DEEPINFER_KERNELS=gpu
 # accepted values pass the check (eplb then fails on its empty stdin with exit 1, not 2)
 expect "off values accepted" 1 "" DEEPINFER_ACCELERATOR=cpu DEEPINFER_USE_NEXTN_DECODE=0 DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=off DEEPINFER_BATCH_INVARIANT=1
+expect "compact accepted" 1 "" DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=compact DEEPINFER_YOCO_PREFILL_KEEP_TOKENS=128
 expect "misspelt variable warned" 1 "unknown environment variable DEEPINFER_ACCELERATR" DEEPINFER_ACCELERATR=cpu
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -479,7 +479,7 @@ TEST(taps_are_stream_means_of_tap_layer_inputs) {
     RunState *st = state_create(d);
     float *lo = malloc(sizeof(float) * (size_t)(d->n_layers * n * hc * D)), *taps = calloc((size_t)(n * 3 * D), sizeof(float));
     float *mx = malloc(sizeof(float) * (size_t)(n * D)), *kv = malloc(sizeof(float) * (size_t)(n * d->head_dim));
-    ForwardTrace tr = {lo, NULL, NULL, NULL};
+    ForwardTrace tr = {.layer_out = lo};
     CHECK_MSG(model_forward(model, st, prompt, n, 0, NULL, false, &tr) == 0, "%s", di_error_message());
     for (int t = 0; t < 3; t++) {
         int L = d->taps[t];

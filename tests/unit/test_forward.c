@@ -66,7 +66,7 @@ TEST(exact_prefill_matches_golden_layer_by_layer) {
     int32_t *ex = calloc((size_t)(L * T * K), sizeof(int32_t)), *sel = calloc((size_t)(L * T * KI), sizeof(int32_t));
     int64_t *eids = calloc((size_t)(T * d->n_engram * cols), sizeof(int64_t));
     RunState *st = state_create(d);
-    ForwardTrace tr = {lo, ex, sel, eids};
+    ForwardTrace tr = {.layer_out = lo, .experts = ex, .selected = sel, .engram_ids = eids};
     int rc = model_forward(model, st, ids, T, 0, logits, true, &tr);
     CHECK_MSG(rc == 0, "%s", di_error_message());
     if (rc == 0) {
@@ -152,7 +152,7 @@ TEST(kvq_prefill_matches_golden) {
     float *logits = calloc((size_t)(T * V), sizeof(float));
     int32_t *ex = calloc((size_t)(L * T * K), sizeof(int32_t));
     RunState *st = state_create(d);
-    ForwardTrace tr = {NULL, ex, NULL, NULL};
+    ForwardTrace tr = {.experts = ex};
     int rc = model_forward(model, st, ids, T, 0, logits, true, &tr);
     CHECK_MSG(rc == 0, "%s", di_error_message());
     const float *want = array("kvq.prefill.logits", "f32", 2);
