@@ -135,6 +135,15 @@ static uint64_t ring_digest(RunState *st, int L) {
     return h;
 }
 
+/* The DSpark context rings (fed from the taps of the replayed rows). */
+static uint64_t dspark_digest(RunState *st) {
+    uint64_t h = 1469598103934665603ull;
+    for (int k = 0; k < st->n_mtp; k++)
+        for (int64_t p = st->n_pos - st->window < 0 ? 0 : st->n_pos - st->window; p < st->n_pos; p++)
+            h = fnv(h, state_dspark_row(st, k, p), (size_t)st->head_dim * sizeof(float));
+    return h;
+}
+
 /* ---- helpers --------------------------------------------------------------------------------- */
 
 static void set_mode(ReplayMode mode, int64_t keep) {
@@ -201,6 +210,7 @@ TEST(prompts_up_to_k_are_identical_in_both_modes) {
             RunState *b = prefill(len, 1, cmp);
             CHECK_MSG(same_floats(off, cmp, V), "K %lld, n %d: compact differs from off", (long long)keeps[ki], n);
             check_same_state(a, b, model->d.n_layers, "n <= K");
+            CHECK_MSG(dspark_digest(a) == dspark_digest(b), "K %lld, n %d: DSpark rings differ", (long long)keeps[ki], n);
             state_free(a), state_free(b);
         }
     free(off), free(cmp);
@@ -271,6 +281,7 @@ TEST(decoder_rows_are_k_per_request_chunk_and_batching_changes_nothing) {
         int64_t nl = all[b] ? lens[b] : 1;
         CHECK_MSG(same_floats(lg + off * V, lg1, nl * V), "request %d: batched differs from alone", b);
         check_same_state(st[b], alone[b], model->d.n_layers, "batched vs alone");
+        CHECK_MSG(dspark_digest(st[b]) == dspark_digest(alone[b]), "request %d: DSpark rings differ", b);
         off += nl;
     }
     /* a second chunk of 12 rows on request 1 trims to 10 again */
