@@ -6,11 +6,14 @@
  * layer up to and including the first decoder layer on every row of the chunk, then the later
  * layers on its last k rows with their window floored at the replay start, logits of the last row.
  * With k = n it is a plain full forward (mode off).  The window floor itself is checked on its
- * own: ring rows below the floor are poisoned and must not reach the output. */
+ * own: ring rows below the floor are poisoned and must not reach the output.  Last, the engine
+ * (paged state, its own chunking) in compact mode equals the same chunks through model_forward. */
 #include "test.h"
 
 #include "base/error.h"
 #include "base/log.h"
+#include "engine/engine.h"
+#include "engine/runner_v41.h"
 #include "model/attention.h"
 #include "model/engram.h"
 #include "model/forward.h"
@@ -339,6 +342,72 @@ TEST(window_floor_hides_every_ring_row_below_it) {
     free(lg), free(a);
 }
 
+/* The engine (paged state, its own chunking) in compact mode: a 30-token prompt in chunks of 12
+ * (12, 12, 6: the last within K, so it reads the second chunk's replayed decoder rows) then greedy
+ * decoding gives the tokens and logits rows of the same chunks through model_forward. */
+enum { E_PROMPT = 30, E_CHUNK = 12, E_GEN = 4 };
+typedef struct {
+    float *rows; /* [E_GEN][V] */
+    int n;
+} EngineRows;
+
+static void observe_rows(void *user, uint64_t id, int64_t pos, const float *logits, int32_t vocab) {
+    EngineRows *e = user;
+    (void)id, (void)pos;
+    if (e->n < E_GEN) memcpy(e->rows + (size_t)e->n++ * (size_t)vocab, logits, (size_t)vocab * sizeof *logits);
+}
+
+static int argmax(const float *x, int64_t n) {
+    int best = 0;
+    for (int v = 1; v < n; v++)
+        if (x[v] > x[best]) best = v;
+    return best;
+}
+
+TEST(the_engine_prefills_in_compact_mode_and_decodes) {
+    set_mode(REPLAY_COMPACT, 8);
+    float *want = malloc((size_t)E_GEN * (size_t)V * sizeof *want), *got = calloc((size_t)E_GEN * (size_t)V, sizeof *got);
+    int32_t seq[E_PROMPT + E_GEN], ref[E_GEN];
+    memcpy(seq, toks, sizeof(int32_t) * E_PROMPT);
+    RunState *st = state_create(&model->d);
+    for (int s = 0; s < E_PROMPT; s += E_CHUNK) {
+        int n = E_PROMPT - s < E_CHUNK ? E_PROMPT - s : E_CHUNK;
+        CHECK(model_forward(model, st, seq + s, n, s, s + n == E_PROMPT ? want : NULL, false, NULL) == 0);
+    }
+    for (int k = 0; k < E_GEN; k++) {
+        ref[k] = seq[E_PROMPT + k] = argmax(want + (size_t)k * (size_t)V, V);
+        float *next = want + (size_t)(k + 1) * (size_t)V;
+        if (k + 1 < E_GEN) CHECK(model_forward(model, st, &seq[E_PROMPT + k], 1, E_PROMPT + k, next, false, NULL) == 0);
+    }
+    state_free(st);
+    DiEngineOptions opts;
+    di_engine_options_init(&opts);
+    opts.async_scheduling = 0;
+    opts.max_batch_tokens = E_CHUNK;
+    opts.max_prefill_chunk = E_CHUNK;
+    DiEngine *e = di_engine_create_with_runner(di_v41_runner_create(model, 0, 4096), &opts);
+    CHECK_MSG(e != NULL, "%s", di_last_error());
+    if (e) {
+        EngineRows rows = {got, 0};
+        di_engine_set_logits_observer(e, observe_rows, &rows);
+        DiSamplingParams p;
+        di_sampling_params_init(&p);
+        p.temperature = 0;
+        p.max_tokens = E_GEN;
+        p.ignore_eos = 1;
+        DiRequestInput in = {.prompt_ids = toks, .n_prompt_ids = E_PROMPT};
+        uint64_t id;
+        DiRequestOutput res;
+        CHECK(di_engine_add_request(e, &in, &p, NULL, NULL, &id) == 0 && di_engine_run(e) == 0);
+        CHECK(di_engine_get_output(e, id, &res) == 0 && res.n_tokens == E_GEN);
+        CHECK_MSG(res.n_tokens == E_GEN && memcmp(res.token_ids, ref, sizeof ref) == 0, "engine tokens differ from model_forward's");
+        CHECK_EQ_INT(rows.n, E_GEN);
+        CHECK_MSG(same_floats(got, want, (int64_t)E_GEN * V), "engine logits rows differ from model_forward's");
+        di_engine_destroy(e);
+    }
+    free(want), free(got);
+}
+
 TEST(bad_settings_are_refused_with_their_cause) {
     CHECK(model_set_prefill_replay(model, REPLAY_COMPACT, 7) != 0);
     CHECK(strstr(di_error_message(), "sliding window of 8") != NULL);
@@ -378,6 +447,7 @@ int main(void) {
     RUN_TEST(decoder_rows_are_k_per_request_chunk_and_batching_changes_nothing);
     RUN_TEST(chunked_prefill_ends_in_the_same_final_replay);
     RUN_TEST(window_floor_hides_every_ring_row_below_it);
+    RUN_TEST(the_engine_prefills_in_compact_mode_and_decodes);
     RUN_TEST(bad_settings_are_refused_with_their_cause);
     model_free(model);
     return TEST_SUMMARY();
