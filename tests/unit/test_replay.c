@@ -294,6 +294,30 @@ TEST(decoder_rows_are_k_per_request_chunk_and_batching_changes_nothing) {
     free(lg), free(lg1);
 }
 
+/* A verify-style request asks for its last n_logits rows: within K they are replayed rows (the
+ * last one as with one logits row); beyond K the chunk is not trimmed (as off mode). */
+static int64_t forward_rows_of(ReplayMode mode, int64_t n, int64_t n_logits, float *logits) {
+    set_mode(mode, 10);
+    RunState *st = state_create(&model->d);
+    int64_t rows = -1;
+    ForwardSeq q = {st, toks, n, 0, logits, false, n_logits};
+    ForwardTrace tr = {.decoder_rows = &rows};
+    CHECK_MSG(model_forward_batch(model, &q, 1, &tr) == 0, "%s", di_error_message());
+    state_free(st);
+    return rows;
+}
+
+TEST(logits_of_more_rows_than_k_keep_the_chunk_whole) {
+    float *a = malloc((size_t)12 * (size_t)V * sizeof *a), *b = malloc((size_t)12 * (size_t)V * sizeof *b);
+    CHECK_EQ_INT((int)forward_rows_of(REPLAY_COMPACT, 19, 3, a), 10);
+    CHECK_EQ_INT((int)forward_rows_of(REPLAY_COMPACT, 19, 1, b), 10);
+    CHECK_MSG(same_floats(a + 2 * V, b, V), "the last of 3 logits rows differs from the single row");
+    CHECK_EQ_INT((int)forward_rows_of(REPLAY_COMPACT, 19, 12, a), 19);
+    CHECK_EQ_INT((int)forward_rows_of(REPLAY_OFF, 19, 12, b), 19);
+    CHECK_MSG(same_floats(a, b, 12 * V), "12 logits rows in compact mode differ from off's");
+    free(a), free(b);
+}
+
 TEST(chunked_prefill_ends_in_the_same_final_replay) {
     /* the final chunk [26, 40) has 14 > K rows: its replay reads no decoder row of earlier chunks */
     set_mode(REPLAY_COMPACT, 10);
@@ -445,6 +469,7 @@ int main(void) {
     RUN_TEST(longer_prompts_equal_the_truncated_window_oracle);
     RUN_TEST(global_kv_and_index_keys_are_the_same_in_both_modes);
     RUN_TEST(decoder_rows_are_k_per_request_chunk_and_batching_changes_nothing);
+    RUN_TEST(logits_of_more_rows_than_k_keep_the_chunk_whole);
     RUN_TEST(chunked_prefill_ends_in_the_same_final_replay);
     RUN_TEST(window_floor_hides_every_ring_row_below_it);
     RUN_TEST(the_engine_prefills_in_compact_mode_and_decodes);
