@@ -186,11 +186,11 @@ static double active_cost(const Model *m, MatMeasure cost, bool vector_bytes) {
         b += cost(&lw->hc_attn_fn) + cost(&lw->hc_ffn_fn) + 2 * D4;
         b += cost(&lw->wq_a) + cost(&lw->wq_b) + cost(&lw->wkv) + cost(&lw->wo_a) + cost(&lw->wo_b);
         b += vec * 4.0 * (d->q_rank + d->head_dim + d->n_heads);
-        if (d->role[L] == ROLE_FULL) {
+        if (d->layer[L].role == DI_ROLE_FULL) {
             b += cost(&lw->comp_wkv) + cost(&lw->comp_wgate);
-            b += cost(&lw->idx_wk) / (d->ratio[L] > 0 ? d->ratio[L] : 1);
+            b += cost(&lw->idx_wk) / (d->layer[L].compress_ratio > 0 ? d->layer[L].compress_ratio : 1);
         }
-        if (d->role[L] == ROLE_FULL || d->role[L] == ROLE_REINDEX) b += cost(&lw->idx_wq_b) + cost(&lw->idx_weights_proj);
+        if (d->layer[L].role == DI_ROLE_FULL || d->layer[L].role == DI_ROLE_REINDEX) b += cost(&lw->idx_wq_b) + cost(&lw->idx_weights_proj);
         b += cost(&lw->gate) + vec * 4.0 * lw->n_experts;
         b += d->top_k * expert_cost(&lw->experts[0], cost);
         if (lw->has_shared) b += expert_cost(&lw->shared, cost);

@@ -75,7 +75,7 @@ static int emit_entry(const Model *m, RunState *st, const LayerWeights *lw, int 
 static int run_compressor(const Model *m, RunState *st, int L, const LayerWeights *lw, const float *kc, const float *zc,
                           int64_t n, int64_t s) {
     const ModelDims *d = &m->d;
-    int ratio = d->ratio[L], slot = d->kv_slot[L];
+    int ratio = d->layer[L].compress_ratio, slot = d->layer[L].kv_slot;
     int64_t Dh = d->head_dim;
     KvSourceState *ks = &st->kv[slot];
     float *latent = m->ws->attn.latent, *key = m->ws->attn.idx_key;
@@ -128,10 +128,10 @@ done:
 
 int attn_write_sources(const Model *m, const RowBatch *rb, int L, const float *a) {
     const ModelDims *d = &m->d;
-    if (!rb || !a || L < 0 || L >= d->n_layers || d->role[L] != ROLE_FULL)
+    if (!rb || !a || L < 0 || L >= d->n_layers || d->layer[L].role != DI_ROLE_FULL)
         return di_errorf("compressor: layer %d is not a Full layer of the backbone", L);
     const LayerWeights *lw = &m->w.layers[L];
-    int ratio = d->ratio[L];
+    int ratio = d->layer[L].compress_ratio;
     int64_t Dh = d->head_dim, n = rb->row0[rb->n_seqs];
     float *kc = m->ws->attn.comp_kv, *zc = m->ws->attn.comp_gate;
     /* fp32 GEMMs without activation quantisation (§4.3), every request's rows at once */
@@ -193,7 +193,7 @@ static int top_k_entries(const float *score, int64_t count, int k, Scored *tmp, 
 static int run_indexer(const Model *m, RunState *st, int L, float *qi, const float *wp, int64_t n, int64_t s,
                        AttnShared *sh, int64_t r0) {
     const ModelDims *d = &m->d;
-    int ratio = d->ratio[L], slot = d->kv_slot[d->kv_src_of[L]];
+    int ratio = d->layer[L].compress_ratio, slot = d->layer[d->layer[L].kv_source].kv_slot;
     int64_t HI = d->idx_heads, DI = d->idx_head_dim, N = st->kv[slot].n_rows;
     int K = d->idx_topk, CS = d->cand_block_size, CB = d->cand_blocks;
     bool is_cand = L == d->cand_src, masked = d->cand_src >= 0 && L > d->cand_src;
@@ -356,7 +356,7 @@ static void row_head_task(void *ctx, int task, int thread) {
 int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a, AttnShared *sh, float *out) {
     const ModelDims *d = &m->d;
     const LayerWeights *lw = &m->w.layers[L];
-    int ratio = d->ratio[L];
+    int ratio = d->layer[L].compress_ratio;
     const RopeTable *rope = model_rope(m, ratio);
     int64_t H = d->n_heads, Dh = d->head_dim, W = d->window, K = d->idx_topk, n = rb->row0[rb->n_seqs];
     Workspace *ws = m->ws;
@@ -369,8 +369,8 @@ int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a,
     /* projections of every row of every request at once */
     if (attn_query(m, lw, rope, a, n, rb->pos, q, qr) != 0 || attn_window_kv(m, lw, rope, a, n, rb->pos, kv) != 0) goto done;
     /* the KV source's caches first: the indexer reads the entries of this chunk's rows */
-    bool index = d->role[L] == ROLE_FULL || d->role[L] == ROLE_REINDEX;
-    if (d->role[L] == ROLE_FULL && !rb->sources_done && attn_write_sources(m, rb, L, a) != 0) goto done;
+    bool index = d->layer[L].role == DI_ROLE_FULL || d->layer[L].role == DI_ROLE_REINDEX;
+    if (d->layer[L].role == DI_ROLE_FULL && !rb->sources_done && attn_write_sources(m, rb, L, a) != 0) goto done;
     /* the indexer's projections are per row: every request's rows at once */
     int64_t HI = d->idx_heads, DI = d->idx_head_dim;
     if (index && (model_linear(m, &lw->idx_wq_b, qr, n, qi, model_act_quant(m)) != 0 || model_matmul(m, &lw->idx_weights_proj, a, n, wp) != 0))
@@ -380,15 +380,15 @@ int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a,
         int64_t r0 = rb->row0[b], nb = rb->row0[b + 1] - r0;
         if (run_indexer(m, rb->st[b], L, qi + r0 * HI * DI, wp + r0 * HI, nb, rb->start[b], sh, r0) != 0) goto done;
     }
-    if (d->role[L] == ROLE_FULL || d->role[L] == ROLE_REINDEX) {
+    if (d->layer[L].role == DI_ROLE_FULL || d->layer[L].role == DI_ROLE_REINDEX) {
         sh->sel_layer = L;
         if (L == d->cand_src) sh->pool_layer = L;
     }
-    if (ratio > 0 && sh->sel_layer != d->idx_src_of[L]) {
-        di_errorf("layer %d: no selection published by its index source %d", L, d->idx_src_of[L]);
+    if (ratio > 0 && sh->sel_layer != d->layer[L].index_source) {
+        di_errorf("layer %d: no selection published by its index source %d", L, d->layer[L].index_source);
         goto done;
     }
-    int slot = ratio > 0 ? d->kv_slot[d->kv_src_of[L]] : -1;
+    int slot = ratio > 0 ? d->layer[d->layer[L].kv_source].kv_slot : -1;
     for (int b = 0; b < rb->n_seqs; b++) {
         RunState *st = rb->st[b];
         int64_t r0 = rb->row0[b], s = rb->start[b], floor = rb->swa_floor ? rb->swa_floor[b] : 0;

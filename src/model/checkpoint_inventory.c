@@ -67,7 +67,7 @@ static void add_bf16_matrix(Builder *b, const char *name, int64_t out, int64_t i
 }
 
 /* Everything every backbone layer and DSpark stage has (§3.6 "Every backbone layer"). */
-static void add_common(Builder *b, const DiModelConfig *c, const DiLayerInfo *L) {
+static void add_common(Builder *b, const DiModelConfig *c, const DiLayerPlan *L) {
     int64_t D = c->hidden_size, hc = c->hc_mult, E = L->n_routed_experts, F = c->moe_intermediate_size;
     int64_t mix = (2 + hc) * hc; /* pre (hc) + post (hc) + comb (hc*hc), §5.4 */
     add(b, DI_DTYPE_BF16, DI_INV_NORM, D, -1, "attn_norm.weight");
@@ -109,7 +109,7 @@ static void add_common(Builder *b, const DiModelConfig *c, const DiLayerInfo *L)
 }
 
 /* Compressor and indexer of KV-source / index-source layers, Engram of Engram layers. */
-static void add_backbone_extras(Builder *b, const DiModelConfig *c, const DiLayerInfo *L) {
+static void add_backbone_extras(Builder *b, const DiModelConfig *c, const DiLayerPlan *L) {
     int64_t D = c->hidden_size, Dh = c->head_dim, DI = c->index_head_dim;
     if (L->is_kv_source) {
         add_bf16_matrix(b, "attn.compressor.wkv.weight", Dh, D);
@@ -134,7 +134,7 @@ static void add_backbone_extras(Builder *b, const DiModelConfig *c, const DiLaye
 }
 
 /* DSpark extras (§3.6): main_proj on stage 0, norm / Markov / confidence heads on the last. */
-static void add_draft_extras(Builder *b, const DiModelConfig *c, const DiLayerInfo *L) {
+static void add_draft_extras(Builder *b, const DiModelConfig *c, const DiLayerPlan *L) {
     int64_t D = c->hidden_size, rank = c->dspark_markov_rank;
     if (L->draft_stage == 0) {
         add_fp8(b, "main_proj", D, (int64_t)c->n_dspark_targets * D);
@@ -158,14 +158,14 @@ int di_inventory_build(const DiModelConfig *c, DiInventory *out) {
     if (head) head->fan_in = c->hidden_size;
     add(&b, DI_DTYPE_BF16, DI_INV_NORM, c->hidden_size, -1, "norm.weight");
     for (int64_t i = 0; i < c->n_total_layers && !b.failed; i++) {
-        const DiLayerInfo *L = &c->layers[i];
+        const DiLayerPlan *L = &c->layers[i];
         b.layer = (int)i;
-        if (L->is_draft)
+        if (di_layer_is_draft(L))
             snprintf(b.prefix, sizeof b.prefix, "mtp.%d.", L->draft_stage);
         else
             snprintf(b.prefix, sizeof b.prefix, "layers.%lld.", (long long)i);
         add_common(&b, c, L);
-        if (L->is_draft)
+        if (di_layer_is_draft(L))
             add_draft_extras(&b, c, L);
         else
             add_backbone_extras(&b, c, L);

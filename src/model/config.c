@@ -383,12 +383,6 @@ static int derive_sources(const json_t *t, DiModelConfig *c) {
     return 0;
 }
 
-static bool list_contains(const int64_t *v, size_t n, int64_t x) {
-    for (size_t i = 0; i < n; i++)
-        if (v[i] == x) return true;
-    return false;
-}
-
 /* §2.5 rules 4 and 6. */
 static int derive_taps_and_engram(const json_t *t, DiModelConfig *c) {
     bool present;
@@ -398,7 +392,7 @@ static int derive_taps_and_engram(const json_t *t, DiModelConfig *c) {
         int64_t picked[3];
         size_t k = 0;
         for (int64_t i = c->n_layers - 1; i >= 0 && k < 3; i--)
-            if (!list_contains(c->kv_source_layer_ids, c->n_kv_sources, i)) picked[k++] = i;
+            if (!di_layer_list_contains(c->kv_source_layer_ids, c->n_kv_sources, i)) picked[k++] = i;
         c->dspark_target_layer_ids = di_calloc(3, sizeof(int64_t), "dspark targets");
         if (!c->dspark_target_layer_ids) return -1;
         for (size_t j = 0; j < k; j++) c->dspark_target_layer_ids[j] = picked[k - 1 - j]; /* ascending */
@@ -474,7 +468,7 @@ static int derive_engram_primes(DiModelConfig *c) {
             for (int64_t j = 0; j < heads; j++) {
                 do {
                     cand++;
-                } while (!is_prime(cand) || list_contains(c->engram_primes, used, cand));
+                } while (!is_prime(cand) || di_layer_list_contains(c->engram_primes, used, cand));
                 size_t col = l * (size_t)c->engram_n_columns + (size_t)(o * heads + j);
                 c->engram_primes[col] = cand;
                 c->engram_offsets[col] = offset;
@@ -509,13 +503,6 @@ static int check_ascending(const char *key, const int64_t *v, size_t n, int64_t 
 }
 
 /* The most recent entry of the sorted list that is <= layer (or < layer when strict); -1 if none. */
-static int64_t latest_at_or_before(const int64_t *v, size_t n, int64_t layer, bool strict) {
-    int64_t best = -1;
-    for (size_t i = 0; i < n; i++)
-        if (strict ? v[i] < layer : v[i] <= layer) best = v[i];
-    return best;
-}
-
 static int validate_sources(const DiModelConfig *c) {
     const int64_t n = c->n_layers, *r = c->compress_ratios;
     if (check_ascending("kv_source_layer_ids", c->kv_source_layer_ids, c->n_kv_sources, 0, n) < 0) return -1;
@@ -524,7 +511,7 @@ static int validate_sources(const DiModelConfig *c) {
         int64_t k = c->kv_source_layer_ids[i];
         if (r[k] == 0)
             return di_errorf(TC ".kv_source_layer_ids[%zu]: layer %lld has compress ratio 0", i, (long long)k);
-        if (!list_contains(c->index_source_layer_ids, c->n_index_sources, k))
+        if (!di_layer_list_contains(c->index_source_layer_ids, c->n_index_sources, k))
             return di_errorf(TC ".kv_source_layer_ids[%zu]: layer %lld is not an index source (every KV source must "
                                 "also be in index_source_layer_ids, §2.6)",
                              i, (long long)k);
@@ -533,14 +520,14 @@ static int validate_sources(const DiModelConfig *c) {
         int64_t k = c->index_source_layer_ids[i];
         if (r[k] == 0)
             return di_errorf(TC ".index_source_layer_ids[%zu]: layer %lld has compress ratio 0", i, (long long)k);
-        if (!list_contains(c->kv_source_layer_ids, c->n_kv_sources, k) &&
-            latest_at_or_before(c->kv_source_layer_ids, c->n_kv_sources, k, true) < 0)
+        if (!di_layer_list_contains(c->kv_source_layer_ids, c->n_kv_sources, k) &&
+            di_layer_list_latest(c->kv_source_layer_ids, c->n_kv_sources, k, true) < 0)
             return di_errorf(TC ".index_source_layer_ids[%zu]: %lld is not a KV source and no KV source precedes it", i,
                              (long long)k);
     }
     for (int64_t l = 0; l < n; l++) {
         if (r[l] == 0) continue;
-        int64_t src = latest_at_or_before(c->kv_source_layer_ids, c->n_kv_sources, l, false);
+        int64_t src = di_layer_list_latest(c->kv_source_layer_ids, c->n_kv_sources, l, false);
         if (src < 0)
             return di_errorf(TC ".compress_ratios[%lld]: layer %lld has ratio %lld but no KV source at or before it",
                              (long long)l, (long long)l, (long long)r[l]);
@@ -554,7 +541,7 @@ static int validate_sources(const DiModelConfig *c) {
             return di_errorf(TC ".compress_ratios[%lld]: DSpark stage %lld must have ratio 0, got %lld",
                              (long long)(n + s), (long long)s, (long long)r[n + s]);
     if (c->candidate_source >= 0) {
-        if (!list_contains(c->index_source_layer_ids, c->n_index_sources, c->candidate_source))
+        if (!di_layer_list_contains(c->index_source_layer_ids, c->n_index_sources, c->candidate_source))
             return di_errorf(TC ".candidate_source_layer_id: %lld is not an index source",
                              (long long)c->candidate_source);
         for (size_t i = 0; i < c->n_kv_sources; i++)
@@ -657,43 +644,18 @@ static int validate_tokens(const DiModelConfig *c) {
 /* ---- §2.7 roles ------------------------------------------------------------------------- */
 
 static int fill_roles(DiModelConfig *c) {
-    c->layers = di_calloc((size_t)c->n_total_layers, sizeof *c->layers, "layer roles");
+    c->layers = di_calloc((size_t)c->n_total_layers, sizeof *c->layers, "layer plan");
     if (!c->layers) return -1;
-    for (int64_t i = 0; i < c->n_total_layers; i++) {
-        DiLayerInfo *L = &c->layers[i];
-        L->is_draft = i >= c->n_layers;
-        L->draft_stage = L->is_draft ? (int)(i - c->n_layers) : -1;
-        L->compress_ratio = (int)c->compress_ratios[i];
-        L->kv_source = L->index_source = L->engram_slot = L->dspark_tap_slot = -1;
-        L->n_routed_experts = (int)(L->is_draft ? c->dspark_n_routed_experts : c->n_routed_experts);
-        L->n_experts_per_tok = (int)(L->is_draft ? c->dspark_n_experts_per_tok : c->n_experts_per_tok);
-        L->rope_compress = L->compress_ratio > 0;
-        if (L->is_draft) continue;
-        for (size_t k = 0; k < c->n_engram_layers; k++)
-            if (c->engram_layer_ids[k] == i) L->engram_slot = (int)k;
-        for (size_t k = 0; k < c->n_dspark_targets; k++)
-            if (c->dspark_target_layer_ids[k] == i) L->dspark_tap_slot = (int)k;
-        if (L->compress_ratio == 0) continue;
-        L->is_kv_source = list_contains(c->kv_source_layer_ids, c->n_kv_sources, i);
-        L->is_index_source = list_contains(c->index_source_layer_ids, c->n_index_sources, i);
-        L->is_candidate_source = (i == c->candidate_source);
-        L->uses_candidate_pool = L->is_index_source && c->candidate_source >= 0 && i > c->candidate_source;
-        L->has_compressor_gate = L->is_kv_source && L->compress_ratio > 1;
-        L->kv_source = (int)latest_at_or_before(c->kv_source_layer_ids, c->n_kv_sources, i, false);
-        L->index_source = (int)latest_at_or_before(c->index_source_layer_ids, c->n_index_sources, i, false);
-        L->role = L->is_kv_source ? DI_ROLE_FULL : L->is_index_source ? DI_ROLE_REINDEX : DI_ROLE_REUSE;
-    }
-    return 0;
-}
-
-const char *di_layer_role_name(DiLayerRole role) {
-    switch (role) {
-    case DI_ROLE_WINDOW: return "window";
-    case DI_ROLE_FULL: return "full";
-    case DI_ROLE_REUSE: return "reuse";
-    case DI_ROLE_REINDEX: return "reindex";
-    }
-    return "unknown";
+    const DiLayerPlanSpec spec = {
+        .n_layers = c->n_layers, .n_draft_stages = c->n_draft_stages, .compress_ratios = c->compress_ratios,
+        .kv_sources = c->kv_source_layer_ids, .n_kv_sources = c->n_kv_sources,
+        .index_sources = c->index_source_layer_ids, .n_index_sources = c->n_index_sources,
+        .engram_layers = c->engram_layer_ids, .n_engram_layers = c->n_engram_layers,
+        .dspark_taps = c->dspark_target_layer_ids, .n_dspark_taps = c->n_dspark_targets,
+        .candidate_source = c->candidate_source,
+        .n_routed_experts = c->n_routed_experts, .n_experts_per_tok = c->n_experts_per_tok,
+        .dspark_n_routed_experts = c->dspark_n_routed_experts, .dspark_n_experts_per_tok = c->dspark_n_experts_per_tok};
+    return di_layer_plan_build(&spec, c->layers);
 }
 
 /* ---- entry points ----------------------------------------------------------------------- */
@@ -782,7 +744,7 @@ int di_config_state_bytes(const DiModelConfig *c, int64_t context_len, bool pack
     int64_t ring_rows = c->sliding_window;
     out->window_rings = c->n_layers * ring_rows * window_row_bytes(c->head_dim, packed);
     for (int64_t i = 0; i < c->n_layers; i++) {
-        const DiLayerInfo *L = &c->layers[i];
+        const DiLayerPlan *L = &c->layers[i];
         if (!L->is_kv_source) continue;
         int64_t m = L->compress_ratio, rows = context_len / m; /* complete groups only, §6.1 */
         out->compressed_kv += rows * compressed_row_bytes(c->head_dim, packed);

@@ -13,6 +13,8 @@
 #ifndef DI_MODEL_CONFIG_H
 #define DI_MODEL_CONFIG_H
 
+#include "model/layer_plan.h"
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -20,34 +22,6 @@
 
 #define DI_CONFIG_STR_MAX 64
 
-/* What a layer's attention does with the shared compressed state (§2.7, §5.6.7). */
-typedef enum {
-    DI_ROLE_WINDOW = 0, /* ratio 0: sliding window only (also every DSpark stage) */
-    DI_ROLE_FULL,       /* KV source (compressor + index keys) and index source (own top-k) */
-    DI_ROLE_REUSE,      /* reads the KV of its KV source and the selection of its index source */
-    DI_ROLE_REINDEX     /* index source, not KV source: own top-k over its KV source's keys,
-                           restricted to the candidate pool when after the candidate source */
-} DiLayerRole;
-
-typedef struct {
-    bool is_draft;      /* a DSpark stage (`mtp.{draft_stage}`) */
-    int draft_stage;    /* s for `mtp.{s}`, -1 for backbone layers */
-    int compress_ratio; /* compress_ratios[i]: 0 = window only, m > 0 = compressed at ratio m */
-    DiLayerRole role;
-    bool is_kv_source;        /* owns a compressor and writes the index-key cache */
-    bool is_index_source;     /* runs an indexer (Full or Reindex) */
-    bool is_candidate_source; /* builds the candidate block pool */
-    bool uses_candidate_pool; /* index source after the candidate source: masks entries outside
-                                 the candidate pool (§5.6.6) */
-    bool has_compressor_gate; /* KV source with ratio > 1 (`compressor.wgate`, §3.6) */
-    int kv_source;            /* layer whose compressed KV / index keys this layer reads; -1 at ratio 0 */
-    int index_source;         /* layer whose top-k selection this layer uses; -1 at ratio 0 */
-    int engram_slot;          /* index into engram_* arrays, -1 when no Engram module */
-    int dspark_tap_slot;      /* index into dspark_target_layer_ids, -1 when not a tap */
-    bool rope_compress;       /* ratio > 0: compress_rope_theta + YaRN; else rope_theta, no YaRN */
-    int n_routed_experts;     /* n_routed_experts (backbone) or dspark_n_routed_experts (draft) */
-    int n_experts_per_tok;
-} DiLayerInfo;
 
 typedef struct {
     bool present;
@@ -140,7 +114,7 @@ typedef struct {
     /* Per layer, backbone then DSpark stages: n_total_layers = n_layers + n_draft_stages. */
     int64_t n_total_layers;
     int64_t *compress_ratios; /* normalised to n_total_layers entries */
-    DiLayerInfo *layers;
+    DiLayerPlan *layers; /* layer_plan.h */
 
     DiVisionConfig vision;
 } DiModelConfig;
@@ -162,8 +136,6 @@ void di_config_free(DiModelConfig *cfg);
  * bit-exact (config_engram.c).  compressed_vocab must be < 2^30. */
 int di_engram_hash_multipliers(int64_t layer_id, int64_t compressed_vocab, int64_t n, int64_t *out);
 
-/* Role name for logs: "window", "full", "reuse", "reindex". */
-const char *di_layer_role_name(DiLayerRole role);
 
 /* Per-request state of §6 for a context of `context_len` tokens, in bytes.  packed = the lossless
  * packed encodings of §4.4/§4.5 (what an engine may store), else REF's bf16 layout. */

@@ -232,7 +232,7 @@ static int forward_rows(const Model *m, const ForwardSeq *seqs, int n_seqs, int6
         int32_t *ex = trace && trace->experts ? trace->experts + (int64_t)L * n * d->top_k : NULL;
         if (model_block(m, L, X, pi, n, trunk_attn, &ta, ex) != 0) return di_error_wrap("layer %d", L);
         if (trace && trace->layer_out) memcpy(trace->layer_out + (int64_t)L * n * hc * D, X, (size_t)(n * hc * D) * sizeof *X);
-        if (trace && trace->selected && d->is_index_source[L])
+        if (trace && trace->selected && d->layer[L].is_index_source)
             for (int64_t i = 0; i < n; i++)
                 for (int j = 0; j < d->idx_topk; j++)
                     trace->selected[((int64_t)L * n + i) * d->idx_topk + j] = j < sh.sel_count[i] ? sh.sel[i * d->idx_topk + j] : -1;

@@ -17,13 +17,8 @@ int model_dims_tap_slot(const ModelDims *d, int layer) {
     return -1;
 }
 
-static LayerRole role_of(DiLayerRole r) {
-    switch (r) {
-    case DI_ROLE_FULL: return ROLE_FULL;
-    case DI_ROLE_REUSE: return ROLE_REUSE;
-    case DI_ROLE_REINDEX: return ROLE_REINDEX;
-    default: return ROLE_WINDOW;
-    }
+bool model_dims_is_decoder(const ModelDims *d, int layer) {
+    return d && layer >= 0 && layer < d->n_layers + d->n_mtp && di_layer_is_decoder(&d->layer[layer]);
 }
 
 int model_dims_from_config(const DiModelConfig *cfg, ModelDims *d) {
@@ -45,17 +40,9 @@ int model_dims_from_config(const DiModelConfig *cfg, ModelDims *d) {
     d->o_groups = (int)cfg->o_groups;
     d->o_rank = (int)cfg->o_lora_rank;
     d->window = (int)cfg->sliding_window;
-    d->n_kv_sources = 0;
-    for (int L = 0; L < cfg->n_total_layers; L++) {
-        const DiLayerInfo *li = &cfg->layers[L];
-        d->ratio[L] = (int)li->compress_ratio;
-        d->role[L] = role_of(li->role);
-        d->is_kv_source[L] = li->is_kv_source;
-        d->is_index_source[L] = li->is_index_source;
-        d->kv_src_of[L] = li->kv_source;
-        d->idx_src_of[L] = li->index_source;
-        d->kv_slot[L] = li->is_kv_source ? d->n_kv_sources++ : -1;
-    }
+    memcpy(d->layer, cfg->layers, (size_t)cfg->n_total_layers * sizeof *d->layer);
+    d->n_kv_sources = (int)cfg->n_kv_sources;
+    d->ced_midpoint = di_ced_midpoint(cfg->n_layers);
     d->cand_src = (int)cfg->candidate_source;
     d->cand_blocks = (int)cfg->n_candidate_blocks;
     d->cand_block_size = (int)cfg->candidate_block_size;

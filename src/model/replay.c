@@ -12,17 +12,20 @@
 
 #include <string.h>
 
-/* The CED midpoint (model-v41.md §5.10, tiny §9.1): the one place that says where the decoder
- * starts, so it can move to the layer plan's own accessor. */
-static int decoder_start(const ModelDims *d) { return d->n_layers / 2; }
+/* The first decoder layer of the CED split (layer_plan.h); n_layers when there is none. */
+static int decoder_start(const ModelDims *d) {
+    int L = 0;
+    while (L < d->n_layers && !model_dims_is_decoder(d, L)) L++;
+    return L;
+}
 
 /* Why layer plan d cannot be split at its midpoint, NULL when it can. */
 static const char *unsplittable(const ModelDims *d) {
     int L0 = decoder_start(d);
-    if (d->n_layers < 2) return "the model has no decoder layers";
-    if (d->role[L0] != ROLE_FULL || !d->is_kv_source[L0]) return "the first decoder layer is not a Full KV source";
+    if (d->n_layers < 2 || L0 >= d->n_layers) return "the model has no decoder layers";
+    if (d->layer[L0].role != DI_ROLE_FULL || !d->layer[L0].is_kv_source) return "the first decoder layer is not a Full KV source";
     for (int L = L0 + 1; L < d->n_layers; L++)
-        if (d->is_kv_source[L]) return "a decoder layer above the first is a KV source (its cache needs every row)";
+        if (d->layer[L].is_kv_source) return "a decoder layer above the first is a KV source (its cache needs every row)";
     for (int e = 0; e < d->n_engram; e++)
         if (d->engram_layers[e] >= L0) return "an Engram layer is in the decoder";
     if (d->cand_src >= 0 && d->cand_src < L0) return "the candidate pool comes from the encoder";
@@ -98,7 +101,7 @@ static int pre_replay(const Model *m, const RowBatch *rb, int L) {
     AttnInput in = {m, ws->fwd.X, ws->fwd.pi, lw->attn_norm, a};
     model_for_rows(m, n, attn_input_rows, &in);
     if (attn_write_sources(m, rb, L, a) != 0) return -1;
-    if (attn_window_kv(m, lw, model_rope(m, d->ratio[L]), a, n, rb->pos, kv) != 0) return di_error_wrap("window KV of layer %d", L);
+    if (attn_window_kv(m, lw, model_rope(m, d->layer[L].compress_ratio), a, n, rb->pos, kv) != 0) return di_error_wrap("window KV of layer %d", L);
     for (int b = 0; b < rb->n_seqs; b++) {
         int64_t r0 = rb->row0[b], nb = rb->row0[b + 1] - r0, first = nb - ws->fwd.keep[b];
         for (int64_t i = first - W + 1 < 0 ? 0 : first - W + 1; i < first; i++)

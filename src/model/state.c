@@ -34,9 +34,9 @@ RunState *state_create(const ModelDims *d) {
     st->kv = st->n_kv ? di_calloc((size_t)st->n_kv, sizeof *st->kv, "KV source states") : NULL;
     if (!st->window_rows || (d->n_mtp && !st->dspark_rows) || (st->n_kv && !st->kv)) goto fail;
     for (int L = 0; L < d->n_layers; L++) {
-        int k = d->kv_slot[L];
+        int k = d->layer[L].kv_slot;
         if (k < 0) continue;
-        int m = d->ratio[L];
+        int m = d->layer[L].compress_ratio;
         st->kv_ratio[k] = m;
         if (m > 1) {
             st->kv[k].pend = di_calloc((size_t)(2 * (m - 1)) * (size_t)d->head_dim, sizeof(float), "pending rows");
@@ -60,7 +60,7 @@ RunState *state_create_paged(const ModelDims *d) {
         return NULL;
     }
     for (int L = 0; L < d->n_layers; L++)
-        if (d->kv_slot[L] >= 0) st->kv_ratio[d->kv_slot[L]] = d->ratio[L];
+        if (d->layer[L].kv_slot >= 0) st->kv_ratio[d->layer[L].kv_slot] = d->layer[L].compress_ratio;
     return st;
 }
 
@@ -106,11 +106,11 @@ int state_layout(const ModelDims *d, size_t page_bytes, StateLayout *l) {
     l->dspark_slot0 = slot;
     slot += (int64_t)d->n_mtp * d->window;
     for (int L = 0; L < d->n_layers; L++) {
-        int k = d->kv_slot[L];
+        int k = d->layer[L].kv_slot;
         if (k < 0) continue;
-        l->ratio[k] = d->ratio[L];
+        l->ratio[k] = d->layer[L].compress_ratio;
         l->pending_slot0[k] = slot;
-        if (d->ratio[L] > 1) slot += 2 * (d->ratio[L] - 1);
+        if (d->layer[L].compress_ratio > 1) slot += 2 * (d->layer[L].compress_ratio - 1);
     }
     l->hist_slot = slot++;
     l->n_fixed_slots = slot;

@@ -41,10 +41,10 @@ StateUndo *state_undo_create(const ModelDims *d) {
     u->dh = d->head_dim;
     u->hist = d->engram_max_ngram > 1 ? d->engram_max_ngram - 1 : 0;
     for (int L = 0; L < d->n_layers; L++) {
-        int k = d->kv_slot[L];
+        int k = d->layer[L].kv_slot;
         if (k < 0) continue;
-        u->ratio[k] = d->ratio[L];
-        if (d->ratio[L] > 1) u->pend_rows += 2 * (d->ratio[L] - 1);
+        u->ratio[k] = d->layer[L].compress_ratio;
+        if (d->layer[L].compress_ratio > 1) u->pend_rows += 2 * (d->layer[L].compress_ratio - 1);
     }
     return u;
 }

@@ -72,14 +72,14 @@ static int bind_layer(Weights *w, DiCheckpoint *ck, const ModelDims *d, int L, L
     /* wo_a as stored (FP8): REF multiplies by its BF16 dequantisation, but e4m3 x 2^k is exact in
      * BF16 and float32 alike and the kernels decode it exactly, so the products are the same bits */
     if (M(wo_a, G * d->o_rank, (H / G) * Dh, "%s.attn.wo_a.weight", p)) return -1;
-    if (!draft && d->is_kv_source[L]) {
+    if (!draft && d->layer[L].is_kv_source) {
         if (M(comp_wkv, Dh, D, "%s.attn.compressor.wkv.weight", p) || V(comp_norm, Dh, "%s.attn.compressor.norm.weight", p) ||
             M(idx_wk, d->idx_head_dim, Dh, "%s.attn.indexer.wk.weight", p) ||
             V(idx_k_norm, d->idx_head_dim, "%s.attn.indexer.k_norm.weight", p))
             return -1;
-        if (d->ratio[L] > 1 && M(comp_wgate, Dh, D, "%s.attn.compressor.wgate.weight", p)) return -1;
+        if (d->layer[L].compress_ratio > 1 && M(comp_wgate, Dh, D, "%s.attn.compressor.wgate.weight", p)) return -1;
     }
-    if (!draft && d->is_index_source[L]) {
+    if (!draft && d->layer[L].is_index_source) {
         if (M(idx_wq_b, (int64_t)d->idx_heads * d->idx_head_dim, d->q_rank, "%s.attn.indexer.wq_b.weight", p) ||
             M(idx_weights_proj, d->idx_heads, D, "%s.attn.indexer.weights_proj.weight", p))
             return -1;

@@ -120,7 +120,7 @@ static void layout(Workspace *ws, const Model *m, Carver *c) {
     ws->attn.key_slots = max64(W + d->idx_topk, W + B) + 1;
     int min_ratio = 0;
     for (int L = 0; L < d->n_layers; L++)
-        if (d->ratio[L] > 0 && (min_ratio == 0 || d->ratio[L] < min_ratio)) min_ratio = d->ratio[L];
+        if (d->layer[L].compress_ratio > 0 && (min_ratio == 0 || d->layer[L].compress_ratio < min_ratio)) min_ratio = d->layer[L].compress_ratio;
     ws->attn.max_entries = min_ratio > 0 ? m->cfg.max_position_embeddings / min_ratio + 1 : 1;
     int64_t N = ws->attn.max_entries, CS = d->cand_block_size > 0 ? d->cand_block_size : 1;
     CARVE(c, ws->attn.sel, R * max64(d->idx_topk, 1));

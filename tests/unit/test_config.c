@@ -25,7 +25,7 @@ static void check_list(const int64_t *got, size_t n_got, const int64_t *want, si
 
 /* Expected role of one layer: role, kv source, index source, pool. */
 static void check_layer(const DiModelConfig *c, int i, DiLayerRole role, int kv, int idx, bool pool) {
-    const DiLayerInfo *L = &c->layers[i];
+    const DiLayerPlan *L = &c->layers[i];
     CHECK_MSG(L->role == role, "layer %d role %s, want %s", i, di_layer_role_name(L->role), di_layer_role_name(role));
     CHECK_MSG(L->kv_source == kv, "layer %d kv_source %d, want %d", i, L->kv_source, kv);
     CHECK_MSG(L->index_source == idx, "layer %d index_source %d, want %d", i, L->index_source, idx);
@@ -69,14 +69,21 @@ TEST(golden_tiny_a_config) {
     check_layer(&c, 10, DI_ROLE_REUSE, 6, 9, false);
     check_layer(&c, 11, DI_ROLE_REUSE, 6, 9, false);
     CHECK(c.layers[6].is_candidate_source);
+    /* CED: midpoint 12 / 2 = 6, the candidate source; encoder 0-5, decoder 6-11, stages neither */
+    for (int i = 0; i < 15; i++) {
+        CHECK_MSG(di_layer_is_decoder(&c.layers[i]) == (i >= 6 && i < 12), "layer %d decoder", i);
+        CHECK_MSG(c.layers[i].stack == (i < 6 ? DI_STACK_ENCODER : i < 12 ? DI_STACK_DECODER : DI_STACK_DRAFT), "layer %d", i);
+    }
+    /* KV sources 2, 4, 6 get dense slots 0, 1, 2 in layer order; nothing else has one */
+    for (int i = 0; i < 15; i++) CHECK_EQ_INT(c.layers[i].kv_slot, i == 2 ? 0 : i == 4 ? 1 : i == 6 ? 2 : -1);
     CHECK(c.layers[2].has_compressor_gate && c.layers[4].has_compressor_gate && !c.layers[6].has_compressor_gate);
     CHECK_EQ_INT(c.layers[1].engram_slot, 0);
     CHECK_EQ_INT(c.layers[4].engram_slot, 1);
     CHECK_EQ_INT(c.layers[9].dspark_tap_slot, 0);
     CHECK_EQ_INT(c.layers[11].dspark_tap_slot, 2);
     for (int s = 0; s < 3; s++) {
-        const DiLayerInfo *L = &c.layers[12 + s];
-        CHECK(L->is_draft && L->draft_stage == s && L->role == DI_ROLE_WINDOW);
+        const DiLayerPlan *L = &c.layers[12 + s];
+        CHECK(di_layer_is_draft(L) && L->draft_stage == s && L->role == DI_ROLE_WINDOW);
         CHECK_EQ_INT(L->n_routed_experts, 4);
         CHECK_EQ_INT(L->n_experts_per_tok, 2);
     }
@@ -190,6 +197,10 @@ TEST(release_config) {
         CHECK(c.layers[reindex[i]].uses_candidate_pool);
     }
     check_layer(&c, 13, DI_ROLE_REUSE, 8, 8, false);
+    /* §1: layers 0-19 causal encoder, 20-39 decoder; layer 20 is the decoder's only KV source */
+    for (int i = 0; i < 43; i++) CHECK_MSG(di_layer_is_decoder(&c.layers[i]) == (i >= 20 && i < 40), "layer %d", i);
+    CHECK(c.layers[20].is_kv_source && c.layers[20].is_candidate_source && c.layers[20].kv_slot == 3);
+    for (int i = 21; i < 40; i++) CHECK_MSG(!c.layers[i].is_kv_source && c.layers[i].kv_source == 20, "layer %d", i);
     check_layer(&c, 23, DI_ROLE_REUSE, 20, 20, false);
     check_layer(&c, 39, DI_ROLE_REUSE, 20, 36, false);
     CHECK(!c.layers[20].has_compressor_gate && c.layers[14].has_compressor_gate);

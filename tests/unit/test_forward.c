@@ -92,7 +92,7 @@ TEST(exact_prefill_matches_golden_layer_by_layer) {
                 for (int64_t c = 0; c < d->n_engram * cols; c++) CHECK_EQ_INT(eids[t * d->n_engram * cols + c], want_ids[t * d->n_engram * cols + c]);
             int n_sel_layers = 0;
             for (int l = 0; l < L; l++) {
-                if (!d->is_index_source[l]) continue;
+                if (!d->layer[l].is_index_source) continue;
                 char name[96];
                 snprintf(name, sizeof name, "exact.prefill.selected.layer%d", l);
                 const int32_t *ws = array(name, "i32", 2);
