@@ -10,10 +10,10 @@
  * lives in fixed-size pages of the engine's pool (pages.h).  The runner says how many pages a
  * context of n tokens needs (pages_for_tokens, non-decreasing in n); before every forward the
  * engine guarantees that each sequence's page table holds at least pages_for_tokens(start + n)
- * pages.  The runner lays its state out over the pages as it likes; state_layout.h does it for
- * the usual case (fixed rows such as window rings in the first pages, rows that grow with the
- * context such as compressed KV and index keys in one page per block of positions), and page i
- * is di_runner_page(seq, i).  A sequence with start_pos == 0 starts from fresh, uninitialised pages:
+ * pages.  The runner lays its state out over the pages as it likes; model/page_layout.h does it
+ * for the usual case (fixed rows such as window rings in the first pages, rows that grow with the
+ * context such as compressed KV and index keys in chunk pages appended as the context grows), and
+ * page i is di_runner_page(seq, i).  A sequence with start_pos == 0 starts from fresh, uninitialised pages:
  * the runner must write state before it reads it.  Freeing a request's state is returning its
  * pages; preemption by recompute is freeing them and prefilling prompt + generated tokens again.
  *

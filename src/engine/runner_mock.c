@@ -3,7 +3,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
-#include "engine/state_layout.h"
+#include "model/page_layout.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* runner_mock.h — a deterministic stand-in for a model, for tests (not a language model).
  *
- * Its state lives in the engine's pages exactly like a real model's, laid out by state_layout.h:
+ * Its state lives in the engine's pages exactly like a real model's, laid out by model/page_layout.h:
  * page 0 holds a sliding-window ring of the last 8 tokens (like a window-KV ring), the following
  * pages one 8-byte "KV row" per position (like compressed KV rows, 32 per 256-byte page).  Row p = hash(row p-1, token p, p).
  * The logits of position p hash row p, an order-dependent fold of every row 0..p (like attention

@@ -90,61 +90,48 @@ void state_reset(RunState *st) {
 
 /* ------------------------------------------------------------------ paged layout */
 
-int state_layout(const ModelDims *d, size_t page_bytes, StateLayout *l) {
-    if (!d || !l) return di_errorf("state layout: invalid arguments");
-    memset(l, 0, sizeof *l);
-    l->page_bytes = page_bytes;
-    l->slot_floats = d->head_dim;
-    l->entry_floats = (int64_t)d->head_dim + d->idx_head_dim;
-    l->slots_per_page = (int64_t)(page_bytes / ((size_t)l->slot_floats * sizeof(float)));
-    l->entries_per_page = (int64_t)(page_bytes / ((size_t)l->entry_floats * sizeof(float)));
-    if (page_bytes % 64 || l->slots_per_page < 1 || l->entries_per_page < 1)
-        return di_errorf("state layout: page of %zu bytes must be a multiple of 64 holding at least one %lld-byte entry", page_bytes,
-                         (long long)(l->entry_floats * 4));
-    if (d->engram_max_ngram > l->slot_floats) return di_errorf("state layout: Engram history does not fit one slot");
-    int64_t slot = (int64_t)d->n_layers * d->window; /* window rings first */
-    l->dspark_slot0 = slot;
-    slot += (int64_t)d->n_mtp * d->window;
-    for (int L = 0; L < d->n_layers; L++) {
-        int k = d->layer[L].kv_slot;
-        if (k < 0) continue;
-        l->ratio[k] = d->layer[L].compress_ratio;
-        l->pending_slot0[k] = slot;
-        if (d->layer[L].compress_ratio > 1) slot += 2 * (d->layer[L].compress_ratio - 1);
-    }
-    l->hist_slot = slot++;
-    l->n_fixed_slots = slot;
-    l->fixed_pages = (slot + l->slots_per_page - 1) / l->slots_per_page;
-    return 0;
-}
-
-static int n_sources(const StateLayout *l) {
+/* The fixed components of the state, in page order; -1 indices for the absent ones. */
+static int fixed_components(const ModelDims *d, StateLayout *l, DiStateComponent *c) {
+    size_t slot = (size_t)d->head_dim * sizeof(float);
     int n = 0;
-    while (n < DIMS_MAX_LAYERS && l->ratio[n] > 0) n++;
+    int64_t pending = 0;
+    l->c_window = n;
+    c[n++] = (DiStateComponent){"window rings", slot, (int64_t)d->n_layers * d->window, 0};
+    l->c_dspark = d->n_mtp > 0 ? n : -1;
+    if (d->n_mtp > 0) c[n++] = (DiStateComponent){"DSpark rings", slot, (int64_t)d->n_mtp * d->window, 0};
+    for (int L = 0; L < d->n_layers; L++) {
+        int k = d->layer[L].kv_slot, m = d->layer[L].compress_ratio;
+        if (k < 0) continue;
+        l->pending_row0[k] = pending;
+        if (m > 1) pending += 2 * (m - 1);
+    }
+    l->c_pending = pending > 0 ? n : -1;
+    if (pending > 0) c[n++] = (DiStateComponent){"compressor pending rows", slot, pending, 0};
+    l->c_hist = n;
+    c[n++] = (DiStateComponent){"Engram history", slot, 1, 0};
     return n;
 }
 
+int state_layout(const ModelDims *d, size_t page_bytes, StateLayout *l) {
+    if (!d || !l) return di_errorf("state layout: invalid arguments");
+    memset(l, 0, sizeof *l);
+    if (page_bytes % 64) return di_errorf("state layout: page of %zu bytes is not a multiple of 64", page_bytes);
+    if (d->engram_max_ngram > d->head_dim) return di_errorf("state layout: Engram history does not fit one row");
+    if (d->n_kv_sources + 4 > DI_STATE_MAX_COMPONENTS)
+        return di_errorf("state layout: %d KV sources exceed the layout's %d components", d->n_kv_sources, DI_STATE_MAX_COMPONENTS);
+    DiStateComponent c[DI_STATE_MAX_COMPONENTS];
+    int n = fixed_components(d, l, c);
+    l->entry_floats = (int64_t)d->head_dim + d->idx_head_dim;
+    l->c_entries0 = n;
+    for (int L = 0; L < d->n_layers; L++)
+        if (d->layer[L].kv_slot >= 0)
+            c[l->c_entries0 + d->layer[L].kv_slot] = (DiStateComponent){"compressed KV + index key entries",
+                                                                        (size_t)l->entry_floats * sizeof(float), 0, d->layer[L].compress_ratio};
+    return di_state_layout_init(&l->pages, page_bytes, c, n + d->n_kv_sources);
+}
+
 int64_t state_pages_for_tokens(const StateLayout *l, int64_t n_tokens) {
-    int64_t pages = l->fixed_pages, E = l->entries_per_page;
-    for (int k = 0; k < n_sources(l); k++) pages += (n_tokens / l->ratio[k] + E - 1) / E;
-    return pages;
-}
-
-/* Chunks c >= 0 of a source with ratio m whose threshold (cE+1)m is < T (strict) or <= T. */
-static int64_t chunks_before(int64_t T, int64_t m, int64_t E, bool inclusive) {
-    /* (cE + 1) m < T  <=>  cE + 1 <= ceil(T/m) - 1 ;  (cE + 1) m <= T  <=>  cE + 1 <= floor(T/m) */
-    int64_t lim = inclusive ? T / m : (T + m - 1) / m - 1;
-    return lim >= 1 ? (lim - 1) / E + 1 : 0;
-}
-
-/* Page index of entry g of source k: chunk c = g / E, ordered by (T(k, c), k). */
-static int64_t entry_page(const StateLayout *l, int k, int64_t g) {
-    int64_t E = l->entries_per_page, c = g / E, T = (c * E + 1) * l->ratio[k], idx = l->fixed_pages;
-    for (int j = 0; j < n_sources(l); j++) {
-        if (j == k) idx += c;
-        else idx += chunks_before(T, l->ratio[j], E, j < k);
-    }
-    return idx;
+    return (int64_t)di_state_layout_pages(&l->pages, n_tokens);
 }
 
 int state_attach_pages(RunState *st, const StateLayout *l, uint8_t *const *pages, size_t n_pages, int64_t n_pos) {
@@ -190,55 +177,49 @@ void state_log_pending(RunState *st, int slot, int64_t pos, const float *kappa, 
     memcpy(row + dh, zeta, dh * sizeof *row);
 }
 
-static float *slot_ptr(RunState *st, int64_t slot) {
-    const StateLayout *l = &st->layout;
-    return (float *)(st->pages[slot / l->slots_per_page]) + (slot % l->slots_per_page) * l->slot_floats;
-}
-
-static float *entry_ptr(RunState *st, int k, int64_t g) {
-    const StateLayout *l = &st->layout;
-    return (float *)(st->pages[entry_page(l, k, g)]) + (g % l->entries_per_page) * l->entry_floats;
+static float *row_ptr(RunState *st, int component, int64_t row) {
+    return (float *)di_state_row(&st->layout.pages, st->pages, st->n_pages, component, row);
 }
 
 /* ------------------------------------------------------------------ accessors */
 
 float *state_window_row(RunState *st, int layer, int64_t pos) {
     int64_t slot = (int64_t)layer * st->window + pos % st->window;
-    if (st->paged) return slot_ptr(st, slot);
+    if (st->paged) return row_ptr(st, st->layout.c_window, slot);
     return st->window_rows + (size_t)slot * (size_t)st->head_dim;
 }
 
 float *state_dspark_row(RunState *st, int stage, int64_t pos) {
     int64_t slot = (int64_t)stage * st->window + pos % st->window;
-    if (st->paged) return slot_ptr(st, st->layout.dspark_slot0 + slot);
+    if (st->paged) return row_ptr(st, st->layout.c_dspark, slot);
     return st->dspark_rows + (size_t)slot * (size_t)st->head_dim;
 }
 
 float *state_pending_row(RunState *st, int slot, int which, int r) {
     int m = st->kv_ratio[slot];
-    if (st->paged) return slot_ptr(st, st->layout.pending_slot0[slot] + (int64_t)which * (m - 1) + r);
+    if (st->paged) return row_ptr(st, st->layout.c_pending, st->layout.pending_row0[slot] + (int64_t)which * (m - 1) + r);
     return st->kv[slot].pend + ((size_t)which * (size_t)(m - 1) + (size_t)r) * (size_t)st->head_dim;
 }
 
 int32_t *state_engram_history(RunState *st) {
-    if (st->paged) return (int32_t *)slot_ptr(st, st->layout.hist_slot);
+    if (st->paged) return (int32_t *)row_ptr(st, st->layout.c_hist, 0);
     return st->hist_own;
 }
 
 float *state_comp_row(RunState *st, int slot, int64_t g) {
-    if (st->paged) return entry_ptr(st, slot, g);
+    if (st->paged) return row_ptr(st, st->layout.c_entries0 + slot, g);
     return st->kv[slot].comp + (size_t)g * (size_t)st->head_dim;
 }
 
 float *state_ikey_row(RunState *st, int slot, int64_t g) {
-    if (st->paged) return entry_ptr(st, slot, g) + st->head_dim;
+    if (st->paged) return row_ptr(st, st->layout.c_entries0 + slot, g) + st->head_dim;
     return st->kv[slot].ikeys + (size_t)g * (size_t)st->idx_head_dim;
 }
 
 int64_t state_kv_append(RunState *st, int slot) {
     KvSourceState *kv = &st->kv[slot];
     if (st->paged) {
-        if (entry_page(&st->layout, slot, kv->n_rows) >= (int64_t)st->n_pages)
+        if (!row_ptr(st, st->layout.c_entries0 + slot, kv->n_rows))
             return di_errorf("state: entry %lld of KV source %d beyond the %zu attached pages", (long long)kv->n_rows, slot, st->n_pages);
         return kv->n_rows++;
     }

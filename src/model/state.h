@@ -12,20 +12,17 @@
  * and paged (rows inside fixed-size pages owned by the engine, state_attach_pages).  The forward
  * never does pointer arithmetic on the state, only calls the accessors below.
  *
- * Paged layout for a page size P (state_layout): a "slot" is one head_dim-float row.  The fixed
- * part — window rings, DSpark rings, pending rows, the Engram history (one slot) — fills the
- * first fixed_pages pages, floor(P / slot bytes) slots per page.  Then the growing entries: an
- * entry of KV source k is its compressed row followed by its index-key row; E = floor(P / entry
- * bytes) entries per page; page chunk c of source k (entries cE .. cE+E-1) is first needed at
- * context length T(k, c) = (cE + 1)·m_k, and chunk pages are ordered by (T, k).  So the pages a
- * context of n tokens needs are always a prefix of the same order (pages_for_tokens(n) is
- * non-decreasing) and growing the context only appends pages.  Counters (positions, entries,
- * pending rows) are functions of the position count, so a paged state is fully described by its
- * pages plus start_pos. */
+ * Paged layout (state_layout) goes through the one layout engine, page_layout.h.  Fixed
+ * components, all rows of head_dim floats: the window rings (layer-major), the DSpark rings, the
+ * pending rows of every ratio > 1 KV source, the Engram history (one row).  Growing components,
+ * one per KV source in slot order: an entry is its compressed row followed by its index-key row,
+ * one entry per m positions.  Counters (positions, entries, pending rows) are functions of the
+ * position count, so a paged state is fully described by its pages plus start_pos. */
 #ifndef DI_MODEL_STATE_H
 #define DI_MODEL_STATE_H
 
 #include "model/model_dims.h"
+#include "model/page_layout.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -41,13 +38,11 @@ typedef struct {
 } KvSourceState;
 
 typedef struct {
-    size_t page_bytes;
-    int64_t slot_floats, slots_per_page;  /* fixed part */
-    int64_t n_fixed_slots, fixed_pages;
-    int64_t entry_floats, entries_per_page; /* growing part */
-    int ratio[DIMS_MAX_LAYERS];           /* of each KV source slot */
-    int64_t pending_slot0[DIMS_MAX_LAYERS];/* first pending slot of each KV source slot */
-    int64_t hist_slot, dspark_slot0;
+    DiStateLayout pages;       /* the components below, laid out */
+    int c_window, c_dspark, c_pending, c_hist; /* fixed component indices, -1 when absent */
+    int c_entries0;            /* growing component of KV source slot k: c_entries0 + k */
+    int64_t pending_row0[DIMS_MAX_LAYERS]; /* first pending row of each KV source slot */
+    int64_t entry_floats;      /* head_dim + idx_head_dim */
 } StateLayout;
 
 typedef struct {

@@ -24,7 +24,7 @@ TEST(page_order_is_a_stable_prefix) {
     size_t pb = 1024;
     StateLayout l;
     CHECK(state_layout(d, pb, &l) == 0);
-    CHECK_EQ_INT(l.entries_per_page, 2);
+    CHECK_EQ_INT(l.pages.rows_per_page[l.c_entries0], 2);
     static uint8_t *pages[MAX_PAGES];
     static uint8_t arena[MAX_PAGES][1024];
     for (int i = 0; i < MAX_PAGES; i++) pages[i] = arena[i];
@@ -41,7 +41,7 @@ TEST(page_order_is_a_stable_prefix) {
             for (int64_t g = 0; g < st->kv[k].n_rows; g++) {
                 uint8_t *p = (uint8_t *)state_comp_row(st, k, g);
                 int64_t page = -1;
-                for (int64_t i = l.fixed_pages; i < need; i++)
+                for (int64_t i = (int64_t)l.pages.fixed_pages; i < need; i++)
                     if (p >= arena[i] && p < arena[i] + pb) page = i;
                 CHECK_MSG(page >= 0, "n=%lld source %d entry %lld outside the needed pages", (long long)n, k, (long long)g);
                 if (page < 0) continue;

@@ -1,0 +1,57 @@
+/* page_layout.h — the one paged-state layout engine: where each row of a request's state lives
+ * in fixed-size pages.  The model's state (state.c) and the engine's mock runner both lay out
+ * through it; it sits in model/ because that is the lowest layer both reach.
+ *
+ * A state is a list of components, each a table of equal-size rows (model-v41.md §6.1):
+ *   - fixed components have the same number of rows at any context length (window rings, DSpark
+ *     rings, compressor pending rows, the Engram history);
+ *   - growing components gain one row every `tokens_per_row` positions, so a context of n
+ *     positions holds floor(n / tokens_per_row) rows (compressed-KV entries at ratio m).
+ * Fixed rows are packed page after page first.  Then each growing component fills its own pages,
+ * floor(page / row) rows each; chunk c of component i (its rows cE .. cE+E-1) is first needed at
+ * context length T(i, c) = (cE + 1) * tokens_per_row, and chunk pages are ordered by (T, i).  So
+ * the pages a context of n positions needs are always a prefix of one fixed order, pages_for(n) is
+ * non-decreasing and growing a context only appends pages, whatever the components' ratios.  No
+ * row straddles two pages: any row is one page lookup plus an offset. */
+#ifndef DI_MODEL_PAGE_LAYOUT_H
+#define DI_MODEL_PAGE_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DI_STATE_MAX_COMPONENTS 128
+
+typedef struct {
+    const char *name;
+    size_t row_bytes;   /* > 0, <= page size */
+    int64_t fixed_rows; /* > 0 for a fixed component, else 0 */
+    int tokens_per_row; /* > 0 for a growing component, else 0 */
+} DiStateComponent;
+
+typedef struct {
+    size_t page_bytes;
+    int n_components;
+    DiStateComponent comp[DI_STATE_MAX_COMPONENTS];
+    size_t fixed_first_page[DI_STATE_MAX_COMPONENTS];   /* fixed: page and offset of row 0 */
+    size_t fixed_first_offset[DI_STATE_MAX_COMPONENTS];
+    int64_t rows_per_page[DI_STATE_MAX_COMPONENTS];     /* growing: rows of a chunk page */
+    size_t fixed_pages;
+    size_t fixed_bytes;     /* sum of fixed rows' bytes (without padding) */
+    double bytes_per_token; /* growing bytes per position (without padding) */
+} DiStateLayout;
+
+/* Lay out the components in pages of page_bytes; -1 with an error naming the component that
+ * cannot fit (a row larger than a page, neither or both of fixed_rows and tokens_per_row). */
+int di_state_layout_init(DiStateLayout *layout, size_t page_bytes, const DiStateComponent *components, int n);
+
+/* Pages a context of n_tokens positions needs (the fixed pages alone for n_tokens <= 0). */
+size_t di_state_layout_pages(const DiStateLayout *layout, int64_t n_tokens);
+
+/* Page index and byte offset of row `row` of a component; -1 when out of range (a fixed row >=
+ * fixed_rows, a negative row or component). */
+int di_state_row_place(const DiStateLayout *layout, int component, int64_t row, size_t *page, size_t *offset);
+
+/* Address of a row inside a request's pages (NULL when out of range or page >= n_pages). */
+uint8_t *di_state_row(const DiStateLayout *layout, uint8_t *const *pages, size_t n_pages, int component, int64_t row);
+
+#endif
