@@ -1,8 +1,14 @@
-/* Specification of the AVX-512 kernel route (DEEPINFER_KERNELS=avx512, cpu/matmul_fp4_avx512.c):
- *  - where the CPU has AVX-512 (F, BW, VL) it is the default, and every FP4 GEMV output is bit
- *    for bit the AVX2 route's: random matrices over every code and every scale byte, odd and
+/* Specification of the AVX-512 kernel route (DEEPINFER_KERNELS=avx512, cpu/matmul_fp4_avx512.c,
+ * cpu/matmul_fp4q_avx512.c):
+ *  - where the CPU has AVX-512 (F, BW, VL) it is the default unless the tiles do not pay there
+ *    (AMD Zen 4, di_simd_avx512_pays), DEEPINFER_KERNELS=avx512 takes it, and every FP4 GEMV
+ *    output is bit for bit the AVX2 route's: random matrices over every code and every scale byte, odd and
  *    even row counts (a tile's last row pair half empty), row ranges cut at any row as the
  *    thread pool's tasks cut them, and 1 to 5 tokens (the one-token tiles inside groups);
+ *  - the same for the block-order FP4 product of the reference numerics (di_matmul_qa): inputs
+ *    quantised per §4.3 (the integer path, narrow blocks), with values below 1/8 of the E4M3
+ *    range (wide blocks), and with some blocks inexact (float blocks inside integer tiles), and
+ *    the integer path is really taken;
  *  - where the CPU lacks it, DEEPINFER_KERNELS=avx512 is an error naming the variable, and auto
  *    takes the AVX2 route;
  *  - DEEPINFER_KERNELS=avx2 keeps the AVX2 route on any SIMD CPU, and a bad value is an error. */
@@ -12,6 +18,7 @@
 #include "base/threadpool.h"
 #include "kernels/matmul.h"
 #include "kernels/cpu/matmul_simd.h"
+#include "kernels/numformats.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -51,7 +58,11 @@ TEST(avx512_fp4_gemv_gives_the_avx2_bits) {
         CHECK_STR(di_matmul_backend(), "avx2-fma");
         return;
     }
+    /* auto takes the AVX-512 tiles where they pay (not on Zen 4), avx512 demands them */
+    CHECK_STR(di_matmul_backend(), di_simd_avx512_pays() ? "avx512" : "avx2-fma");
+    setenv("DEEPINFER_KERNELS", "avx512", 1);
     CHECK_STR(di_matmul_backend(), "avx512");
+    unsetenv("DEEPINFER_KERNELS");
     DiThreadPool *pool = di_pool_create(3);
     const int64_t rows[] = {1, 2, 3, 7, 8, 9, 17, 64, 131};
     const int64_t cols[] = {32, 64, 96, 1024, 2080};
@@ -107,6 +118,52 @@ TEST(avx512_fp4_gemv_rows_match_on_any_row_range) {
     free(scale);
 }
 
+/* n tokens of cols activations for di_matmul_qa: kind 0 quantised, 1 with a tiny value in every
+ * block (wide blocks), 2 quantised with every fifth block made inexact (float blocks, few enough
+ * that one token keeps the integer tile). */
+static float *qa_acts(int64_t n, int64_t cols, int kind) {
+    float *x = malloc(sizeof(float) * (size_t)(n * cols));
+    for (int64_t i = 0; i < n * cols; i++) x[i] = rnd_act() * (kind == 1 && i % 32 == 5 ? 0x1p-14f : 1.0f);
+    CHECK(di_roundtrip_fp8_block32(x, (size_t)(n * cols)) == 0);
+    if (kind == 2)
+        for (int64_t b = 0; b < n * cols / 32; b += 5) x[b * 32 + test_rand32() % 32] *= 1.0f + 0x1p-20f;
+    return x;
+}
+
+TEST(avx512_fp4q_tile_gives_the_avx2_bits) {
+    if (!di_simd_avx512_available()) return;
+    DiThreadPool *pool = di_pool_create(3);
+    const int64_t rows[] = {8, 9, 17, 64, 131};
+    const int64_t cols[] = {32, 256, 1024, 2080};
+    for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+        for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++)
+            for (int kind = 0; kind < 3; kind++)
+                for (int64_t n = 1; n <= 3; n++) {
+                    uint8_t *data, *scale;
+                    DiMatrix w = make_fp4(rows[ri], cols[ci], &data, &scale);
+                    for (int64_t i = 0; i < rows[ri] * (cols[ci] / 32); i++) scale[i] = (uint8_t)(118 + test_rand32() % 16);
+                    float *x = qa_acts(n, cols[ci], kind);
+                    size_t bytes = sizeof(float) * (size_t)(n * rows[ri]);
+                    float *y2 = malloc(bytes), *y5 = malloc(bytes);
+                    setenv("DEEPINFER_KERNELS", "avx2", 1);
+                    CHECK(di_matmul_qa(pool, &w, x, n, y2) == 0);
+                    setenv("DEEPINFER_KERNELS", "avx512", 1);
+                    long long before = di_simd_fp4q_integer_blocks();
+                    CHECK(di_matmul_qa(pool, &w, x, n, y5) == 0);
+                    unsetenv("DEEPINFER_KERNELS");
+                    CHECK_MSG(memcmp(y2, y5, bytes) == 0, "fp4q %lldx%lld kind %d n=%lld: AVX-512 bits differ from AVX2's",
+                              (long long)rows[ri], (long long)cols[ci], kind, (long long)n);
+                    if (n == 1 && kind == 0)
+                        CHECK_EQ_INT(di_simd_fp4q_integer_blocks() - before, rows[ri] * (cols[ci] / 32));
+                    free(x);
+                    free(y2);
+                    free(y5);
+                    free(data);
+                    free(scale);
+                }
+    di_pool_destroy(pool);
+}
+
 TEST(kernels_env_names_the_route) {
     uint8_t *data, *scale;
     DiMatrix w = make_fp4(4, 64, &data, &scale);
@@ -129,6 +186,7 @@ TEST(kernels_env_names_the_route) {
 int main(void) {
     RUN_TEST(avx512_fp4_gemv_gives_the_avx2_bits);
     RUN_TEST(avx512_fp4_gemv_rows_match_on_any_row_range);
+    RUN_TEST(avx512_fp4q_tile_gives_the_avx2_bits);
     RUN_TEST(kernels_env_names_the_route);
     return TEST_SUMMARY();
 }

@@ -21,6 +21,7 @@
 #include "base/env.h"
 
 #include <cpuid.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #define TILE_ROWS 3    /* GEMM register tile: 3 rows x 4 tokens = 12 accumulators, + 3 weight */
@@ -46,11 +47,36 @@ bool di_simd_avx512_available(void) {
            __builtin_cpu_supports("avx512vl");
 }
 
+/* AMD family 19h (Zen 4; Zen 3 has no AVX-512) runs a 512-bit operation as two 256-bit halves,
+ * so a tile that does two rows per instruction saves it no execution slots: there the AVX-512
+ * tiles measured 0.75-0.89x of the AVX2 ones (bench/kernels_cpu.md), against 1.05-1.17x on an
+ * Intel Xeon.  Read once: cpuid may trap to the hypervisor, and this is asked at every call. */
+static int avx512_pays_probe(void) {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return 1;
+    bool amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u; /* "AuthenticAMD" */
+    if (!amd || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 1;
+    unsigned family = ((eax >> 8) & 0xF) + ((eax >> 20) & 0xFF);
+    return family != 0x19;
+}
+
+bool di_simd_avx512_pays(void) {
+    static atomic_int pays = -1; /* -1: not probed yet; the probe is idempotent, so a race is harmless */
+    int p = atomic_load_explicit(&pays, memory_order_relaxed);
+    if (p < 0) {
+        p = avx512_pays_probe();
+        atomic_store_explicit(&pays, p, memory_order_relaxed);
+    }
+    return p != 0;
+}
+
 bool di_simd_use_avx512(void) {
-    /* a bad value is choose_backend's error to report; here it is simply not avx2 */
+    /* a bad value is choose_backend's error to report; here it means the default */
     DiEnvKernels want;
-    if (di_env_kernels(&want) == 0 && want == DI_ENV_KERNELS_AVX2) return false;
-    return di_simd_avx512_available();
+    bool known = di_env_kernels(&want) == 0;
+    if (known && want == DI_ENV_KERNELS_AVX2) return false;
+    if (known && want == DI_ENV_KERNELS_AVX512) return di_simd_avx512_available();
+    return di_simd_avx512_available() && di_simd_avx512_pays();
 }
 
 int64_t di_simd_scratch_floats(int64_t cols, bool gemm) {

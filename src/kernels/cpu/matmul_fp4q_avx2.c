@@ -47,6 +47,7 @@
 
 #include "kernels/cpu/matmul_simd.h"
 #include "kernels/cpu/fp4_lanes_avx2.h"
+#include "kernels/cpu/fp4q_group.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -54,7 +55,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#define BLOCK 32          /* FP4 scale block along the input (§3.5) */
+#define BLOCK FP4Q_BLOCK
 #define MAX_INT_A 32767   /* |A| of a narrow block: int16 activations */
 #define MAX_WIDE_A 262143 /* |A'| of a wide block: 18 bits, two int16 halves */
 #define F_EXP_MIN (-126)  /* the factor s*u/256 of the integer path must be a normal float32 */
@@ -66,12 +67,11 @@
 /* 2^(b-128) for every scale byte (b = 1 and 0: the subnormals 2^-127 and 2^-128; 255: NaN). */
 static float half_scale[256];
 /* The integer path's factors 2^(b + f_off) for scale byte b < 255 and a block offset f_off:
- * factor_base(f_off)[b].  The table spans every f_off the range check admits (b + f_off in
+ * fp4q_factors(g, f_off)[b].  The table spans every f_off the range check admits (b + f_off in
  * F_EXP_MIN .. F_EXP_MAX for some b in 0..254), so the base pointer itself stays inside it;
  * entries outside the normal range are 0 and never read. */
 #define F_OFF_LOWEST (F_EXP_MIN - 254)
 static float pow2_factor[F_EXP_MAX - F_OFF_LOWEST + 1];
-static inline const float *factor_base(int f_off) { return pow2_factor + (f_off - F_OFF_LOWEST); }
 /* Bytes 2 and 3 of float(d(n)) for the 16 codes: d has at most two significant bits, so the
  * low two bytes of its float32 are zero and these two bytes are the whole value. */
 static uint8_t d_byte2[16] __attribute__((aligned(16))), d_byte3[16] __attribute__((aligned(16)));
@@ -109,35 +109,10 @@ static void fill_tables(void) {
 
 /* ---- the activations of one token, as both paths read them ---------------------------------- */
 
-/* How a block of one token's activations can be computed (block_integer_image). */
-enum { BLOCK_FLOAT = 0, BLOCK_NARROW = 1, BLOCK_WIDE = 2 };
 /* Which blocks of a token get the wide image: none (in a group of more than MAX_WIDE_GROUP),
  * those that are not narrow (a token alone), or all (a pair: a block narrow for one token may
  * be wide for the other, and then runs wide for both). */
 enum { WIDE_NONE, WIDE_ONLY, WIDE_ALL };
-
-/* Per token: xp, the floats in the float decoder's lane order; and per block its kind, the
- * 16-bit integer image A = x / u of a narrow block, and the two halves of the 18-bit image
- * A' = x / (u/8) = 512 hi + lo of every narrow or wide block. */
-typedef struct {
-    const float *xp;      /* k32 floats: xp[32kb + 8g + 4h + k] = x[32kb + 8k + h + 2g] */
-    const int16_t *a;     /* k32 int16: per block 16 for the vpshufb image "A", 16 for "B" */
-    const int16_t *a_hi;  /* k32 int16 each, in the same word order: hi = A' >> 9 */
-    const int16_t *a_lo;  /* lo = A' & 511 */
-    const uint8_t *kind;  /* per block: BLOCK_FLOAT, BLOCK_NARROW or BLOCK_WIDE */
-    const int16_t *f_off; /* per block: log2(u) - 8 - 128 (exponent of s*u/256 is b + f_off) */
-} TokenActs;
-
-/* 1 to 4 tokens computed together: each block's codes are decoded once for all of them. */
-enum { MAX_GROUP = 4 };
-typedef struct {
-    int nt;
-    TokenActs tk[MAX_GROUP];
-    const int32_t *run_end;    /* per block: the first block at or after it where a token's is not narrow */
-    const uint8_t *wide;       /* per block: 1 when a token's is wide (and none float) */
-    int f_off_min, f_off_max;  /* the offsets the integer blocks may use (an empty range when none) */
-    int64_t n_int_blocks;      /* blocks where no token's is float */
-} TokenGroup;
 
 /* One block of 32 floats into the float path's lane order: register g, lane 4h + k = column
  * 8k + h + 2g.  With v_k = columns 8k .. 8k+7 as four pairs (2g, 2g+1), that is a 4x4
@@ -318,6 +293,8 @@ int64_t di_simd_fp4q_scratch_floats(int64_t cols) {
 static void group_of(const float *prepared, int64_t k32, int64_t t0, int nt, float *scratch, TokenGroup *g) {
     int64_t kblocks = k32 / BLOCK;
     g->nt = nt;
+    g->pow2 = pow2_factor;
+    g->pow2_lowest = F_OFF_LOWEST;
     g->f_off_min = 1 << 20;
     g->f_off_max = -(1 << 20);
     for (int j = 0; j < nt; j++) {
@@ -389,13 +366,6 @@ static inline __attribute__((always_inline)) __m256i int_block_sum(__m256i ha, _
                             _mm256_madd_epi16(hb, _mm256_load_si256((const __m256i *)(ab + 16))));
 }
 
-/* The fixed lane sum ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). */
-static inline float lane_sum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
-}
-
 /* ---- tiles ------------------------------------------------------------------------------------ */
 
 /* The smallest and largest scale byte of rows r0 .. r0+nr-1. */
@@ -456,6 +426,10 @@ FLOAT_BLOCK_FN(1, 8)
 FLOAT_BLOCK_FN(2, 4)
 FLOAT_BLOCK_FN(3, 2)
 FLOAT_BLOCK_FN(4, 2)
+void di_simd_fp4q_float_block_1x8(const DiMatrix *w, const TokenGroup *g, int64_t r0, int64_t kb, __m256 *acc) {
+    float_block_1x8(w, g, r0, kb, acc);
+}
+
 static __attribute__((noinline)) void float_block_any(const DiMatrix *w, const TokenGroup *g, int64_t r0, int nr,
                                                       int64_t kb, __m256 *acc) {
     for (int i = 0; i < nr; i++) float_block_body(w, g, g->nt, r0 + i, 1, kb, acc + i * g->nt);
@@ -492,7 +466,7 @@ static inline __attribute__((always_inline)) void int_block_rows(const TokenGrou
     for (int t = 0; t < nt; t++) {
         hi[t] = (wide ? g->tk[t].a_hi : g->tk[t].a) + kb * BLOCK;
         lo[t] = g->tk[t].a_lo + kb * BLOCK;
-        factor[t] = factor_base(g->tk[t].f_off[kb] - (wide ? 3 : 0));
+        factor[t] = fp4q_factors(g, g->tk[t].f_off[kb] - (wide ? 3 : 0));
     }
     #pragma GCC unroll 16
     for (int i = 0; i < nr; i++) {
@@ -552,7 +526,7 @@ static inline __attribute__((always_inline)) void int_tile(const DiMatrix *w, co
     #pragma GCC unroll 16
     for (int i = 0; i < nr; i++)
         #pragma GCC unroll 16
-        for (int t = 0; t < nt; t++) y[t][r0 + i] = lane_sum(acc[i][t]);
+        for (int t = 0; t < nt; t++) y[t][r0 + i] = fp4q_lane_sum(acc[i][t]);
     atomic_fetch_add_explicit(&integer_blocks, (long long)nr * nt * g->n_int_blocks, memory_order_relaxed);
 }
 
@@ -584,7 +558,7 @@ static inline __attribute__((always_inline)) void float_tile(const DiMatrix *w, 
     #pragma GCC unroll 16
     for (int i = 0; i < nr; i++)
         #pragma GCC unroll 16
-        for (int t = 0; t < nt; t++) y[t][r0 + i] = lane_sum(acc[i][t]);
+        for (int t = 0; t < nt; t++) y[t][r0 + i] = fp4q_lane_sum(acc[i][t]);
 }
 
 /* True when the integer path's factors 2^(b + f_off) are normal floats for rows r0 .. r0+nr-1. */
@@ -600,7 +574,8 @@ static bool integer_path_fits(const DiMatrix *w, const TokenGroup *g, int64_t r0
  * would read a 4096-column matrix's 512 KB of scales twice; measured level either way, ggml_ab
  * mxfp4-ref 4096x4096 n = 1: 0.98x). */
 static inline __attribute__((always_inline)) void group_rows(const DiMatrix *w, const TokenGroup *g, int nt,
-                                                             float *const *y, int64_t r0, int64_t r1, bool to_l1) {
+                                                             float *const *y, int64_t r0, int64_t r1, bool to_l1,
+                                                             bool avx512) {
     const int ti = INT_TILE_ROWS(nt), tf = FLOAT_TILE_ROWS(nt); /* ti is a multiple of tf */
     int64_t kblocks = w->cols / BLOCK, n_float = kblocks - g->n_int_blocks;
     /* Which path is a matter of speed only (the bits are the same).  A float block inside the
@@ -617,10 +592,14 @@ static inline __attribute__((always_inline)) void group_rows(const DiMatrix *w, 
     }
     int64_t r = r0;
     for (; r + ti <= r1; r += ti) {
-        if (integer_path_fits(w, g, r, ti))
-            int_tile(w, g, nt, r, ti, y, to_l1);
-        else
+        if (!integer_path_fits(w, g, r, ti)) {
             for (int64_t q = r; q < r + ti; q += tf) float_tile(w, g, nt, q, tf, y, to_l1);
+        } else if (nt == 1 && avx512) { /* the same bits, two rows a register */
+            di_simd_fp4q_int_tile1_avx512(w, g, r, y[0], to_l1);
+            atomic_fetch_add_explicit(&integer_blocks, (long long)ti * g->n_int_blocks, memory_order_relaxed);
+        } else {
+            int_tile(w, g, nt, r, ti, y, to_l1);
+        }
     }
     for (; r < r1; r++) {
         if (integer_path_fits(w, g, r, 1))
@@ -634,7 +613,7 @@ static inline __attribute__((always_inline)) void group_rows(const DiMatrix *w, 
 
 static inline __attribute__((always_inline)) void fp4q_rows_to(const DiMatrix *w, const DiSimdActs *a,
                                                                const float *prepared, float *y, int64_t r0, int64_t r1,
-                                                               float *scratch, bool to_l1) {
+                                                               float *scratch, bool to_l1, bool avx512) {
     const int64_t k32 = a->k32;
     for (int64_t t = 0; t < a->n_tokens;) {
         int nt = group_size_of(a->n_tokens, t); /* fours, then a three, a pair or one */
@@ -643,10 +622,10 @@ static inline __attribute__((always_inline)) void fp4q_rows_to(const DiMatrix *w
         float *yt[MAX_GROUP];
         for (int j = 0; j < nt; j++) yt[j] = y + (t + j) * w->rows;
         switch (nt) {
-        case 1: group_rows(w, &g, 1, yt, r0, r1, to_l1); break;
-        case 2: group_rows(w, &g, 2, yt, r0, r1, to_l1); break;
-        case 3: group_rows(w, &g, 3, yt, r0, r1, to_l1); break;
-        default: group_rows(w, &g, 4, yt, r0, r1, to_l1); break;
+        case 1: group_rows(w, &g, 1, yt, r0, r1, to_l1, avx512); break;
+        case 2: group_rows(w, &g, 2, yt, r0, r1, to_l1, avx512); break;
+        case 3: group_rows(w, &g, 3, yt, r0, r1, to_l1, avx512); break;
+        default: group_rows(w, &g, 4, yt, r0, r1, to_l1, avx512); break;
         }
         t += nt;
     }
@@ -655,8 +634,9 @@ static inline __attribute__((always_inline)) void fp4q_rows_to(const DiMatrix *w
 void di_simd_fp4q_rows(const DiMatrix *w, const DiSimdActs *a, const float *prepared, float *y, int64_t r0, int64_t r1,
                        float *scratch) {
     pthread_once(&tables_once, fill_tables);
+    bool avx512 = di_simd_use_avx512();
     if (fp4_prefetch_to_l1(w))
-        fp4q_rows_to(w, a, prepared, y, r0, r1, scratch, true);
+        fp4q_rows_to(w, a, prepared, y, r0, r1, scratch, true, avx512);
     else
-        fp4q_rows_to(w, a, prepared, y, r0, r1, scratch, false);
+        fp4q_rows_to(w, a, prepared, y, r0, r1, scratch, false, avx512);
 }

@@ -35,9 +35,14 @@ bool di_simd_available(void);
 /* True when it also has AVX-512 F, BW and VL, which the AVX-512 tiles use (cpuid). */
 bool di_simd_avx512_available(void);
 
-/* Whether the SIMD kernels take their AVX-512 tiles now: where the CPU has them, unless
- * DEEPINFER_KERNELS=avx2 (read at each call, so a test can switch it; matmul.c reports a bad
- * value, here it means false).  The AVX-512 tiles give the AVX2 ones' bits. */
+/* Whether the AVX-512 tiles are faster than the AVX2 ones on this CPU: false on AMD family 19h
+ * (Zen 4), whose units split 512-bit operations in two, true elsewhere (cpuid, probed once). */
+bool di_simd_avx512_pays(void);
+
+/* Whether the SIMD kernels take their AVX-512 tiles now: DEEPINFER_KERNELS=avx512 where the CPU
+ * has them, never under =avx2, else (auto, simd) where the CPU has them and they pay (read at
+ * each call, so a test can switch it; matmul.c reports a bad value, here it means auto).  The
+ * AVX-512 tiles give the AVX2 ones' bits. */
 bool di_simd_use_avx512(void);
 
 /* How the FP8 GEMV widens E4M3 codes (matmul_avx2.c, e4m3_block_gemv_widen): the same bits every
