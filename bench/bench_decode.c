@@ -22,11 +22,13 @@
 #include "base/mem.h"
 #include "base/threadpool.h"
 #include "bench_medium.h"
+#include "kernels/matmul.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/state.h"
 #include "model/tiny.h"
 
+#include <cpuid.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +56,17 @@ static double cpu_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The CPU's brand string (cpuid leaves 0x80000002-4) with its family and model (leaf 1), so that
+ * every figure names its machine (a virtual machine may shorten the brand to "AMD EPYC"). */
+static void cpu_name(char *out, size_t size) {
+    unsigned r[13] = {0}, eax = 0, ebx, ecx, edx;
+    for (unsigned i = 0; i < 3; i++)
+        if (!__get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3])) break;
+    __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+    unsigned family = ((eax >> 8) & 0xF) + ((eax >> 20) & 0xFF), model = ((eax >> 4) & 0xF) | ((eax >> 12) & 0xF0);
+    snprintf(out, size, "%s (family %xh, model %u)", (const char *)r, family, model);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -336,6 +349,10 @@ static void print_batch1(const char *dir, double active, double *bw1, double *bw
     double B1 = median(bw1, REPS), B2 = median(bw2, REPS), bw = B1 > B2 ? B1 : B2;
     printf("decode, medium synthetic checkpoint %s (%d-token prompt, median of %d x %d steps):\n", dir, PROMPT, REPS,
            DECODE_STEPS);
+    char cpu[128];
+    cpu_name(cpu, sizeof cpu);
+    const char *kernels = di_matmul_backend();
+    printf("  CPU                             %s, kernels %s\n", cpu, kernels ? kernels : "?");
     printf("  active weight bytes per token   %.2f MB\n", active / 1e6);
     printf("  STREAM triad bandwidth          %.2f GB/s (1 thread)  %.2f GB/s (2 threads)\n", B1 / 1e9, B2 / 1e9);
     printf("  bandwidth bound                 %.1f tokens/s (best bandwidth %.2f GB/s)\n", bw / active, bw / 1e9);
