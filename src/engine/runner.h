@@ -24,7 +24,17 @@
  * decode or the end of a prefill asks for 1; a speculative verify for 1 + its drafts).  With batch_invariant set, a row's logits must be bit-identical
  * whatever else is in the batch, at any batch position and with any chunking
  * (engine-features.md §4.2); a CPU runner whose reductions run per row in a fixed order is
- * invariant by construction. */
+ * invariant by construction.
+ *
+ * KV block cache (serving.md §4, optional).  A runner that sets export_block/import_block lets
+ * the engine keep the cacheable rows of whole blocks of B positions (B a multiple of 128: what
+ * the model keeps per token for the prefix, e.g. V4.1's compressed KV and index keys of the
+ * KV-source layers; never the window rings) and restore them into another request's pages.  A
+ * restored state lacks the fixed rows (window rings, pending compressor rows), so the engine
+ * then prefills from H - replay_window with replay_start/replay_end set (engine-features.md
+ * §2.4): positions in [replay_start, replay_end) rebuild only the fixed rows, their writes to the
+ * cached rows are suppressed, and sliding-window attention of rows >= replay_start reads only
+ * keys >= replay_start. */
 #ifndef DI_ENGINE_RUNNER_H
 #define DI_ENGINE_RUNNER_H
 
@@ -45,6 +55,9 @@ typedef struct {
     /* Speculative verify: the engine will cut this chunk back with commit() once it knows how
      * many of its rows were accepted, so the runner keeps what it needs to undo the rest. */
     bool speculative;
+    /* Bounded replay after a block-cache hit at replay_end (both 0: none).  Positions of this
+     * chunk below replay_end recompute fixed rows only; no attention reads keys < replay_start. */
+    int64_t replay_start, replay_end;
 } DiRunnerSeq;
 
 typedef struct {
@@ -101,6 +114,16 @@ typedef struct {
      * exactly start_pos + keep[i] positions, bit-identical to a forward of its first keep[i]
      * tokens alone.  <0 on error. */
     int (*commit)(DiRunner *runner, const DiRunnerBatch *batch, const int32_t *keep);
+    /* Optional, all three or none (then the engine refuses the KV block cache): the bytes of one
+     * block of block_tokens positions (0 when block_tokens is not a multiple of 128); copy the
+     * cacheable rows of positions [first, first + block_tokens) out of / into a request's pages
+     * (which must hold pages_for_tokens(first + block_tokens)).  first is a multiple of
+     * block_tokens.  <0 on error. */
+    size_t (*block_bytes)(const DiRunner *runner, int block_tokens);
+    int (*export_block)(const DiRunner *runner, uint8_t *const *pages, size_t n_pages, int64_t first,
+                        int block_tokens, void *out);
+    int (*import_block)(const DiRunner *runner, uint8_t *const *pages, size_t n_pages, int64_t first,
+                        int block_tokens, const void *in);
 } DiRunnerOps;
 
 /* A runner's built-in byte-level text, used when the engine was given no text hooks
@@ -124,6 +147,11 @@ struct DiRunner {
     /* Optional: called just before a request's pages go back to the pool (finish, abort,
      * preemption, engine destroy), for a runner that keeps something outside the pages. */
     void (*release_state)(DiRunner *runner, uint8_t *const *pages, size_t n_pages);
+    /* KV block cache: W, the positions replayed before a hit (> 0 with export_block), and the
+     * bytes naming the model's weights and state format (the cache's model fingerprint). */
+    int32_t replay_window;
+    const void *identity;
+    size_t identity_len;
 };
 
 static inline uint8_t *di_runner_page(const DiRunnerSeq *seq, size_t index) { return seq->pages[index]; }

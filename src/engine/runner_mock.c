@@ -59,11 +59,15 @@ static int mock_forward(DiRunner *r, const DiRunnerBatch *batch) {
         if (seq->n_tokens < 1 || seq->n_pages < mock_pages_for_tokens(r, end))
             return di_errorf("mock runner: sequence %d has %zu pages for %lld tokens", i, seq->n_pages,
                              (long long)end);
+        if (seq->replay_end > 0 && seq->n_logits > 0 && end - DI_MOCK_WINDOW < seq->replay_start)
+            return di_errorf("mock runner: sequence %d: its window [%lld, %lld) reaches before the replay start %lld",
+                             i, (long long)(end - DI_MOCK_WINDOW), (long long)end, (long long)seq->replay_start);
         for (int32_t t = 0; t < seq->n_tokens; t++) {
             int64_t pos = seq->start_pos + t;
+            *ring_at(m, seq, pos) = seq->tokens[t];
+            if (pos < seq->replay_end) continue; /* a replayed position: its row was restored */
             uint64_t previous = pos == 0 ? m->seed : *row_at(m, seq, pos - 1);
             *row_at(m, seq, pos) = row_hash(previous, seq->tokens[t], pos, m->seed);
-            *ring_at(m, seq, pos) = seq->tokens[t];
         }
         if (seq->n_logits <= 0) continue;
         uint64_t fold = 0;
@@ -86,6 +90,39 @@ void di_mock_reference_logits(int32_t vocab, uint64_t seed, const int32_t *token
     }
     int64_t first = n > DI_MOCK_WINDOW ? n - DI_MOCK_WINDOW : 0;
     fill_logits(vocab, logits_base(row, fold, tokens + first, (int)(n - first), seed), logits);
+}
+
+/* The block cache's rows: the KV rows of the block's positions (the ring is not cached). */
+static size_t mock_block_bytes(const DiRunner *r, int block_tokens) {
+    (void)r;
+    return block_tokens > 0 && block_tokens % 128 == 0 ? (size_t)block_tokens * sizeof(uint64_t) : 0;
+}
+
+/* Copy a block's rows into buf (export) or out of it (import). */
+static int mock_block_copy(const DiRunner *r, uint8_t *const *pages, size_t n_pages, int64_t first, int block_tokens,
+                           uint8_t *buf, bool export) {
+    const MockRunner *m = (const MockRunner *)r;
+    if (!pages || !buf || first < 0 || mock_block_bytes(r, block_tokens) == 0 || first % block_tokens != 0 ||
+        n_pages < mock_pages_for_tokens(r, first + block_tokens))
+        return di_errorf("mock runner: the block at %lld of %d tokens does not fit %zu pages", (long long)first,
+                         block_tokens, n_pages);
+    DiRunnerSeq seq = {.pages = pages, .n_pages = n_pages};
+    for (int t = 0; t < block_tokens; t++) {
+        uint8_t *row = (uint8_t *)row_at(m, &seq, first + t), *cell = buf + (size_t)t * sizeof(uint64_t);
+        if (export) memcpy(cell, row, sizeof(uint64_t));
+        else memcpy(row, cell, sizeof(uint64_t));
+    }
+    return 0;
+}
+
+static int mock_export_block(const DiRunner *r, uint8_t *const *pages, size_t n_pages, int64_t first,
+                             int block_tokens, void *out) {
+    return mock_block_copy(r, pages, n_pages, first, block_tokens, out, true);
+}
+
+static int mock_import_block(const DiRunner *r, uint8_t *const *pages, size_t n_pages, int64_t first,
+                             int block_tokens, const void *in) {
+    return mock_block_copy(r, pages, n_pages, first, block_tokens, (uint8_t *)(uintptr_t)in, false);
 }
 
 static void mock_destroy(DiRunner *r) { free(r); }
@@ -124,7 +161,14 @@ void di_mock_text_hooks(DiTextHooks *out) {
     *out = (DiTextHooks){mock_encode, mock_token_bytes, mock_is_special, NULL, NULL, -1};
 }
 
-static const DiRunnerOps mock_ops = {mock_pages_for_tokens, mock_forward, mock_destroy, NULL, NULL, NULL, NULL};
+static const DiRunnerOps mock_ops = {
+    .pages_for_tokens = mock_pages_for_tokens,
+    .forward = mock_forward,
+    .destroy = mock_destroy,
+    .block_bytes = mock_block_bytes,
+    .export_block = mock_export_block,
+    .import_block = mock_import_block,
+};
 
 DiRunner *di_mock_runner_create(int32_t vocab_size, uint64_t model_seed) {
     if (vocab_size < 257) {
@@ -148,5 +192,8 @@ DiRunner *di_mock_runner_create(int32_t vocab_size, uint64_t model_seed) {
     m->base.eos_ids = m->eos;
     m->base.n_eos_ids = 1;
     m->base.name = "mock runner";
+    m->base.replay_window = DI_MOCK_WINDOW;
+    m->base.identity = &m->seed;
+    m->base.identity_len = sizeof m->seed;
     return &m->base;
 }

@@ -6,6 +6,8 @@
  * The logits of position p hash row p, an order-dependent fold of every row 0..p (like attention
  * over the whole context) and the window ring, so a wrong token, position, page, stale page or
  * ring entry changes them.  Each row is computed on its own: batch invariant by construction.
+ * KV block cache: a block's cacheable rows are its KV rows; a replayed position rewrites only
+ * the ring (the replay window is the ring's 8 positions), so a hit gives exactly the cold logits.
  * Text is byte level: ids 0..255 are bytes, 256 is EOS (empty text), ids above 256 are " w<id>". */
 #ifndef DI_ENGINE_RUNNER_MOCK_H
 #define DI_ENGINE_RUNNER_MOCK_H

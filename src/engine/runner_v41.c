@@ -96,6 +96,9 @@ static int v41_forward(DiRunner *base, const DiRunnerBatch *batch) {
         const DiRunnerSeq *seq = &batch->seqs[i];
         if (seq->n_tokens < 1 || seq->n_logits < 0 || seq->n_logits > seq->n_tokens)
             return di_errorf("sequence %d: n_logits %d outside [0, n_tokens = %d]", i, seq->n_logits, seq->n_tokens);
+        if (seq->replay_end != 0) /* no export_block: the engine never restores blocks here */
+            return di_errorf("sequence %d: the v41 runner has no bounded replay (replay_end %lld)", i,
+                             (long long)seq->replay_end);
         if (attach_view(r, i, seq, seq->start_pos) != 0) return -1;
         if ((int64_t)seq->n_pages < state_pages_for_tokens(&r->layout, seq->start_pos + seq->n_tokens))
             return di_errorf("sequence %d: %zu state pages cannot hold %lld positions", i, seq->n_pages,
@@ -264,8 +267,8 @@ static void v41_destroy(DiRunner *base) {
     free(r);
 }
 
-static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, NULL, v41_commit};
-static const DiRunnerOps v41_ops_dspark = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, v41_draft, v41_commit};
+static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, NULL, v41_commit, NULL, NULL, NULL};
+static const DiRunnerOps v41_ops_dspark = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, v41_draft, v41_commit, NULL, NULL, NULL};
 
 /* The drafter's scratch, when the checkpoint has DSpark stages and taps. */
 static int setup_drafter(V41Runner *r) {

@@ -66,7 +66,7 @@ static void pages_free(Pages *p) {
 }
 
 static DiRunnerSeq seq_of(Pages *p, const int32_t *toks, int n, int64_t start, int n_logits, bool spec) {
-    return (DiRunnerSeq){p->pages, p->n, toks, n, start, n_logits, spec};
+    return (DiRunnerSeq){p->pages, p->n, toks, n, start, n_logits, spec, 0, 0};
 }
 
 /* One sequence through the runner (pages grown to cover it). */
