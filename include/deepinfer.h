@@ -221,6 +221,18 @@ typedef struct {
      * caps them (0: the whole pool). */
     int enable_prefix_caching;
     size_t prefix_cache_bytes;
+    /* KV block cache (serving.md §4): blocks of kv_block_tokens prompt/output positions shared by
+     * every request whose tokens start with them, kept in a host-RAM pool of kv_cache_ram_bytes
+     * (LRU) and, with kv_cache_dir, in segment files there (shared by every engine using the
+     * directory, kv_cache_disk_bytes cap with 0 none, kv_cache_ttl_s retention with 0 none).  On
+     * when kv_cache_ram_bytes > 0 or kv_cache_dir is set (RAM then 1 GiB); needs a runner that
+     * exports blocks; excludes enable_prefix_caching.  kv_block_tokens: 0 is 256, else a
+     * positive multiple of 128. */
+    const char *kv_cache_dir;
+    size_t kv_cache_ram_bytes;
+    uint64_t kv_cache_disk_bytes;
+    uint64_t kv_cache_ttl_s;
+    int kv_block_tokens;
 } DiEngineOptions;
 
 /* Defaults as documented above. */
@@ -283,6 +295,9 @@ typedef struct {
     int n_prompt_ids;
     const char *prompt_text;
     const char *chat_json;
+    /* KV block cache tenant salt (NUL-terminated, at most 256 bytes; NULL or "": none): requests
+     * with different salts never share cached blocks. */
+    const char *cache_salt;
 } DiRequestInput;
 
 /* Logprobs of one generated token: the sampled token's, then the n best (descending; ties by id). */
@@ -325,7 +340,7 @@ typedef struct {
     uint64_t seed;               /* the seed used (drawn when the request had none) */
     int n_preemptions;
     double time_to_first_token_s, total_time_s;
-    int n_cached_tokens;         /* prompt tokens whose state came from the prefix cache */
+    int n_cached_tokens;         /* prompt tokens whose state came from the prefix or KV block cache */
     double time_in_queue_s;      /* arrival -> first admitted to the running batch (0 before) */
 } DiRequestOutput;
 
@@ -346,6 +361,13 @@ typedef struct {
     int prefix_cache_enabled;
     uint64_t prefix_cache_lookups, prefix_cache_hits, prefix_cache_hit_tokens;
     size_t prefix_cache_entries, pages_cached;
+    /* KV block cache (DiEngineOptions.kv_cache_*): admissions that looked, positions restored
+     * from RAM and from disk, blocks stored, RAM evictions, disk bytes read and written, corrupt
+     * records and foreign files skipped, writes dropped (queue full) or failed */
+    int kv_cache_enabled;
+    uint64_t kv_lookups, kv_hit_tokens_ram, kv_hit_tokens_disk, kv_blocks_stored, kv_evictions;
+    uint64_t kv_bytes_read, kv_bytes_written, kv_records_corrupt, kv_files_skipped, kv_writes_dropped,
+        kv_write_errors;
 } DiEngineMetrics;
 
 /* Text for the engine, supplied by the layer above it (the tokenizer and the prompt renderer live

@@ -23,7 +23,10 @@ class EngineOptions(Structure):
                 ("state_memory_bytes", c_size_t), ("async_scheduling", c_int),
                 ("batch_invariant", c_int), ("seed", c_uint64),
                 ("engram_token_map", POINTER(c_int32)), ("engram_token_map_len", ctypes.c_int64),
-                ("enable_prefix_caching", c_int), ("prefix_cache_bytes", c_size_t)]
+                ("enable_prefix_caching", c_int), ("prefix_cache_bytes", c_size_t),
+                ("kv_cache_dir", c_char_p), ("kv_cache_ram_bytes", c_size_t),
+                ("kv_cache_disk_bytes", c_uint64), ("kv_cache_ttl_s", c_uint64),
+                ("kv_block_tokens", c_int)]
 
 
 class LogitBias(Structure):
@@ -43,7 +46,7 @@ class CSamplingParams(Structure):
 
 class RequestInput(Structure):
     _fields_ = [("prompt_ids", POINTER(c_int32)), ("n_prompt_ids", c_int),
-                ("prompt_text", c_char_p), ("chat_json", c_char_p)]
+                ("prompt_text", c_char_p), ("chat_json", c_char_p), ("cache_salt", c_char_p)]
 
 
 class TokenLogprobs(Structure):
@@ -78,7 +81,13 @@ class EngineMetrics(Structure):
                 ("time_schedule_s", c_double), ("time_output_s", c_double), ("time_wait_s", c_double),
                 ("prefix_cache_enabled", c_int), ("prefix_cache_lookups", c_uint64),
                 ("prefix_cache_hits", c_uint64), ("prefix_cache_hit_tokens", c_uint64),
-                ("prefix_cache_entries", c_size_t), ("pages_cached", c_size_t)]
+                ("prefix_cache_entries", c_size_t), ("pages_cached", c_size_t),
+                ("kv_cache_enabled", c_int), ("kv_lookups", c_uint64),
+                ("kv_hit_tokens_ram", c_uint64), ("kv_hit_tokens_disk", c_uint64),
+                ("kv_blocks_stored", c_uint64), ("kv_evictions", c_uint64),
+                ("kv_bytes_read", c_uint64), ("kv_bytes_written", c_uint64),
+                ("kv_records_corrupt", c_uint64), ("kv_files_skipped", c_uint64),
+                ("kv_writes_dropped", c_uint64), ("kv_write_errors", c_uint64)]
 
 
 class TextHooks(Structure):

@@ -34,7 +34,9 @@ static const AbiField engine_options[] = {
     FIELD(DiEngineOptions, async_scheduling),     FIELD(DiEngineOptions, batch_invariant),
     FIELD(DiEngineOptions, seed),                 FIELD(DiEngineOptions, engram_token_map),
     FIELD(DiEngineOptions, engram_token_map_len), FIELD(DiEngineOptions, enable_prefix_caching),
-    FIELD(DiEngineOptions, prefix_cache_bytes),
+    FIELD(DiEngineOptions, prefix_cache_bytes),   FIELD(DiEngineOptions, kv_cache_dir),
+    FIELD(DiEngineOptions, kv_cache_ram_bytes),   FIELD(DiEngineOptions, kv_cache_disk_bytes),
+    FIELD(DiEngineOptions, kv_cache_ttl_s),       FIELD(DiEngineOptions, kv_block_tokens),
 };
 
 static const AbiField logit_bias[] = {FIELD(DiLogitBias, token), FIELD(DiLogitBias, bias)};
@@ -56,6 +58,7 @@ static const AbiField sampling_params[] = {
 static const AbiField request_input[] = {
     FIELD(DiRequestInput, prompt_ids), FIELD(DiRequestInput, n_prompt_ids),
     FIELD(DiRequestInput, prompt_text), FIELD(DiRequestInput, chat_json),
+    FIELD(DiRequestInput, cache_salt),
 };
 
 static const AbiField token_logprobs[] = {
@@ -94,7 +97,13 @@ static const AbiField engine_metrics[] = {
     FIELD(DiEngineMetrics, time_wait_s),         FIELD(DiEngineMetrics, prefix_cache_enabled),
     FIELD(DiEngineMetrics, prefix_cache_lookups), FIELD(DiEngineMetrics, prefix_cache_hits),
     FIELD(DiEngineMetrics, prefix_cache_hit_tokens), FIELD(DiEngineMetrics, prefix_cache_entries),
-    FIELD(DiEngineMetrics, pages_cached),
+    FIELD(DiEngineMetrics, pages_cached),        FIELD(DiEngineMetrics, kv_cache_enabled),
+    FIELD(DiEngineMetrics, kv_lookups),          FIELD(DiEngineMetrics, kv_hit_tokens_ram),
+    FIELD(DiEngineMetrics, kv_hit_tokens_disk),  FIELD(DiEngineMetrics, kv_blocks_stored),
+    FIELD(DiEngineMetrics, kv_evictions),        FIELD(DiEngineMetrics, kv_bytes_read),
+    FIELD(DiEngineMetrics, kv_bytes_written),    FIELD(DiEngineMetrics, kv_records_corrupt),
+    FIELD(DiEngineMetrics, kv_files_skipped),    FIELD(DiEngineMetrics, kv_writes_dropped),
+    FIELD(DiEngineMetrics, kv_write_errors),
 };
 
 static const AbiField text_hooks[] = {

@@ -11,6 +11,7 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "base/mem.h"
+#include "engine/kv_blocks.h"
 #include "engine/pages.h"
 #include "engine/request.h"
 #include "engine/runner_mock.h"
@@ -47,6 +48,7 @@ struct DiEngine {
     uint64_t next_id, seed_counter;
     DiEngineMetrics m;
     char *model_dir;
+    DiKvBlocks kv; /* the KV block cache (kv.cache NULL: off) */
 };
 
 /* ---- options ------------------------------------------------------------------------------ */
@@ -157,6 +159,8 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     if (e->opts.seed == 0) e->opts.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)e << 16);
     DiSchedulerConfig cfg = {e->opts.max_num_seqs, e->opts.max_batch_tokens, e->opts.max_prefill_chunk};
     if (di_scheduler_init(&e->sched, &cfg, NULL, runner) != 0 || make_pool(e, false) != 0) goto fail;
+    if (di_kv_blocks_open(&e->kv, &e->opts, runner) != 0) goto fail;
+    e->sched.kv = &e->kv;
     e->threads = di_pool_create(0); /* DEEPINFER_NUM_THREADS, else every online CPU */
     if (!e->threads) goto fail;
     e->n_samplers = di_pool_threads(e->threads);
@@ -241,6 +245,7 @@ void di_engine_destroy(DiEngine *e) {
     free(e->samplers);
     di_pool_destroy(e->threads);
     di_scheduler_free(&e->sched);
+    di_kv_blocks_close(&e->kv); /* drains the queued disk writes */
     di_page_pool_destroy(e->pool);
     if (e->runner && e->runner->ops->destroy) e->runner->ops->destroy(e->runner);
     free(e->model_dir);
@@ -357,15 +362,25 @@ int di_engine_add_request(DiEngine *e, const DiRequestInput *in, const DiSamplin
         uint64_t counter = e->seed_counter++;
         seed = XXH3_64bits_withSeed(&counter, sizeof counter, e->opts.seed);
     }
+    if (in->cache_salt && in->cache_salt[0] && !e->kv.cache) {
+        free(ids);
+        return di_errorf("add request: cache_salt is set but the KV block cache is off (kv_cache_ram_bytes / "
+                         "kv_cache_dir), so no salt would separate this request's cached state");
+    }
     DiRequest *req = di_request_create(e->next_id, ids, n, params, seed, callback, user);
     free(ids);
     if (!req) return di_error_wrap("add request");
+    if (di_kv_blocks_set_salt(req, in->cache_salt) != 0) {
+        di_request_free(req);
+        return di_error_wrap("add request");
+    }
     if (remember(e, req) != 0 || di_scheduler_add(&e->sched, req) != 0) {
         if (e->n_requests > 0 && e->requests[e->n_requests - 1] == req) e->n_requests--;
         di_request_free(req);
         return di_error_wrap("add request");
     }
     req->t_arrival = di_now_seconds();
+    di_kv_blocks_prefetch(&e->kv, req);
     e->next_id++;
     e->m.requests_added++;
     if (out_id) *out_id = req->id;
@@ -458,6 +473,14 @@ static void forget(DiEngine *e, DiRequest *req) {
     di_request_free(req);
 }
 
+/* The KV block cache keeps every block the step completed (its pages are still the request's:
+ * pages of a finished or preempted request are returned only once its steps are processed). */
+static void capture_blocks(DiEngine *e, const DiStep *step) {
+    if (!e->kv.cache || step->status != 0) return;
+    for (int i = 0; i < step->n_seqs; i++)
+        di_kv_blocks_capture(&e->kv, step->seqs[i].req, step->seqs[i].start_pos + step->seqs[i].n_tokens);
+}
+
 static int process_step(DiEngine *e, DiStep *step) {
     double t0 = di_now_seconds();
     int rc = 0;
@@ -479,6 +502,7 @@ static int process_step(DiEngine *e, DiStep *step) {
             deliver(req);
         }
     }
+    capture_blocks(e, step);
     for (int i = 0; i < step->n_seqs; i++) { /* prefix-cache snapshots the step took */
         DiStepSeq *s = &step->seqs[i];
         if (s->snapshot.n == 0) continue;
@@ -624,5 +648,6 @@ int di_engine_get_metrics(const DiEngine *e, DiEngineMetrics *out) {
     out->prefix_cache_hit_tokens = c->hit_tokens;
     out->prefix_cache_entries = (size_t)c->n_entries;
     out->pages_cached = c->pages;
+    di_kv_blocks_metrics(&e->kv, out);
     return 0;
 }

@@ -12,6 +12,7 @@
 #define DI_ENGINE_REQUEST_H
 
 #include "deepinfer.h"
+#include "engine/kvcache/block_key.h"
 #include "engine/pages.h"
 #include "engine/textstream.h"
 
@@ -54,6 +55,15 @@ typedef struct DiRequest {
     uint64_t planned_epoch;    /* the scheduler step that last planned it */
     int prefill_grant;         /* tokens of prefill the step being planned may give it ... */
     uint64_t grant_epoch;      /* ... valid when this equals the scheduler's epoch */
+
+    /* KV block cache (kv_blocks.h, main thread) */
+    char *cache_salt;          /* tenant salt (NULL: none) */
+    size_t cache_salt_len;
+    DiKvKey *kv_keys;          /* the key chain of its first n_kv_keys blocks */
+    int n_kv_keys;
+    size_t cap_kv_keys;
+    int kv_blocks_cached;      /* leading blocks known to be in the cache (restored or stored) */
+    int64_t replay_start, replay_end; /* bounded replay after a restore (0, 0: none) */
 
     /* output (main thread) */
     int n_output;              /* generated tokens confirmed (processed) */

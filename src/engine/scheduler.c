@@ -7,6 +7,7 @@
 #include "base/mem.h"
 #include "engine/step.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -223,6 +224,55 @@ static int plan_running(DiScheduler *s, DiStep *step, int *budget, bool decodes)
     return 0;
 }
 
+/* Admission through the prefix cache: the longest cached state the request's tokens extend,
+ * leaving at least one position to compute (the one whose logits are sampled), copied when the
+ * pool has room for a copy, else taken.  1 when the request holds its pages, 0 when it must wait. */
+static int claim_from_prefix_cache(DiScheduler *s, DiRequest *req, int64_t known, int budget, int grant,
+                                   int64_t *start, int64_t *chunk, bool *snapshot) {
+    int hit = di_prefix_cache_find(&s->cache, req->tokens, known - 1);
+    *start = hit >= 0 ? s->cache.entries[hit].n_tokens : 0;
+    size_t have = hit >= 0 ? s->cache.entries[hit].pages.n : 0;
+    *chunk = chunk_limit(s, known - *start, budget);
+    if (*chunk > grant) *chunk = grant;
+    *snapshot = cut_for_snapshot(s, req, *start, chunk);
+    size_t need = s->runner->ops->pages_for_tokens(s->runner, *start + *chunk);
+    if (hit >= 0 && need <= di_page_pool_free(s->pool)) { /* room for a copy: the entry stays */
+        if (di_page_table_reserve(s->pool, &req->pages, need) != 0) return -1;
+        *start = di_prefix_cache_copy(&s->cache, hit, &req->pages);
+    } else {
+        /* admission by free pages (cached states give way), never by preemption */
+        if (need - have > di_page_pool_free(s->pool) && !di_prefix_cache_make_room(&s->cache, need - have, &hit))
+            return 0;
+        if (hit >= 0) *start = di_prefix_cache_take(&s->cache, hit, &req->pages);
+        if (di_page_table_reserve(s->pool, &req->pages, need) != 0) return -1;
+    }
+    s->cache.lookups += s->cache.max_pages > 0;
+    if (req->n_preemptions == 0) req->n_cached_tokens = (int)*start;
+    return 1;
+}
+
+/* Admission through the KV block cache (kv_blocks.h): restore the longest cached run of blocks,
+ * then prefill from the replay start.  1 when the request holds its pages, 0 when it must wait. */
+static int claim_from_blocks(DiScheduler *s, DiRequest *req, int64_t known, int budget, int grant, int64_t *start,
+                             int64_t *chunk) {
+    bool wait = false;
+    int64_t restored = di_kv_blocks_restore(s->kv, s->pool, req, known - 1, &wait);
+    if (restored < 0) return -1;
+    if (wait) return 0;
+    *start = restored > 0 ? req->replay_start : 0;
+    *chunk = chunk_limit(s, known - *start, budget);
+    if (*chunk > grant) *chunk = grant;
+    size_t need = s->runner->ops->pages_for_tokens(s->runner, *start + *chunk);
+    if (need > req->pages.n && need - req->pages.n > di_page_pool_free(s->pool)) {
+        di_page_table_release(s->pool, &req->pages); /* restored again when it is admitted */
+        req->replay_start = req->replay_end = 0;
+        return 0;
+    }
+    if (di_page_table_reserve(s->pool, &req->pages, need) != 0) return -1;
+    if (req->n_preemptions == 0) req->n_cached_tokens = (int)restored;
+    return 1;
+}
+
 /* Admit waiting requests in queue order.  by_grant: each takes at most its prefill grant and the
  * first without one stops admission (FIFO); otherwise they share what the grants left unused. */
 static int admit(DiScheduler *s, DiStep *step, int *budget, bool by_grant) {
@@ -231,28 +281,13 @@ static int admit(DiScheduler *s, DiStep *step, int *budget, bool by_grant) {
         /* a preempted request still used by an in-flight step waits until it is idle (FIFO) */
         if (req->inflight > 0 || req->release_pages_pending) break;
         if (by_grant && (req->grant_epoch != s->epoch || req->prefill_grant <= 0)) break;
-        int64_t known = di_request_known_tokens(req);
-        /* the longest cached state this request's tokens extend, leaving at least one position
-         * to compute (the one whose logits are sampled) */
-        int hit = di_prefix_cache_find(&s->cache, req->tokens, known - 1);
-        int64_t start = hit >= 0 ? s->cache.entries[hit].n_tokens : 0;
-        size_t have = hit >= 0 ? s->cache.entries[hit].pages.n : 0;
-        int64_t chunk = chunk_limit(s, known - start, *budget);
-        if (by_grant && chunk > req->prefill_grant) chunk = req->prefill_grant;
-        bool snapshot = cut_for_snapshot(s, req, start, &chunk);
-        size_t need = s->runner->ops->pages_for_tokens(s->runner, start + chunk);
-        if (hit >= 0 && need <= di_page_pool_free(s->pool)) { /* room for a copy: the entry stays */
-            if (di_page_table_reserve(s->pool, &req->pages, need) != 0) return -1;
-            start = di_prefix_cache_copy(&s->cache, hit, &req->pages);
-        } else {
-            /* admission by free pages (cached states give way), never by preemption */
-            if (need - have > di_page_pool_free(s->pool) && !di_prefix_cache_make_room(&s->cache, need - have, &hit))
-                break;
-            if (hit >= 0) start = di_prefix_cache_take(&s->cache, hit, &req->pages);
-            if (di_page_table_reserve(s->pool, &req->pages, need) != 0) return -1;
-        }
-        s->cache.lookups += s->cache.max_pages > 0;
-        if (req->n_preemptions == 0) req->n_cached_tokens = (int)start;
+        int64_t known = di_request_known_tokens(req), start = 0, chunk = 0;
+        int grant = by_grant ? req->prefill_grant : INT_MAX;
+        bool snapshot = false;
+        int claimed = s->kv && s->kv->cache ? claim_from_blocks(s, req, known, *budget, grant, &start, &chunk)
+                                            : claim_from_prefix_cache(s, req, known, *budget, grant, &start, &chunk, &snapshot);
+        if (claimed < 0) return -1;
+        if (claimed == 0) break;
         if (req->t_scheduled == 0) req->t_scheduled = di_now_seconds();
         remove_at(s->waiting, &s->n_waiting, 0);
         s->running[s->n_running++] = req;

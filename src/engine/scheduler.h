@@ -17,7 +17,9 @@
  * prompt + generated tokens (recompute; sampling is keyed by position, so its output is
  * unchanged).  Admission never preempts.  Cached states of finished requests (prefix_cache.h)
  * give way first: they are evicted before a request waits for pages or another is preempted, and
- * a new request whose tokens extend a cached state starts from it, prefilling only the rest.  A request whose pages are still used by an in-flight
+ * a new request whose tokens extend a cached state starts from it, prefilling only the rest.
+ * With the KV block cache instead (kv_blocks.h), admission restores the longest cached run of
+ * leading blocks into the request's fresh pages and prefills from the replay start.  A request whose pages are still used by an in-flight
  * step keeps them until that step is processed (async mode).
  *
  * In async mode the plan is made while the previous step computes: a decoding request whose next
@@ -27,6 +29,7 @@
 #ifndef DI_ENGINE_SCHEDULER_H
 #define DI_ENGINE_SCHEDULER_H
 
+#include "engine/kv_blocks.h"
 #include "engine/pages.h"
 #include "engine/prefix_cache.h"
 #include "engine/request.h"
@@ -58,6 +61,7 @@ typedef struct {
     size_t pages_releasing; /* pages of idle-pending requests, free once their step is processed */
     uint64_t preemptions;
     DiPrefixCache cache;    /* finished requests' states (max_pages 0: off), see prefix_cache.h */
+    DiKvBlocks *kv;         /* the KV block cache (NULL or off: none), see kv_blocks.h */
     uint64_t epoch;      /* step counter, to know who is in the step being planned */
     DiPrefillWant *wants; /* scratch of the prefill split, `cap` each */
     int *grants;

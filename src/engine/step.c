@@ -62,6 +62,8 @@ int di_step_add(DiStep *step, DiRequest *req, int64_t start_pos, int32_t n_token
     s->page_offset = step->n_page_ptrs;
     s->n_pages = req->pages.n;
     s->snapshot = (DiPageTable){0};
+    s->replay_start = req->replay_start;
+    s->replay_end = req->replay_end;
     memcpy(step->page_ptrs + step->n_page_ptrs, req->pages.pages, req->pages.n * sizeof *req->pages.pages);
     step->n_page_ptrs = need;
     if (start_pos + n_tokens > req->n_prompt) {
@@ -141,6 +143,8 @@ void di_step_execute(const DiStepExecutor *exec, DiStep *step) {
         r->start_pos = s->start_pos;
         r->n_logits = s->sample ? 1 : 0;
         r->speculative = false;
+        r->replay_start = s->replay_start;
+        r->replay_end = s->replay_end;
         if (s->sample) step->sample_seq[step->n_rows++] = i;
     }
     DiRunnerBatch batch = {step->runner_seqs, step->n_seqs, exec->batch_invariant, step->logits};

@@ -28,6 +28,7 @@ typedef struct {
      * snapshot.n pages: the state at start_pos + n_tokens) into them, for the prefix cache.  The
      * engine hands them to the cache (or back to the pool) when it processes the step. */
     DiPageTable snapshot;
+    int64_t replay_start, replay_end; /* the request's bounded replay (runner.h), copied at planning */
 } DiStepSeq;
 
 /* Called on the executing thread for each sampled row, before sampling (tests, invariance checks). */

@@ -48,6 +48,25 @@ static inline int reference_generate(const int32_t *prompt, int n_prompt, const 
     return n;
 }
 
+/* A mock engine whose freed pages are poisoned (a state read before it was written shows);
+ * NULL (with the error) when the options are refused. */
+static inline DiEngine *poisoned_mock_engine(const DiEngineOptions *o) {
+    DiEngine *e = di_engine_create_mock(MOCK_VOCAB, MOCK_SEED, o);
+    if (e && di_engine_set_page_poisoning(e, 1) != 0) {
+        di_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* Seeded sampling that ignores EOS, as the reference runs. */
+static inline DiSamplingParams seeded(int max_tokens, uint64_t seed) {
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.max_tokens = max_tokens, p.has_seed = 1, p.seed = seed, p.ignore_eos = 1;
+    return p;
+}
+
 /* Everything a stream delivered to one request. */
 typedef struct {
     int32_t tokens[512];

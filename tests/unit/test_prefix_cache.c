@@ -161,17 +161,9 @@ static DiEngine *cache_engine(int async, int cache, size_t memory, int budget) {
     o.max_num_seqs = 8;
     o.state_memory_bytes = memory;
     o.enable_prefix_caching = cache;
-    DiEngine *e = di_engine_create_mock(MOCK_VOCAB, MOCK_SEED, &o);
+    DiEngine *e = poisoned_mock_engine(&o);
     CHECK(e != NULL);
-    if (e) CHECK_EQ_INT(di_engine_set_page_poisoning(e, 1), 0);
     return e;
-}
-
-static DiSamplingParams seeded(int max_tokens, uint64_t seed) {
-    DiSamplingParams p;
-    di_sampling_params_init(&p);
-    p.max_tokens = max_tokens, p.has_seed = 1, p.seed = seed, p.ignore_eos = 1; /* as the reference runs */
-    return p;
 }
 
 /* Run one request to completion; its output must equal the reference; returns cached tokens. */
