@@ -29,6 +29,30 @@ def _check(rc: int, what: str):
         raise DeepInferError(_lib.last_error() or f"{what} failed")
 
 
+_GB = 1 << 30
+
+
+def _kv_cache_options(opts, kv_cache_dir=None, kv_cache_ram_gb=None, kv_cache_disk_gb=None,
+                      kv_cache_ttl_s=None, kv_block_tokens=None):
+    """The KV block cache's fields of DiEngineOptions (the engine validates them); returns the
+    directory's bytes, which must outlive the engine's creation."""
+    for name, v in (("kv_cache_ram_gb", kv_cache_ram_gb), ("kv_cache_disk_gb", kv_cache_disk_gb),
+                    ("kv_cache_ttl_s", kv_cache_ttl_s)):
+        if v is not None and not v > 0:
+            raise ValueError(f"{name} must be > 0, got {v!r}")
+    dir_bytes = kv_cache_dir.encode("utf-8") if kv_cache_dir is not None else None
+    opts.kv_cache_dir = dir_bytes
+    if kv_cache_ram_gb is not None:
+        opts.kv_cache_ram_bytes = int(kv_cache_ram_gb * _GB)
+    if kv_cache_disk_gb is not None:
+        opts.kv_cache_disk_bytes = int(kv_cache_disk_gb * _GB)
+    if kv_cache_ttl_s is not None:
+        opts.kv_cache_ttl_s = int(kv_cache_ttl_s)
+    if kv_block_tokens is not None:
+        opts.kv_block_tokens = kv_block_tokens
+    return dir_bytes
+
+
 def _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk, state_memory_bytes,
                     async_scheduling, batch_invariant, seed, enable_prefix_caching=None):
     opts = _lib.EngineOptions()
@@ -98,19 +122,23 @@ class LLM:
     """An engine over one model.  model=None: the built-in tiny model ($DEEPINFER_HF_MODEL_DIR
     when set).  Options map to DiEngineOptions; None keeps the C default (prefix caching: off;
     enable_prefix_caching=True lets a request that extends a finished one, e.g. the next turn
-    of a chat, start from its cached state: RequestOutput.num_cached_tokens)."""
+    of a chat, start from its cached state: RequestOutput.num_cached_tokens).  kv_cache: the KV
+    block cache's options (kv_cache_dir, kv_cache_ram_gb, kv_cache_disk_gb, kv_cache_ttl_s,
+    kv_block_tokens; see DiEngineOptions), which shares whole blocks of any common prefix."""
 
     def __init__(self, model: Optional[str] = None, *, max_num_seqs: Optional[int] = None,
                  max_batch_tokens: Optional[int] = None, max_prefill_chunk: Optional[int] = None,
                  state_memory_bytes: Optional[int] = None, async_scheduling: Optional[bool] = None,
                  batch_invariant: Optional[bool] = None, seed: int = 0, tokenizer: Optional[str] = None,
-                 enable_prefix_caching: Optional[bool] = None, _engine_handle=None):
+                 enable_prefix_caching: Optional[bool] = None, kv_cache: Optional[dict] = None,
+                 _engine_handle=None):
         self._engine = None
         self.tokenizer: Optional[Tokenizer] = None
         if _engine_handle is None:
             opts = _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk,
                                    state_memory_bytes, async_scheduling, batch_invariant, seed,
                                    enable_prefix_caching)
+            kv_dir = _kv_cache_options(opts, **(kv_cache or {}))  # noqa: F841 (alive until created)
             model_arg = model.encode("utf-8") if model else None
             # a real checkpoint ships no engram_token_map.json: its map comes from its tokenizer
             engram = ctypes.POINTER(ctypes.c_int32)()

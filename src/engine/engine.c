@@ -160,6 +160,7 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     DiSchedulerConfig cfg = {e->opts.max_num_seqs, e->opts.max_batch_tokens, e->opts.max_prefill_chunk};
     if (di_scheduler_init(&e->sched, &cfg, NULL, runner) != 0 || make_pool(e, false) != 0) goto fail;
     if (di_kv_blocks_open(&e->kv, &e->opts, runner) != 0) goto fail;
+    e->opts.kv_cache_dir = NULL; /* the caller's string: the cache keeps its own copy */
     e->sched.kv = &e->kv;
     e->threads = di_pool_create(0); /* DEEPINFER_NUM_THREADS, else every online CPU */
     if (!e->threads) goto fail;

@@ -30,6 +30,10 @@ typedef struct {
     double step_seconds;     /* their total duration */
     uint64_t preemptions;    /* requests preempted (state freed, recomputed later) so far */
     double state_usage;      /* fraction of the request-state pool in use, 0..1 */
+    /* the KV block cache (DiEngineMetrics' kv_*); rendered only when enabled */
+    bool kv_enabled;
+    uint64_t kv_lookups, kv_hit_tokens_ram, kv_hit_tokens_disk, kv_evictions, kv_bytes_read, kv_bytes_written,
+        kv_records_corrupt, kv_files_skipped;
 } DiBackendStats;
 
 /* The phases of a finished request as the backend saw them (seconds; vLLM's definitions):

@@ -215,6 +215,15 @@ static void refresh_stats(DiEngineBackend *b) {
     /* prefix-cache pages give way to requests (vLLM counts its cached blocks as free too) */
     size_t busy = m.pages_used > m.pages_cached ? m.pages_used - m.pages_cached : 0;
     b->stats.state_usage = m.pages_total ? (double)busy / (double)m.pages_total : 0;
+    b->stats.kv_enabled = m.kv_cache_enabled != 0;
+    b->stats.kv_lookups = m.kv_lookups;
+    b->stats.kv_hit_tokens_ram = m.kv_hit_tokens_ram;
+    b->stats.kv_hit_tokens_disk = m.kv_hit_tokens_disk;
+    b->stats.kv_evictions = m.kv_evictions;
+    b->stats.kv_bytes_read = m.kv_bytes_read;
+    b->stats.kv_bytes_written = m.kv_bytes_written;
+    b->stats.kv_records_corrupt = m.kv_records_corrupt;
+    b->stats.kv_files_skipped = m.kv_files_skipped;
     pthread_mutex_unlock(&b->lock);
 }
 

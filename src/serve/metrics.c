@@ -153,6 +153,30 @@ static int render_requests(DiMetrics *m, DiApiBuf *out) {
     return rc;
 }
 
+/* The KV block cache's counters (serving.md §4), when the engine has one. */
+static int render_kv_cache(const DiBackendStats *st, DiApiBuf *out) {
+    if (!st->kv_enabled) return 0;
+    return di_api_buf_printf(
+        out,
+        "# HELP deepinfer_kv_cache_hit_tokens_total Prompt tokens restored from the KV block cache, by tier.\n"
+        "# TYPE deepinfer_kv_cache_hit_tokens_total counter\n"
+        "deepinfer_kv_cache_hit_tokens_total{tier=\"ram\"} %llu\ndeepinfer_kv_cache_hit_tokens_total{tier=\"disk\"} %llu\n"
+        "# HELP deepinfer_kv_cache_lookups_total Admissions that looked up the KV block cache.\n"
+        "# TYPE deepinfer_kv_cache_lookups_total counter\ndeepinfer_kv_cache_lookups_total %llu\n"
+        "# HELP deepinfer_kv_cache_evictions_total Blocks evicted from RAM plus segments evicted from disk.\n"
+        "# TYPE deepinfer_kv_cache_evictions_total counter\ndeepinfer_kv_cache_evictions_total %llu\n"
+        "# HELP deepinfer_kv_cache_disk_bytes_total Bytes the KV block cache read from and wrote to its directory.\n"
+        "# TYPE deepinfer_kv_cache_disk_bytes_total counter\n"
+        "deepinfer_kv_cache_disk_bytes_total{op=\"read\"} %llu\ndeepinfer_kv_cache_disk_bytes_total{op=\"write\"} %llu\n"
+        "# HELP deepinfer_kv_cache_skipped_total Corrupt records and foreign files the KV block cache skipped.\n"
+        "# TYPE deepinfer_kv_cache_skipped_total counter\n"
+        "deepinfer_kv_cache_skipped_total{what=\"record\"} %llu\ndeepinfer_kv_cache_skipped_total{what=\"file\"} %llu\n",
+        (unsigned long long)st->kv_hit_tokens_ram, (unsigned long long)st->kv_hit_tokens_disk,
+        (unsigned long long)st->kv_lookups, (unsigned long long)st->kv_evictions, (unsigned long long)st->kv_bytes_read,
+        (unsigned long long)st->kv_bytes_written, (unsigned long long)st->kv_records_corrupt,
+        (unsigned long long)st->kv_files_skipped);
+}
+
 int di_metrics_render(const DiMetrics *cm, const DiBackendStats *st, DiApiBuf *out) {
     DiMetrics *m = (DiMetrics *)cm;
     if (!m || !st || !out) return di_errorf("metrics render: NULL argument");
@@ -188,6 +212,7 @@ int di_metrics_render(const DiMetrics *cm, const DiBackendStats *st, DiApiBuf *o
             (long long)atomic_load(&m->generated_tokens), (long long)atomic_load(&m->aborted),
             (long long)atomic_load(&m->in_flight), st->queued, st->running, st->queued, st->running, st->state_usage,
             (unsigned long long)st->preemptions, st->step_seconds, (unsigned long long)st->steps);
+    if (rc == 0) rc = render_kv_cache(st, out);
     pthread_mutex_lock(&m->lock);
     for (int i = 0; rc == 0 && i < N_HIST; i++) rc = render_histogram(out, k_hist[i][0], k_hist[i][1], &m->hist[i]);
     pthread_mutex_unlock(&m->lock);

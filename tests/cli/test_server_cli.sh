@@ -27,6 +27,13 @@ expect "max num seqs range" 2 "--max-num-seqs: expected an integer" --max-num-se
 expect "max batch tokens range" 2 "--max-batch-tokens: expected an integer" --max-batch-tokens -5
 expect "max prefill chunk range" 2 "--max-prefill-chunk: expected an integer in [0, 1048576], got '-1'" --max-prefill-chunk -1
 expect "help names max prefill chunk" 0 "--max-prefill-chunk N" --help
+expect "help names the KV block cache" 0 "--kv-cache-dir DIR" --help
+expect "kv block tokens range" 2 "--kv-block-tokens: expected an integer in [128, 1048576], got '100'" --kv-block-tokens 100
+expect "kv block tokens multiple of 128" 1 "kv_block_tokens must be 0 (256) or a positive multiple of 128, got 200" --kv-block-tokens 200 --kv-cache-ram 1 --port 0
+expect "bad kv ttl" 2 "--kv-cache-ttl: expected a duration such as 3600, 90m, 24h or 7d, got '5x'" --kv-cache-ttl 5x
+expect "bad kv ram" 2 "--kv-cache-ram: expected gigabytes > 0, got '0'" --kv-cache-ram 0
+expect "two prompt caches" 2 "two prompt caches; choose one" --kv-cache-ram 1 --prefix-cache on
+expect "the V4.1 runner refuses the block cache" 1 "needs a runner that exports cache blocks" --kv-cache-dir /tmp --port 0
 expect "missing model directory" 1 "/nonexistent-model-dir" --model /nonexistent-model-dir --port 0
 # The built-in tiny model (fresh, in a temporary cache) comes up, answers /health, and SIGTERM
 # stops it gracefully with exit 0.

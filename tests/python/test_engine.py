@@ -240,6 +240,36 @@ def test_prefix_caching_starts_the_next_turn_from_the_cached_state():
     assert outputs[True] == outputs[False]
 
 
+def test_kv_block_cache_shares_a_system_prompt_across_questions(tmp_path):
+    """Two questions after one 600-token system prompt: the second restores the prompt's two
+    whole 256-token blocks (num_cached_tokens 512) and generates what a cache-less engine does;
+    a new engine on the same directory finds them on disk."""
+    system = [(i * 37 + 11) % 256 for i in range(600)]
+    questions = [system + [q, q + 1, q + 2] * 10 for q in (1, 50)]
+    params = SamplingParams(max_tokens=6, seed=11, ignore_eos=True)
+    kv = {"kv_cache_dir": str(tmp_path), "kv_cache_ram_gb": 0.0625, "kv_block_tokens": 256}
+    plain = mock_llm(vocab_size=512, model_seed=3)
+    expected = [plain.generate({"prompt_token_ids": q}, params)[0].outputs[0].token_ids for q in questions]
+    plain.close()
+    engine = mock_llm(vocab_size=512, model_seed=3, kv_cache=kv)
+    got = [engine.generate({"prompt_token_ids": q}, params)[0] for q in questions]
+    assert [o.num_cached_tokens for o in got] == [0, 512]
+    assert [o.outputs[0].token_ids for o in got] == expected
+    m = engine.metrics()
+    assert m["kv_cache_enabled"] == 1 and m["kv_hit_tokens_ram"] == 512 and m["kv_blocks_stored"] == 2
+    engine.close()
+    again = mock_llm(vocab_size=512, model_seed=3, kv_cache=kv)
+    out = again.generate({"prompt_token_ids": questions[1]}, params)[0]
+    assert out.num_cached_tokens == 512 and out.outputs[0].token_ids == expected[1]
+    m = again.metrics()  # read from the directory (at lookup, or by the prefetch at arrival)
+    assert m["kv_hit_tokens_disk"] + m["kv_hit_tokens_ram"] == 512 and m["kv_bytes_read"] >= 2 * 256 * 8
+    again.close()
+    with pytest.raises(DeepInferError, match="kv_block_tokens"):
+        mock_llm(vocab_size=512, kv_cache={"kv_cache_ram_gb": 1, "kv_block_tokens": 100})
+    with pytest.raises(ValueError, match="kv_cache_ram_gb"):
+        mock_llm(vocab_size=512, kv_cache={"kv_cache_ram_gb": 0})
+
+
 def test_logit_bias(llm):
     base = llm.generate("bias", SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))[0].outputs[0]
     token = next(t for t in range(300, 512) if t not in base.token_ids)

@@ -31,6 +31,14 @@ static void usage(FILE *out) {
             "  --prefix-cache on|off    keep finished requests' states so a request extending one (the next\n"
             "                           turn of a chat) starts from it; usage reports the cached tokens (default on)\n"
             "  --state-memory-mb N      memory for requests' state and the prefix cache (default 256)\n"
+            "  --kv-cache-dir DIR       KV block cache: whole blocks of any shared prefix (a system prompt) are\n"
+            "                           kept in RAM and in segment files in DIR, which several servers may share\n"
+            "                           (a local SSD or a shared mount); replaces --prefix-cache\n"
+            "  --kv-cache-ram GB        the block cache's host-RAM pool (default 1 with --kv-cache-dir; alone:\n"
+            "                           a RAM-only block cache)\n"
+            "  --kv-cache-disk GB       size cap of DIR, oldest segments dropped first (default: none)\n"
+            "  --kv-cache-ttl DURATION  retention in DIR: N[s|m|h|d] (default: none)\n"
+            "  --kv-block-tokens B      tokens per cached block, a multiple of 128 (default 256)\n"
             "  --max-num-seqs N         requests batched in one step (default 64)\n"
             "  --max-batch-tokens N     tokens of one step, decodes + prefill chunks (default 512); decodes\n"
             "                           go first, then prefill: the oldest prompt gets an equal share, the\n"
@@ -70,6 +78,27 @@ static int parse_seconds(const char *flag, const char *v, double *out) {
     return 0;
 }
 
+/* Gigabytes (fractions allowed), > 0. */
+static int parse_gb(const char *flag, const char *v, double *out) {
+    char *end;
+    double g = strtod(v, &end);
+    if (*end || end == v || !(g > 0) || g > 1e6) return di_errorf("%s: expected gigabytes > 0, got '%s'", flag, v);
+    *out = g;
+    return 0;
+}
+
+/* A duration: a number with an optional unit s, m, h or d (seconds without one), > 0. */
+static int parse_duration(const char *flag, const char *v, double *out) {
+    char *end;
+    double n = strtod(v, &end);
+    double unit = !*end ? 1 : !strcmp(end, "s") ? 1 : !strcmp(end, "m") ? 60 : !strcmp(end, "h") ? 3600
+                  : !strcmp(end, "d") ? 86400 : 0;
+    if (end == v || unit == 0 || !(n > 0) || n * unit > 1e9)
+        return di_errorf("%s: expected a duration such as 3600, 90m, 24h or 7d, got '%s'", flag, v);
+    *out = n * unit;
+    return 0;
+}
+
 static int parse_on_off(const char *flag, const char *v, bool *out) {
     if (strcmp(v, "on") == 0) *out = true;
     else if (strcmp(v, "off") == 0) *out = false;
@@ -82,9 +111,26 @@ static int parse_on_off(const char *flag, const char *v, bool *out) {
  * *text must outlive the backend. */
 /* What the engine is sized by (DiEngineOptions; 0 keeps the engine default). */
 typedef struct {
-    bool prefix_cache;
+    bool prefix_cache, prefix_cache_given;
     long state_memory_mb, max_num_seqs, max_batch_tokens, max_prefill_chunk;
+    const char *kv_dir;
+    double kv_ram_gb, kv_disk_gb, kv_ttl_s;
+    long kv_block_tokens;
 } EngineFlags;
+
+/* Whether a --kv-* flag asks for the KV block cache (then the linear prefix cache is off). */
+static bool kv_cache_flags(const EngineFlags *ef) {
+    return ef->kv_dir || ef->kv_ram_gb > 0 || ef->kv_disk_gb > 0 || ef->kv_ttl_s > 0 || ef->kv_block_tokens;
+}
+
+static void kv_cache_options(const EngineFlags *ef, DiEngineOptions *o) {
+    o->kv_cache_dir = ef->kv_dir;
+    o->kv_cache_ram_bytes = (size_t)(ef->kv_ram_gb * (double)(1 << 30));
+    o->kv_cache_disk_bytes = (uint64_t)(ef->kv_disk_gb * (double)(1 << 30));
+    o->kv_cache_ttl_s = (uint64_t)ef->kv_ttl_s;
+    o->kv_block_tokens = (int)ef->kv_block_tokens;
+    if (kv_cache_flags(ef)) o->enable_prefix_caching = 0;
+}
 
 static DiEngineBackend *open_backend(const char *model_dir, const char *served_name, long context_limit,
                                      const EngineFlags *ef, DiServeText **text) {
@@ -98,6 +144,7 @@ static DiEngineBackend *open_backend(const char *model_dir, const char *served_n
     opts.engram_token_map = engram_map;
     opts.engram_token_map_len = engram_len;
     opts.enable_prefix_caching = ef->prefix_cache;
+    kv_cache_options(ef, &opts);
     if (ef->state_memory_mb) opts.state_memory_bytes = (size_t)ef->state_memory_mb << 20;
     if (ef->max_num_seqs) opts.max_num_seqs = (int)ef->max_num_seqs;
     if (ef->max_batch_tokens) opts.max_batch_tokens = (int)ef->max_batch_tokens;
@@ -150,7 +197,12 @@ int cmd_serve(int argc, char **argv) {
         else if (strcmp(a, "--served-model-name") == 0) served_name = v;
         else if (strcmp(a, "--context-limit") == 0) rc = parse_long(a, v, 16, 1L << 30, &context_limit);
         else if (strcmp(a, "--host") == 0) cfg.host = v;
-        else if (strcmp(a, "--prefix-cache") == 0) rc = parse_on_off(a, v, &ef.prefix_cache);
+        else if (strcmp(a, "--prefix-cache") == 0) rc = parse_on_off(a, v, &ef.prefix_cache), ef.prefix_cache_given = true;
+        else if (strcmp(a, "--kv-cache-dir") == 0) ef.kv_dir = v;
+        else if (strcmp(a, "--kv-cache-ram") == 0) rc = parse_gb(a, v, &ef.kv_ram_gb);
+        else if (strcmp(a, "--kv-cache-disk") == 0) rc = parse_gb(a, v, &ef.kv_disk_gb);
+        else if (strcmp(a, "--kv-cache-ttl") == 0) rc = parse_duration(a, v, &ef.kv_ttl_s);
+        else if (strcmp(a, "--kv-block-tokens") == 0) rc = parse_long(a, v, 128, 1L << 20, &ef.kv_block_tokens);
         else if (strcmp(a, "--state-memory-mb") == 0) rc = parse_long(a, v, 1, 1L << 24, &ef.state_memory_mb);
         else if (strcmp(a, "--max-num-seqs") == 0) rc = parse_long(a, v, 1, 65536, &ef.max_num_seqs);
         else if (strcmp(a, "--max-batch-tokens") == 0) rc = parse_long(a, v, 1, 1L << 20, &ef.max_batch_tokens);
@@ -174,6 +226,11 @@ int cmd_serve(int argc, char **argv) {
             fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
             return 2;
         }
+    }
+    if (kv_cache_flags(&ef) && ef.prefix_cache_given && ef.prefix_cache) {
+        fprintf(stderr, "deepinfer serve: --prefix-cache on and the --kv-cache-* block cache are two prompt caches; "
+                        "choose one\n");
+        return 2;
     }
     if (!*served_name) {
         fprintf(stderr, "deepinfer serve: --served-model-name must not be empty\n");
