@@ -47,10 +47,11 @@ static void two_questions(Pair *p) {
     p->nb = question(2, 40, p->b);
 }
 
-static DiEngine *kv_engine(int async, const char *dir, size_t memory) {
+static DiEngine *kv_engine_budget(int async, const char *dir, size_t memory, int budget) {
     DiEngineOptions o;
     di_engine_options_init(&o);
     o.async_scheduling = async;
+    o.max_batch_tokens = budget;
     o.max_num_seqs = 8;
     o.state_memory_bytes = memory;
     o.kv_cache_ram_bytes = (size_t)64 << 20;
@@ -58,6 +59,10 @@ static DiEngine *kv_engine(int async, const char *dir, size_t memory) {
     DiEngine *e = poisoned_mock_engine(&o);
     CHECK_MSG(e != NULL, "%s", di_last_error());
     return e;
+}
+
+static DiEngine *kv_engine(int async, const char *dir, size_t memory) {
+    return kv_engine_budget(async, dir, memory, 512);
 }
 
 /* Run one request alone; its tokens must equal the reference's; returns its cached tokens. */
@@ -127,6 +132,21 @@ TEST(two_questions_after_one_system_prompt_share_its_whole_blocks) {
         CHECK_EQ_INT(m.kv_blocks_stored, 3);
         CHECK_EQ_INT(m.prefix_cache_enabled, 0);
         CHECK(nc == 660);
+        di_engine_destroy(e);
+    }
+}
+
+TEST(a_replay_split_over_several_chunks_still_matches) {
+    static Pair q;
+    two_questions(&q);
+    for (int async = 0; async <= 1; async++) {
+        /* a budget of 3 tokens: the 8 replayed positions and the one after the hit span three
+         * steps; a 513-token prompt samples right after the hit, where the window reaches back
+         * to the replay's first positions */
+        DiEngine *e = kv_engine_budget(async, NULL, 1 << 20, 3);
+        if (!e) continue;
+        CHECK_EQ_INT(run_checked(e, q.a, q.na, NULL, 1), 0);
+        CHECK_EQ_INT(run_checked(e, q.b, 513, NULL, 2), 512);
         di_engine_destroy(e);
     }
 }
@@ -316,6 +336,7 @@ TEST(bad_kv_cache_options_are_errors_that_name_them) {
 
 int main(void) {
     RUN_TEST(two_questions_after_one_system_prompt_share_its_whole_blocks);
+    RUN_TEST(a_replay_split_over_several_chunks_still_matches);
     RUN_TEST(different_tenant_salts_never_share_blocks);
     RUN_TEST(a_new_engine_on_the_same_directory_hits_the_disk_tier);
     RUN_TEST(a_second_engine_on_the_directory_sees_the_blocks_the_first_writes);
