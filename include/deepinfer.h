@@ -243,6 +243,15 @@ typedef struct {
     float bias;
 } DiLogitBias;
 
+/* Structured outputs (DiSamplingParams.constraint_type): what the output must match. */
+typedef enum {
+    DI_CONSTRAINT_NONE = 0,
+    DI_CONSTRAINT_REGEX = 1,       /* constraint: a Python-re pattern the whole output matches */
+    DI_CONSTRAINT_JSON_SCHEMA = 2, /* constraint: a JSON Schema document (text) */
+    DI_CONSTRAINT_EBNF = 3,        /* constraint: a GBNF-style grammar, start rule "root" */
+    DI_CONSTRAINT_JSON_OBJECT = 4, /* any JSON object; constraint must be NULL */
+} DiConstraintType;
+
 typedef struct {
     float temperature;          /* 0: greedy (argmax, ties to the lowest id) */
     int top_k;                  /* <= 0: off */
@@ -271,6 +280,15 @@ typedef struct {
     int has_thinking_budget;
     int thinking_budget;
     int32_t think_end_id;
+    /* Structured output: a DiConstraintType and its text (NUL-terminated, copied at admission,
+     * where it is compiled: a bad one fails di_engine_add_request naming the problem).  Tokens
+     * outside the language are masked before sampling (and before logprobs), EOS is allowed only
+     * where the output is complete, special tokens are never grammar text.  With
+     * constraint_after_think the output opens with reasoning and the constraint applies after
+     * think_end_id.  Cannot be combined with ignore_eos. */
+    int constraint_type;
+    const char *constraint;
+    int constraint_after_think;
 } DiSamplingParams;
 
 #define DI_MAX_LOGPROBS 20

@@ -53,6 +53,8 @@ static const AbiField sampling_params[] = {
     FIELD(DiSamplingParams, ignore_eos),        FIELD(DiSamplingParams, logit_bias),
     FIELD(DiSamplingParams, n_logit_bias),      FIELD(DiSamplingParams, has_thinking_budget),
     FIELD(DiSamplingParams, thinking_budget),   FIELD(DiSamplingParams, think_end_id),
+    FIELD(DiSamplingParams, constraint_type),   FIELD(DiSamplingParams, constraint),
+    FIELD(DiSamplingParams, constraint_after_think),
 };
 
 static const AbiField request_input[] = {

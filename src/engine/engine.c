@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "engine/kv_blocks.h"
+#include "engine/constraint.h"
 #include "engine/pages.h"
 #include "engine/request.h"
 #include "engine/runner_mock.h"
@@ -49,6 +50,7 @@ struct DiEngine {
     DiEngineMetrics m;
     char *model_dir;
     DiKvBlocks kv; /* the KV block cache (kv.cache NULL: off) */
+    DiConstraints *constraints; /* structured outputs: grammar vocabulary and compiled grammars */
 };
 
 /* ---- options ------------------------------------------------------------------------------ */
@@ -162,6 +164,7 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     if (di_kv_blocks_open(&e->kv, &e->opts, runner) != 0) goto fail;
     e->opts.kv_cache_dir = NULL; /* the caller's string: the cache keeps its own copy */
     e->sched.kv = &e->kv;
+    if (!(e->constraints = di_constraints_create(runner))) goto fail;
     e->threads = di_pool_create(0); /* DEEPINFER_NUM_THREADS, else every online CPU */
     if (!e->threads) goto fail;
     e->n_samplers = di_pool_threads(e->threads);
@@ -232,6 +235,7 @@ void di_engine_destroy(DiEngine *e) {
     if (e->async) di_worker_stop(&e->worker);
     for (int i = 0; i < e->n_requests; i++) {
         if (e->pool) di_scheduler_return_pages(&e->sched, e->requests[i]);
+        di_constraints_detach(e->constraints, e->requests[i]);
         di_request_free(e->requests[i]);
     }
     free(e->requests);
@@ -249,6 +253,7 @@ void di_engine_destroy(DiEngine *e) {
     di_kv_blocks_close(&e->kv); /* drains the queued disk writes */
     di_page_pool_destroy(e->pool);
     if (e->runner && e->runner->ops->destroy) e->runner->ops->destroy(e->runner);
+    di_constraints_destroy(e->constraints); /* after the requests: they hold its grammars */
     free(e->model_dir);
     free(e);
 }
@@ -375,8 +380,10 @@ int di_engine_add_request(DiEngine *e, const DiRequestInput *in, const DiSamplin
         di_request_free(req);
         return di_error_wrap("add request");
     }
-    if (remember(e, req) != 0 || di_scheduler_add(&e->sched, req) != 0) {
+    if (di_constraints_attach(e->constraints, &e->text, req) != 0 || remember(e, req) != 0 ||
+        di_scheduler_add(&e->sched, req) != 0) {
         if (e->n_requests > 0 && e->requests[e->n_requests - 1] == req) e->n_requests--;
+        di_constraints_detach(e->constraints, req);
         di_request_free(req);
         return di_error_wrap("add request");
     }
@@ -471,6 +478,7 @@ static void forget(DiEngine *e, DiRequest *req) {
             e->n_requests--;
             break;
         }
+    di_constraints_detach(e->constraints, req);
     di_request_free(req);
 }
 

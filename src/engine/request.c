@@ -1,4 +1,5 @@
-/* request.c — creating and freeing requests (deep copies of the caller's inputs). */
+/* request.c — creating and freeing requests (deep copies of the caller's inputs; the grammar
+ * matcher is attached and detached by the engine, constraint.h). */
 #include "engine/request.h"
 
 #include "base/error.h"
@@ -29,6 +30,11 @@ static int copy_stops(DiRequest *req, const DiSamplingParams *params) {
         if (!req->logit_bias_copy) return -1;
         memcpy(req->logit_bias_copy, params->logit_bias, (size_t)params->n_logit_bias * sizeof *req->logit_bias_copy);
     }
+    if (params->constraint) {
+        req->constraint_copy = di_strdup(params->constraint);
+        if (!req->constraint_copy) return -1;
+    }
+    req->params.constraint = req->constraint_copy;
     req->params.stop = (const char *const *)req->stop_copy;
     req->params.stop_token_ids = req->stop_ids_copy;
     req->params.logit_bias = req->logit_bias_copy;
@@ -75,6 +81,7 @@ void di_request_free(DiRequest *req) {
     free(req->stop_copy);
     free(req->stop_ids_copy);
     free(req->logit_bias_copy);
+    free(req->constraint_copy);
     free(req->tokens);
     free(req->logprobs);
     di_page_table_free(&req->pages);

@@ -13,6 +13,7 @@
 
 #include "deepinfer.h"
 #include "engine/kvcache/block_key.h"
+#include "engine/grammar/grammar.h"
 #include "engine/pages.h"
 #include "engine/textstream.h"
 
@@ -32,6 +33,11 @@ typedef struct DiRequest {
     char **stop_copy;
     int32_t *stop_ids_copy;
     DiLogitBias *logit_bias_copy;
+    char *constraint_copy;
+    /* structured output (constraint.h): attached at admission; the matcher is advanced only by
+     * the thread sampling the request's rows, one row at a time */
+    DiGrammarMatcher *matcher;
+    const DiGrammar *grammar;  /* held in the engine's grammar store until detached */
     size_t longest_stop;       /* bytes of the longest stop string */
     uint64_t seed;
     DiStreamCallback callback;

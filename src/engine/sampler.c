@@ -55,6 +55,30 @@ void di_sampler_destroy(DiSampler *s) {
     free(s);
 }
 
+/* The structured-output fields (compiled later, at admission: here only their shape). */
+static int check_constraint(const DiSamplingParams *p, int32_t vocab) {
+    int t = p->constraint_type;
+    if (t < DI_CONSTRAINT_NONE || t > DI_CONSTRAINT_JSON_OBJECT)
+        return di_errorf("sampling parameters: constraint_type must be in [0, 4], got %d", t);
+    bool wants_text = t == DI_CONSTRAINT_REGEX || t == DI_CONSTRAINT_JSON_SCHEMA || t == DI_CONSTRAINT_EBNF;
+    if (wants_text && !p->constraint)
+        return di_errorf("sampling parameters: constraint_type %d needs the constraint text", t);
+    if (!wants_text && p->constraint)
+        return di_errorf("sampling parameters: constraint text given with constraint_type %d, which takes none", t);
+    if (t == DI_CONSTRAINT_NONE && p->constraint_after_think)
+        return di_errorf("sampling parameters: constraint_after_think without a constraint");
+    if (t != DI_CONSTRAINT_NONE && p->ignore_eos)
+        return di_errorf("sampling parameters: ignore_eos cannot be combined with a structured-output constraint "
+                         "(the output ends where the grammar does)");
+    if (t != DI_CONSTRAINT_NONE && p->has_thinking_budget && !p->constraint_after_think)
+        return di_errorf("sampling parameters: a thinking budget with a constraint needs constraint_after_think "
+                         "(the forced end of thinking is not grammar text)");
+    if (p->constraint_after_think && (p->think_end_id < 0 || p->think_end_id >= vocab))
+        return di_errorf("sampling parameters: constraint_after_think needs think_end_id in the vocabulary, got %d",
+                         p->think_end_id);
+    return 0;
+}
+
 int di_sampling_params_check(const DiSamplingParams *p, int32_t vocab) {
     if (!p) return di_errorf("sampling parameters: NULL");
     if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
@@ -96,6 +120,7 @@ int di_sampling_params_check(const DiSamplingParams *p, int32_t vocab) {
     if (p->has_thinking_budget && (p->thinking_budget < 0 || p->think_end_id < 0 || p->think_end_id >= vocab))
         return di_errorf("sampling parameters: thinking budget %d needs a budget >= 0 and an end-of-thinking token "
                          "in the vocabulary (got %d)", p->thinking_budget, p->think_end_id);
+    if (check_constraint(p, vocab) != 0) return -1;
     if (p->n_stop < 0 || (p->n_stop > 0 && !p->stop))
         return di_errorf("sampling parameters: stop: %d strings but no array", p->n_stop);
     for (int i = 0; i < p->n_stop; i++)

@@ -3,6 +3,7 @@
 #include "engine/step.h"
 
 #include "base/mem.h"
+#include "engine/constraint.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,8 @@ int di_step_init(DiStep *step, int max_seqs, int32_t vocab) {
     step->logits = di_aligned_calloc((size_t)max_seqs * (size_t)vocab, sizeof *step->logits, "step logits");
     step->sample_seq = di_calloc((size_t)max_seqs, sizeof *step->sample_seq, "step sample rows");
     step->row_status = di_calloc((size_t)max_seqs, sizeof *step->row_status, "step row status");
-    if (!step->seqs || !step->runner_seqs || !step->logits || !step->sample_seq || !step->row_status) {
+    step->masks = di_calloc((size_t)max_seqs * di_constraint_mask_words(vocab), sizeof *step->masks, "step masks");
+    if (!step->seqs || !step->runner_seqs || !step->logits || !step->sample_seq || !step->row_status || !step->masks) {
         di_step_free(step);
         return -1;
     }
@@ -37,6 +39,7 @@ void di_step_free(DiStep *step) {
     free(step->page_ptrs);
     free(step->sample_seq);
     free(step->row_status);
+    free(step->masks);
     di_aligned_free(step->logits);
     memset(step, 0, sizeof *step);
 }
@@ -82,7 +85,9 @@ static void fail(DiStep *step, const char *what) {
     snprintf(step->error, sizeof step->error, "%s: %s", what, di_error_message());
 }
 
-/* Sample logits row `row`: the token goes straight into the request's token array. */
+/* Sample logits row `row`: the token goes straight into the request's token array.  A
+ * constrained request's row is masked in place first (so logprobs see the mask, as vLLM's do)
+ * and its matcher follows the token drawn. */
 static int sample_row(const DiStepExecutor *exec, DiStep *step, DiSampler *sampler, int row) {
     const DiStepSeq *s = &step->seqs[step->sample_seq[row]];
     DiRequest *req = s->req;
@@ -98,8 +103,16 @@ static int sample_row(const DiStepExecutor *exec, DiStep *step, DiSampler *sampl
         .n_eos_ids = exec->runner->n_eos_ids,
     };
     DiTokenLogprobs *lp = req->logprobs ? &req->logprobs[pos - req->n_prompt] : NULL;
-    const float *logits = step->logits + (size_t)row * (size_t)step->vocab;
-    return di_sampler_sample(sampler, &req->params, &ctx, logits, &req->tokens[pos], lp);
+    float *logits = step->logits + (size_t)row * (size_t)step->vocab;
+    /* Past the grammar's EOS (a row async mode planned before the EOS was processed) the token
+     * is dropped unseen: sample it unconstrained. */
+    bool constrained = req->matcher && !di_grammar_matcher_is_terminated(req->matcher);
+    if (constrained) {
+        uint32_t *mask = step->masks + (size_t)row * di_constraint_mask_words(step->vocab);
+        if (di_constraint_mask_row(req->matcher, logits, step->vocab, mask) != 0) return -1;
+    }
+    if (di_sampler_sample(sampler, &req->params, &ctx, logits, &req->tokens[pos], lp) != 0) return -1;
+    return constrained ? di_constraint_accept(req->matcher, req->tokens[pos]) : 0;
 }
 
 typedef struct {

@@ -44,6 +44,7 @@ typedef struct {
     float *logits;      /* [cap_seqs][vocab] */
     int *sample_seq;    /* [cap_seqs]: the sequence of each logits row */
     int *row_status;    /* [cap_seqs]: sampling result of each row */
+    uint32_t *masks;    /* [cap_seqs][mask words]: structured-output mask of each row */
     int n_rows;
     int32_t vocab;
     int64_t n_prefill_tokens, n_decode_tokens;
