@@ -41,7 +41,8 @@ class CSamplingParams(Structure):
                 ("stop_token_ids", POINTER(c_int32)), ("n_stop_token_ids", c_int),
                 ("stop", POINTER(c_char_p)), ("n_stop", c_int), ("logprobs", c_int),
                 ("ignore_eos", c_int), ("logit_bias", c_void_p), ("n_logit_bias", c_int),
-                ("has_thinking_budget", c_int), ("thinking_budget", c_int), ("think_end_id", c_int32)]
+                ("has_thinking_budget", c_int), ("thinking_budget", c_int), ("think_end_id", c_int32),
+                ("constraint_type", c_int), ("constraint", c_char_p), ("constraint_after_think", c_int)]
 
 
 class RequestInput(Structure):

@@ -77,9 +77,10 @@ def _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk, state_mem
 
 class _CParams:
     """A SamplingParams as the C struct, with the arrays it points to kept alive.  think_end:
-    the model's </think> id (None: no tokenizer; a thinking budget is then refused)."""
+    the model's </think> id (None: no tokenizer; a thinking budget is then refused); thinking:
+    the prompt opens a reasoning block, so a constraint applies after </think>."""
 
-    def __init__(self, p: SamplingParams, index: int, think_end: Optional[int] = None):
+    def __init__(self, p: SamplingParams, index: int, think_end: Optional[int] = None, thinking: bool = False):
         c = _lib.CSamplingParams()
         lib.di_sampling_params_init(ctypes.byref(c))
         c.temperature = p.temperature
@@ -115,7 +116,21 @@ class _CParams:
             c.has_thinking_budget = 1
             c.thinking_budget = min(p.thinking_token_budget, p.max_tokens)
             c.think_end_id = think_end
+        self._set_constraint(c, p, think_end, thinking)
         self.struct = c
+
+    def _set_constraint(self, c, p: SamplingParams, think_end: Optional[int], thinking: bool):
+        constraint = p.constraint()
+        if constraint is None:
+            return
+        c.constraint_type = constraint[0]
+        self._constraint_text = None if constraint[1] is None else constraint[1].encode("utf-8")
+        c.constraint = self._constraint_text
+        if thinking:
+            if think_end is None:
+                raise ValueError("a structured output in thinking mode needs the model's </think> token")
+            c.constraint_after_think = 1
+            c.think_end_id = think_end
 
 
 class LLM:
@@ -239,7 +254,7 @@ class LLM:
                 inputs.append(("ids", ids, prompt))
             else:  # the engine has no renderer: it says so
                 inputs.append(("chat", json.dumps(request, ensure_ascii=False), None))
-        return self._run(inputs, self._params_list(sampling_params, len(inputs)))
+        return self._run(inputs, self._params_list(sampling_params, len(inputs)), thinking=thinking)
 
     def metrics(self) -> Dict[str, float]:
         m = _lib.EngineMetrics()
@@ -296,7 +311,7 @@ class LLM:
         _check(rc, "adding a request")
         return rid.value
 
-    def _run(self, inputs, params_list) -> List[RequestOutput]:
+    def _run(self, inputs, params_list, thinking: bool = False) -> List[RequestOutput]:
         engine = self._handle()
         groups = []  # per prompt: list of C request ids (n samples)
         try:
@@ -304,7 +319,7 @@ class LLM:
                 ids = []
                 groups.append(ids)
                 for i in range(sp.n):
-                    ids.append(self._add(kind, value, _CParams(sp, i, self._think_end())))
+                    ids.append(self._add(kind, value, _CParams(sp, i, self._think_end(), thinking)))
             active = 1
             while active > 0:
                 active = self._step()

@@ -3,9 +3,13 @@
 All randomness is keyed by (seed, position): a seeded request gives the same tokens whatever else
 runs beside it.  A request without a seed gets one drawn by the engine (reported in the output).
 """
+import json
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+# SamplingParams.so_args["schema_type"] -> DiConstraintType (include/deepinfer.h)
+CONSTRAINT_TYPES = {"regex": 1, "json_schema": 2, "ebnf": 3, "json_object": 4}
 
 
 @dataclass
@@ -31,14 +35,19 @@ class SamplingParams:
     # vLLM's thinking_token_budget: once this many tokens were generated without the model's
     # </think>, </think> is forced and the answer follows (needs the model's tokenizer)
     thinking_token_budget: Optional[int] = None
+    # structured output, DeepSeek's spelling: {"schema_type": "regex" | "json_schema" | "ebnf" |
+    # "json_object", "schema": text (a dict for json_schema is serialised; none for json_object)}
     so_args: Optional[dict] = field(default=None, repr=False)
+    # the same, vLLM's spelling: a dict (or an object with these attributes) with exactly one of
+    # json, regex, grammar, choice, json_object
+    structured_outputs: Optional[Any] = field(default=None, repr=False)
 
     def __post_init__(self):
         if not isinstance(self.n, int) or self.n < 1:
             raise ValueError(f"SamplingParams.n must be an integer >= 1, got {self.n!r}")
-        if self.so_args is not None:
-            raise NotImplementedError("SamplingParams.so_args: structured outputs are not implemented in "
-                                      "this build yet")
+        self._constraint = _constraint_of(self.so_args, self.structured_outputs)
+        if self._constraint is not None and self.ignore_eos:
+            raise ValueError("SamplingParams: ignore_eos cannot be combined with a structured-output constraint")
         if self.seed is not None and not (0 <= int(self.seed) < 2**64):
             raise ValueError(f"SamplingParams.seed must be in [0, 2**64), got {self.seed!r}")
         self._check_logit_bias()
@@ -72,6 +81,94 @@ class SamplingParams:
         if self.seed is None:
             return None
         return (int(self.seed) + index) % 2**64
+
+
+    def constraint(self) -> Optional[Tuple[int, Optional[str]]]:
+        """(DiConstraintType, text) of the structured-output constraint, or None."""
+        return self._constraint
+
+
+def _so_text(value, what: str) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"SamplingParams.{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _ebnf_literal(text: str) -> str:
+    out = []
+    for ch in text:
+        if ch in '\\"':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def choice_grammar(choices) -> str:
+    """vLLM's `choice`: the output is exactly one of the strings, as an EBNF alternation."""
+    if not isinstance(choices, (list, tuple)) or not choices or \
+            not all(isinstance(c, str) and c for c in choices):
+        raise ValueError(f"structured_outputs.choice must be a non-empty list of non-empty strings, got {choices!r}")
+    return "root ::= " + " | ".join(_ebnf_literal(c) for c in choices)
+
+
+def _from_so_args(so: dict) -> Tuple[int, Optional[str]]:
+    if not isinstance(so, dict):
+        raise ValueError(f"SamplingParams.so_args must be a dict, got {type(so).__name__}")
+    unknown = set(so) - {"schema_type", "schema"}
+    if unknown:
+        raise ValueError(f"SamplingParams.so_args: unknown key(s) {sorted(unknown)} (known: schema_type, schema)")
+    kind = so.get("schema_type")
+    if kind not in CONSTRAINT_TYPES:
+        raise ValueError(f"SamplingParams.so_args['schema_type'] must be one of {sorted(CONSTRAINT_TYPES)}, "
+                         f"got {kind!r}")
+    if kind == "json_object":
+        if so.get("schema") is not None:
+            raise ValueError("SamplingParams.so_args: schema_type 'json_object' takes no schema")
+        return CONSTRAINT_TYPES[kind], None
+    return CONSTRAINT_TYPES[kind], _so_text(so.get("schema"), "so_args['schema']")
+
+
+_VLLM_KEYS = ("json", "regex", "grammar", "choice", "json_object")
+
+
+def _from_structured_outputs(so) -> Tuple[int, Optional[str]]:
+    get = so.get if isinstance(so, dict) else (lambda k: getattr(so, k, None))
+    if isinstance(so, dict):
+        unknown = set(so) - set(_VLLM_KEYS)
+        if unknown:
+            raise ValueError(f"SamplingParams.structured_outputs: unsupported key(s) {sorted(unknown)} "
+                             f"(supported: {', '.join(_VLLM_KEYS)})")
+    given = [k for k in _VLLM_KEYS if get(k) not in (None, False)]
+    if len(given) != 1:
+        raise ValueError("SamplingParams.structured_outputs needs exactly one of "
+                         f"{', '.join(_VLLM_KEYS)}; got {given or 'none'}")
+    key = given[0]
+    if key == "json":
+        return CONSTRAINT_TYPES["json_schema"], _so_text(get("json"), "structured_outputs.json")
+    if key == "regex":
+        return CONSTRAINT_TYPES["regex"], _so_text(get("regex"), "structured_outputs.regex")
+    if key == "grammar":
+        return CONSTRAINT_TYPES["ebnf"], _so_text(get("grammar"), "structured_outputs.grammar")
+    if key == "choice":
+        return CONSTRAINT_TYPES["ebnf"], choice_grammar(get("choice"))
+    if get("json_object") is not True:
+        raise ValueError("SamplingParams.structured_outputs.json_object must be True")
+    return CONSTRAINT_TYPES["json_object"], None
+
+
+def _constraint_of(so_args, structured_outputs) -> Optional[Tuple[int, Optional[str]]]:
+    if so_args is not None and structured_outputs is not None:
+        raise ValueError("SamplingParams: give so_args or structured_outputs, not both")
+    if so_args is not None:
+        return _from_so_args(so_args)
+    if structured_outputs is not None:
+        return _from_structured_outputs(structured_outputs)
+    return None
 
 
 def _is_int(x) -> bool:

@@ -175,7 +175,7 @@ def test_errors_carry_their_cause(llm):
         llm.generate({"prompt_token_ids": [1, 10_000]})
     with pytest.raises(DeepInferError, match="renderer"):
         llm.chat([{"role": "user", "content": "hi"}])
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(ValueError, match="schema_type"):
         SamplingParams(so_args={"schema_type": "json", "schema": {}})
     with pytest.raises(TypeError):
         llm.generate([3.5])
