@@ -293,6 +293,11 @@ typedef struct {
 
 #define DI_MAX_LOGPROBS 20
 
+/* Check a structured-output constraint (a DiConstraintType and its text, as in
+ * DiSamplingParams) by compiling its grammar: 0, or -1 with the problem named (what a server
+ * calls to answer 400 before accepting a request; admission compiles it again, cached). */
+int di_constraint_check(int constraint_type, const char *constraint);
+
 /* vLLM's defaults: temperature 1, top_p 1, top_k off, max_tokens 16, no logprobs. */
 void di_sampling_params_init(DiSamplingParams *params);
 

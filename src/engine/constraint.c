@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "engine/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -84,6 +85,22 @@ static const char *type_name(int type) {
     case DI_CONSTRAINT_JSON_OBJECT: return "json_object";
     default: return "?";
     }
+}
+
+int di_constraint_check(int type, const char *text) {
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.constraint_type = type;
+    p.constraint = text;
+    if (di_sampling_params_check(&p, 1) != 0) return -1;
+    if (type == DI_CONSTRAINT_NONE || type == DI_CONSTRAINT_JSON_OBJECT) return 0;
+    size_t len = strlen(text);
+    DiGrammar *g = type == DI_CONSTRAINT_REGEX ? di_grammar_compile_regex(text, len)
+                   : type == DI_CONSTRAINT_EBNF ? di_grammar_compile_ebnf(text, len, NULL)
+                                                : di_grammar_compile_json_schema(text, len, NULL);
+    if (!g) return di_error_wrap("structured output (%s)", type_name(type));
+    di_grammar_free(g);
+    return 0;
 }
 
 int di_constraints_attach(DiConstraints *c, const DiTextHooks *text, DiRequest *req) {

@@ -342,9 +342,12 @@ int di_api_request_parse(DiApiProtocol protocol, const char *body, size_t len, D
         default: rc = di_errorf("unknown protocol %d", (int)protocol);
         }
     }
-    json_decref(root);
     /* what the request hands on holds the client's text again (base/json.h) */
     if (rc == 0 && (di_json_unmark(out->conversation) != 0 || di_json_unmark(out->echo) != 0)) rc = -1;
+    json_t *plain = rc == 0 ? json_deep_copy(root) : NULL; /* so does the constraint */
+    if (rc == 0) rc = plain && di_json_unmark(plain) == 0 ? di_api_derive_constraint(plain, out) : di_errorf("out of memory");
+    json_decref(plain);
+    json_decref(root);
     if (rc != 0) di_api_request_free(out);
     return rc;
 }
@@ -358,6 +361,8 @@ void di_api_request_free(DiApiRequest *req) {
     json_decref(req->conversation);
     json_decref(req->echo);
     json_decref(req->custom_tools);
+    free(req->constraint);
+    free(req->so_text);
     for (size_t i = 0; i < req->n_stop; i++) free(req->stop[i]);
     DiApiProtocol p = req->protocol;
     memset(req, 0, sizeof *req);
@@ -622,7 +627,7 @@ int di_api_parse_chat(json_t *body, DiApiRequest *req) {
         const char *type = json_string_value(json_object_get(rf, "type"));
         if (!type) { json_decref(messages); json_decref(tools); return di_errorf("Invalid response_format: expected {\"type\": ...}"); }
         if (strcmp(type, "json_object") == 0) req->json_mode = true;
-        else if (strcmp(type, "regex") == 0) { json_decref(messages); json_decref(tools); return di_errorf("Invalid response_format: 'regex' is not supported"); }
+        else if (strcmp(type, "regex") == 0) {} /* no prompt text: the constraint alone (api_constraint.c) */
         else if (strcmp(type, "json_schema") == 0) {
             json_t *js = json_object_get(rf, "json_schema");
             if (!json_is_object(js)) { json_decref(messages); json_decref(tools); return di_errorf("Invalid response_format: missing field `json_schema`"); }

@@ -85,6 +85,14 @@ typedef struct {
     bool disable_parallel_tool_use;
     json_t *echo;                 /* Responses: request settings echoed in the response object */
     json_t *custom_tools;         /* Responses: names of custom (free-text input) tools, or NULL */
+    /* The output constraint as the official conversion derives it (its output_constraint,
+     * api_constraint.c): kind "" (none), "json", "regex", "tool_call" or "tool_call_required",
+     * and its text (compact JSON schema, "" for any JSON value; the regex; the tool list). */
+    char constraint_kind[24];
+    char *constraint;
+    /* vLLM's structured_outputs extra: a DiConstraintType (0: none) and its text. */
+    int so_type;
+    char *so_text;
 } DiApiRequest;
 
 /* Parse and validate a request body of `protocol`.  On failure returns -1 with the message

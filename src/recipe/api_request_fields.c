@@ -25,7 +25,7 @@
  * never written into the text; a matched stop string is not returned). */
 #define VLLM_EXTRAS                                                                                            \
     "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos", "logit_bias", "stop_token_ids",        \
-        "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output"
+        "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output", "structured_outputs"
 /* Read by parse_common for every protocol. */
 #define COMMON "model", "stream", "n", "seed", "presence_penalty", "frequency_penalty"
 /* Labels with no effect on the output (end-user ids, cache routing hints, metadata; Anthropic's

@@ -44,6 +44,9 @@ int di_api_response_schema(const json_t *holder, const char *field, json_t **sch
 /* Put a json_schema response format (schema: NULL for none) into req->conversation: the
  * prompt shows the schema (no JSON-mode parsing, as in the official conversion). */
 int di_api_set_response_schema(DiApiRequest *req, const json_t *schema);
+/* Derive req's output constraint from the (unmarked) body once the protocol parse is done:
+ * the official conversion's output_constraint, then vLLM's structured_outputs extra. */
+int di_api_derive_constraint(const json_t *body, DiApiRequest *req);
 /* Build req->conversation from messages and tools (steals both). */
 int di_api_set_conversation(DiApiRequest *req, json_t *messages, json_t *tools);
 /* A message object {"role": role, "content": text} (text NULL -> ""). */

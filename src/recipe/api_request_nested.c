@@ -40,8 +40,7 @@ typedef struct {
 #define NO_PREFIX {"prefix", "false", "only the last assistant message can be a prefix"}
 /* json_schema's strict asks for enforced output: the schema is only shown, as the official
  * conversion does (tools' strict is honoured: their schemas are normalised, api_tool_schema.c) */
-#define SCHEMA_FORMAT {"name", NULL, NULL}, {"description", NULL, NULL}, {"schema", NULL, NULL}, \
-    {"strict", "false", "the schema is shown to the model, its output is not enforced"}
+#define SCHEMA_FORMAT {"name", NULL, NULL}, {"description", NULL, NULL}, {"schema", NULL, NULL}, {"strict", NULL, NULL}
 #define CACHE {"cache_control", NULL, NULL} /* a label: the prefix cache needs no breakpoints */
 #define TEXT_BLOCK {"type", NULL, NULL}, {"text", NULL, NULL}, CACHE, {"citations", "[]", "citations are not supported"}
 
@@ -83,8 +82,9 @@ static const Shape k_chat[] = {
                      END}},
     {"tool_choice.function", NULL, (const Field[]){{"name", NULL, NULL}, END}},
     {"response_format", NULL,
-     (const Field[]){{"type", "\"text\"|\"json_object\"|\"json_schema\"", "only text, json_object and json_schema are supported"},
-                     {"json_schema", NULL, NULL},
+     (const Field[]){{"type", "\"text\"|\"json_object\"|\"json_schema\"|\"regex\"",
+                      "only text, json_object, json_schema and regex are supported"},
+                     {"json_schema", NULL, NULL}, {"regex", NULL, NULL},
                      END}},
     {"response_format.json_schema", NULL, (const Field[]){SCHEMA_FORMAT, END}},
     {"thinking", NULL, (const Field[]){{"type", NULL, NULL}, {"budget_tokens", NULL, NULL}, END}},

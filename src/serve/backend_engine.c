@@ -22,7 +22,8 @@ typedef struct Job {
     uint64_t engine_id;
     DiEngine *engine;            /* to read the finished output (engine thread only) */
     const DiServeText *text;     /* the model's tokens (logprobs), or NULL */
-    int32_t think_end;           /* </think> for a reasoning budget, else -1 */
+    int32_t think_end;           /* </think> for a reasoning budget or a constraint, else -1 */
+    bool constraint_after_think; /* the constraint (req.so_type / so_text) starts after </think> */
     DiLogitBias *logit_bias;     /* the request's logit_bias in the engine's form */
     bool added;
     bool cache_reported;         /* the prefix-cache hit of its admission passed on */
@@ -145,6 +146,12 @@ static void sampling_of(const Job *j, int64_t max_tokens, DiSamplingParams *p) {
     if (j->req.thinking && j->req.thinking_budget_tokens >= 0) {
         p->has_thinking_budget = 1;
         p->thinking_budget = (int)(j->req.thinking_budget_tokens < max_tokens ? j->req.thinking_budget_tokens : max_tokens);
+        p->think_end_id = j->think_end;
+    }
+    p->constraint_type = j->req.so_type;
+    p->constraint = j->req.so_text;
+    if (j->constraint_after_think) {
+        p->constraint_after_think = 1;
         p->think_end_id = j->think_end;
     }
     if (j->req.protocol == DI_API_COMPLETIONS && j->req.n_stop) { /* a raw prompt: the engine matches the stop strings itself */
@@ -327,6 +334,45 @@ static int prepare_prompt(DiEngineBackend *b, const DiApiRequest *req, Job *j, i
     return 0;
 }
 
+/* What the engine enforces of the request's output constraint (api_constraint.c), in
+ * j->req.so_type / so_text: vLLM's structured_outputs, else the official conversion's json or
+ * regex.  Tool-call constraints are enforced only where nothing is promised (auto, not
+ * strict): a strict tool or a required / named call is refused rather than served
+ * unconstrained, until the DSML tool-call grammar exists.  -1 (400) naming the problem. */
+static int resolve_constraint(DiEngineBackend *b, const DiApiRequest *req, Job *j) {
+    int type = req->so_type;
+    const char *text = req->so_text, *kind = req->constraint_kind;
+    if (!type && strcmp(kind, "json") == 0 && !(req->constraint && *req->constraint)) {
+        /* "" is any JSON value to the official conversion, but its JSON-mode output parser shows
+         * only objects and arrays (a scalar becomes a space): enforce OpenAI's json_object */
+        type = DI_CONSTRAINT_JSON_OBJECT;
+        text = NULL;
+    } else if (!type && strcmp(kind, "json") == 0) {
+        type = DI_CONSTRAINT_JSON_SCHEMA;
+        text = req->constraint;
+    } else if (!type && strcmp(kind, "regex") == 0) {
+        type = DI_CONSTRAINT_REGEX;
+        text = req->constraint;
+    } else if (!type && (strcmp(kind, "tool_call_required") == 0 ||
+                         (strcmp(kind, "tool_call") == 0 && req->constraint && strstr(req->constraint, "\"strict\":true")))) {
+        return di_errorf("Constrained tool calls are not supported yet: a strict tool or a required / named "
+                         "tool_choice needs the tool-call grammar (send non-strict tools with tool_choice auto)");
+    }
+    if (!type) return 0;
+    if (di_constraint_check(type, text) != 0) return -1;
+    DiParseStart start = di_api_parse_start(req);
+    if (start == DI_PARSE_CONTINUE_CONTENT || start == DI_PARSE_CONTINUE_REASONING)
+        return di_errorf("Invalid request: a structured output cannot continue an assistant prefix");
+    if (start == DI_PARSE_START_REASONING) {
+        j->think_end = b->cfg.text ? di_serve_text_think_end(b->cfg.text) : -1;
+        if (j->think_end < 0) return di_errorf("Invalid request: a structured output in thinking mode needs the model's </think> token");
+        j->constraint_after_think = true;
+    }
+    j->req.so_type = type;
+    j->req.so_text = text ? di_strdup(text) : NULL;
+    return !text || j->req.so_text ? 0 : -1;
+}
+
 /* A private copy of the fields the engine thread reads (the request belongs to the server),
  * checked against the model: a 400 names the field the model cannot honour. */
 static int copy_request(DiEngineBackend *b, const DiApiRequest *req, Job *j, int *http_status) {
@@ -355,6 +401,7 @@ static int copy_request(DiEngineBackend *b, const DiApiRequest *req, Job *j, int
     if (req->thinking && req->thinking_budget_tokens >= 0 &&
         (j->think_end = b->cfg.text ? di_serve_text_think_end(b->cfg.text) : -1) < 0)
         return di_errorf("Invalid thinking.budget_tokens: the model's tokenizer has no </think> token");
+    if (resolve_constraint(b, req, j) != 0) return -1;
     int32_t vocab = di_engine_vocab_size(b->engine);
     for (size_t i = 0; i < req->n_logit_bias; i++)
         if (req->logit_bias[i].token >= vocab)

@@ -261,9 +261,9 @@ def test_anthropic_top_k_1_is_greedy(claude):
     assert {text(temperature=1, seed=1), text(temperature=1, seed=2)} != {greedy}
 
 
-def test_anthropic_tool_choice_any_renders_a_required_call(claude, hf):
-    """tool_choice any = required: the prompt is the one deepseek-recipe renders for a required
-    call (the tool-call block opened after the assistant header), counted in tokens."""
+def test_anthropic_tool_choice_any_is_refused_until_enforced(claude, hf):
+    """tool_choice auto: the prompt is the one deepseek-recipe renders, counted in tokens;
+    any (= required) is refused until constrained tool calls exist."""
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
     def served(choice):
@@ -281,10 +281,11 @@ def test_anthropic_tool_choice_any_renders_a_required_call(claude, hf):
         prompt = dr.DeepseekV41Encoding().render_conversation(conv).prompt
         return len(hf.encode(prompt, add_special_tokens=False).ids)
 
-    required, auto = recipe("required"), recipe("auto")
-    assert required > auto
-    assert served({"type": "any"}) == required
-    assert served({"type": "auto"}) == auto
+    assert served({"type": "auto"}) == recipe("auto")
+    # a required call promises a well-formed call, which needs the tool-call grammar: refused
+    # rather than served unconstrained (serve/backend_engine.c)
+    with pytest.raises(anthropic.BadRequestError, match="Constrained tool calls"):
+        served({"type": "any"})
 
 
 # ---- reasoning budget ----------------------------------------------------------------------
@@ -358,9 +359,10 @@ def test_nested_fields_are_refused_by_full_path(oai):
             "messages[0].name")
     refused(lambda: chat(oai, max_tokens=1, messages=[{"role": "user", "content": [
         {"type": "text", "text": "hi", "bogus": 1}]}]), "messages[0].content[0].bogus")
+    # a strict json_schema is normalised as the official conversion does (an object needs properties)
     refused(lambda: chat(oai, max_tokens=1, response_format={
         "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}, "strict": True}}),
-        "response_format.json_schema.strict")
+        "An object with no properties is not allowed")
     refused(lambda: chat(oai, max_tokens=1, extra_body={"thinking": {"type": "enabled", "bogus": 1}}),
             "thinking.bogus")
     refused(lambda: chat(oai, max_tokens=1, tools=[TOOL], extra_body=NO_THINK,
@@ -374,16 +376,23 @@ def test_nested_fields_are_refused_by_full_path(oai):
     refused(lambda: respond(model=MODEL, input=[{"role": "user", "content": "x", "bogus": 1}], max_output_tokens=1),
             "input[0].bogus")
     refused(lambda: respond(model=MODEL, input="x", max_output_tokens=1, text={"format": {
-        "type": "json_schema", "name": "x", "schema": {"type": "object"}, "strict": True}}), "text.format.strict")
-    # the values that ask for nothing pass, and the honoured ones (strict tool schemas are
-    # normalised, json_schema schemas shown, as the official conversion does)
+        "type": "json_schema", "name": "x", "schema": {"type": "object"}, "strict": True}}),
+        "An object with no properties is not allowed")
+    # strict tools promise schema-valid calls, which need the tool-call grammar: refused, not
+    # served unconstrained (serve/backend_engine.c)
+    refused(lambda: chat(oai, max_tokens=1, tools=[{**TOOL, "function": {**TOOL["function"], "strict": True}}]),
+            "Constrained tool calls")
+    refused(lambda: respond(model=MODEL, input="x", max_output_tokens=1, tools=[
+        {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}, "strict": True}]),
+        "Constrained tool calls")
+    # the values that ask for nothing pass, and the honoured ones (json_schema outputs are
+    # constrained, strict ones normalised as the official conversion does)
     assert chat(oai, max_tokens=1, stream=True, stream_options={"include_usage": True, "include_obfuscation": False})
     assert chat(oai, max_tokens=1, tools=[{**TOOL, "function": {**TOOL["function"], "strict": False}}]).choices
-    assert chat(oai, max_tokens=1, tools=[{**TOOL, "function": {**TOOL["function"], "strict": True}}]).choices
     assert chat(oai, max_tokens=1, response_format={
         "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}).choices
-    assert respond(model=MODEL, input="x", max_output_tokens=1, tools=[
-        {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}, "strict": True}]).output
+    assert chat(oai, max_tokens=1, response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "strict": True, "schema": {"type": "object", "properties": {"a": {"type": "string"}}}}}).choices
     assert respond(model=MODEL, input="x", max_output_tokens=1, text={"verbosity": "medium"},
                    reasoning={"effort": "low", "summary": "auto"}).output
 

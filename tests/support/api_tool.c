@@ -32,11 +32,16 @@ static json_t *options(const DiApiRequest *r) {
     static const char *const choices[] = {"auto", "none", "required"};
     json_t *stop = json_array();
     for (size_t i = 0; i < r->n_stop; i++) json_array_append_new(stop, json_string(r->stop[i]));
-    return json_pack("{s:b, s:s, s:I, s:f, s:f, s:o, s:s, s:b, s:b, s:I, s:b}", "thinking", r->thinking,
+    json_t *constraint = r->constraint_kind[0] ? json_pack("{s:s, s:s}", "kind", r->constraint_kind, "schema",
+                                                           r->constraint ? r->constraint : "")
+                                               : json_null();
+    json_t *so = r->so_type ? json_pack("{s:i, s:s}", "type", r->so_type, "text", r->so_text) : json_null();
+    return json_pack("{s:b, s:s, s:I, s:f, s:f, s:o, s:s, s:b, s:b, s:I, s:b, s:o, s:o}", "thinking", r->thinking,
                      "reasoning_effort", r->reasoning_effort, "max_tokens", (json_int_t)r->max_tokens, "temperature",
                      r->temperature, "top_p", r->top_p, "stop", stop, "tool_choice", choices[r->tool_choice],
                      "json_mode", r->json_mode, "stream", r->stream, "thinking_budget_tokens",
-                     (json_int_t)r->thinking_budget_tokens, "include_usage", r->include_usage);
+                     (json_int_t)r->thinking_budget_tokens, "include_usage", r->include_usage, "output_constraint",
+                     constraint, "structured_outputs", so);
 }
 
 static char *body_text(const json_t *line) {
