@@ -2,6 +2,7 @@
  *
  *   deepinfer generate [--model DIR] (--prompt TEXT [--chat [--thinking]] | --prompt-ids 1,2,3)
  *                      [sampling flags] [--mode ref|kvq|exact] [--engram-map FILE|synthetic]
+ *                      [--json-schema FILE | --regex R | --grammar FILE]
  *
  * --prompt is plain text encoded with the model's tokenizer (BOS prepended, as Hugging Face's
  * add_special_tokens does); --chat renders it as a user turn with the V4.1 encoding (recipe.md
@@ -14,6 +15,7 @@
 #include "commands.h"
 
 #include "base/error.h"
+#include "base/file.h"
 #include "base/mem.h"
 #include "cli_engine.h"
 #include "deepinfer.h"
@@ -26,7 +28,9 @@
 
 typedef struct {
     const char *model_dir, *prompt, *prompt_ids, *engram_map, *mode, *print_map;
+    const char *json_schema, *regex, *grammar; /* structured output: a file, the regex, a file */
     bool chat, thinking;
+    char *constraint; /* the text of --json-schema / --grammar read, or a copy of --regex */
     DiSamplingParams sp;
     int32_t *ids; /* --prompt-ids parsed */
     int n_ids;
@@ -48,6 +52,10 @@ static void usage(FILE *out) {
             "  --engram-map F      Engram compressed-token map: JSON array file, or 'synthetic' (t mod C);\n"
             "                      default DIR/engram_token_map.json, else built from DIR/tokenizer.json\n"
             "  --print-engram-map TOKENIZER_JSON   print the map built from a tokenizer as JSON and exit\n"
+            "  --json-schema FILE  constrain the output to the JSON Schema in FILE (structured output)\n"
+            "  --regex R           constrain the output to match the regex R (Python re syntax, whole output)\n"
+            "  --grammar FILE      constrain the output to the GBNF-style EBNF grammar in FILE (rule root)\n"
+            "                      (one of the three; with --chat --thinking it applies after </think>)\n"
             "Output streams to stdout as it is generated; a summary (tokens, tokens/s, finish reason) to stderr.\n"
             "Defaults: greedy, --max-tokens 16, --seed 0.\n",
             cli_sampling_help);
@@ -77,6 +85,9 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
         else if (strcmp(o, "--engram-map") == 0) a->engram_map = v;
         else if (strcmp(o, "--print-engram-map") == 0) a->print_map = v;
         else if (strcmp(o, "--mode") == 0) a->mode = v;
+        else if (strcmp(o, "--json-schema") == 0) a->json_schema = v;
+        else if (strcmp(o, "--regex") == 0) a->regex = v;
+        else if (strcmp(o, "--grammar") == 0) a->grammar = v;
         else if (!cli_sampling_flag(o, v, &a->sp, &bad)) {
             fprintf(stderr, "deepinfer generate: unknown option '%s'\n", o);
             return 2;
@@ -91,6 +102,9 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
     if (!a->prompt == !a->prompt_ids) problem = "give exactly one of --prompt and --prompt-ids";
     else if (a->chat && !a->prompt) problem = "--chat renders --prompt TEXT as a user turn; it needs --prompt";
     else if (a->thinking && !a->chat) problem = "--thinking needs --chat";
+    else if (!!a->json_schema + !!a->regex + !!a->grammar > 1) problem = "give at most one of --json-schema, --regex, --grammar";
+    else if ((a->json_schema || a->regex || a->grammar) && a->mode && strcmp(a->mode, "ref"))
+        problem = "--json-schema / --regex / --grammar constrain the engine's sampling: --mode ref only";
     else if (a->mode && strcmp(a->mode, "ref") && strcmp(a->mode, "kvq") && strcmp(a->mode, "exact"))
         problem = "--mode must be ref, kvq or exact";
     else if (a->mode && strcmp(a->mode, "ref") && (!a->prompt_ids || a->sp.temperature > 0))
@@ -199,6 +213,26 @@ static int make_input(const GenerateArgs *a, CliModel *m, DiRequestInput *in, in
     return rc;
 }
 
+/* The structured-output constraint of the flags into a->sp (files read now; a bad schema is
+ * reported by the engine naming the problem).  Thinking mode: after </think>. */
+static int set_constraint(GenerateArgs *a, CliModel *m) {
+    const char *file = a->json_schema ? a->json_schema : a->grammar;
+    if (!file && !a->regex) return 0;
+    size_t size = 0;
+    if (file && di_read_file(file, &a->constraint, &size) != 0) return di_error_wrap("%s", a->json_schema ? "--json-schema" : "--grammar");
+    if (!file && !(a->constraint = di_strdup(a->regex))) return -1;
+    if (file && strlen(a->constraint) != size) return di_errorf("%s: the file holds a NUL byte", file);
+    a->sp.constraint_type = a->json_schema ? DI_CONSTRAINT_JSON_SCHEMA : a->grammar ? DI_CONSTRAINT_EBNF : DI_CONSTRAINT_REGEX;
+    a->sp.constraint = a->constraint;
+    if (a->thinking) {
+        int32_t end = m->tok ? di_tokenizer_special_id(m->tok, "</think>") : -1;
+        if (end < 0) return di_errorf("a structured output in thinking mode needs the tokenizer's </think> token");
+        a->sp.constraint_after_think = 1;
+        a->sp.think_end_id = end;
+    }
+    return 0;
+}
+
 static int run_engine(const GenerateArgs *a, CliModel *m) {
     DiRequestInput in;
     int32_t *owned = NULL;
@@ -246,9 +280,11 @@ int cmd_generate(int argc, char **argv) {
     bool loop = a.mode && strcmp(a.mode, "ref") != 0;
     CliModel m;
     int rc = cli_model_open(&m, a.model_dir, a.engram_map, !loop);
+    if (rc == 0 && !loop) rc = set_constraint(&a, &m);
     if (rc == 0) rc = loop ? run_model_loop(&a, &m, a.ids, a.n_ids) : run_engine(&a, &m);
     if (rc) fprintf(stderr, "deepinfer generate: %s\n", di_last_error());
     cli_model_close(&m);
     free(a.ids);
+    free(a.constraint);
     return rc ? 1 : 0;
 }
