@@ -293,11 +293,6 @@ typedef struct {
 
 #define DI_MAX_LOGPROBS 20
 
-/* Check a structured-output constraint (a DiConstraintType and its text, as in
- * DiSamplingParams) by compiling its grammar: 0, or -1 with the problem named (what a server
- * calls to answer 400 before accepting a request; admission compiles it again, cached). */
-int di_constraint_check(int constraint_type, const char *constraint);
-
 /* vLLM's defaults: temperature 1, top_p 1, top_k off, max_tokens 16, no logprobs. */
 void di_sampling_params_init(DiSamplingParams *params);
 
@@ -434,6 +429,11 @@ int di_engine_step(DiEngine *engine, int *out_active);
 int di_engine_run(DiEngine *engine);
 /* A request's output (running or finished); -1 for an unknown or released id. */
 int di_engine_get_output(DiEngine *engine, uint64_t request_id, DiRequestOutput *out);
+/* Compile a structured-output constraint (a DiConstraintType and its text, as in
+ * DiSamplingParams) into the engine's grammar cache now: 0, or -1 with the problem named.  Safe
+ * to call from any thread while the engine steps (a server's request thread), so that a big
+ * schema compiles there, not in the step loop, and a bad one is refused before admission. */
+int di_engine_prepare_constraint(DiEngine *engine, int constraint_type, const char *constraint);
 /* Forget a finished request (its output memory).  A running one is aborted first. */
 int di_engine_release(DiEngine *engine, uint64_t request_id);
 int di_engine_get_metrics(const DiEngine *engine, DiEngineMetrics *out);

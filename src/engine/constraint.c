@@ -8,6 +8,7 @@
 #include "engine/sampler.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,14 +17,17 @@
 
 struct DiConstraints {
     const DiRunner *runner;
-    DiGrammarVocab *vocab; /* built at the first constrained request */
-    DiGrammarStore *store;
+    pthread_mutex_t lock;  /* the one-time build of vocab and store (admission or a server thread) */
+    DiGrammarVocab *vocab; /* built at the first constrained request, then read-only */
+    DiGrammarStore *store; /* thread-safe */
 };
 
 DiConstraints *di_constraints_create(const DiRunner *runner) {
     if (!runner) return di_errorf("constraints: NULL runner"), NULL;
     DiConstraints *c = di_calloc(1, sizeof *c, "constraints");
-    if (c) c->runner = runner;
+    if (!c) return NULL;
+    c->runner = runner;
+    if (pthread_mutex_init(&c->lock, NULL) != 0) return free(c), di_errorf("constraints: mutex init failed"), NULL;
     return c;
 }
 
@@ -31,6 +35,7 @@ void di_constraints_destroy(DiConstraints *c) {
     if (!c) return;
     di_grammar_store_free(c->store);
     di_grammar_vocab_free(c->vocab);
+    pthread_mutex_destroy(&c->lock);
     free(c);
 }
 
@@ -87,32 +92,44 @@ static const char *type_name(int type) {
     }
 }
 
-int di_constraint_check(int type, const char *text) {
+/* The vocabulary and store, built once whichever thread comes first. */
+static int ensure_vocab(DiConstraints *c, const DiTextHooks *text) {
+    pthread_mutex_lock(&c->lock);
+    int rc = c->vocab ? 0 : build_vocab(c, text);
+    pthread_mutex_unlock(&c->lock);
+    return rc == 0 ? 0 : di_error_wrap("structured output");
+}
+
+/* The store's kind and source text of a constraint (json_object is the schema of any object). */
+static DiGrammarKind source_of(int type, const char *text, const char **src) {
+    *src = type == DI_CONSTRAINT_JSON_OBJECT ? "{\"type\": \"object\"}" : text;
+    return type == DI_CONSTRAINT_REGEX ? DI_GRAMMAR_REGEX : type == DI_CONSTRAINT_EBNF ? DI_GRAMMAR_EBNF : DI_GRAMMAR_JSON_SCHEMA;
+}
+
+int di_constraints_prepare(DiConstraints *c, const DiTextHooks *text, int type, const char *constraint) {
+    if (!c || !text) return di_errorf("constraints: NULL argument");
     DiSamplingParams p;
     di_sampling_params_init(&p);
     p.constraint_type = type;
-    p.constraint = text;
-    if (di_sampling_params_check(&p, 1) != 0) return -1;
-    if (type == DI_CONSTRAINT_NONE || type == DI_CONSTRAINT_JSON_OBJECT) return 0;
-    size_t len = strlen(text);
-    DiGrammar *g = type == DI_CONSTRAINT_REGEX ? di_grammar_compile_regex(text, len)
-                   : type == DI_CONSTRAINT_EBNF ? di_grammar_compile_ebnf(text, len, NULL)
-                                                : di_grammar_compile_json_schema(text, len, NULL);
-    if (!g) return di_error_wrap("structured output (%s)", type_name(type));
-    di_grammar_free(g);
-    return 0;
+    p.constraint = constraint;
+    if (di_sampling_params_check(&p, c->runner->vocab_size) != 0) return -1;
+    if (type == DI_CONSTRAINT_NONE) return 0;
+    if (ensure_vocab(c, text) != 0) return -1;
+    const char *src;
+    DiGrammarKind kind = source_of(type, constraint, &src);
+    DiGrammarRef ref;
+    if (di_grammar_store_get(c->store, kind, src, strlen(src), &ref) != 0)
+        return di_error_wrap("structured output (%s)", type_name(type));
+    return di_grammar_store_release(c->store, ref.grammar); /* stays cached for the admission */
 }
 
 int di_constraints_attach(DiConstraints *c, const DiTextHooks *text, DiRequest *req) {
     if (!c || !text || !req) return di_errorf("constraints: NULL argument");
     const DiSamplingParams *p = &req->params;
     if (p->constraint_type == DI_CONSTRAINT_NONE) return 0;
-    if (!c->vocab && build_vocab(c, text) != 0) return di_error_wrap("structured output");
-    DiGrammarKind kind = DI_GRAMMAR_JSON_SCHEMA;
-    const char *src = p->constraint;
-    if (p->constraint_type == DI_CONSTRAINT_REGEX) kind = DI_GRAMMAR_REGEX;
-    else if (p->constraint_type == DI_CONSTRAINT_EBNF) kind = DI_GRAMMAR_EBNF;
-    else if (p->constraint_type == DI_CONSTRAINT_JSON_OBJECT) src = "{\"type\": \"object\"}";
+    if (ensure_vocab(c, text) != 0) return -1;
+    const char *src;
+    DiGrammarKind kind = source_of(p->constraint_type, p->constraint, &src);
     DiGrammarRef ref;
     if (di_grammar_store_get(c->store, kind, src, strlen(src), &ref) != 0)
         return di_error_wrap("structured output (%s)", type_name(p->constraint_type));

@@ -2,8 +2,9 @@
  * grammar vocabulary and compiled-grammar store, and the per-request matcher that masks the
  * request's logits rows and follows its sampled tokens.
  *
- * Admission (main thread) compiles the request's constraint through the store (cached by text)
- * and gives the request a matcher; a bad schema, regex or grammar fails the request there with
+ * Admission (main thread) compiles the request's constraint through the store (cached by text;
+ * a server compiles it ahead on its request thread, di_constraints_prepare, so the step loop
+ * does not) and gives the request a matcher; a bad schema, regex or grammar fails the request there with
  * the problem named.  Sampling (the thread executing the step) calls di_constraint_mask_row on
  * the row's logits before the sampler draws, then di_constraint_accept with the token drawn.
  * Speculative decoding masks each verify row the same way after accepting the draft tokens in
@@ -29,6 +30,9 @@ void di_constraints_destroy(DiConstraints *c);
 /* Compile req's constraint (params.constraint_type != NONE) and attach its matcher to req.
  * -1 with the problem named (bad schema, no token bytes to match against, ...). */
 int di_constraints_attach(DiConstraints *c, const DiTextHooks *text, DiRequest *req);
+/* Compile a constraint into the store now (any thread: a server's request thread), so that
+ * the admission that follows finds it compiled; -1 naming the problem. */
+int di_constraints_prepare(DiConstraints *c, const DiTextHooks *text, int type, const char *constraint);
 /* Free req's matcher and release its grammar (before di_request_free). */
 void di_constraints_detach(DiConstraints *c, DiRequest *req);
 

@@ -395,6 +395,11 @@ int di_engine_add_request(DiEngine *e, const DiRequestInput *in, const DiSamplin
     return 0;
 }
 
+int di_engine_prepare_constraint(DiEngine *e, int type, const char *constraint) {
+    if (!e) return di_errorf("prepare constraint: NULL engine");
+    return di_constraints_prepare(e->constraints, &e->text, type, constraint);
+}
+
 /* ---- output processing -------------------------------------------------------------------- */
 
 static void deliver(DiRequest *req) {

@@ -359,7 +359,7 @@ static int resolve_constraint(DiEngineBackend *b, const DiApiRequest *req, Job *
                          "tool_choice needs the tool-call grammar (send non-strict tools with tool_choice auto)");
     }
     if (!type) return 0;
-    if (di_constraint_check(type, text) != 0) return -1;
+    if (di_engine_prepare_constraint(b->engine, type, text) != 0) return -1; /* compiled here, not in the step loop */
     DiParseStart start = di_api_parse_start(req);
     if (start == DI_PARSE_CONTINUE_CONTENT || start == DI_PARSE_CONTINUE_REASONING)
         return di_errorf("Invalid request: a structured output cannot continue an assistant prefix");

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <regex.h>
 
 static DiEngine *make_engine(int async) {
@@ -217,6 +218,41 @@ TEST(bad_constraints_fail_admission_naming_the_problem) {
     di_engine_destroy(e);
 }
 
+typedef struct {
+    DiEngine *e;
+    int failures;
+} PrepareJob;
+
+/* A server's request thread: compiles schemas while the engine steps. */
+static void *prepare_many(void *arg) {
+    PrepareJob *j = arg;
+    char re[32];
+    for (int i = 0; i < 40; i++) {
+        snprintf(re, sizeof re, "[a-c]{%d}", 1 + i % 7);
+        j->failures += di_engine_prepare_constraint(j->e, DI_CONSTRAINT_REGEX, re) != 0;
+    }
+    j->failures += di_engine_prepare_constraint(j->e, DI_CONSTRAINT_REGEX, "(bad") == 0; /* must fail */
+    return NULL;
+}
+
+TEST(constraints_prepare_on_another_thread_while_the_engine_steps) {
+    DiEngine *e = make_engine(1);
+    CHECK(di_engine_prepare_constraint(e, DI_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"object\",\"patternProperties\":{}}") != 0);
+    CHECK(strstr(di_error_message(), "patternProperties") != NULL);
+    PrepareJob job = {e, 0};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, prepare_many, &job) == 0);
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        char out[128], re[32];
+        snprintf(re, sizeof re, "[a-c]{%d}", 1 + (int)(seed % 7));
+        CHECK_EQ_INT(run_constrained(e, DI_CONSTRAINT_REGEX, re, seed, out, sizeof out), DI_FINISH_STOP);
+        CHECK_MSG(posix_fullmatch(re, out), "%s: '%s'", re, out);
+    }
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(job.failures, 0);
+    di_engine_destroy(e);
+}
+
 int main(void) {
     RUN_TEST(regex_outputs_fullmatch_for_many_seeds_sync_and_async);
     RUN_TEST(ebnf_outputs_are_in_the_language);
@@ -224,5 +260,6 @@ int main(void) {
     RUN_TEST(logprobs_see_the_mask);
     RUN_TEST(constraint_applies_after_the_end_of_thinking);
     RUN_TEST(bad_constraints_fail_admission_naming_the_problem);
+    RUN_TEST(constraints_prepare_on_another_thread_while_the_engine_steps);
     return TEST_SUMMARY();
 }
