@@ -170,3 +170,24 @@ def test_bad_inputs_are_clear_errors(llm):
     with pytest.raises(DeepInferError, match="nope"):
         generate(llm, 0, so_args={"schema_type": "ebnf", "schema": "root ::= nope"})
     assert generate(llm, 0, so_args={"schema_type": "regex", "schema": "fine"}).text == "fine"
+
+
+def llm_eos(llm):
+    return {llm.tokenizer.special_id("<｜end▁of▁sentence｜>")}
+
+
+def test_thinking_mode_constrains_the_answer_after_think(llm):
+    """chat(thinking=True): the reasoning is free, the constraint starts after </think> (here
+    forced after 3 reasoning tokens by the thinking budget)."""
+    think_end = llm.tokenizer.special_id("</think>")
+    for seed in range(6):
+        sp = SamplingParams(max_tokens=32, seed=seed, thinking_token_budget=3,
+                            so_args={"schema_type": "regex", "schema": "(yes|no)[.!]"})
+        out = llm.chat([{"role": "user", "content": "ok?"}], sp, thinking=True)[0].outputs[0]
+        ids = out.token_ids
+        assert think_end in ids and ids.index(think_end) <= 3, ids
+        assert out.finish_reason == "stop"
+        # the answer's text: what follows the reasoning (the reasoning ids' own text comes first)
+        assert re.search("(yes|no)[.!]$", out.text), out.text
+        answer = ids[ids.index(think_end) + 1:-1]  # between </think> and EOS
+        assert 1 <= len(answer) <= 4 and ids[-1] in llm_eos(llm), ids
