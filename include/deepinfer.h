@@ -285,7 +285,8 @@ typedef struct {
      * outside the language are masked before sampling (and before logprobs), EOS is allowed only
      * where the output is complete, special tokens are never grammar text.  With
      * constraint_after_think the output opens with reasoning and the constraint applies after
-     * think_end_id.  Cannot be combined with ignore_eos. */
+     * think_end_id.  Cannot be combined with ignore_eos; where the grammar allows only its end,
+     * the end wins over min_tokens. */
     int constraint_type;
     const char *constraint;
     int constraint_after_think;

@@ -160,6 +160,21 @@ static void mask_stop_tokens(DiSampler *s, const DiSamplingParams *p, const DiSa
     for (int i = 0; i < p->n_stop_token_ids; i++) s->work[p->stop_token_ids[i]] = -INFINITY;
 }
 
+/* A structured output whose grammar allows nothing but EOS / stop tokens here (its logits row
+ * arrives masked, constraint.h) cannot be extended to min_tokens: its end wins, rather than a
+ * fully masked row failing the whole step. */
+static bool only_stops_left(const DiSampler *s, const DiSamplingParams *p, const DiSampleContext *c,
+                            const float *logits) {
+    for (int32_t v = 0; v < s->vocab; v++) {
+        if (logits[v] == -INFINITY) continue;
+        bool stop = false;
+        for (int i = 0; i < c->n_eos_ids && !stop; i++) stop = c->eos_ids[i] == v;
+        for (int i = 0; i < p->n_stop_token_ids && !stop; i++) stop = p->stop_token_ids[i] == v;
+        if (!stop) return false;
+    }
+    return true;
+}
+
 /* vLLM semantics: repetition penalty divides positive logits and multiplies negative ones of every
  * token seen in prompt or output; presence subtracts once per generated token, frequency once per
  * occurrence. */
@@ -400,7 +415,9 @@ static int prepare(DiSampler *s, const DiSamplingParams *p, const DiSampleContex
     if (p->n_logit_bias > 0 || needs_masking(p, c) || needs_penalties(p)) {
         memcpy(s->work, logits, (size_t)V * sizeof *s->work);
         apply_logit_bias(s, p);
-        mask_stop_tokens(s, p, c);
+        bool grammar_ends =
+            p->constraint_type != DI_CONSTRAINT_NONE && needs_masking(p, c) && only_stops_left(s, p, c, logits);
+        if (!grammar_ends) mask_stop_tokens(s, p, c);
         apply_penalties(s, p, c);
         x = s->work;
     }

@@ -218,6 +218,36 @@ TEST(bad_constraints_fail_admission_naming_the_problem) {
     di_engine_destroy(e);
 }
 
+/* min_tokens cannot outlast a grammar that is complete: "ab" ends after 2 tokens even with
+ * min_tokens 6, and the unconstrained request sharing its steps is untouched. */
+TEST(a_complete_grammar_ends_before_min_tokens_without_failing_the_batch) {
+    DiEngine *e = make_engine(0);
+    DiSamplingParams c, free_run;
+    di_sampling_params_init(&c);
+    c.max_tokens = 10;
+    c.min_tokens = 6;
+    c.constraint_type = DI_CONSTRAINT_REGEX;
+    c.constraint = "ab";
+    di_sampling_params_init(&free_run);
+    free_run.max_tokens = 10;
+    free_run.ignore_eos = 1;
+    int32_t prompt = 'q';
+    DiRequestInput in = {.prompt_ids = &prompt, .n_prompt_ids = 1};
+    uint64_t a, b;
+    CHECK(di_engine_add_request(e, &in, &c, NULL, NULL, &a) == 0);
+    CHECK(di_engine_add_request(e, &in, &free_run, NULL, NULL, &b) == 0);
+    CHECK(di_engine_run(e) == 0);
+    DiRequestOutput r;
+    di_engine_get_output(e, a, &r);
+    CHECK_EQ_INT(r.n_tokens, 3);
+    CHECK_STR(r.text, "ab");
+    CHECK_EQ_INT(r.finish_reason, DI_FINISH_STOP);
+    di_engine_get_output(e, b, &r);
+    CHECK_EQ_INT(r.n_tokens, 10);
+    CHECK_EQ_INT(r.finish_reason, DI_FINISH_LENGTH);
+    di_engine_destroy(e);
+}
+
 typedef struct {
     DiEngine *e;
     int failures;
@@ -261,5 +291,6 @@ int main(void) {
     RUN_TEST(constraint_applies_after_the_end_of_thinking);
     RUN_TEST(bad_constraints_fail_admission_naming_the_problem);
     RUN_TEST(constraints_prepare_on_another_thread_while_the_engine_steps);
+    RUN_TEST(a_complete_grammar_ends_before_min_tokens_without_failing_the_batch);
     return TEST_SUMMARY();
 }
