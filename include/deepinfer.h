@@ -233,6 +233,23 @@ typedef struct {
     uint64_t kv_cache_disk_bytes;
     uint64_t kv_cache_ttl_s;
     int kv_block_tokens;
+    /* DSpark speculative decoding, for a model with a drafter: each decode step drafts up to
+     * draft_max tokens per request and verifies them in one forward.  Lossless: greedy output,
+     * and seeded sampling with the confidence schedule, are plain decoding's tokens (a draft is
+     * accepted when it equals the plain sample); at T > 0 with fixed lengths (draft_schedule 0)
+     * drafts are verified by rejection sampling (more accepted, every token with the target's
+     * distribution), and a seed gives the same tokens whatever runs beside it unless the request
+     * is preempted, but not plain decoding's.  Steps then run
+     * synchronously (async_scheduling is not used): the next positions depend on the accepted
+     * drafts.  draft_max: -1 default ($DEEPINFER_USE_NEXTN_DECODE, else 5; off for a model
+     * without a drafter), 0 off, 1..16 (the drafter's block caps it; a model without a drafter
+     * is an error).  draft_schedule: -1 default ($DEEPINFER_ENABLE_MTP_VARLEN, else
+     * confidence), 0 fixed (every request verifies draft_max drafts), 1 confidence (DSpark's
+     * production scheduler: a budget of drafts from the calibrated confidences of the last
+     * drafting step and a step-cost curve learnt from the engine's forwards, the drafter skipped
+     * while drafting does not pay). */
+    int draft_max;
+    int draft_schedule;
 } DiEngineOptions;
 
 /* Defaults as documented above. */
@@ -361,7 +378,12 @@ typedef struct {
     double time_to_first_token_s, total_time_s;
     int n_cached_tokens;         /* prompt tokens whose state came from the prefix or KV block cache */
     double time_in_queue_s;      /* arrival -> first admitted to the running batch (0 before) */
+    /* speculative decoding: verify steps with at least one draft, drafts verified, drafts
+     * accepted (each such step emits its accepted drafts + 1 tokens) */
+    uint64_t spec_num_drafts, spec_num_draft_tokens, spec_num_accepted_tokens;
 } DiRequestOutput;
+
+#define DI_MAX_DRAFT 16
 
 typedef struct {
     uint64_t steps, prefill_tokens, decode_tokens, preemptions;
@@ -387,6 +409,13 @@ typedef struct {
     uint64_t kv_lookups, kv_hit_tokens_ram, kv_hit_tokens_disk, kv_blocks_stored, kv_evictions;
     uint64_t kv_bytes_read, kv_bytes_written, kv_records_corrupt, kv_files_skipped, kv_writes_dropped,
         kv_write_errors;
+    /* speculative decoding (DiEngineOptions.draft_max): the draft length in use (0: off), verify
+     * steps with at least one draft, drafts verified and accepted, and how many verify steps
+     * accepted k drafts (k = 0 .. DI_MAX_DRAFT) */
+    int spec_draft_max;
+    uint64_t spec_num_drafts, spec_num_draft_tokens, spec_num_accepted_tokens;
+    uint64_t spec_accepted_hist[DI_MAX_DRAFT + 1];
+    double time_draft_s;       /* the drafter */
 } DiEngineMetrics;
 
 /* Text for the engine, supplied by the layer above it (the tokenizer and the prompt renderer live
@@ -445,6 +474,11 @@ int32_t di_engine_vocab_size(const DiEngine *engine);
  * are bytes, id 256 is EOS, ids above are the words " w<id>" (di_engine_set_text_hooks may replace
  * them).  vocab_size >= 257.  For tests of the engine and its bindings, independent of a model. */
 DiEngine *di_engine_create_mock(int32_t vocab_size, uint64_t model_seed, const DiEngineOptions *opts);
+/* The same mock with a drafter of draft_block (1..16) tokens whose drafts are the mock's own
+ * greedy continuation with probability agree_rate (in [0, 1]), for tests of speculative
+ * decoding: 1 gives the accept path, 0 the reject path. */
+DiEngine *di_engine_create_mock_drafter(int32_t vocab_size, uint64_t model_seed, int32_t draft_block,
+                                        double agree_rate, const DiEngineOptions *opts);
 
 /* ---- ABI: the layout of the structs above, for bindings that mirror them ----------------- */
 

@@ -12,6 +12,7 @@ import os
 from ctypes import (POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int32,
                     c_size_t, c_uint64, c_void_p)
 
+MAX_DRAFT = 16  # DI_MAX_DRAFT
 MAX_LOGPROBS = 20
 
 FINISH_NONE, FINISH_STOP, FINISH_LENGTH, FINISH_ABORT = 0, 1, 2, 3
@@ -26,7 +27,8 @@ class EngineOptions(Structure):
                 ("enable_prefix_caching", c_int), ("prefix_cache_bytes", c_size_t),
                 ("kv_cache_dir", c_char_p), ("kv_cache_ram_bytes", c_size_t),
                 ("kv_cache_disk_bytes", c_uint64), ("kv_cache_ttl_s", c_uint64),
-                ("kv_block_tokens", c_int)]
+                ("kv_block_tokens", c_int),
+                ("draft_max", c_int), ("draft_schedule", c_int)]
 
 
 class LogitBias(Structure):
@@ -68,7 +70,9 @@ class RequestOutputC(Structure):
                 ("cumulative_logprob", c_double), ("finish_reason", c_int), ("stop_token", c_int32),
                 ("stop_string", c_int), ("seed", c_uint64), ("n_preemptions", c_int),
                 ("time_to_first_token_s", c_double), ("total_time_s", c_double),
-                ("n_cached_tokens", c_int), ("time_in_queue_s", c_double)]
+                ("n_cached_tokens", c_int), ("time_in_queue_s", c_double),
+                ("spec_num_drafts", c_uint64), ("spec_num_draft_tokens", c_uint64),
+                ("spec_num_accepted_tokens", c_uint64)]
 
 
 class EngineMetrics(Structure):
@@ -88,7 +92,10 @@ class EngineMetrics(Structure):
                 ("kv_blocks_stored", c_uint64), ("kv_evictions", c_uint64),
                 ("kv_bytes_read", c_uint64), ("kv_bytes_written", c_uint64),
                 ("kv_records_corrupt", c_uint64), ("kv_files_skipped", c_uint64),
-                ("kv_writes_dropped", c_uint64), ("kv_write_errors", c_uint64)]
+                ("kv_writes_dropped", c_uint64), ("kv_write_errors", c_uint64),
+                ("spec_draft_max", c_int), ("spec_num_drafts", c_uint64),
+                ("spec_num_draft_tokens", c_uint64), ("spec_num_accepted_tokens", c_uint64),
+                ("spec_accepted_hist", c_uint64 * (MAX_DRAFT + 1)), ("time_draft_s", c_double)]
 
 
 class TextHooks(Structure):
@@ -169,6 +176,8 @@ def _load():
         "di_engine_create": (c_void_p, [c_char_p, POINTER(EngineOptions)]),
         "di_model_dir_engram_map": (c_int, [c_char_p, POINTER(POINTER(c_int32)), POINTER(ctypes.c_int64)]),
         "di_engine_create_mock": (c_void_p, [c_int32, c_uint64, POINTER(EngineOptions)]),
+        "di_engine_create_mock_drafter": (c_void_p, [c_int32, c_uint64, c_int32, ctypes.c_double,
+                                                     POINTER(EngineOptions)]),
         "di_engine_destroy": (None, [c_void_p]),
         "di_engine_add_request": (c_int, [c_void_p, POINTER(RequestInput), POINTER(CSamplingParams),
                                           StreamCallback, c_void_p, POINTER(c_uint64)]),

@@ -53,8 +53,12 @@ def _kv_cache_options(opts, kv_cache_dir=None, kv_cache_ram_gb=None, kv_cache_di
     return dir_bytes
 
 
+_DRAFT_SCHEDULES = {"fixed": 0, "confidence": 1}
+
+
 def _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk, state_memory_bytes,
-                    async_scheduling, batch_invariant, seed, enable_prefix_caching=None):
+                    async_scheduling, batch_invariant, seed, enable_prefix_caching=None,
+                    draft_max=None, draft_schedule=None):
     opts = _lib.EngineOptions()
     lib.di_engine_options_init(ctypes.byref(opts))
     if max_num_seqs is not None:
@@ -71,6 +75,12 @@ def _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk, state_mem
         opts.batch_invariant = 1 if batch_invariant else 0
     if enable_prefix_caching is not None:
         opts.enable_prefix_caching = 1 if enable_prefix_caching else 0
+    if draft_max is not None:
+        opts.draft_max = draft_max
+    if draft_schedule is not None:
+        if draft_schedule not in _DRAFT_SCHEDULES:
+            raise ValueError(f"draft_schedule must be 'fixed' or 'confidence', got {draft_schedule!r}")
+        opts.draft_schedule = _DRAFT_SCHEDULES[draft_schedule]
     opts.seed = seed or 0
     return opts
 
@@ -139,20 +149,24 @@ class LLM:
     enable_prefix_caching=True lets a request that extends a finished one, e.g. the next turn
     of a chat, start from its cached state: RequestOutput.num_cached_tokens).  kv_cache: the KV
     block cache's options (kv_cache_dir, kv_cache_ram_gb, kv_cache_disk_gb, kv_cache_ttl_s,
-    kv_block_tokens; see DiEngineOptions), which shares whole blocks of any common prefix."""
+    kv_block_tokens; see DiEngineOptions), which shares whole blocks of any common prefix.
+    draft_max (0..16)
+    and draft_schedule ('fixed' | 'confidence'): speculative decoding for a model with a drafter
+    (None: $DEEPINFER_USE_NEXTN_DECODE / $DEEPINFER_ENABLE_MTP_VARLEN, else 5 and confidence);
+    RequestOutput.metrics counts its drafts."""
 
     def __init__(self, model: Optional[str] = None, *, max_num_seqs: Optional[int] = None,
                  max_batch_tokens: Optional[int] = None, max_prefill_chunk: Optional[int] = None,
                  state_memory_bytes: Optional[int] = None, async_scheduling: Optional[bool] = None,
                  batch_invariant: Optional[bool] = None, seed: int = 0, tokenizer: Optional[str] = None,
                  enable_prefix_caching: Optional[bool] = None, kv_cache: Optional[dict] = None,
-                 _engine_handle=None):
+                 draft_max: Optional[int] = None, draft_schedule: Optional[str] = None, _engine_handle=None):
         self._engine = None
         self.tokenizer: Optional[Tokenizer] = None
         if _engine_handle is None:
             opts = _engine_options(max_num_seqs, max_batch_tokens, max_prefill_chunk,
                                    state_memory_bytes, async_scheduling, batch_invariant, seed,
-                                   enable_prefix_caching)
+                                   enable_prefix_caching, draft_max, draft_schedule)
             kv_dir = _kv_cache_options(opts, **(kv_cache or {}))  # noqa: F841 (alive until created)
             model_arg = model.encode("utf-8") if model else None
             # a real checkpoint ships no engram_token_map.json: its map comes from its tokenizer
@@ -342,6 +356,7 @@ class LLM:
         outs = []
         prompt_ids: List[int] = []
         metrics: Dict[str, float] = {}
+        spec = dict.fromkeys(("spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens"), 0)
         cached = None
         for index, rid in enumerate(ids):
             o = _lib.RequestOutputC()
@@ -371,7 +386,10 @@ class LLM:
                 stop_reason=stop_reason, seed=o.seed))
             metrics = {"time_to_first_token_s": o.time_to_first_token_s,
                        "total_time_s": o.total_time_s, "preemptions": o.n_preemptions}
+            for key in spec:  # summed over the n samples
+                spec[key] += getattr(o, key)
             cached = o.n_cached_tokens
+        metrics.update(spec)
         self._next_request += 1
         return RequestOutput(request_id=str(ids[0]) if ids else "", prompt=prompt_text,
                              prompt_token_ids=list(prompt_ids), outputs=outs,

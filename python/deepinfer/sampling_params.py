@@ -41,6 +41,8 @@ class SamplingParams:
     # the same, vLLM's spelling: a dict (or an object with these attributes) with exactly one of
     # json, regex, grammar, choice, json_object
     structured_outputs: Optional[Any] = field(default=None, repr=False)
+    # the DeepSeek release's name of seed: give either, or both equal
+    seq_seed: Optional[int] = field(default=None, repr=False)
 
     def __post_init__(self):
         if not isinstance(self.n, int) or self.n < 1:
@@ -48,6 +50,11 @@ class SamplingParams:
         self._constraint = _constraint_of(self.so_args, self.structured_outputs)
         if self._constraint is not None and self.ignore_eos:
             raise ValueError("SamplingParams: ignore_eos cannot be combined with a structured-output constraint")
+        if self.seq_seed is not None:
+            if self.seed is not None and self.seed != self.seq_seed:
+                raise ValueError(f"SamplingParams: seed ({self.seed!r}) and seq_seed ({self.seq_seed!r}) name the "
+                                 "same setting; give one, or both equal")
+            self.seed = self.seq_seed
         if self.seed is not None and not (0 <= int(self.seed) < 2**64):
             raise ValueError(f"SamplingParams.seed must be in [0, 2**64), got {self.seed!r}")
         self._check_logit_bias()

@@ -34,14 +34,6 @@ static int check_accelerator(const char *name, const char *v) {
 static int check_nextn(const char *name, const char *v) {
     long n;
     if (parse_long(v, &n) != 0 || n < 0 || n > 16) return di_errorf("%s='%s': expected a draft length from 0 to 16", name, v);
-    if (n > 0)
-        return di_errorf("%s=%ld: DSpark speculative decoding is not implemented yet; set 0 or unset it", name, n);
-    return 0;
-}
-
-static int check_mtp_varlen(const char *name, const char *v) {
-    if (check_bool01(name, v) != 0) return -1;
-    if (strcmp(v, "1") == 0) return di_errorf("%s=1: DSpark speculative decoding is not implemented yet", name);
     return 0;
 }
 
@@ -106,7 +98,7 @@ static const EnvVar known[] = {
     {"DEEPINFER_HF_MODEL_DIR", check_any}, /* checked where the model is opened */
     {"DEEPINFER_ACCELERATOR", check_accelerator},
     {"DEEPINFER_BATCH_INVARIANT", check_bool01},
-    {"DEEPINFER_ENABLE_MTP_VARLEN", check_mtp_varlen},
+    {"DEEPINFER_ENABLE_MTP_VARLEN", check_bool01},
     {"DEEPINFER_USE_NEXTN_DECODE", check_nextn},
     {"DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE", check_yoco_mode},
     {"DEEPINFER_YOCO_PREFILL_KEEP_TOKENS", check_keep_tokens},
@@ -152,6 +144,26 @@ int di_env_num_threads(int *out) {
     if (check_threads("DEEPINFER_NUM_THREADS", v) != 0) return -1;
     parse_long(v, &n);
     *out = (int)n;
+    return 0;
+}
+
+int di_env_draft_max(int *out) {
+    if (!out) return di_errorf("di_env_draft_max: no output");
+    const char *v = value_of("DEEPINFER_USE_NEXTN_DECODE");
+    long n = 5;
+    if (v && check_nextn("DEEPINFER_USE_NEXTN_DECODE", v) != 0) return -1;
+    if (v) parse_long(v, &n);
+    *out = (int)n;
+    return 0;
+}
+
+int di_env_draft_varlen(int *out) {
+    if (!out) return di_errorf("di_env_draft_varlen: no output");
+    const char *v = value_of("DEEPINFER_ENABLE_MTP_VARLEN");
+    *out = 1;
+    if (!v) return 0;
+    if (check_bool01("DEEPINFER_ENABLE_MTP_VARLEN", v) != 0) return -1;
+    *out = strcmp(v, "1") == 0;
     return 0;
 }
 

@@ -1,9 +1,8 @@
 /* env.h — the DEEPINFER_* environment variables, checked in one place.
  *
  * architecture.md fixes the names users know; a bad value must be an error, never silently
- * ignored.  Some variables name features this build does not have yet (the CUDA backend, DSpark
- * speculative decoding): their "off" values are accepted and
- * anything that would turn them on is refused with the reason, so nobody believes they are on.
+ * ignored.  Some variables name features this build does not have yet (the CUDA backend): their
+ * "off" values are accepted and anything that would turn them on is refused with the reason, so nobody believes they are on.
  * Every read of the environment goes through the accessors below: each knob is parsed here, in
  * one way, and its value passed to the code that uses it.  Unset and empty mean the same. */
 #ifndef DI_BASE_ENV_H
@@ -23,6 +22,12 @@ const char *di_env_home(void);
 int di_env_batch_invariant(int *out);
 /* DEEPINFER_NUM_THREADS into *out (0 when unset); -1 with an error outside 1 .. 1024. */
 int di_env_num_threads(int *out);
+/* DEEPINFER_USE_NEXTN_DECODE into *out: the most drafts a speculative step verifies per request
+ * (5 when unset, 0: no speculation); -1 with an error outside 0 .. 16. */
+int di_env_draft_max(int *out);
+/* DEEPINFER_ENABLE_MTP_VARLEN into *out: 1 (unset) draft lengths from the drafter's confidence,
+ * 0 fixed lengths (the deterministic mode); -1 with an error for anything but 0 or 1. */
+int di_env_draft_varlen(int *out);
 /* DEEPINFER_LOG_LEVEL into *out (left alone when unset); -1 with an error for an unknown level. */
 int di_env_log_level(DiLogLevel *out);
 

@@ -37,6 +37,7 @@ static const AbiField engine_options[] = {
     FIELD(DiEngineOptions, prefix_cache_bytes),   FIELD(DiEngineOptions, kv_cache_dir),
     FIELD(DiEngineOptions, kv_cache_ram_bytes),   FIELD(DiEngineOptions, kv_cache_disk_bytes),
     FIELD(DiEngineOptions, kv_cache_ttl_s),       FIELD(DiEngineOptions, kv_block_tokens),
+    FIELD(DiEngineOptions, draft_max),            FIELD(DiEngineOptions, draft_schedule),
 };
 
 static const AbiField logit_bias[] = {FIELD(DiLogitBias, token), FIELD(DiLogitBias, bias)};
@@ -84,6 +85,8 @@ static const AbiField request_output[] = {
     FIELD(DiRequestOutput, seed),            FIELD(DiRequestOutput, n_preemptions),
     FIELD(DiRequestOutput, time_to_first_token_s), FIELD(DiRequestOutput, total_time_s),
     FIELD(DiRequestOutput, n_cached_tokens), FIELD(DiRequestOutput, time_in_queue_s),
+    FIELD(DiRequestOutput, spec_num_drafts), FIELD(DiRequestOutput, spec_num_draft_tokens),
+    FIELD(DiRequestOutput, spec_num_accepted_tokens),
 };
 
 static const AbiField engine_metrics[] = {
@@ -106,6 +109,9 @@ static const AbiField engine_metrics[] = {
     FIELD(DiEngineMetrics, kv_bytes_written),    FIELD(DiEngineMetrics, kv_records_corrupt),
     FIELD(DiEngineMetrics, kv_files_skipped),    FIELD(DiEngineMetrics, kv_writes_dropped),
     FIELD(DiEngineMetrics, kv_write_errors),
+    FIELD(DiEngineMetrics, spec_draft_max),      FIELD(DiEngineMetrics, spec_num_drafts),
+    FIELD(DiEngineMetrics, spec_num_draft_tokens), FIELD(DiEngineMetrics, spec_num_accepted_tokens),
+    FIELD(DiEngineMetrics, spec_accepted_hist),  FIELD(DiEngineMetrics, time_draft_s),
 };
 
 static const AbiField text_hooks[] = {

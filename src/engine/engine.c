@@ -40,6 +40,9 @@ struct DiEngine {
     int n_samplers;
     DiThreadPool *threads; /* the step's sampling, and the runner's forward (DiRunnerOps.use_threads) */
     DiStepExecutor exec;
+    DiSpecControl spec;   /* the draft-length policy (draft_max > 0) */
+    DiSpecVerifier **verifiers; /* one per pool thread (draft_max > 0) */
+    float *draft_logits;  /* [max_num_seqs][draft block][vocab] (draft_max > 0) */
     DiWorker worker;
     DiStep steps[2];
     int next_step;
@@ -64,6 +67,8 @@ void di_engine_options_init(DiEngineOptions *o) {
     o->async_scheduling = -1;
     o->batch_invariant = -1;
     o->enable_prefix_caching = -1;
+    o->draft_max = -1;
+    o->draft_schedule = -1;
 }
 
 int di_engine_resolve_batch_invariant(int opt) {
@@ -84,6 +89,11 @@ static int check_options(const DiEngineOptions *o) {
         return di_errorf("engine options: async_scheduling must be -1, 0 or 1, got %d", o->async_scheduling);
     if (o->enable_prefix_caching < -1 || o->enable_prefix_caching > 1)
         return di_errorf("engine options: enable_prefix_caching must be -1, 0 or 1, got %d", o->enable_prefix_caching);
+    if (o->draft_max < -1 || o->draft_max > DI_MAX_DRAFT)
+        return di_errorf("engine options: draft_max must be -1 or in [0, %d], got %d", DI_MAX_DRAFT, o->draft_max);
+    if (o->draft_schedule < -1 || o->draft_schedule > 1)
+        return di_errorf("engine options: draft_schedule must be -1, 0 (fixed) or 1 (confidence), got %d",
+                         o->draft_schedule);
     if (o->prefix_cache_bytes > o->state_memory_bytes)
         return di_errorf("engine options: prefix_cache_bytes (%zu) exceeds state_memory_bytes (%zu)", o->prefix_cache_bytes,
                          o->state_memory_bytes);
@@ -91,6 +101,29 @@ static int check_options(const DiEngineOptions *o) {
 }
 
 /* ---- creation ----------------------------------------------------------------------------- */
+
+/* Resolve draft_max and draft_schedule (defaults from the environment) against the runner. */
+static int resolve_speculation(DiEngineOptions *o, const DiRunner *runner) {
+    bool drafter = runner->ops->draft && runner->ops->commit && runner->draft_block > 0;
+    if (o->draft_max == -1) {
+        if (di_env_draft_max(&o->draft_max) != 0) return -1;
+        if (!drafter) o->draft_max = 0; /* the default asks for speculation only where it exists */
+    } else if (o->draft_max > 0 && !drafter) {
+        return di_errorf("engine options: draft_max %d: the model (%s) has no drafter", o->draft_max,
+                         runner->name ? runner->name : "runner");
+    }
+    if (o->draft_max > runner->draft_block) o->draft_max = runner->draft_block; /* a maximum */
+    if (o->draft_schedule == -1 && di_env_draft_varlen(&o->draft_schedule) != 0) return -1;
+    return 0;
+}
+
+/* Logits rows one step may need: one per sequence, or with drafts as many as the step's tokens. */
+static int step_rows(const DiEngineOptions *o) {
+    if (o->draft_max == 0) return o->max_num_seqs;
+    int64_t by_seqs = (int64_t)o->max_num_seqs * (1 + o->draft_max);
+    int64_t by_tokens = o->max_batch_tokens > o->max_num_seqs ? o->max_batch_tokens : o->max_num_seqs;
+    return (int)(by_seqs < by_tokens ? by_seqs : by_tokens);
+}
 
 static int make_pool(DiEngine *e, bool poison) {
     size_t page = e->runner->page_bytes;
@@ -135,6 +168,19 @@ static void text_from_codec(DiEngine *e) {
                             NULL, r, -1};
 }
 
+/* Sampled requests' verification: a verifier per pool thread, and room for the draft
+ * distributions of a step (vocabulary-sized rows: for the release's vocabulary and 64
+ * requests of 5 drafts, 165 MB). */
+static int make_verifiers(DiEngine *e) {
+    size_t rows = (size_t)e->opts.max_num_seqs * (size_t)e->runner->draft_block;
+    e->draft_logits = di_aligned_calloc(rows * (size_t)e->runner->vocab_size, sizeof *e->draft_logits, "draft logits");
+    e->verifiers = di_calloc((size_t)e->n_samplers, sizeof *e->verifiers, "spec verifiers");
+    if (!e->draft_logits || !e->verifiers) return -1;
+    for (int i = 0; i < e->n_samplers; i++)
+        if (!(e->verifiers[i] = di_spec_verifier_create(e->runner->vocab_size))) return -1;
+    return 0;
+}
+
 DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *opts) {
     if (!runner || !runner->ops || !runner->ops->forward || !runner->ops->pages_for_tokens || runner->vocab_size <= 0 ||
         runner->page_bytes == 0) {
@@ -154,12 +200,13 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     else di_engine_options_init(&e->opts);
     if (e->opts.state_memory_bytes == 0) e->opts.state_memory_bytes = DEFAULT_STATE_MEMORY;
     int invariant = di_engine_resolve_batch_invariant(e->opts.batch_invariant);
-    if (check_options(&e->opts) != 0 || invariant < 0) goto fail;
+    if (check_options(&e->opts) != 0 || invariant < 0 || resolve_speculation(&e->opts, runner) != 0) goto fail;
     e->opts.batch_invariant = invariant;
-    e->async = e->opts.async_scheduling != 0;
+    e->async = e->opts.async_scheduling != 0 && e->opts.draft_max == 0;
     e->opts.async_scheduling = e->async;
     if (e->opts.seed == 0) e->opts.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)e << 16);
-    DiSchedulerConfig cfg = {e->opts.max_num_seqs, e->opts.max_batch_tokens, e->opts.max_prefill_chunk};
+    DiSchedulerConfig cfg = {e->opts.max_num_seqs, e->opts.max_batch_tokens, e->opts.max_prefill_chunk,
+                             e->opts.draft_max, e->opts.draft_schedule == 0};
     if (di_scheduler_init(&e->sched, &cfg, NULL, runner) != 0 || make_pool(e, false) != 0) goto fail;
     if (di_kv_blocks_open(&e->kv, &e->opts, runner) != 0) goto fail;
     e->opts.kv_cache_dir = NULL; /* the caller's string: the cache keeps its own copy */
@@ -176,12 +223,20 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     for (int i = 0; i < e->n_samplers; i++)
         if (!(e->samplers[i] = di_sampler_create(runner->vocab_size))) goto fail;
     for (int i = 0; i < 2; i++)
-        if (di_step_init(&e->steps[i], e->opts.max_num_seqs, runner->vocab_size) != 0) goto fail;
-    e->exec = (DiStepExecutor){runner, e->samplers, e->n_samplers > 1 ? e->threads : NULL, invariant == 1, NULL, NULL};
+        if (di_step_init(&e->steps[i], e->opts.max_num_seqs, step_rows(&e->opts), runner->vocab_size,
+                         e->opts.draft_max > 0 ? runner->draft_block : 0) != 0)
+            goto fail;
+    if (e->opts.draft_max > 0 &&
+        di_spec_control_init(&e->spec, e->opts.draft_schedule == 1, e->opts.max_num_seqs, runner->draft_block) != 0)
+        goto fail;
+    if (e->opts.draft_max > 0 && make_verifiers(e) != 0) goto fail;
+    e->exec = (DiStepExecutor){runner, e->samplers, e->n_samplers > 1 ? e->threads : NULL, invariant == 1,
+                               e->opts.draft_max > 0 ? &e->spec : NULL, e->verifiers, e->draft_logits, NULL, NULL};
     if (e->async && di_worker_start(&e->worker, &e->exec) != 0) goto fail;
     e->next_id = 1;
     e->m.page_bytes = di_page_pool_page_bytes(e->pool);
     e->m.pages_total = di_page_pool_total(e->pool);
+    e->m.spec_draft_max = e->opts.draft_max;
     return e;
 fail:
     di_error_wrap("creating the engine");
@@ -192,6 +247,19 @@ fail:
 DiEngine *di_engine_create_mock(int32_t vocab_size, uint64_t model_seed, const DiEngineOptions *opts) {
     DiRunner *runner = di_mock_runner_create(vocab_size, model_seed);
     if (!runner) return NULL;
+    DiEngine *e = di_engine_create_with_runner(runner, opts);
+    if (e) di_mock_text_hooks(&e->text);
+    return e;
+}
+
+DiEngine *di_engine_create_mock_drafter(int32_t vocab_size, uint64_t model_seed, int32_t draft_block, double agree_rate,
+                                        const DiEngineOptions *opts) {
+    DiRunner *runner = di_mock_runner_create(vocab_size, model_seed);
+    if (!runner) return NULL;
+    if (di_mock_runner_set_drafter(runner, draft_block, agree_rate) != 0) {
+        runner->ops->destroy(runner);
+        return NULL;
+    }
     DiEngine *e = di_engine_create_with_runner(runner, opts);
     if (e) di_mock_text_hooks(&e->text);
     return e;
@@ -246,6 +314,10 @@ void di_engine_destroy(DiEngine *e) {
         }
         di_step_free(&e->steps[i]);
     }
+    if (e->exec.spec) di_spec_control_free(e->exec.spec);
+    for (int i = 0; e->verifiers && i < e->n_samplers; i++) di_spec_verifier_destroy(e->verifiers[i]);
+    free(e->verifiers);
+    di_aligned_free(e->draft_logits);
     for (int i = 0; i < e->n_samplers; i++) di_sampler_destroy(e->samplers[i]);
     free(e->samplers);
     di_pool_destroy(e->threads);
@@ -495,6 +567,21 @@ static void capture_blocks(DiEngine *e, const DiStep *step) {
         di_kv_blocks_capture(&e->kv, step->seqs[i].req, step->seqs[i].start_pos + step->seqs[i].n_tokens);
 }
 
+/* A verify step's accepted drafts are committed positions (the state holds them, even when the
+ * request stopped before them) and planned outputs: the planner counted the anchor only. */
+static void count_verify(DiEngine *e, const DiStepSeq *s) {
+    DiRequest *req = s->req;
+    req->n_computed += s->n_accepted;
+    req->n_output_scheduled += s->n_accepted;
+    req->spec_drafts++;
+    req->spec_draft_tokens += (uint64_t)s->n_drafts;
+    req->spec_accepted += (uint64_t)s->n_accepted;
+    e->m.spec_num_drafts++;
+    e->m.spec_num_draft_tokens += (uint64_t)s->n_drafts;
+    e->m.spec_num_accepted_tokens += (uint64_t)s->n_accepted;
+    e->m.spec_accepted_hist[s->n_accepted]++;
+}
+
 static int process_step(DiEngine *e, DiStep *step) {
     double t0 = di_now_seconds();
     int rc = 0;
@@ -511,8 +598,10 @@ static int process_step(DiEngine *e, DiStep *step) {
         for (int i = 0; i < step->n_seqs; i++) {
             const DiStepSeq *s = &step->seqs[i];
             DiRequest *req = s->req;
+            if (s->n_drafts > 0) count_verify(e, s);
             if (!s->sample || req->state == DI_REQ_FINISHED) continue; /* a token after a stop is dropped */
-            confirm_token(e, req, s->start_pos + s->n_tokens);
+            int64_t pos = s->start_pos + s->n_tokens;
+            for (int j = 0; j <= s->n_accepted && req->state != DI_REQ_FINISHED; j++) confirm_token(e, req, pos + j);
             deliver(req);
         }
     }
@@ -536,6 +625,7 @@ static int process_step(DiEngine *e, DiStep *step) {
     e->m.decode_tokens += (uint64_t)step->n_decode_tokens;
     e->m.time_forward_s += step->time_forward_s;
     e->m.time_sample_s += step->time_sample_s;
+    e->m.time_draft_s += step->time_draft_s;
     e->m.time_output_s += di_now_seconds() - t0;
     return rc;
 }
@@ -641,6 +731,9 @@ int di_engine_get_output(DiEngine *e, uint64_t id, DiRequestOutput *out) {
     out->time_to_first_token_s = req->n_output > 0 ? req->t_first_token - req->t_arrival : 0;
     out->total_time_s = (req->finish_reason ? req->t_finish : di_now_seconds()) - req->t_arrival;
     out->time_in_queue_s = req->t_scheduled > 0 ? req->t_scheduled - req->t_arrival : 0;
+    out->spec_num_drafts = req->spec_drafts;
+    out->spec_num_draft_tokens = req->spec_draft_tokens;
+    out->spec_num_accepted_tokens = req->spec_accepted;
     return 0;
 }
 

@@ -81,6 +81,7 @@ typedef struct DiRequest {
     int stop_string;
     double t_arrival, t_first_token, t_finish;
     double t_scheduled;          /* first admitted to the running batch (0 until then) */
+    uint64_t spec_drafts, spec_draft_tokens, spec_accepted; /* DiRequestOutput.spec_num_* */
 } DiRequest;
 
 /* A new waiting request; copies the prompt and everything params points to. */

@@ -8,7 +8,13 @@
  * ring entry changes them.  Each row is computed on its own: batch invariant by construction.
  * KV block cache: a block's cacheable rows are its KV rows; a replayed position rewrites only
  * the ring (the replay window is the ring's 8 positions), so a hit gives exactly the cold logits.
- * Text is byte level: ids 0..255 are bytes, 256 is EOS (empty text), ids above 256 are " w<id>". */
+ * Text is byte level: ids 0..255 are bytes, 256 is EOS (empty text), ids above 256 are " w<id>".
+ *
+ * Speculative decoding: a forward gives logits rows for each of a sequence's last n_logits
+ * tokens; commit() cuts a speculative sequence back (the ring is restored and the kept tokens
+ * replayed into it; rows past the kept ones are rewritten before they are read).  With a drafter
+ * set, draft() proposes the mock's own greedy continuation at a chosen agreement rate, so the
+ * engine's accept and reject paths both run, with confidence logits that say which is which. */
 #ifndef DI_ENGINE_RUNNER_MOCK_H
 #define DI_ENGINE_RUNNER_MOCK_H
 
@@ -24,6 +30,11 @@ void di_mock_text_hooks(DiTextHooks *out);
 
 /* vocab_size >= 257. */
 DiRunner *di_mock_runner_create(int32_t vocab_size, uint64_t model_seed);
+
+/* Give the mock a drafter of draft_block (1..16) tokens per draft() whose drafts equal the mock's
+ * greedy continuation of the drafted prefix with probability agree_rate (in [0, 1], keyed by the
+ * context, so reproducible), with confidence logit +3 for such a draft and -3 otherwise. */
+int di_mock_runner_set_drafter(DiRunner *runner, int32_t draft_block, double agree_rate);
 
 /* The logits the mock gives after `tokens` (n >= 1), computed directly without pages: the
  * tests' independent reference. */

@@ -193,6 +193,25 @@ static int64_t chunk_limit(const DiScheduler *s, int64_t pending, int budget) {
     return chunk;
 }
 
+/* Drafts a decoding request may verify in this step: the configured maximum, less what would
+ * pass max_tokens (anchor + accepted drafts + 1 are emitted) or the step's token budget; with
+ * fixed lengths the budget never shortens them (-1: wait for a step with room). */
+static int32_t draft_room(const DiScheduler *s, const DiRequest *req, int budget) {
+    /* the anchor must be a generated token: a prompt's last token (a chunked prefill's last chunk
+     * of one) samples the first output plain, as an unchunked prefill does */
+    if (req->n_computed < req->n_prompt) return 0;
+    if (req->matcher) return 0; /* structured outputs: one constrained row per step (not yet per verify row) */
+    int64_t room = s->cfg.draft_max;
+    int64_t left = (int64_t)req->params.max_tokens - req->n_output_scheduled - 1;
+    if (left < room) room = left;
+    if (s->cfg.draft_fixed && room > s->cfg.max_batch_tokens - 1) room = s->cfg.max_batch_tokens - 1;
+    if (budget - 1 < room) {
+        if (s->cfg.draft_fixed) return -1;
+        room = budget - 1;
+    }
+    return room > 0 ? (int32_t)room : 0;
+}
+
 static int plan_running(DiScheduler *s, DiStep *step, int *budget, bool decodes) {
     for (int i = 0; i < s->n_running && step->n_seqs < s->cfg.max_num_seqs && *budget > 0; i++) {
         DiRequest *req = s->running[i];
@@ -205,7 +224,9 @@ static int plan_running(DiScheduler *s, DiStep *step, int *budget, bool decodes)
         if (!decodes && chunk > req->prefill_grant) chunk = req->prefill_grant;
         if (chunk <= 0) continue;
         bool snapshot = cut_for_snapshot(s, req, req->n_computed, &chunk);
-        PageOutcome got = secure_pages(s, i, req->n_computed + chunk);
+        int32_t drafts = decodes ? draft_room(s, req, *budget) : 0;
+        if (drafts < 0) continue;
+        PageOutcome got = secure_pages(s, i, req->n_computed + chunk + drafts);
         if (got == PREEMPTED_SELF) {
             i--; /* the list shifted */
             continue;
@@ -213,13 +234,13 @@ static int plan_running(DiScheduler *s, DiStep *step, int *budget, bool decodes)
         if (got == WAIT_FOR_PAGES) continue;
         /* preemption only removes requests after i, so index i is still req */
         bool sample = req->n_computed + chunk == di_request_known_tokens(req);
-        if (di_step_add(step, req, req->n_computed, (int32_t)chunk, sample) != 0) return -1;
+        if (di_step_add(step, req, req->n_computed, (int32_t)chunk, sample, drafts) != 0) return -1;
         if (snapshot) reserve_snapshot(s, step, req);
         req->planned_epoch = s->epoch;
         req->inflight++;
         req->n_computed += chunk;
         if (sample) req->n_output_scheduled++;
-        *budget -= (int)chunk;
+        *budget -= (int)chunk + drafts;
     }
     return 0;
 }
@@ -293,7 +314,7 @@ static int admit(DiScheduler *s, DiStep *step, int *budget, bool by_grant) {
         s->running[s->n_running++] = req;
         req->state = DI_REQ_RUNNING;
         bool sample = start + chunk == known;
-        if (di_step_add(step, req, start, (int32_t)chunk, sample) != 0) return -1;
+        if (di_step_add(step, req, start, (int32_t)chunk, sample, 0) != 0) return -1;
         if (snapshot) reserve_snapshot(s, step, req);
         req->planned_epoch = s->epoch;
         req->inflight++;

@@ -40,6 +40,16 @@ typedef struct {
     int max_num_seqs;
     int max_batch_tokens;
     int max_prefill_chunk;
+    /* Speculative decoding (0: off): each decoding request is planned with up to this many
+     * drafts (fewer near max_tokens or the end of the budget), and holds pages and budget for
+     * 1 + that many positions; the executor drafts and verifies (step.h).  Steps are then
+     * planned only after the previous one was processed (the engine runs them synchronously):
+     * the next positions depend on how many drafts were accepted. */
+    int draft_max;
+    /* Fixed draft lengths (the deterministic mode): a decoding request gets its drafts whatever
+     * the load, or waits for a step with room for them, so the positions where its drafts are
+     * verified (and with them a seeded sample) never depend on what runs beside it. */
+    bool draft_fixed;
 } DiSchedulerConfig;
 
 /* One prefill candidate of di_prefill_split. */

@@ -13,6 +13,8 @@
 #include "engine/request.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
+#include "engine/spec_control.h"
+#include "engine/spec_verify.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -29,7 +31,23 @@ typedef struct {
      * engine hands them to the cache (or back to the pool) when it processes the step. */
     DiPageTable snapshot;
     int64_t replay_start, replay_end; /* the request's bounded replay (runner.h), copied at planning */
+    /* Speculative decoding (a decode sequence with draft_max > 0): the executor drafts, picks
+     * n_drafts <= draft_max, verifies anchor + drafts in the forward, samples the rows in order
+     * until one differs from its draft and commits the anchor and the n_accepted drafts; the
+     * tokens at start_pos + 1 .. start_pos + 1 + n_accepted are then the request's. */
+    int32_t draft_max, n_drafts, n_accepted;
+    int draft_index;    /* its record among the step's drafts, -1 when it did not draft */
+    int first_row;      /* its first logits row */
 } DiStepSeq;
+
+/* What a sampled request's draft picks need (DiRunnerDraft.pick_ctx): di_spec_draft_pick's
+ * arguments, the drafts so far being the record's own token array. */
+typedef struct {
+    DiSpecVerifier *verifier;
+    const DiSamplingParams *params;
+    DiSampleContext base;
+    const int32_t *drafts;
+} DiDraftPickCtx;
 
 /* Called on the executing thread for each sampled row, before sampling (tests, invariance checks). */
 typedef void (*DiLogitsObserver)(void *user, uint64_t request_id, int64_t position, const float *logits,
@@ -41,30 +59,48 @@ typedef struct {
     DiRunnerSeq *runner_seqs;
     uint8_t **page_ptrs;
     size_t n_page_ptrs, cap_page_ptrs;
-    float *logits;      /* [cap_seqs][vocab] */
-    int *sample_seq;    /* [cap_seqs]: the sequence of each logits row */
-    int *row_status;    /* [cap_seqs]: sampling result of each row */
-    uint32_t *masks;    /* [cap_seqs][mask words]: structured-output mask of each row */
-    int n_rows;
+    float *logits;      /* [cap_rows][vocab] */
+    int cap_rows;
+    int *sample_seq;    /* [cap_seqs]: the sequences that sample, in order */
+    int *row_status;    /* [cap_seqs]: sampling result of each of them */
+    uint32_t *masks;    /* [cap_rows][mask words]: structured-output mask of each logits row */
+    int n_sampled, n_rows;
+    /* drafting: [cap_seqs][draft_block] tokens and confidence logits, one record per sequence,
+     * the keep counts of commit */
+    int32_t draft_block;
+    int32_t *draft_tokens;
+    float *draft_conf;
+    DiRunnerDraft *drafts;
+    int32_t *keep;
+    int32_t *draft_caps, *draft_lengths; /* [cap_seqs]: the drafting sequences' */
+    DiDraftPickCtx *picks;               /* [cap_seqs] */
     int32_t vocab;
     int64_t n_prefill_tokens, n_decode_tokens;
     /* results of execution */
     int status;
     char error[DI_ERROR_MAX];
-    double time_forward_s, time_sample_s;
+    double time_forward_s, time_sample_s, time_draft_s;
 } DiStep;
 
-int di_step_init(DiStep *step, int max_seqs, int32_t vocab);
+/* max_rows: logits rows one forward may return (>= max_seqs); draft_block: the runner's (0: no
+ * speculation). */
+int di_step_init(DiStep *step, int max_seqs, int max_rows, int32_t vocab, int32_t draft_block);
 void di_step_free(DiStep *step);
 void di_step_reset(DiStep *step);
-/* Append a sequence (copies the request's current page addresses). */
-int di_step_add(DiStep *step, DiRequest *req, int64_t start_pos, int32_t n_tokens, bool sample);
+/* Append a sequence (copies the request's current page addresses); draft_max as in DiStepSeq. */
+int di_step_add(DiStep *step, DiRequest *req, int64_t start_pos, int32_t n_tokens, bool sample, int32_t draft_max);
 
 typedef struct {
     DiRunner *runner;
     DiSampler **samplers;   /* one per pool thread (scratch buffers are per thread) */
     DiThreadPool *pool;     /* samples rows in parallel; NULL: on the executing thread */
     bool batch_invariant;
+    /* how many of its draft_max drafts a speculative sequence verifies (NULL: no speculation) */
+    DiSpecControl *spec;
+    /* sampled (T > 0) requests: one verifier per pool thread (rejection sampling, spec_verify.h)
+     * and the draft distributions of a step, [max_seqs][draft_block][vocab] */
+    DiSpecVerifier **verifiers;
+    float *draft_logits;
     DiLogitsObserver observer;
     void *observer_user;
 } DiStepExecutor;

@@ -14,6 +14,7 @@
 #ifndef DI_SERVE_BACKEND_H
 #define DI_SERVE_BACKEND_H
 
+#include "deepinfer.h"
 #include "recipe/api_request.h"
 #include "recipe/api_stream.h"
 
@@ -34,6 +35,10 @@ typedef struct {
     bool kv_enabled;
     uint64_t kv_lookups, kv_hit_tokens_ram, kv_hit_tokens_disk, kv_evictions, kv_bytes_read, kv_bytes_written,
         kv_records_corrupt, kv_files_skipped;
+    /* speculative decoding (DiEngineMetrics.spec_*): verify steps with drafts, drafts verified,
+     * drafts accepted, and verify steps by accepted drafts */
+    uint64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;
+    uint64_t spec_accepted_hist[DI_MAX_DRAFT + 1];
 } DiBackendStats;
 
 /* The phases of a finished request as the backend saw them (seconds; vLLM's definitions):

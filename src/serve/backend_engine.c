@@ -217,8 +217,12 @@ static void refresh_stats(DiEngineBackend *b) {
     b->stats.queued = m.requests_waiting + b->n_incoming;
     b->stats.running = m.requests_running;
     b->stats.steps = m.steps;
-    b->stats.step_seconds = m.time_forward_s + m.time_sample_s + m.time_schedule_s + m.time_output_s;
+    b->stats.step_seconds = m.time_forward_s + m.time_sample_s + m.time_schedule_s + m.time_output_s + m.time_draft_s;
     b->stats.preemptions = m.preemptions;
+    b->stats.spec_drafts = m.spec_num_drafts;
+    b->stats.spec_draft_tokens = m.spec_num_draft_tokens;
+    b->stats.spec_accepted_tokens = m.spec_num_accepted_tokens;
+    memcpy(b->stats.spec_accepted_hist, m.spec_accepted_hist, sizeof m.spec_accepted_hist);
     /* prefix-cache pages give way to requests (vLLM counts its cached blocks as free too) */
     size_t busy = m.pages_used > m.pages_cached ? m.pages_used - m.pages_cached : 0;
     b->stats.state_usage = m.pages_total ? (double)busy / (double)m.pages_total : 0;

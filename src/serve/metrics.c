@@ -177,6 +177,38 @@ static int render_kv_cache(const DiBackendStats *st, DiApiBuf *out) {
         (unsigned long long)st->kv_files_skipped);
 }
 
+/* Speculative decoding: vLLM's spec_decode counters, and the accepted drafts per verify step as
+ * a histogram with one bucket per draft count. */
+static int render_spec(const DiBackendStats *st, DiApiBuf *out) {
+    int rc = di_api_buf_printf(
+        out,
+        "# HELP deepinfer_spec_decode_num_drafts_total Verify steps of a request with at least one draft.\n"
+        "# TYPE deepinfer_spec_decode_num_drafts_total counter\ndeepinfer_spec_decode_num_drafts_total %llu\n"
+        "# HELP deepinfer_spec_decode_num_draft_tokens_total Draft tokens verified.\n"
+        "# TYPE deepinfer_spec_decode_num_draft_tokens_total counter\ndeepinfer_spec_decode_num_draft_tokens_total %llu\n"
+        "# HELP deepinfer_spec_decode_num_accepted_tokens_total Draft tokens accepted.\n"
+        "# TYPE deepinfer_spec_decode_num_accepted_tokens_total counter\n"
+        "deepinfer_spec_decode_num_accepted_tokens_total %llu\n"
+        "# HELP deepinfer_spec_decode_acceptance_length Drafts accepted per verify step.\n"
+        "# TYPE deepinfer_spec_decode_acceptance_length histogram\n",
+        (unsigned long long)st->spec_drafts, (unsigned long long)st->spec_draft_tokens,
+        (unsigned long long)st->spec_accepted_tokens);
+    uint64_t cumulative = 0;
+    for (int k = 0; rc == 0 && k <= DI_MAX_DRAFT; k++) {
+        cumulative += st->spec_accepted_hist[k];
+        rc = di_api_buf_printf(out, "deepinfer_spec_decode_acceptance_length_bucket{le=\"%d\"} %llu\n", k,
+                               (unsigned long long)cumulative);
+    }
+    if (rc == 0)
+        rc = di_api_buf_printf(out,
+                               "deepinfer_spec_decode_acceptance_length_bucket{le=\"+Inf\"} %llu\n"
+                               "deepinfer_spec_decode_acceptance_length_sum %llu\n"
+                               "deepinfer_spec_decode_acceptance_length_count %llu\n",
+                               (unsigned long long)cumulative, (unsigned long long)st->spec_accepted_tokens,
+                               (unsigned long long)cumulative);
+    return rc;
+}
+
 int di_metrics_render(const DiMetrics *cm, const DiBackendStats *st, DiApiBuf *out) {
     DiMetrics *m = (DiMetrics *)cm;
     if (!m || !st || !out) return di_errorf("metrics render: NULL argument");
@@ -213,6 +245,7 @@ int di_metrics_render(const DiMetrics *cm, const DiBackendStats *st, DiApiBuf *o
             (long long)atomic_load(&m->in_flight), st->queued, st->running, st->queued, st->running, st->state_usage,
             (unsigned long long)st->preemptions, st->step_seconds, (unsigned long long)st->steps);
     if (rc == 0) rc = render_kv_cache(st, out);
+    if (rc == 0) rc = render_spec(st, out);
     pthread_mutex_lock(&m->lock);
     for (int i = 0; rc == 0 && i < N_HIST; i++) rc = render_histogram(out, k_hist[i][0], k_hist[i][1], &m->hist[i]);
     pthread_mutex_unlock(&m->lock);

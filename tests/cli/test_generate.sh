@@ -89,6 +89,18 @@ bad = [i for i in range(len(want)) if got["map"][i] != want[i]]
 assert not bad, bad[:10]
 PY
 
+# speculative decoding: greedy output is the same with the default drafts (when the model has a
+# drafter) and with none; the summary reports the drafts; bad values are usage errors
+plain=$("$BIN" generate --prompt-ids 5,6,7 --max-tokens 12 --draft-max 0 2>"$tmp/err0")
+spec=$("$BIN" generate --prompt-ids 5,6,7 --max-tokens 12 --draft-schedule fixed 2>"$tmp/err1")
+[ -n "$plain" ] && [ "$plain" = "$spec" ] && ok || bad "greedy output with and without drafts: '$plain' vs '$spec'"
+grep -qx "draft: proposed 0 accepted 0 mean-accepted 0.00" "$tmp/err0" && ok || bad "draft summary: $(cat "$tmp/err0")"
+grep -Eq "^draft: proposed [0-9]+ accepted [0-9]+ mean-accepted [0-9]+\.[0-9]{2}$" "$tmp/err1" && ok || bad "draft summary: $(cat "$tmp/err1")"
+"$BIN" generate --prompt-ids 1 --draft-max 17 >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "invalid value '17' for --draft-max" "$tmp/err" && ok || bad "--draft-max 17 must exit 2"
+"$BIN" generate --prompt-ids 1 --draft-schedule maybe >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "invalid value 'maybe' for --draft-schedule" "$tmp/err" && ok || bad "--draft-schedule maybe must exit 2"
+
 # errors
 "$BIN" generate >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "no --prompt-ids must exit 2"
 "$BIN" generate --prompt-ids 1,x >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "bad id list must exit 2"

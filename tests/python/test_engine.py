@@ -107,7 +107,8 @@ def test_async_scheduling_with_a_small_state_pool():
     params = SamplingParams(max_tokens=8, seed=5, temperature=0.8, ignore_eos=True)
     results = []
     for async_scheduling in (False, True):
-        engine = LLM(state_memory_bytes=6 * 65536, async_scheduling=async_scheduling)
+        # draft_max=0: speculation (the tiny model has a drafter) would run every step synchronously
+        engine = LLM(state_memory_bytes=6 * 65536, async_scheduling=async_scheduling, draft_max=0)
         outs = engine.generate(prompts, params)
         results.append([o.outputs[0].token_ids for o in outs])
         assert all(len(t) == 8 for t in results[-1])

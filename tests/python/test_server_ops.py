@@ -453,6 +453,11 @@ def test_metrics_have_vllms_histograms_and_counters(tiny):
         count0, sum0, _ = h0["deepinfer_" + n]
         count1, sum1, _ = h1["deepinfer_" + n]
         assert count1 - count0 == 3 and sum1 >= sum0, n
+    # speculative decoding: vLLM's counters and the accepted-length histogram (one bucket per count)
+    spec = {n: c1[("deepinfer_spec_decode_num_" + n + "_total", ())] for n in ("drafts", "draft_tokens", "accepted_tokens")}
+    count, total, buckets = h1["deepinfer_spec_decode_acceptance_length"]
+    assert count == spec["drafts"] and total == spec["accepted_tokens"] <= spec["draft_tokens"]
+    assert [le for le, _ in buckets] == [str(k) for k in range(17)] + ["+Inf"]
     itl = h1["deepinfer_inter_token_latency_seconds"][0] - h0["deepinfer_inter_token_latency_seconds"][0]
     assert 0 < itl <= completion_tokens
     e2e = h1["deepinfer_e2e_request_latency_seconds"][1] - h0["deepinfer_e2e_request_latency_seconds"][1]

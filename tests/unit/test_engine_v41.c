@@ -95,6 +95,7 @@ static void run_engine(int async, int budget, int chunk, int max_seqs, size_t me
                        int32_t out[N_REQ][GEN]) {
     DiEngineOptions opts;
     di_engine_options_init(&opts);
+    opts.draft_max = 0; /* speculation runs steps synchronously; test_engine_spec_v41 covers it */
     opts.async_scheduling = async;
     opts.max_batch_tokens = budget;
     opts.max_prefill_chunk = chunk;
@@ -175,6 +176,7 @@ static void observe_turn(void *user, uint64_t id, int64_t pos, const float *logi
 static int second_turn(int cache, float *rows) {
     DiEngineOptions opts;
     di_engine_options_init(&opts);
+    opts.draft_max = 0; /* async, which speculation would not use */
     opts.async_scheduling = 1;
     opts.max_batch_tokens = 7;
     opts.max_prefill_chunk = 3;

@@ -137,9 +137,13 @@ static const char *hook_token_bytes(const void *ctx, int32_t id, size_t *len) {
 
 static int hook_is_special(const void *ctx, int32_t id) { return di_tokenizer_is_added(ctx, id) == 1; }
 
-static int open_engine(CliModel *m) {
+static int open_engine(CliModel *m, const CliDraft *draft) {
     DiEngineOptions opts;
     di_engine_options_init(&opts);
+    if (draft) {
+        opts.draft_max = draft->max;
+        opts.draft_schedule = draft->schedule;
+    }
     opts.max_num_seqs = 1;           /* one conversation at a time */
     opts.enable_prefix_caching = 1; /* chat: a turn that extends the last one starts from its state */
     opts.engram_token_map = m->engram_map;
@@ -156,10 +160,10 @@ static int open_engine(CliModel *m) {
     return di_engine_set_text_hooks(m->engine, &hooks);
 }
 
-int cli_model_open(CliModel *m, const char *model_opt, const char *engram_opt, bool want_engine) {
+int cli_model_open(CliModel *m, const char *model_opt, const char *engram_opt, bool want_engine, const CliDraft *draft) {
     memset(m, 0, sizeof *m);
     if (resolve_dir(m, model_opt) != 0 || load_tokenizer(m) != 0 || setup_engram_map(m, engram_opt, want_engine) != 0 ||
-        (want_engine && open_engine(m) != 0)) {
+        (want_engine && open_engine(m, draft) != 0)) {
         cli_model_close(m);
         return -1;
     }
@@ -217,6 +221,26 @@ static int parse_float(const char *s, double lo, double hi, float *out) {
     if (errno || end == s || *end || !(v >= lo && v <= hi)) return -1;
     *out = (float)v;
     return 0;
+}
+
+const char cli_draft_help[] =
+    "  --draft-max N       speculative decoding: drafts per step and request at most, 0..16 (0 = off;\n"
+    "                      default $DEEPINFER_USE_NEXTN_DECODE, else 5, for a model with a drafter)\n"
+    "  --draft-schedule S  fixed (verify every draft) or confidence (the drafts the drafter is confident\n"
+    "                      in; default $DEEPINFER_ENABLE_MTP_VARLEN, else confidence)\n";
+
+int cli_draft_flag(const char *o, const char *v, CliDraft *d, int *bad) {
+    long l = 0;
+    if (strcmp(o, "--draft-max") == 0) {
+        *bad = parse_long(v, 0, DI_MAX_DRAFT, &l);
+        d->max = (int)l;
+    } else if (strcmp(o, "--draft-schedule") == 0) {
+        *bad = strcmp(v, "fixed") != 0 && strcmp(v, "confidence") != 0;
+        d->schedule = strcmp(v, "confidence") == 0;
+    } else {
+        return 0;
+    }
+    return 1;
 }
 
 int cli_sampling_flag(const char *o, const char *v, DiSamplingParams *p, int *bad) {

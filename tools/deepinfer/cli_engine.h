@@ -20,10 +20,23 @@ typedef struct {
     DiEngine *engine;
 } CliModel;
 
+/* Speculative decoding flags (DiEngineOptions.draft_max, draft_schedule; -1: the defaults). */
+typedef struct {
+    int max, schedule;
+} CliDraft;
+
+#define CLI_DRAFT_DEFAULTS {-1, -1}
+
+/* --draft-max N (0..16) and --draft-schedule fixed|confidence, for generate, chat and serve.
+ * Returns 1 when `opt` is one of them (*bad set when the value is invalid), 0 otherwise. */
+int cli_draft_flag(const char *opt, const char *val, CliDraft *d, int *bad);
+extern const char cli_draft_help[];
+
 /* Resolve --model (NULL: $DEEPINFER_HF_MODEL_DIR, else the built-in tiny model), load its
  * tokenizer and Engram map (engram_opt: --engram-map FILE | "synthetic" | NULL) and, unless
- * want_engine is false, create the engine with the text hooks installed.  -1 with the cause. */
-int cli_model_open(CliModel *m, const char *model_opt, const char *engram_opt, bool want_engine);
+ * want_engine is false, create the engine with the text hooks installed and the draft settings
+ * (NULL: defaults).  -1 with the cause. */
+int cli_model_open(CliModel *m, const char *model_opt, const char *engram_opt, bool want_engine, const CliDraft *draft);
 void cli_model_close(CliModel *m);
 
 /* The Engram map of a tokenizer.json as one JSON line {"ids": n, "keys": k, "map": [...]}. */

@@ -31,6 +31,7 @@ typedef struct {
     const char *model_dir, *system, *engram_map;
     bool thinking;
     DiSamplingParams sp;
+    CliDraft draft;
 } ChatArgs;
 
 static volatile sig_atomic_t interrupted;
@@ -50,16 +51,17 @@ static void usage(FILE *out) {
             "                      tiny model, generated on first use)\n"
             "  --system TEXT       system prompt\n"
             "  --thinking          thinking mode (the model reasons before answering)\n"
-            "%s"
+            "%s%s"
             "  --engram-map F      Engram compressed-token map (see deepinfer generate --help)\n"
             "Defaults: greedy, --max-tokens 256, --seed 0 (turn k samples with seed + k).\n",
-            cli_sampling_help);
+            cli_sampling_help, cli_draft_help);
 }
 
 /* 0 ok, 1 --help, 2 usage error (message printed) */
 static int parse_args(int argc, char **argv, ChatArgs *a) {
     memset(a, 0, sizeof *a);
     cli_sampling_defaults(&a->sp, 256);
+    a->draft = (CliDraft)CLI_DRAFT_DEFAULTS;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) return 1;
@@ -77,7 +79,7 @@ static int parse_args(int argc, char **argv, ChatArgs *a) {
         if (strcmp(o, "--model") == 0) a->model_dir = v;
         else if (strcmp(o, "--system") == 0) a->system = v;
         else if (strcmp(o, "--engram-map") == 0) a->engram_map = v;
-        else if (!cli_sampling_flag(o, v, &a->sp, &bad)) {
+        else if (!cli_sampling_flag(o, v, &a->sp, &bad) && !cli_draft_flag(o, v, &a->draft, &bad)) {
             fprintf(stderr, "deepinfer chat: unknown option '%s'\n", o);
             return 2;
         }
@@ -219,7 +221,7 @@ int cmd_chat(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     CliModel m;
-    int rc = cli_model_open(&m, a.model_dir, a.engram_map, true);
+    int rc = cli_model_open(&m, a.model_dir, a.engram_map, true, &a.draft);
     if (rc == 0 && !m.tok) rc = di_errorf("%s has no tokenizer.json: chat needs one", m.dir);
     if (rc == 0) rc = chat_loop(&m, &a);
     if (rc) fprintf(stderr, "deepinfer chat: %s\n", di_last_error());

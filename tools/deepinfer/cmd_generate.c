@@ -32,6 +32,7 @@ typedef struct {
     bool chat, thinking;
     char *constraint; /* the text of --json-schema / --grammar read, or a copy of --regex */
     DiSamplingParams sp;
+    CliDraft draft;
     int32_t *ids; /* --prompt-ids parsed */
     int n_ids;
 } GenerateArgs;
@@ -46,7 +47,7 @@ static void usage(FILE *out) {
             "                      the reasoning to stderr\n"
             "  --thinking          with --chat: thinking mode (the model reasons first)\n"
             "  --prompt-ids LIST   comma-separated prompt token ids; generated ids are printed\n"
-            "%s"
+            "%s%s"
             "  --mode M            numerics: ref (default, the engine); kvq or exact run a greedy loop on the\n"
             "                      model API (--prompt-ids only), for comparison with golden logits\n"
             "  --engram-map F      Engram compressed-token map: JSON array file, or 'synthetic' (t mod C);\n"
@@ -56,15 +57,17 @@ static void usage(FILE *out) {
             "  --regex R           constrain the output to match the regex R (Python re syntax, whole output)\n"
             "  --grammar FILE      constrain the output to the GBNF-style EBNF grammar in FILE (rule root)\n"
             "                      (one of the three; with --chat --thinking it applies after </think>)\n"
-            "Output streams to stdout as it is generated; a summary (tokens, tokens/s, finish reason) to stderr.\n"
+            "Output streams to stdout as it is generated; a summary (tokens, tokens/s, finish reason; drafts\n"
+            "proposed and accepted) to stderr.\n"
             "Defaults: greedy, --max-tokens 16, --seed 0.\n",
-            cli_sampling_help);
+            cli_sampling_help, cli_draft_help);
 }
 
 /* 0 ok, 1 --help, 2 usage error (message printed) */
 static int parse_args(int argc, char **argv, GenerateArgs *a) {
     memset(a, 0, sizeof *a);
     cli_sampling_defaults(&a->sp, 16);
+    a->draft = (CliDraft)CLI_DRAFT_DEFAULTS;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) return 1;
@@ -88,7 +91,7 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
         else if (strcmp(o, "--json-schema") == 0) a->json_schema = v;
         else if (strcmp(o, "--regex") == 0) a->regex = v;
         else if (strcmp(o, "--grammar") == 0) a->grammar = v;
-        else if (!cli_sampling_flag(o, v, &a->sp, &bad)) {
+        else if (!cli_sampling_flag(o, v, &a->sp, &bad) && !cli_draft_flag(o, v, &a->draft, &bad)) {
             fprintf(stderr, "deepinfer generate: unknown option '%s'\n", o);
             return 2;
         }
@@ -250,6 +253,10 @@ static int run_engine(const GenerateArgs *a, CliModel *m) {
     DiRequestOutput out;
     if (di_engine_get_output(m->engine, id, &out) != 0) goto done;
     summary(out.n_prompt_ids, out.n_tokens, seconds, di_finish_reason_name(out.finish_reason), "ref");
+    /* mean-accepted: drafts accepted per verify step */
+    fprintf(stderr, "draft: proposed %llu accepted %llu mean-accepted %.2f\n",
+            (unsigned long long)out.spec_num_draft_tokens, (unsigned long long)out.spec_num_accepted_tokens,
+            out.spec_num_drafts ? (double)out.spec_num_accepted_tokens / (double)out.spec_num_drafts : 0.0);
     rc = 0;
 done:
     cli_printer_free(&pr);
@@ -279,7 +286,7 @@ int cmd_generate(int argc, char **argv) {
     }
     bool loop = a.mode && strcmp(a.mode, "ref") != 0;
     CliModel m;
-    int rc = cli_model_open(&m, a.model_dir, a.engram_map, !loop);
+    int rc = cli_model_open(&m, a.model_dir, a.engram_map, !loop, &a.draft);
     if (rc == 0 && !loop) rc = set_constraint(&a, &m);
     if (rc == 0) rc = loop ? run_model_loop(&a, &m, a.ids, a.n_ids) : run_engine(&a, &m);
     if (rc) fprintf(stderr, "deepinfer generate: %s\n", di_last_error());

@@ -6,6 +6,7 @@
  * rest).  The model's text (its tokenizer.json and the chat template, serve/backend_text.h) is
  * opened on the directory the engine resolved, so the built-in tiny model serves text too.  A
  * model that cannot load exits 1 with the cause, after the options were checked. */
+#include "cli_engine.h"
 #include "commands.h"
 
 #include "base/error.h"
@@ -44,6 +45,9 @@ static void usage(FILE *out) {
             "                           go first, then prefill: the oldest prompt gets an equal share, the\n"
             "                           shortest prompts the rest, so a short prompt is not stuck behind a long one\n"
             "  --max-prefill-chunk N    most prompt tokens of one request in one step, 0 = the budget (default 0)\n"
+            "  --draft-max N            speculative decoding: drafts per step and request at most, 0..16, 0 = off\n"
+            "                           (default $DEEPINFER_USE_NEXTN_DECODE, else 5, for a model with a drafter)\n"
+            "  --draft-schedule S       fixed or confidence (default $DEEPINFER_ENABLE_MTP_VARLEN, else confidence)\n"
             "  --port N                 TCP port (default 8000)\n"
             "  --api-key KEY            require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
             "                           (default: $DEEPINFER_API_KEY; none: no authentication)\n"
@@ -116,6 +120,7 @@ typedef struct {
     const char *kv_dir;
     double kv_ram_gb, kv_disk_gb, kv_ttl_s;
     long kv_block_tokens;
+    CliDraft draft;
 } EngineFlags;
 
 /* Whether a --kv-* flag asks for the KV block cache (then the linear prefix cache is off). */
@@ -149,6 +154,8 @@ static DiEngineBackend *open_backend(const char *model_dir, const char *served_n
     if (ef->max_num_seqs) opts.max_num_seqs = (int)ef->max_num_seqs;
     if (ef->max_batch_tokens) opts.max_batch_tokens = (int)ef->max_batch_tokens;
     opts.max_prefill_chunk = (int)ef->max_prefill_chunk;
+    opts.draft_max = ef->draft.max;
+    opts.draft_schedule = ef->draft.schedule;
     DiEngine *engine = di_engine_create(model_dir, &opts);
     free(engram_map);
     if (!engine) return NULL;
@@ -176,7 +183,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model = getenv("DEEPINFER_HF_MODEL_DIR");
     const char *served_name = "DeepSeek-V4.1-Flash";
     long context_limit = 1L << 20; /* V4.1-Flash contexts up to 1M tokens (serving.md §3) */
-    EngineFlags ef = {.prefix_cache = true};
+    EngineFlags ef = {.prefix_cache = true, .draft = CLI_DRAFT_DEFAULTS};
     const char *env_key = getenv("DEEPINFER_API_KEY");
     if (env_key && *env_key) cfg.api_key = env_key;
     for (int i = 1; i < argc; i++) {
@@ -192,7 +199,7 @@ int cmd_serve(int argc, char **argv) {
         }
         const char *v = argv[++i];
         long n = 0;
-        int rc = 0;
+        int rc = 0, bad = 0;
         if (strcmp(a, "--model") == 0) model = v;
         else if (strcmp(a, "--served-model-name") == 0) served_name = v;
         else if (strcmp(a, "--context-limit") == 0) rc = parse_long(a, v, 16, 1L << 30, &context_limit);
@@ -217,6 +224,7 @@ int cmd_serve(int argc, char **argv) {
         else if (strcmp(a, "--idle-timeout") == 0) rc = parse_long(a, v, 0, 86400, &n), cfg.idle_timeout_s = (unsigned)n;
         else if (strcmp(a, "--read-timeout") == 0) rc = parse_seconds(a, v, &cfg.read_timeout_s);
         else if (strcmp(a, "--workers") == 0) rc = parse_long(a, v, 1, 64, &n), cfg.workers = (int)n;
+        else if (cli_draft_flag(a, v, &ef.draft, &bad)) rc = bad ? di_errorf("%s: invalid value '%s'", a, v) : 0;
         else {
             fprintf(stderr, "deepinfer serve: unknown option '%s'\n\n", a);
             usage(stderr);
