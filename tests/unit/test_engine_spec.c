@@ -368,6 +368,48 @@ TEST(stop_strings_give_the_plain_text) {
     di_engine_destroy(plain);
 }
 
+/* A structured-output request does not draft (its mask would be needed per verify row); beside
+ * it a plain request does, and both give the tokens of an engine without speculation. */
+TEST(constrained_requests_do_not_draft_and_keep_their_output) {
+    DiRequestOutput out[2][2];
+    int32_t tokens[2][2][32]; /* copied: an output's arrays go with its engine */
+    for (int spec = 0; spec <= 1; spec++) {
+        Setup s = {spec ? 5 : 0, 1, 0, 64, 0, 4, 1.0, 1 << 20};
+        DiEngine *e = spec_engine(&s);
+        DiSamplingParams p[2];
+        for (int k = 0; k < 2; k++) {
+            di_sampling_params_init(&p[k]);
+            p[k].max_tokens = 30;
+            p[k].has_seed = 1;
+            p[k].seed = 3;
+            p[k].temperature = k ? 0.8f : 0.0f;
+        }
+        p[0].ignore_eos = 1;
+        p[1].constraint_type = DI_CONSTRAINT_REGEX;
+        p[1].constraint = "(ab|cd)+e";
+        int32_t prompt = ':';
+        DiRequestInput in = {.prompt_ids = &prompt, .n_prompt_ids = 1};
+        uint64_t id[2];
+        for (int k = 0; k < 2; k++) CHECK_EQ_INT(di_engine_add_request(e, &in, &p[k], NULL, NULL, &id[k]), 0);
+        CHECK_EQ_INT(di_engine_run(e), 0);
+        for (int k = 0; k < 2; k++) {
+            CHECK_EQ_INT(di_engine_get_output(e, id[k], &out[spec][k]), 0);
+            CHECK(out[spec][k].n_tokens <= 30);
+            memcpy(tokens[spec][k], out[spec][k].token_ids, sizeof(int32_t) * (size_t)out[spec][k].n_tokens);
+        }
+        for (int k = 0; k < 2 && spec; k++) {
+            CHECK_EQ_INT(out[1][k].n_tokens, out[0][k].n_tokens);
+            CHECK(memcmp(tokens[0][k], tokens[1][k], sizeof(int32_t) * (size_t)out[0][k].n_tokens) == 0);
+        }
+        if (spec) {
+            CHECK(out[1][0].spec_num_drafts > 0);
+            CHECK_EQ_INT((int)out[1][1].spec_num_drafts, 0);
+            CHECK(out[1][1].text_len > 0 && out[1][1].text[out[1][1].text_len - 1] == 'e');
+        }
+        di_engine_destroy(e);
+    }
+}
+
 /* ---- the knobs ------------------------------------------------------------------------------- */
 
 TEST(draft_options_are_checked_and_resolved) {
@@ -428,6 +470,7 @@ int main(void) {
     RUN_TEST(speculation_beside_prefill_chunks_preemption_and_async);
     RUN_TEST(stops_inside_an_accepted_run_end_the_output_there);
     RUN_TEST(stop_strings_give_the_plain_text);
+    RUN_TEST(constrained_requests_do_not_draft_and_keep_their_output);
     RUN_TEST(draft_options_are_checked_and_resolved);
     return TEST_SUMMARY();
 }
