@@ -1,10 +1,11 @@
-/* expf_row.c — di_expf_row (see expf_row.h): the dispatch and the scalar definition. */
+/* expf_row.c — di_expf_row (see expf_row.h): the dispatch between the scalar definition
+ * (cpu/ops_ref.c) and the AVX2 one, by DEEPINFER_KERNELS at each call (the sampler's entry; the
+ * model takes the backend table's expf_row). */
 #include "kernels/expf_row.h"
 
 #include "kernels/cpu/expf_simd.h"
+#include "kernels/cpu/ops_cpu.h"
 #include "kernels/matmul.h"
-
-#include <math.h>
 
 void di_expf_row(const float *x, size_t n, float shift, float scale, float *out) {
     if (!x || !out || n == 0) return;
@@ -12,5 +13,5 @@ void di_expf_row(const float *x, size_t n, float shift, float scale, float *out)
         di_simd_expf_row(x, n, shift, scale, out);
         return;
     }
-    for (size_t i = 0; i < n; i++) out[i] = expf((x[i] - shift) * scale);
+    di_ref_expf_row(x, n, shift, scale, out);
 }

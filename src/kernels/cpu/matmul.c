@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "kernels/cpu/matmul_simd.h"
+#include "kernels/cpu/ops_cpu.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -138,6 +139,7 @@ typedef struct {
     const float *prepared; /* di_matmul_qa's FP4 tasks: the activations as di_simd_fp4q_prepare left them */
     int64_t scratch_floats;
     int64_t chunk; /* rows per task (row_chunk) */
+    bool avx512;   /* the one-token AVX-512 tiles (the same bits) */
 } MatmulJob;
 
 /* GEMV tasks aim at this many per thread, so a matrix of a few hundred rows still keeps every
@@ -166,14 +168,15 @@ static void gemv_task(void *ctx, int task, int thread) {
     const MatmulJob *job = ctx;
     int64_t r0, r1;
     rows_range(job, task, &r0, &r1);
-    di_simd_gemv_rows(job->w, &job->acts, job->y, r0, r1, job->scratch + thread * job->scratch_floats);
+    di_simd_gemv_rows_tiles(job->w, &job->acts, job->y, r0, r1, job->scratch + thread * job->scratch_floats, job->avx512);
 }
 
 static void fp4q_task(void *ctx, int task, int thread) {
     const MatmulJob *job = ctx;
     int64_t r0, r1;
     rows_range(job, task, &r0, &r1);
-    di_simd_fp4q_rows(job->w, &job->acts, job->prepared, job->y, r0, r1, job->scratch + thread * job->scratch_floats);
+    di_simd_fp4q_rows_tiles(job->w, &job->acts, job->prepared, job->y, r0, r1, job->scratch + thread * job->scratch_floats,
+                            job->avx512);
 }
 
 static void gemm_task(void *ctx, int task, int thread) {
@@ -224,9 +227,9 @@ static void padded_acts(const float *x, int64_t n_tokens, int64_t cols, DiSimdAc
  * panel GEMM), else the GEMV or the GEMM by token count.  scratch: 64-byte aligned, at least
  * scratch_plan's floats for the pool's thread count (checked by the callers). */
 static void matmul_simd_run(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y,
-                            const ScratchPlan *plan, float *scratch) {
+                            const ScratchPlan *plan, float *scratch, bool avx512) {
     int threads = pool ? di_pool_threads(pool) : 1;
-    MatmulJob job = {.w = w, .y = y};
+    MatmulJob job = {.w = w, .y = y, .avx512 = avx512};
     job.chunk = row_chunk(w, plan->gemm, threads);
     int n_tasks = (int)((w->rows + job.chunk - 1) / job.chunk);
     /* not zeroed: the kernels write every scratch float they read (a GEMM's is ~240 KB a thread,
@@ -259,23 +262,25 @@ static int matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, in
     ScratchPlan plan = scratch_plan(w, n_tokens, block_order);
     float *scratch = di_aligned_malloc((size_t)plan_floats(&plan, pool ? di_pool_threads(pool) : 1), sizeof(float), "matmul scratch");
     if (!scratch) return di_error_wrap("matmul");
-    matmul_simd_run(pool, w, x, n_tokens, y, &plan, scratch);
+    matmul_simd_run(pool, w, x, n_tokens, y, &plan, scratch, di_simd_use_avx512());
     di_aligned_free(scratch);
     return 0;
 }
 
-int64_t di_matmul_scratch_floats(const DiMatrix *w, int64_t n_tokens, int threads, bool qa) {
-    Backend b;
-    if (!w || n_tokens <= 0 || threads < 1 || choose_backend(&b) != 0 || b != BACKEND_SIMD) return 0;
+int64_t di_cpu_matmul_simd_scratch_floats(const DiMatrix *w, int64_t n_tokens, int threads, bool qa) {
+    if (!w || n_tokens <= 0 || threads < 1) return 0;
     ScratchPlan plan = scratch_plan(w, n_tokens, qa);
     return plan_floats(&plan, threads);
 }
 
-int di_matmul_into(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y, bool qa, float *scratch,
-                   int64_t scratch_floats) {
+int64_t di_matmul_scratch_floats(const DiMatrix *w, int64_t n_tokens, int threads, bool qa) {
     Backend b;
-    if (choose_backend(&b) != 0) return di_error_wrap("matmul");
-    if (b != BACKEND_SIMD) return qa ? di_matmul_ref_qa(w, x, n_tokens, y) : di_matmul_ref(w, x, n_tokens, y);
+    if (choose_backend(&b) != 0 || b != BACKEND_SIMD) return 0;
+    return di_cpu_matmul_simd_scratch_floats(w, n_tokens, threads, qa);
+}
+
+int di_cpu_matmul_simd_into(bool avx512, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y,
+                            bool qa, float *scratch, int64_t scratch_floats) {
     if (check_call(w, x, n_tokens, y) != 0) return -1;
     if (n_tokens == 0) return 0;
     ScratchPlan plan = scratch_plan(w, n_tokens, qa);
@@ -284,8 +289,16 @@ int di_matmul_into(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_
         return di_errorf("matmul: [%lld, %lld] x %lld tokens needs %lld floats of 64-byte aligned scratch, given %lld",
                          (long long)w->rows, (long long)w->cols, (long long)n_tokens, (long long)need,
                          (long long)(scratch ? scratch_floats : 0));
-    matmul_simd_run(pool, w, x, n_tokens, y, &plan, scratch);
+    matmul_simd_run(pool, w, x, n_tokens, y, &plan, scratch, avx512);
     return 0;
+}
+
+int di_matmul_into(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y, bool qa, float *scratch,
+                   int64_t scratch_floats) {
+    Backend b;
+    if (choose_backend(&b) != 0) return di_error_wrap("matmul");
+    if (b != BACKEND_SIMD) return qa ? di_matmul_ref_qa(w, x, n_tokens, y) : di_matmul_ref(w, x, n_tokens, y);
+    return di_cpu_matmul_simd_into(di_simd_use_avx512(), pool, w, x, n_tokens, y, qa, scratch, scratch_floats);
 }
 
 int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {

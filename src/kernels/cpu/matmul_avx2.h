@@ -32,9 +32,10 @@
 #define PF_HINT _MM_HINT_T1 /* GEMV prefetch into L2, not L1: see prefetch_rows_ahead_by */
 
 /* FP8, F32 and BF16 GEMV (matmul_avx2.c, matmul_fp8_avx2.c) and FP4 GEMV (matmul_fp4_avx2.c),
- * for one row range; scratch as di_simd_gemv_rows. */
+ * for one row range; scratch as di_simd_gemv_rows; avx512: a lone token takes the AVX-512 tile. */
 void di_simd_fp8_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch);
-void di_simd_fp4_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch);
+void di_simd_fp4_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch,
+                           bool avx512);
 
 /* The FP4 GEMV's byte tables (matmul_fp4_avx2.c, filled before any GEMV runs): for scale byte b,
  * bytes 2 and 3 of the float32 weight of each of the 16 codes. */
@@ -42,7 +43,7 @@ extern uint8_t di_fp4_weight_bytes[256][32];
 
 /* The one-token FP4 GEMV on AVX-512 (matmul_fp4_avx512.c): y[r] for r in [r0, r1) from the
  * token's activations xp in FP4_LANE_ORDER, bit-identical to the AVX2 tile.  Only where
- * di_simd_use_avx512(). */
+ * di_simd_avx512_available(). */
 void di_simd_fp4_gemv_one_avx512(const DiMatrix *w, const float *xp, float *yt, int64_t r0, int64_t r1);
 
 /* How many tokens the GEMV takes together from `left` tokens: fours, then one group of three

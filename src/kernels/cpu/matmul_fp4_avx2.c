@@ -142,9 +142,8 @@ static inline __attribute__((always_inline)) void gemv_fp4_rows_to(const DiMatri
     }
 }
 
-void di_simd_fp4_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xp) {
+void di_simd_fp4_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xp, bool avx512) {
     pthread_once(&fp4_weight_bytes_once, fill_fp4_weight_bytes);
-    bool avx512 = di_simd_use_avx512();
     if (fp4_prefetch_to_l1(w))
         gemv_fp4_rows_to(w, a, y, r0, r1, xp, true, avx512);
     else

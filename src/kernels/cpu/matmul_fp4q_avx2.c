@@ -633,8 +633,12 @@ static inline __attribute__((always_inline)) void fp4q_rows_to(const DiMatrix *w
 
 void di_simd_fp4q_rows(const DiMatrix *w, const DiSimdActs *a, const float *prepared, float *y, int64_t r0, int64_t r1,
                        float *scratch) {
+    di_simd_fp4q_rows_tiles(w, a, prepared, y, r0, r1, scratch, di_simd_use_avx512());
+}
+
+void di_simd_fp4q_rows_tiles(const DiMatrix *w, const DiSimdActs *a, const float *prepared, float *y, int64_t r0, int64_t r1,
+                             float *scratch, bool avx512) {
     pthread_once(&tables_once, fill_tables);
-    bool avx512 = di_simd_use_avx512();
     if (fp4_prefetch_to_l1(w))
         fp4q_rows_to(w, a, prepared, y, r0, r1, scratch, true, avx512);
     else

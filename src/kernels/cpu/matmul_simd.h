@@ -39,10 +39,11 @@ bool di_simd_avx512_available(void);
  * (Zen 4), whose units split 512-bit operations in two, true elsewhere (cpuid, probed once). */
 bool di_simd_avx512_pays(void);
 
-/* Whether the SIMD kernels take their AVX-512 tiles now: DEEPINFER_KERNELS=avx512 where the CPU
- * has them, never under =avx2, else (auto, simd) where the CPU has them and they pay (read at
- * each call, so a test can switch it; matmul.c reports a bad value, here it means auto).  The
- * AVX-512 tiles give the AVX2 ones' bits. */
+/* Whether the free functions (di_matmul, di_simd_gemv_rows, di_simd_fp4q_rows) take their
+ * AVX-512 tiles now: DEEPINFER_KERNELS=avx512 where the CPU has them, never under =avx2, else
+ * (auto, simd) where the CPU has them and they pay (read at each call, so a test can switch it;
+ * matmul.c reports a bad value, here it means auto).  The model's backend table chose once at
+ * load instead (backend_cpu.c).  The AVX-512 tiles give the AVX2 ones' bits. */
 bool di_simd_use_avx512(void);
 
 /* How the FP8 GEMV widens E4M3 codes (matmul_avx2.c, e4m3_block_gemv_widen): the same bits every
@@ -79,6 +80,10 @@ int64_t di_simd_scratch_floats(int64_t cols, bool gemm);
  * of 32 (a scale row-block); other formats take any r0. */
 void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1,
                        float *scratch);
+/* The same with the AVX-512 tiles on or off as given (the same bits), for the backend tables,
+ * which choose once at load; di_simd_gemv_rows takes di_simd_use_avx512(). */
+void di_simd_gemv_rows_tiles(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch,
+                             bool avx512);
 
 /* The same outputs, bit for bit, by decoding the rows once into a panel in `scratch` and
  * running a register-tiled product over the tokens. */
@@ -96,6 +101,10 @@ void di_simd_fp4q_prepare(const DiSimdActs *a, float *prepared);
 int64_t di_simd_fp4q_scratch_floats(int64_t cols);
 void di_simd_fp4q_rows(const DiMatrix *w, const DiSimdActs *a, const float *prepared, float *y, int64_t r0, int64_t r1,
                        float *scratch);
+/* The same with the AVX-512 one-token tile on or off as given (the same bits), for the backend
+ * tables; di_simd_fp4q_rows takes di_simd_use_avx512(). */
+void di_simd_fp4q_rows_tiles(const DiMatrix *w, const DiSimdActs *a, const float *prepared, float *y, int64_t r0, int64_t r1,
+                             float *scratch, bool avx512);
 
 /* Row blocks di_simd_fp4q_rows has computed on its integer path since the process started (for
  * tests: a quantised input must take it). */

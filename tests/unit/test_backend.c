@@ -1,0 +1,235 @@
+/* test_backend.c — the CPU backend tables (kernels/backend.h): which table cpuid and the
+ * DEEPINFER_KERNELS value select (the AVX-512 tiles by default only where they pay; an error
+ * where the CPU lacks what the value demands), that every table fills every op, that the SIMD
+ * tables give the reference table's bits where the contract says so (attention heads, FP8
+ * round trip) and stay within 3 ulp of exp where it does not (SwiGLU), and the reference ops on
+ * hand-derived cases and a brute-force top-k. */
+#include "test.h"
+
+#include "base/error.h"
+#include "kernels/activations.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/matmul_simd.h"
+#include "kernels/numformats.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x9E3779B97F4A7C15ULL;
+static float rnd(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((double)(rng >> 40) / (double)(1ULL << 24) * 2.0 - 1.0);
+}
+
+/* The tables this CPU can run: the reference, then whichever SIMD ones cpuid allows. */
+static int tables(const DiKernelBackend *out[3]) {
+    int n = 0;
+    out[n++] = di_backend_cpu_ref();
+    const DiKernelBackend *be;
+    if (di_simd_available() && di_backend_cpu_select(DI_ENV_KERNELS_AVX2, &be) == 0) out[n++] = be;
+    if (di_simd_avx512_available() && di_backend_cpu_select(DI_ENV_KERNELS_AVX512, &be) == 0) out[n++] = be;
+    return n;
+}
+
+TEST(selection_follows_cpuid_and_the_knob) {
+    const DiKernelBackend *be = NULL;
+    bool simd = di_simd_available(), avx512 = di_simd_avx512_available(), pays = avx512 && di_simd_avx512_pays();
+    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_REF, &be) == 0 && be == di_backend_cpu_ref());
+    CHECK_STR(be->name, "reference");
+    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_AUTO, &be) == 0);
+    CHECK_STR(be->name, pays ? "avx512" : simd ? "avx2-fma" : "reference");
+    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_SIMD, &be) == (simd ? 0 : -1));
+    if (simd) CHECK_STR(be->name, pays ? "avx512" : "avx2-fma");
+    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_AVX2, &be) == (simd ? 0 : -1));
+    if (simd) CHECK_STR(be->name, "avx2-fma");
+    int rc = di_backend_cpu_select(DI_ENV_KERNELS_AVX512, &be);
+    CHECK_EQ_INT(rc, avx512 ? 0 : -1);
+    if (rc != 0) CHECK(strstr(di_error_message(), "DEEPINFER_KERNELS=avx512") != NULL);
+    else CHECK_STR(be->name, "avx512");
+    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_AUTO, NULL) == -1);
+    CHECK(di_backend_cpu_select((DiEnvKernels)99, &be) == -1);
+}
+
+TEST(every_table_fills_every_op) {
+    const DiKernelBackend *t[3];
+    int n = tables(t);
+    for (int i = 0; i < n; i++) {
+        const DiKernelBackend *be = t[i];
+        for (int f = 0; f < DI_MAT_N_FORMATS; f++)
+            CHECK_MSG(be->mat[f].name && be->mat[f].matmul && be->mat[f].scratch_floats && be->mat[f].row_align >= 1,
+                      "%s: format %d has no traits", be->name, f);
+        CHECK_EQ_INT(be->mat[DI_MAT_FP8_BLOCK].row_align, 32);
+        CHECK_MSG(be->roundtrip_fp8_block32 && be->roundtrip_fp4_ue8m0_block32 && be->roundtrip_fp4_e4m3_block16 && be->rmsnorm &&
+                      be->rope && be->expf_row && be->attn_head && be->index_scores && be->top_k && be->compress_pool &&
+                      be->mhc_mix && be->mhc_collapse && be->mhc_expand && be->engram_gather && be->engram_gate && be->router &&
+                      be->swiglu,
+                  "%s: an op is missing", be->name);
+    }
+}
+
+/* Attention over 1..40 keys of a width with and without a tail past the 8-lane blocks. */
+TEST(simd_attention_gives_the_reference_bits) {
+    const DiKernelBackend *t[3];
+    int n = tables(t);
+    enum { NK = 40 };
+    const int64_t dims[] = {64, 13};
+    for (size_t di = 0; di < 2; di++) {
+        int64_t dim = dims[di];
+        float q[64], rows[NK][64], want[64], got[64], z[NK];
+        const float *keys[NK];
+        for (int j = 0; j < NK; j++) {
+            for (int c = 0; c < dim; c++) rows[j][c] = 4 * rnd();
+            keys[j] = rows[j];
+        }
+        for (int c = 0; c < dim; c++) q[c] = rnd();
+        for (int nk = 1; nk <= NK; nk += 3) {
+            di_backend_cpu_ref()->attn_head(q, keys, nk, dim, 0.5f, want, z);
+            for (int i = 1; i < n; i++) {
+                t[i]->attn_head(q, keys, nk, dim, 0.5f, got, z);
+                CHECK_MSG(memcmp(want, got, (size_t)dim * sizeof *got) == 0, "%s: %d keys of width %lld differ", t[i]->name, nk,
+                          (long long)dim);
+            }
+        }
+    }
+}
+
+TEST(simd_fp8_round_trip_gives_the_reference_bits) {
+    const DiKernelBackend *t[3];
+    int n = tables(t);
+    enum { N = 256 };
+    float x[N], want[N], got[N];
+    for (int i = 0; i < N; i++) x[i] = rnd() * powf(2.0f, (float)(i % 40 - 20)); /* every block its own range */
+    memcpy(want, x, sizeof x);
+    CHECK(di_backend_cpu_ref()->roundtrip_fp8_block32(want, N) == 0);
+    int moved = 0;
+    for (int i = 0; i < N; i++) moved += want[i] != x[i];
+    CHECK_MSG(moved > N / 2, "the round trip moved only %d of %d values: the comparison would prove nothing", moved, N);
+    for (int i = 1; i < n; i++) {
+        memcpy(got, x, sizeof x);
+        CHECK(t[i]->roundtrip_fp8_block32(got, N) == 0);
+        CHECK_MSG(memcmp(want, got, sizeof got) == 0, "%s differs from the reference", t[i]->name);
+        CHECK(t[i]->roundtrip_fp8_block32(got, N - 1) == -1); /* not whole blocks */
+    }
+}
+
+/* SwiGLU: the reference is di_silu's one division exactly; the SIMD exp is within 3 ulp. */
+TEST(swiglu_is_clamped_silu_times_up) {
+    const DiKernelBackend *t[3];
+    int n = tables(t);
+    enum { N = 300 };
+    float g[N], u[N], want[N], got[N];
+    for (int i = 0; i < N; i++) g[i] = 12 * rnd(), u[i] = 12 * rnd();
+    di_backend_cpu_ref()->swiglu(g, u, N, 7.0f, 0.5f, want);
+    for (int i = 0; i < N; i++) {
+        float gc = g[i] < 7 ? g[i] : 7, uc = u[i] < -7 ? -7 : u[i] > 7 ? 7 : u[i];
+        float exact = di_silu(gc) * uc * 0.5f;
+        CHECK_MSG(memcmp(&exact, &want[i], sizeof exact) == 0, "reference swiglu(%g, %g) = %g, not %g", (double)g[i], (double)u[i],
+                  (double)want[i], (double)exact);
+    }
+    for (int i = 1; i < n; i++) {
+        t[i]->swiglu(g, u, N, 7.0f, 0.5f, got);
+        for (int k = 0; k < N; k++)
+            CHECK_MSG(fabsf(got[k] - want[k]) <= 8 * 0x1p-23f * fabsf(want[k]) + 1e-30f, "%s: swiglu(%g, %g) = %g vs %g", t[i]->name,
+                      (double)g[k], (double)u[k], (double)got[k], (double)want[k]);
+    }
+}
+
+static int canonical(const void *pa, const void *pb) {
+    const DiScored *a = pa, *b = pb;
+    if (a->score != b->score) return a->score > b->score ? -1 : 1;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+/* Against a full sort, on scores with many ties (the id order decides them). */
+TEST(top_k_matches_a_full_sort) {
+    enum { M = 500 };
+    DiScored items[M], sorted[M];
+    for (int k = 0; k <= 64; k += 7) {
+        for (int i = 0; i < M; i++) items[i] = (DiScored){(float)(int)(8 * rnd()), (int32_t)((i * 37) % M)};
+        memcpy(sorted, items, sizeof items);
+        qsort(sorted, M, sizeof *sorted, canonical);
+        int64_t got = di_backend_cpu_ref()->top_k(items, M, k);
+        CHECK_EQ_INT(got, k);
+        for (int j = 0; j < k; j++)
+            CHECK_MSG(items[j].id == sorted[j].id && items[j].score == sorted[j].score, "k %d: rank %d is id %d, not %d", k, j,
+                      items[j].id, sorted[j].id);
+    }
+    CHECK_EQ_INT(di_backend_cpu_ref()->top_k(items, 3, 10), 3); /* fewer entries than k */
+}
+
+/* score = Σ_h w[h]·scale·max(q_h·k, 0): head 0 sees 2, head 1 a negative dot (dropped). */
+TEST(index_scores_by_hand) {
+    const float q[4] = {1, 0, 0, 1}, w[2] = {1, 0.5f}, k0[2] = {2, -1}, k1[2] = {-1, 3}, k2[2] = {-1, -1};
+    const float *keys[3] = {k0, k1, k2};
+    float score[3];
+    di_backend_cpu_ref()->index_scores(q, w, 2, 2, 0.5f, keys, 3, score);
+    CHECK(score[0] == 1.0f);  /* 1·0.5·2 + 0.5·0.5·0 */
+    CHECK(score[1] == 0.75f); /* 1·0.5·0 + 0.5·0.5·3 */
+    CHECK(score[2] == 0.0f);
+}
+
+/* Gates 0 and ln 3 weigh the two rows 1/4 and 3/4; equal gates average. */
+TEST(compress_pool_by_hand) {
+    const float kv0[2] = {4, 8}, kv1[2] = {8, 0}, g0[2] = {0, 5}, g1[2] = {logf(3.0f), 5};
+    const float *kv[2] = {kv0, kv1}, *gate[2] = {g0, g1};
+    float out[2];
+    di_backend_cpu_ref()->compress_pool(kv, gate, 2, 2, out);
+    CHECK_NEAR(out[0], 0.25 * 4 + 0.75 * 8, 1e-6);
+    CHECK_NEAR(out[1], 4, 1e-6);
+}
+
+/* Equal logits: the bias decides, ties go to the lower id, weights renormalised and scaled. */
+TEST(router_by_hand) {
+    float s[4] = {0, 0, 0, 0}, wts[2];
+    const float bias[4] = {0, 1, 0, 2}, none[4] = {0, 0, 0, 0};
+    int32_t ids[2];
+    di_backend_cpu_ref()->router(s, bias, 4, 2, 1.0f, true, 2.0f, ids, wts);
+    CHECK(ids[0] == 3 && ids[1] == 1);
+    CHECK_NEAR(s[0], sqrt(log(2.0)), 1e-6); /* sqrt(softplus(0)) */
+    CHECK_NEAR(wts[0], 1.0, 1e-6);
+    CHECK_NEAR(wts[1], 1.0, 1e-6);
+    float s2[4] = {0, 0, 0, 0};
+    di_backend_cpu_ref()->router(s2, none, 4, 2, 1.0f, false, 1.0f, ids, wts);
+    CHECK(ids[0] == 0 && ids[1] == 1);
+    CHECK_NEAR(wts[0], sqrt(log(2.0)), 1e-6); /* not renormalised */
+}
+
+/* E4M3 0x38 = 1.0, 0xC0 = -2.0; scale byte 128 = 2, 126 = 0.5. */
+TEST(engram_gather_dequantises_exactly) {
+    uint8_t codes[3 * 64], scales[3 * 2];
+    for (int i = 0; i < 3 * 64; i++) codes[i] = i % 2 ? 0xC0 : 0x38;
+    scales[0] = 127, scales[1] = 127, scales[2] = 128, scales[3] = 126, scales[4] = 127, scales[5] = 127;
+    const int64_t ids[2] = {1, 0};
+    float out[2 * 64];
+    di_backend_cpu_ref()->engram_gather(codes, scales, ids, 2, 64, out);
+    CHECK(out[0] == 2.0f && out[1] == -4.0f);   /* row 1, first block: x2 */
+    CHECK(out[32] == 0.5f && out[33] == -1.0f); /* row 1, second block: x0.5 */
+    CHECK(out[64] == 1.0f && out[65] == -2.0f); /* row 0 */
+}
+
+/* A stream whose gate is sigmoid(±1) by construction: h = key = (1, 1), qk = (1, 1), dim 2:
+ * rms 1 each, dot = 2 / sqrt(2) · 1 = sqrt 2, gate = sigmoid(sqrt(sqrt 2)). */
+TEST(engram_gate_by_hand) {
+    float h[2] = {1, 1};
+    const float key[2] = {1, 1}, value[2] = {1, -2}, qk[2] = {1, 1};
+    di_backend_cpu_ref()->engram_gate(h, key, value, qk, 2, 0.0f);
+    double g = 1.0 / (1.0 + exp(-sqrt(sqrt(2.0))));
+    CHECK_NEAR(h[0], 1 + g, 1e-6);
+    CHECK_NEAR(h[1], 1 - 2 * g, 1e-6);
+}
+
+int main(void) {
+    RUN_TEST(selection_follows_cpuid_and_the_knob);
+    RUN_TEST(every_table_fills_every_op);
+    RUN_TEST(simd_attention_gives_the_reference_bits);
+    RUN_TEST(simd_fp8_round_trip_gives_the_reference_bits);
+    RUN_TEST(swiglu_is_clamped_silu_times_up);
+    RUN_TEST(top_k_matches_a_full_sort);
+    RUN_TEST(index_scores_by_hand);
+    RUN_TEST(compress_pool_by_hand);
+    RUN_TEST(router_by_hand);
+    RUN_TEST(engram_gather_dequantises_exactly);
+    RUN_TEST(engram_gate_by_hand);
+    return TEST_SUMMARY();
+}
