@@ -56,10 +56,11 @@ int main(void) {
     }
     float *logits = malloc((size_t)m->d.vocab * sizeof *logits);
     double ref[REPS], opt[REPS];
+    const DiKernelBackend *loaded = m->be;
     for (int r = 0; r < REPS; r++) { /* interleaved */
-        m->ref_kernels = true;
+        if (model_set_backend(m, di_backend_cpu_ref()) != 0) return 1;
         ref[r] = run_once(m, ids.data, logits);
-        m->ref_kernels = false;
+        if (model_set_backend(m, loaded) != 0) return 1;
         opt[r] = run_once(m, ids.data, logits);
     }
     qsort(ref, REPS, sizeof *ref, cmp_double);

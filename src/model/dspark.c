@@ -5,7 +5,6 @@
 #include "model/attention.h"
 #include "model/forward.h"
 #include "model/mhc.h"
-#include "model/ops.h"
 #include "model/workspace.h"
 
 #include <string.h>
@@ -62,8 +61,8 @@ static int draft_blocks(const Model *m, RunState *const *st, const int32_t *anch
         if (model_block(m, d->n_layers + s, X, pi, N, draft_attn, &da, NULL) != 0) return di_error_wrap("DSpark stage %d", s);
     }
     for (int64_t i = 0; i < N; i++) {
-        mhc_collapse(X + i * hc * D, pi + i * hc, hc, (int)D, x + i * D);
-        op_rmsnorm(zn + i * D, x + i * D, m->w.mtp_norm, D, d->eps);
+        m->be->mhc_collapse(X + i * hc * D, pi + i * hc, hc, D, x + i * D);
+        m->be->rmsnorm(zn + i * D, x + i * D, m->w.mtp_norm, D, d->eps);
     }
     if (model_matmul(m, &m->w.head, zn, N, ws->fwd.head_out) != 0) return -1;
     for (int b = 0; b < n_req; b++) memcpy(outs[b].base_logits, ws->fwd.head_out + (int64_t)b * B * V, (size_t)(B * V) * sizeof(float));

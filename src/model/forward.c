@@ -6,7 +6,6 @@
 #include "model/engram.h"
 #include "model/mhc.h"
 #include "model/moe.h"
-#include "model/ops.h"
 #include "model/replay.h"
 #include "model/workspace.h"
 
@@ -28,6 +27,7 @@ static HcSite site_of(const Model *m, const LayerWeights *lw, bool ffn) {
 typedef enum { ROWS_ATTN_IN, ROWS_ATTN_OUT, ROWS_FFN_IN, ROWS_FFN_OUT } BlockRowsStep;
 
 typedef struct {
+    const DiKernelBackend *be;
     const ModelDims *d;
     const LayerWeights *lw;
     float *X, *pi, *a, *o;
@@ -43,16 +43,16 @@ static void block_rows(void *ctx, int64_t r0, int64_t r1) {
         float *Xi = b->X + i * hc * D, *ai = b->a + i * D;
         switch (b->step) {
         case ROWS_ATTN_IN: /* collapse with the carried pre-mix (previous FFN site's pre) */
-            mhc_collapse(Xi, b->pi + i * hc, hc, (int)D, ai);
-            op_rmsnorm(ai, ai, b->lw->attn_norm, D, b->d->eps);
+            b->be->mhc_collapse(Xi, b->pi + i * hc, hc, D, ai);
+            b->be->rmsnorm(ai, ai, b->lw->attn_norm, D, b->d->eps);
             break;
-        case ROWS_ATTN_OUT: mhc_expand(Xi, b->o + i * D, &b->mix_a[i], hc, (int)D); break;
+        case ROWS_ATTN_OUT: b->be->mhc_expand(Xi, b->o + i * D, b->mix_a[i].post, b->mix_a[i].comb, hc, D); break;
         case ROWS_FFN_IN: /* collapse with the ATTENTION site's pre (§5.5) */
-            mhc_collapse(Xi, b->mix_a[i].pre, hc, (int)D, ai);
-            op_rmsnorm(ai, ai, b->lw->ffn_norm, D, b->d->eps);
+            b->be->mhc_collapse(Xi, b->mix_a[i].pre, hc, D, ai);
+            b->be->rmsnorm(ai, ai, b->lw->ffn_norm, D, b->d->eps);
             break;
         case ROWS_FFN_OUT:
-            mhc_expand(Xi, b->o + i * D, &b->mix_f[i], hc, (int)D);
+            b->be->mhc_expand(Xi, b->o + i * D, b->mix_f[i].post, b->mix_f[i].comb, hc, D);
             memcpy(b->pi + i * hc, b->mix_f[i].pre, (size_t)hc * sizeof *b->pi); /* carried to the next block */
             break;
         }
@@ -65,7 +65,7 @@ int model_block(const Model *m, int L, float *X, float *pi, int64_t n, BlockAttn
     Workspace *ws = m->ws;
     bool draft = L >= d->n_layers;
     if (!ws || n > ws->rows) return di_errorf("block of layer %d: %lld rows exceed the workspace", L, (long long)n);
-    BlockRows rows = {d, lw, X, pi, ws->block.in, ws->block.out, ws->block.mix_attn, ws->block.mix_ffn, ROWS_ATTN_IN};
+    BlockRows rows = {m->be, d, lw, X, pi, ws->block.in, ws->block.out, ws->block.mix_attn, ws->block.mix_ffn, ROWS_ATTN_IN};
     HcSite sa = site_of(m, lw, false), sf = site_of(m, lw, true);
     if (mhc_mixes(m, &sa, X, n, ws->block.mix_attn) != 0) return -1;
     model_for_rows(m, n, block_rows, &rows);
@@ -101,7 +101,7 @@ static int update_dspark_rings(const Model *m, const RowBatch *rb, const float *
     int64_t D = d->dim, Dh = d->head_dim, W = d->window, n = rb->row0[rb->n_seqs];
     float *mx = m->ws->fwd.ctx, *kv = m->ws->fwd.ctx_kv;
     if (model_linear(m, &m->w.main_proj, taps, n, mx, model_act_quant(m)) != 0) return di_error_wrap("DSpark context");
-    for (int64_t i = 0; i < n; i++) op_rmsnorm(mx + i * D, mx + i * D, m->w.main_norm, D, d->eps);
+    for (int64_t i = 0; i < n; i++) m->be->rmsnorm(mx + i * D, mx + i * D, m->w.main_norm, D, d->eps);
     for (int st_i = 0; st_i < d->n_mtp; st_i++) {
         const LayerWeights *lw = &m->w.layers[d->n_layers + st_i];
         if (attn_window_kv(m, lw, &m->rope_main, mx, n, rb->pos, kv) != 0) return di_error_wrap("DSpark context");
@@ -153,8 +153,8 @@ static int head_logits(const Model *m, const ForwardSeq *seqs, int n_seqs, const
     for (int b = 0; b < n_seqs; b++)
         if (seqs[b].logits) {
             for (int64_t r = row0[b + 1] - forward_logit_rows(&seqs[b]); r < row0[b + 1]; r++, n_out++) {
-                mhc_collapse(X + r * hc * D, pi + r * hc, hc, (int)D, head_in + n_out * D);
-                op_rmsnorm(head_in + n_out * D, head_in + n_out * D, m->w.norm, D, d->eps);
+                m->be->mhc_collapse(X + r * hc * D, pi + r * hc, hc, D, head_in + n_out * D);
+                m->be->rmsnorm(head_in + n_out * D, head_in + n_out * D, m->w.norm, D, d->eps);
             }
         }
     if (n_out == 0) return 0;

@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#define MHC_MAX 16
+#define MHC_MAX 16 /* = DI_MHC_MAX of the CPU kernels */
 
 typedef struct {
     float pre[MHC_MAX], post[MHC_MAX];
@@ -27,9 +27,7 @@ typedef struct {
 
 /* Coefficients for n tokens of state X [n][hc][D]; out[n]. */
 int mhc_mixes(const Model *m, const HcSite *site, const float *X, int64_t n, HcMix *out);
-/* out[D] = Σ_k pi[k]·X[k] for one token. */
-void mhc_collapse(const float *X, const float *pi, int hc, int dim, float *out);
-/* X[b] = post[b]·o + Σ_a comb[a][b]·X[a], in place, one token. */
-void mhc_expand(float *X, const float *o, const HcMix *mix, int hc, int dim);
+/* Collapse (out[D] = Σ_k pi[k]·X[k]) and expansion (X[b] = post[b]·o + Σ_a comb[a][b]·X[a]) of
+ * one token are backend ops: m->be->mhc_collapse, m->be->mhc_expand. */
 
 #endif

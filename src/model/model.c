@@ -1,10 +1,10 @@
 /* model.c — loading a model and its run-time parameters (model.h). */
 #include "model/model.h"
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mem.h"
-#include "kernels/numformats.h"
 #include "model/engram_rng.h"
 #include "model/forward.h"
 #include "model/workspace.h"
@@ -34,12 +34,11 @@ const char *numerics_mode_name(NumericsMode mode) {
 bool model_act_quant(const Model *m) { return m->mode == MODE_REF; }
 bool model_kv_quant(const Model *m) { return m->mode == MODE_REF || m->mode == MODE_KVQ; }
 
-/* Products run on the workspace's kernel scratch (sized for every matrix of the model at its
- * rows and threads); a model without one (tests' hand-made models) gets the allocating entry. */
+/* Products run on the workspace's kernel scratch, sized for every matrix of the model at its
+ * rows and threads on the model's backend. */
 static int matmul_on(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y, bool qa) {
-    if (m->ref_kernels) return qa ? di_matmul_ref_qa(w, x, n, y) : di_matmul_ref(w, x, n, y);
-    if (!m->ws) return qa ? di_matmul_qa(m->pool, w, x, n, y) : di_matmul(m->pool, w, x, n, y);
-    return di_matmul_into(m->pool, w, x, n, y, qa, m->ws->mm, m->ws->mm_floats);
+    if (!m->ws) return di_errorf("matmul: the model has no workspace");
+    return di_backend_matmul(m->be, m->pool, w, x, n, y, qa, m->ws->mm, m->ws->mm_floats);
 }
 
 int model_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y) { return matmul_on(m, w, x, n, y, false); }
@@ -78,11 +77,15 @@ int model_linear(const Model *m, const DiMatrix *w, const float *x, int64_t n, f
     size_t count = (size_t)n * (size_t)w->cols; /* <= the workspace's act_q: rows x widest matrix */
     float *q = m->ws->act_q;
     memcpy(q, x, count * sizeof *q);
-    int rc = di_roundtrip_fp8_block32(q, count);
+    int rc = m->be->roundtrip_fp8_block32(q, count);
     return rc == 0 ? matmul_on(m, w, q, n, y, true) : rc;
 }
 
 const RopeTable *model_rope(const Model *m, int ratio) { return ratio > 0 ? &m->rope_compress : &m->rope_main; }
+
+void model_rope_apply(const Model *m, const RopeTable *t, float *x, int64_t n, int64_t pos, bool inverse) {
+    m->be->rope(t->freq, t->dim, x, n, pos, inverse);
+}
 
 /* Primes and offsets come from the config (config.c derives them, §5.2 e). */
 static int load_engram_layout(Model *m) {
@@ -113,6 +116,8 @@ Model *model_load(const char *dir, NumericsMode mode) {
     Model *m = di_calloc(1, sizeof *m, "model");
     if (!m) return NULL;
     m->mode = mode;
+    DiEnvKernels kernels; /* the one read of the knob: every kernel call goes through m->be */
+    if (di_env_kernels(&kernels) != 0 || di_backend_cpu_select(kernels, &m->be) != 0) goto fail;
     if (di_config_load(dir, &m->cfg) != 0) goto fail;
     if (model_dims_from_config(&m->cfg, &m->d) != 0) goto fail;
     m->ck = di_checkpoint_open(dir, &m->cfg);
@@ -133,7 +138,8 @@ Model *model_load(const char *dir, NumericsMode mode) {
     if (load_engram_layout(m) != 0) goto fail;
     int threads = di_default_threads();
     if (threads < 1 || !(m->ws = workspace_create(m, WORKSPACE_DEFAULT_ROWS, threads))) goto fail;
-    DI_INFO("workspace: %.1f MB for %lld rows per forward on %d threads", (double)m->ws->bytes / 1e6, (long long)m->ws->rows, threads);
+    DI_INFO("workspace: %.1f MB for %lld rows per forward on %d threads, %s kernels", (double)m->ws->bytes / 1e6,
+            (long long)m->ws->rows, threads, m->be->name);
     return m;
 fail:
     di_error_wrap("loading model %s", dir);
@@ -157,6 +163,22 @@ int model_reserve_rows(Model *m, int64_t rows) {
     int threads = m->ws ? m->ws->threads : di_default_threads();
     Workspace *ws = threads >= 1 ? workspace_create(m, rows, threads) : NULL;
     if (!ws) return di_error_wrap("reserving %lld rows per forward", (long long)rows);
+    workspace_free(m->ws);
+    m->ws = ws;
+    return 0;
+}
+
+int model_set_backend(Model *m, const DiKernelBackend *be) {
+    if (!m || !be) return di_errorf("set backend: no model or no backend");
+    if (m->ws && atomic_load(&m->ws->busy)) return di_errorf("set backend: a forward is running on the model");
+    const DiKernelBackend *was = m->be;
+    m->be = be;
+    if (!m->ws) return 0;
+    Workspace *ws = workspace_create(m, m->ws->rows, m->ws->threads); /* the kernel scratch differs by backend */
+    if (!ws) {
+        m->be = was;
+        return di_error_wrap("switching to the %s kernels", be->name);
+    }
     workspace_free(m->ws);
     m->ws = ws;
     return 0;

@@ -11,6 +11,7 @@
 #define DI_MODEL_MODEL_H
 
 #include "base/threadpool.h"
+#include "kernels/backend.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/model_dims.h"
@@ -55,9 +56,9 @@ typedef struct {
     int64_t token_map_len;
     EngramHash engram[DIMS_MAX_ENGRAM];
     bool engram_mult_set;
-    /* true: every projection uses the scalar reference di_matmul_ref instead of the optimised
-     * backend (tests compare the two). */
-    bool ref_kernels;
+    /* every kernel of the forward pass (kernels/backend.h), chosen at load from cpuid and
+     * DEEPINFER_KERNELS; model_set_backend switches it (tests, check-golden --kernels) */
+    const DiKernelBackend *be;
     /* every scratch buffer of a forward (workspace.h), sized at load; after `pool` so the A/B
      * tools (tools/decode_ab.c) set the pool of either build at the same offset */
     struct Workspace *ws;
@@ -79,7 +80,14 @@ int model_set_engram_multipliers(Model *m, const int64_t *mult, int64_t n_layers
 
 /* Rope table of a layer with this compress ratio (ratio 0 and DSpark: main; else compress). */
 const RopeTable *model_rope(const Model *m, int ratio);
+/* Rotate x[n-r .. n-1] for position pos with table t on the model's backend (§4.7): pairs
+ * (2i, 2i+1), angle = fp32(pos) · f_i; inverse rotates by -angle. */
+void model_rope_apply(const Model *m, const RopeTable *t, float *x, int64_t n, int64_t pos, bool inverse);
 bool model_act_quant(const Model *m);
+
+/* Run every kernel on backend be from now on (re-sizing the workspace's kernel scratch for it).
+ * Not during a forward. */
+int model_set_backend(Model *m, const DiKernelBackend *be);
 
 /* y[n][rows] = W · x[n][cols] on the model's kernel backend. */
 int model_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y);

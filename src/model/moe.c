@@ -2,9 +2,6 @@
 #include "model/moe.h"
 
 #include "base/error.h"
-#include "kernels/expf_row.h"
-#include "kernels/numformats.h"
-#include "model/ops.h"
 #include "model/workspace.h"
 
 #include <stdatomic.h>
@@ -12,22 +9,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Top-k of biased scores, ties to the lower expert id (§5.7 step 2); ids best first. */
-static void select_experts(const float *score, const float *bias, int E, int k, int32_t *ids) {
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        float bv = 0;
-        for (int e = 0; e < E; e++) {
-            bool taken = false;
-            for (int i = 0; i < j; i++) taken |= ids[i] == e;
-            if (taken) continue;
-            float v = score[e] + bias[e];
-            if (best < 0 || v > bv) best = e, bv = v;
-        }
-        ids[j] = best;
-    }
-}
 
 /* ---------------------------------------------------------------- expert jobs
  *
@@ -78,10 +59,9 @@ typedef struct {
  * tasks.  Under the reference numerics the inputs were quantised (§4.3, run_experts), and FP4
  * experts take the block order (di_matmul_qa, matmul.h) that the reference's fp4_gemm has. */
 static int task_matmul(const Model *m, const DiMatrix *w, const float *x, int64_t n, float *y, int thread) {
-    bool qa = model_act_quant(m);
-    if (m->ref_kernels) return qa ? di_matmul_ref_qa(w, x, n, y) : di_matmul_ref(w, x, n, y);
     const Workspace *ws = m->ws;
-    return di_matmul_into(NULL, w, x, n, y, qa, ws->moe.task_mm + thread * ws->moe.task_mm_floats, ws->moe.task_mm_floats);
+    return di_backend_matmul(m->be, NULL, w, x, n, y, model_act_quant(m), ws->moe.task_mm + thread * ws->moe.task_mm_floats,
+                             ws->moe.task_mm_floats);
 }
 
 static int compare_task_cost(const void *pa, const void *pb) {
@@ -110,9 +90,6 @@ static int plan_tasks(const ExpertSlot *slots, int n_slots, int64_t rows, int ta
     return n;
 }
 
-/* Gate values per di_expf_row call in hidden_task (stack buffers). */
-#define SILU_CHUNK 256
-
 /* Job A task: hidden[r][i] = silu(min(w1 x, L)) · clamp(w3 x, ±L) · weight[r] for one row slice. */
 static void hidden_task(void *ctx, int task, int thread) {
     ExpertJob *j = ctx;
@@ -128,36 +105,14 @@ static void hidden_task(void *ctx, int task, int thread) {
         j->failed = 1;
         return;
     }
-    float lim = j->m->d.swiglu_limit;
     for (int64_t t = 0; t < cnt; t++)
-        for (int64_t i0 = 0; i0 < len; i0 += SILU_CHUNK) {
-            int64_t n = len - i0 < SILU_CHUNK ? len - i0 : SILU_CHUNK;
-            float gc[SILU_CHUNK], uc[SILU_CHUNK], e[SILU_CHUNK];
-            for (int64_t i = 0; i < n; i++) {
-                float gv = g[t * len + i0 + i], uv = u[t * len + i0 + i];
-                if (lim > 0) { /* fminf / fmaxf written as compares (a NaN gives the limit either
-                                * way); gcc called libm for them, one call per value */
-                    gv = gv < lim ? gv : lim;
-                    uv = uv > -lim ? uv : -lim;
-                    uv = uv < lim ? uv : lim;
-                }
-                gc[i] = gv, uc[i] = uv;
-            }
-            float *out = j->hidden + (s->off + t) * F + r0 + i0, rw = j->rw[s->off + t];
-            if (j->m->ref_kernels) {
-                for (int64_t i = 0; i < n; i++) out[i] = op_silu(gc[i]) * uc[i] * rw;
-            } else { /* op_silu with expf(-g) eight at a time (kernels/expf_row.h: within 3 ulp),
-                      * the same one division (a vector divide) */
-                di_expf_row(gc, (size_t)n, 0.0f, -1.0f, e);
-                for (int64_t i = 0; i < n; i++) out[i] = gc[i] / (1.0f + e[i]) * uc[i] * rw;
-            }
-        }
+        j->m->be->swiglu(g + t * len, u + t * len, len, j->m->d.swiglu_limit, j->rw[s->off + t], j->hidden + (s->off + t) * F + r0);
     /* §4.3: w2's input rows go through FP8 here, slice by slice, instead of after the job on one
      * thread: r0 and len are multiples of 32 (plan_tasks; F is one, config.c), so
      * the slices' blocks are the rows' blocks */
     if (model_act_quant(j->m))
         for (int64_t t = 0; t < cnt; t++)
-            if (di_roundtrip_fp8_block32(j->hidden + (s->off + t) * F + r0, (size_t)len) != 0) {
+            if (j->m->be->roundtrip_fp8_block32(j->hidden + (s->off + t) * F + r0, (size_t)len) != 0) {
                 j->failed = 1;
                 return;
             }
@@ -194,7 +149,7 @@ static int run_experts(const Model *m, ExpertJob *j, int n_slots, int64_t total)
         if (check_expert(j->slots[i].ex, j->D, j->F) != 0) return -1;
     /* §4.3: the FP8 round trip of each GEMM input row (cols are multiples of 32, so the flat
      * block-32 round trip is the per-row one model_linear applies) */
-    if (aq && di_roundtrip_fp8_block32((float *)j->xb, (size_t)(total * j->D)) != 0) return -1;
+    if (aq && m->be->roundtrip_fp8_block32((float *)j->xb, (size_t)(total * j->D)) != 0) return -1;
     int target = TASKS_PER_THREAD * (m->pool ? di_pool_threads(m->pool) : 1);
     ExpertTask *tasks = m->ws->moe.tasks; /* room for 2 x (E + 1 + TASKS_PER_THREAD x threads) */
     int n_a = plan_tasks(j->slots, n_slots, j->F, target, tasks), n_b = plan_tasks(j->slots, n_slots, j->D, target, tasks + n_slots + target);
@@ -213,18 +168,9 @@ static int route(const Model *m, const LayerWeights *lw, int top_k, const float 
     const ModelDims *d = &m->d;
     int E = lw->n_experts;
     if (model_matmul(m, &lw->gate, f, n, logits) != 0) return -1;
-    for (int64_t r = 0; r < n; r++) {
-        float *s = logits + r * E;
-        for (int e = 0; e < E; e++) s[e] = sqrtf(op_softplus(s[e] / d->gate_temp));
-        select_experts(s, lw->gate_bias, E, top_k, ids + r * top_k);
-        float sum = 0;
-        for (int j = 0; j < top_k; j++) sum += s[ids[r * top_k + j]];
-        for (int j = 0; j < top_k; j++) {
-            float w = s[ids[r * top_k + j]];
-            if (d->norm_topk && top_k > 1) w /= sum + 1e-20f;
-            wts[r * top_k + j] = w * d->route_scale;
-        }
-    }
+    for (int64_t r = 0; r < n; r++)
+        m->be->router(logits + r * E, lw->gate_bias, E, top_k, d->gate_temp, d->norm_topk, d->route_scale, ids + r * top_k,
+                      wts + r * top_k);
     return 0;
 }
 

@@ -7,7 +7,6 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "model/mhc.h"
-#include "model/ops.h"
 #include "model/workspace.h"
 
 #include <string.h>
@@ -84,8 +83,8 @@ static void attn_input_rows(void *ctx, int64_t r0, int64_t r1) {
     int hc = t->m->d.hc_mult;
     int64_t D = t->m->d.dim;
     for (int64_t i = r0; i < r1; i++) {
-        mhc_collapse(t->X + i * hc * D, t->pi + i * hc, hc, (int)D, t->a + i * D);
-        op_rmsnorm(t->a + i * D, t->a + i * D, t->norm, D, t->m->d.eps);
+        t->m->be->mhc_collapse(t->X + i * hc * D, t->pi + i * hc, hc, D, t->a + i * D);
+        t->m->be->rmsnorm(t->a + i * D, t->a + i * D, t->norm, D, t->m->d.eps);
     }
 }
 

@@ -37,11 +37,11 @@ static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 /* The largest matmul scratch of matrix w at up to `rows` rows on `threads` threads: the GEMV's
  * (one row) and the GEMM's (all rows) added, which bounds every count in between (the per-thread
  * part is one of the two, the padded and prepared activations grow with the rows). */
-static int64_t mm_need(const DiMatrix *w, int64_t rows, int threads) {
-    if (!w || w->rows <= 0 || w->cols <= 0) return 0;
+static int64_t mm_need(const DiKernelBackend *be, const DiMatrix *w, int64_t rows, int threads) {
+    if (!w || w->rows <= 0 || w->cols <= 0 || (unsigned)w->format >= DI_MAT_N_FORMATS) return 0;
+    const DiMatTraits *t = &be->mat[w->format];
     int64_t need = 0;
-    for (int qa = 0; qa < 2; qa++)
-        need = max64(need, di_matmul_scratch_floats(w, 1, threads, qa) + di_matmul_scratch_floats(w, rows, threads, qa));
+    for (int qa = 0; qa < 2; qa++) need = max64(need, t->scratch_floats(be, w, 1, threads, qa) + t->scratch_floats(be, w, rows, threads, qa));
     return need;
 }
 
@@ -49,8 +49,8 @@ typedef struct {
     int64_t pool_mm, task_mm, max_cols;
 } MatSizes;
 
-static void visit(MatSizes *s, const DiMatrix *w, int64_t rows, int threads) {
-    s->pool_mm = max64(s->pool_mm, mm_need(w, rows, threads));
+static void visit(MatSizes *s, const DiKernelBackend *be, const DiMatrix *w, int64_t rows, int threads) {
+    s->pool_mm = max64(s->pool_mm, mm_need(be, w, rows, threads));
     if (w) s->max_cols = max64(s->max_cols, w->cols);
 }
 
@@ -60,22 +60,22 @@ static MatSizes matrix_sizes(const Model *m, int64_t rows, int threads) {
     const ModelDims *d = &m->d;
     const Weights *w = &m->w;
     MatSizes s = {0, 0, 0};
-    visit(&s, &w->head, rows, threads);
-    visit(&s, &w->main_proj, rows, threads);
-    visit(&s, &w->markov_head, 1, threads);
-    visit(&s, &w->conf_proj, 1, threads);
+    visit(&s, m->be, &w->head, rows, threads);
+    visit(&s, m->be, &w->main_proj, rows, threads);
+    visit(&s, m->be, &w->markov_head, 1, threads);
+    visit(&s, m->be, &w->conf_proj, 1, threads);
     for (int L = 0; w->layers && L < d->n_layers + d->n_mtp; L++) {
         const LayerWeights *lw = &w->layers[L];
         const DiMatrix *mats[] = {&lw->hc_attn_fn, &lw->hc_ffn_fn, &lw->wq_a,     &lw->wq_b,   &lw->wkv,
                                   &lw->wo_a,       &lw->wo_b,      &lw->comp_wkv, &lw->comp_wgate, &lw->idx_wk,
                                   &lw->idx_wq_b,   &lw->idx_weights_proj,         &lw->gate,   &lw->engram_wkv};
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) visit(&s, mats[i], rows, threads);
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) visit(&s, m->be, mats[i], rows, threads);
         for (int e = 0; lw->experts && e <= lw->n_experts; e++) {
             const ExpertWeights *ex = e < lw->n_experts ? &lw->experts[e] : lw->has_shared ? &lw->shared : NULL;
             if (!ex) continue;
             const DiMatrix *em[] = {&ex->w1, &ex->w2, &ex->w3};
             for (int i = 0; i < 3; i++) {
-                s.task_mm = max64(s.task_mm, mm_need(em[i], rows, 1));
+                s.task_mm = max64(s.task_mm, mm_need(m->be, em[i], rows, 1));
                 s.max_cols = max64(s.max_cols, em[i]->cols);
             }
         }
@@ -151,6 +151,7 @@ static void layout(Workspace *ws, const Model *m, Carver *c) {
     CARVE(c, ws->attn.idx_key, DI);
     CARVE(c, ws->attn.idx_scores, N + 1);
     CARVE(c, ws->attn.ranked, N + 1);
+    CARVE(c, ws->attn.idx_keys, N);
     CARVE(c, ws->attn.in_pool, N / CS + 2);
     end = c->used > end ? c->used : end;
     c->used = stages;
@@ -208,8 +209,8 @@ static int build(Workspace *ws, const Model *m) {
 }
 
 Workspace *workspace_create(const Model *m, int64_t rows, int threads) {
-    if (!m || rows < 1 || rows > FORWARD_MAX_CHUNK || threads < 1) {
-        di_errorf("workspace: invalid sizes (%lld rows, %d threads)", (long long)rows, threads);
+    if (!m || !m->be || rows < 1 || rows > FORWARD_MAX_CHUNK || threads < 1) {
+        di_errorf("workspace: no model, no kernel backend or invalid sizes (%lld rows, %d threads)", (long long)rows, threads);
         return NULL;
     }
     Workspace *ws = di_calloc(1, sizeof *ws, "workspace");

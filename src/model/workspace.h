@@ -27,10 +27,7 @@
 #define WORKSPACE_DEFAULT_ROWS 512
 
 /* An index score and its entry (or block) id, ranked by the indexer (attention.c). */
-typedef struct {
-    float score;
-    int32_t id;
-} WsScored;
+typedef DiScored WsScored;
 
 /* One expert's gathered rows (moe.c). */
 typedef struct {
@@ -71,6 +68,7 @@ typedef struct Workspace {
         int64_t key_slots;   /* keys per row */
         int64_t max_entries; /* compressed entries one indexer call can see */
         WsScored *ranked;
+        const float **idx_keys; /* the index-key rows of one request's cache (max_entries) */
         uint8_t *in_pool;
         int32_t *sel, *sel_count, *cand, *cand_count; /* AttnShared's arrays */
     } attn;

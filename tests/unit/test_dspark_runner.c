@@ -22,7 +22,6 @@
 #include "model/dspark.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "model/ops.h"
 #include "model/state.h"
 #include "model/tiny.h"
 #include "model/tiny_planted.h"
@@ -494,7 +493,7 @@ TEST(taps_are_stream_means_of_tap_layer_inputs) {
     int64_t pos[PROMPT];
     for (int64_t i = 0; i < n; i++) pos[i] = i;
     CHECK(model_linear(model, &model->w.main_proj, taps, n, mx, model_act_quant(model)) == 0);
-    for (int64_t i = 0; i < n; i++) op_rmsnorm(mx + i * D, mx + i * D, model->w.main_norm, D, d->eps);
+    for (int64_t i = 0; i < n; i++) model->be->rmsnorm(mx + i * D, mx + i * D, model->w.main_norm, D, d->eps);
     int bad = 0;
     for (int s = 0; s < d->n_mtp; s++) {
         CHECK(attn_window_kv(model, &model->w.layers[d->n_layers + s], &model->rope_main, mx, n, pos, kv) == 0);

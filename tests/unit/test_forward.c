@@ -238,9 +238,10 @@ TEST(optimised_matmul_matches_reference_kernel) {
     int64_t T = 40;
     float *a = calloc((size_t)(T * V), sizeof(float)), *b = calloc((size_t)(T * V), sizeof(float));
     RunState *s1 = state_create(&model->d), *s2 = state_create(&model->d);
-    model->ref_kernels = true;
+    const DiKernelBackend *loaded = model->be;
+    CHECK(model_set_backend(model, di_backend_cpu_ref()) == 0);
     int rc1 = model_forward(model, s1, ids, T, 0, a, true, NULL);
-    model->ref_kernels = false;
+    CHECK(model_set_backend(model, loaded) == 0);
     int rc2 = model_forward(model, s2, ids, T, 0, b, true, NULL);
     CHECK(rc1 == 0 && rc2 == 0);
     double m = max_diff(a, b, T * V);

@@ -15,7 +15,7 @@
 static Model fake_model(int hc, int D) {
     Model m;
     memset(&m, 0, sizeof m);
-    m.ref_kernels = true;
+    m.be = di_backend_cpu_ref();
     m.d.hc_mult = hc;
     m.d.dim = D;
     m.ws = workspace_create(&m, 1, 1);
@@ -71,7 +71,8 @@ TEST(mixes_of_a_hand_derived_state) {
 TEST(collapse_and_expand) {
     const int hc = 2, D = 3;
     float X[6] = {1, 2, 3, 10, 20, 30}, pi[2] = {0.25f, 0.5f}, out[3];
-    mhc_collapse(X, pi, hc, D, out);
+    const DiKernelBackend *be = di_backend_cpu_ref();
+    be->mhc_collapse(X, pi, hc, D, out);
     CHECK_NEAR(out[0], 5.25, 1e-6);
     CHECK_NEAR(out[2], 15.75, 1e-6);
     HcMix mix;
@@ -80,7 +81,7 @@ TEST(collapse_and_expand) {
     /* comb[a][b]: source a -> destination b; an asymmetric matrix catches a transpose */
     mix.comb[0] = 0.5f, mix.comb[1] = 0.25f, mix.comb[2] = 0.125f, mix.comb[3] = 1.0f;
     float o[3] = {1, 1, 1};
-    mhc_expand(X, o, &mix, hc, D);
+    be->mhc_expand(X, o, mix.post, mix.comb, hc, D);
     /* X'[0] = 1·o + 0.5·X0 + 0.125·X1 ; X'[1] = 2·o + 0.25·X0 + 1·X1 */
     CHECK_NEAR(X[0], 1 + 0.5 * 1 + 0.125 * 10, 1e-6);
     CHECK_NEAR(X[2], 1 + 0.5 * 3 + 0.125 * 30, 1e-6);

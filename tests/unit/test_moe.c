@@ -13,12 +13,11 @@
 #include "base/error.h"
 #include "base/file.h"
 #include "base/threadpool.h"
-#include "kernels/expf_row.h"
+#include "kernels/activations.h"
 #include "kernels/numformats.h"
 #include "golden/golden.h"
 #include "model/model.h"
 #include "model/moe.h"
-#include "model/ops.h"
 #include "model/workspace.h"
 
 #include <math.h>
@@ -54,7 +53,7 @@ static void expert_ref(const ExpertWeights *ex, const float *x, float weight, fl
         /* silu(g) = g / (1 + e^-g), one division as torch computes it (spec §4.2); the
          * optimised path's exp is di_expf_row's (vector expf), taken value by value */
         float e = expf(-gv);
-        if (!model->ref_kernels) di_expf_row(&gv, 1, 0.0f, -1.0f, &e);
+        model->be->expf_row(&gv, 1, 0.0f, -1.0f, &e); /* the reference backend's is expf */
         g[i] = gv / (1.0f + e) * uv * weight;
     }
     linear(&ex->w2, g, 1, out);
@@ -70,7 +69,7 @@ static void moe_ref(const LayerWeights *lw, int top_k, const float *x, float *y)
     float *s = calloc((size_t)E, sizeof *s), *o = calloc((size_t)D, sizeof *o);
     int32_t ids[64];
     CHECK(model_matmul(model, &lw->gate, x, 1, s) == 0);
-    for (int e = 0; e < E; e++) s[e] = sqrtf(op_softplus(s[e] / d->gate_temp));
+    for (int e = 0; e < E; e++) s[e] = sqrtf(di_softplus(s[e] / d->gate_temp));
     for (int j = 0; j < top_k; j++) { /* best biased score not yet taken, lower id on ties */
         int best = -1;
         for (int e = 0; e < E; e++) {
@@ -148,26 +147,27 @@ TEST(grouped_experts_equal_row_by_row_spec_ref_mode) {
 }
 
 TEST(grouped_experts_equal_row_by_row_spec_ref_kernels) {
-    model->ref_kernels = true; /* op_silu's scalar path in the hidden task */
+    const DiKernelBackend *loaded = model->be;
+    CHECK(model_set_backend(model, di_backend_cpu_ref()) == 0); /* di_silu's scalar path in the hidden task */
     check_layer(0, MODE_EXACT, 1);
     check_layer(1, MODE_REF, 2);
-    model->ref_kernels = false;
+    CHECK(model_set_backend(model, loaded) == 0);
 }
 
 /* The two ways of writing silu round differently: x·(1/(1+e)) rounds the reciprocal and then the
  * product, torch's x/(1+e) once (one division).  The sweep must find values where they differ
- * (else it proves nothing), and op_silu must give the division's bits on every one of them. */
+ * (else it proves nothing), and di_silu must give the division's bits on every one of them. */
 TEST(silu_is_one_division) {
     int differ = 0, wrong = 0;
     float first = 0;
     for (float x = -24.0f; x < 24.0f; x += 0x1p-9f) {
         float e = expf(-x), one = x / (1.0f + e), two = x * (1.0f / (1.0f + e));
         if (memcmp(&one, &two, sizeof one) != 0 && differ++ == 0) first = x;
-        float got = op_silu(x);
+        float got = di_silu(x);
         wrong += memcmp(&got, &one, sizeof got) != 0;
     }
     CHECK_MSG(differ > 0, "no value where the two forms differ");
-    CHECK_MSG(wrong == 0, "op_silu differs from x / (1 + expf(-x)) on %d of the values (forms differ on %d, first %a)",
+    CHECK_MSG(wrong == 0, "di_silu differs from x / (1 + expf(-x)) on %d of the values (forms differ on %d, first %a)",
               wrong, differ, (double)first);
 }
 

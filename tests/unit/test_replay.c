@@ -19,7 +19,6 @@
 #include "model/forward.h"
 #include "model/mhc.h"
 #include "model/model.h"
-#include "model/ops.h"
 #include "model/replay.h"
 #include "model/state.h"
 #include "model/tiny.h"
@@ -94,8 +93,8 @@ static int oracle_chunk(const Model *m, RunState *st, const int32_t *tok, int64_
         if (model_block(m, L, Xc, pic, rows, oracle_attn, &oa, NULL) != 0) goto done;
     }
     /* §5.8 head on the last row */
-    mhc_collapse(Xc + (rows - 1) * hc * D, pic + (rows - 1) * hc, hc, (int)D, row);
-    op_rmsnorm(row, row, m->w.norm, D, d->eps);
+    m->be->mhc_collapse(Xc + (rows - 1) * hc * D, pic + (rows - 1) * hc, hc, D, row);
+    m->be->rmsnorm(row, row, m->w.norm, D, d->eps);
     if (model_matmul(m, &m->w.head, row, 1, logits) != 0) goto done;
     engram_push_history(m, st, tok, n);
     st->n_pos = s + n;

@@ -75,7 +75,7 @@ static void check_same_bits(const Model *m, const DiMatrix *w, const char *what)
         for (int threads = 1; threads <= 2; threads++)
             for (size_t t = 0; t < sizeof token_counts / sizeof *token_counts; t++) {
                 int64_t n = token_counts[t];
-                mm.ref_kernels = k == 0;
+                mm.be = k == 0 ? di_backend_cpu_ref() : m->be; /* the reference needs no scratch */
                 mm.pool = threads == 2 ? pool : NULL;
                 CHECK_MSG(workspace_acquire(&mm) == 0, "%s", di_error_message()); /* sized for this pool, as in a forward */
                 fill_inputs(o, n * in);

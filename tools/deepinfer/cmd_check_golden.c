@@ -78,6 +78,7 @@ int cmd_check_golden(int argc, char **argv) {
         return 1;
     }
     int passed = 0, failed = 0;
+    const DiKernelBackend *loaded = m->be; /* the backend cpuid and DEEPINFER_KERNELS chose */
     for (size_t i = 0; i < golden_n_cases(&g); i++) {
         GoldenResult r;
         json_t *c = json_array_get(json_object_get(g.root, "cases"), i);
@@ -85,8 +86,9 @@ int cmd_check_golden(int argc, char **argv) {
         const char *mode = json_string_value(json_object_get(c, "mode"));
         if (only_case && (!name || !strstr(name, only_case))) continue;
         if (only_mode && (!mode || strcmp(mode, only_mode) != 0)) continue;
-        m->ref_kernels = strcmp(kernels, "ref") == 0 || (strcmp(kernels, "auto") == 0 && mode && strcmp(mode, "ref") == 0);
-        if (golden_run_case(&g, m, i, &r) != 0) {
+        bool ref = strcmp(kernels, "ref") == 0 || (strcmp(kernels, "auto") == 0 && mode && strcmp(mode, "ref") == 0);
+        const DiKernelBackend *be = ref ? di_backend_cpu_ref() : loaded;
+        if ((m->be != be && model_set_backend(m, be) != 0) || golden_run_case(&g, m, i, &r) != 0) {
             printf("case=%s max_abs=nan max_rel=nan FAIL\n", name ? name : "?");
             fprintf(stderr, "  %s: %s\n", name ? name : "?", di_error_message());
             failed++;
