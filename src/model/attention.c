@@ -2,9 +2,6 @@
 #include "model/attention.h"
 
 #include "base/error.h"
-#include "kernels/numformats.h"
-#include "kernels/vec.h"
-#include "model/ops.h"
 #include "model/workspace.h"
 
 #include <math.h>
@@ -23,10 +20,10 @@ int attn_query(const Model *m, const LayerWeights *lw, const RopeTable *rope, co
     int64_t Rq = d->q_rank, H = d->n_heads, Dh = d->head_dim;
     bool aq = model_act_quant(m);
     if (model_linear(m, &lw->wq_a, a, n, qr, aq) != 0) return di_error_wrap("wq_a");
-    for (int64_t i = 0; i < n; i++) op_rmsnorm(qr + i * Rq, qr + i * Rq, lw->q_norm, Rq, d->eps);
+    for (int64_t i = 0; i < n; i++) m->be->rmsnorm(qr + i * Rq, qr + i * Rq, lw->q_norm, Rq, d->eps);
     if (model_linear(m, &lw->wq_b, qr, n, q, aq) != 0) return di_error_wrap("wq_b");
     for (int64_t i = 0; i < n; i++)
-        for (int64_t h = 0; h < H; h++) rope_apply(rope, q + (i * H + h) * Dh, Dh, pos[i], false);
+        for (int64_t h = 0; h < H; h++) model_rope_apply(m, rope, q + (i * H + h) * Dh, Dh, pos[i], false);
     return 0;
 }
 
@@ -37,10 +34,10 @@ int attn_window_kv(const Model *m, const LayerWeights *lw, const RopeTable *rope
     if (model_linear(m, &lw->wkv, a, n, kv, model_act_quant(m)) != 0) return di_error_wrap("wkv");
     for (int64_t i = 0; i < n; i++) {
         float *row = kv + i * Dh;
-        op_rmsnorm(row, row, lw->kv_norm, Dh, d->eps);
-        rope_apply(rope, row, Dh, pos[i], false);
+        m->be->rmsnorm(row, row, lw->kv_norm, Dh, d->eps);
+        model_rope_apply(m, rope, row, Dh, pos[i], false);
         /* §4.4: FP8 round trip over the whole row after RoPE, rotary dims included */
-        if (model_kv_quant(m) && di_roundtrip_fp8_block32(row, (size_t)Dh) != 0) return -1;
+        if (model_kv_quant(m) && m->be->roundtrip_fp8_block32(row, (size_t)Dh) != 0) return -1;
     }
     return 0;
 }
@@ -54,15 +51,15 @@ static int emit_entry(const Model *m, RunState *st, const LayerWeights *lw, int 
     int64_t Dh = d->head_dim, DI = d->idx_head_dim;
     const RopeTable *rope = model_rope(m, ratio);
     bool kq = model_kv_quant(m);
-    op_rmsnorm(latent, latent, lw->comp_norm, Dh, d->eps);
+    m->be->rmsnorm(latent, latent, lw->comp_norm, Dh, d->eps);
     /* index key from the pre-RoPE latent (§5.6.4) */
     if (model_matmul(m, &lw->idx_wk, latent, 1, key) != 0) return -1;
-    op_rmsnorm(key, key, lw->idx_k_norm, DI, d->eps);
-    rope_apply(rope, key, DI, g * ratio, false); /* rotated at the group's first position */
-    if (kq && di_roundtrip_fp4_ue8m0_block32(key, (size_t)DI) != 0) return -1;
+    m->be->rmsnorm(key, key, lw->idx_k_norm, DI, d->eps);
+    model_rope_apply(m, rope, key, DI, g * ratio, false); /* rotated at the group's first position */
+    if (kq && m->be->roundtrip_fp4_ue8m0_block32(key, (size_t)DI) != 0) return -1;
     /* compressed row: the post-RoPE latent (§5.6.5) */
-    rope_apply(rope, latent, Dh, g * ratio, false);
-    if (kq && di_roundtrip_fp4_e4m3_block16(latent, (size_t)Dh) != 0) return -1;
+    model_rope_apply(m, rope, latent, Dh, g * ratio, false);
+    if (kq && m->be->roundtrip_fp4_e4m3_block16(latent, (size_t)Dh) != 0) return -1;
     int64_t idx = state_kv_append(st, slot);
     if (idx < 0) return -1;
     if (idx != g) return di_errorf("compressor: entry %lld emitted but the cache holds %lld rows", (long long)g, (long long)idx);
@@ -105,18 +102,7 @@ static int run_compressor(const Model *m, RunState *st, int L, const LayerWeight
         for (int j = 0; j < ratio - 1; j++) pk[j] = state_pending_row(st, slot, 0, j), pz[j] = state_pending_row(st, slot, 1, j);
         pk[ratio - 1] = kc + i * Dh;
         pz[ratio - 1] = zc + i * Dh;
-        for (int64_t c = 0; c < Dh; c++) {
-            float mx = pz[ratio - 1][c];
-            for (int j = 0; j < ratio - 1; j++) mx = fmaxf(mx, pz[j][c]);
-            float den = 0, num = 0;
-            for (int j = 0; j < ratio; j++) {
-                float z = pz[j][c], k = pk[j][c];
-                float e = expf(z - mx);
-                den += e;
-                num += e * k;
-            }
-            latent[c] = num / den;
-        }
+        m->be->compress_pool(pk, pz, ratio, Dh, latent);
         ks->n_pending = 0;
         if (emit_entry(m, st, lw, slot, ratio, p / ratio, latent, key) != 0) goto done;
     }
@@ -146,30 +132,7 @@ int attn_write_sources(const Model *m, const RowBatch *rb, int L, const float *a
 
 /* ---------------------------------------------------------------- indexer (§5.6.6) */
 
-typedef WsScored Scored;
-
-/* score descending, id ascending (the canonical tie order, §5.6.6 step 6) */
-static inline bool ranks_before(Scored a, Scored b) { return a.score > b.score || (a.score == b.score && a.id < b.id); }
-
-/* Moves the k best of it[0..m) to it[0..k), best first; returns min(k, m).  A partial insertion
- * selection: the scan keeps the best so far sorted and rejects most entries with one compare,
- * so a decode step costs ~O(m), not a full sort of every visible entry.  The order is total on
- * distinct ids, so the result is the same set and order a full sort gives. */
-static int64_t best_k(Scored *it, int64_t m, int64_t k) {
-    if (k > m) k = m;
-    int64_t have = 0;
-    for (int64_t i = 0; i < m && k > 0; i++) {
-        Scored s = it[i]; /* have <= i: the writes below only touch entries already read */
-        if (have == k && !ranks_before(s, it[k - 1])) continue;
-        int64_t j = have < k ? have++ : k - 1;
-        while (j > 0 && ranks_before(s, it[j - 1])) {
-            it[j] = it[j - 1];
-            j--;
-        }
-        it[j] = s;
-    }
-    return k;
-}
+typedef DiScored Scored;
 
 static int by_id(const void *pa, const void *pb) {
     int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
@@ -177,11 +140,11 @@ static int by_id(const void *pa, const void *pb) {
 }
 
 /* Pick up to k of the finite scores into out (ascending ids); returns the count. */
-static int top_k_entries(const float *score, int64_t count, int k, Scored *tmp, int32_t *out) {
+static int top_k_entries(const Model *mod, const float *score, int64_t count, int k, Scored *tmp, int32_t *out) {
     int64_t m = 0;
     for (int64_t t = 0; t < count; t++)
         if (score[t] > -INFINITY) tmp[m++] = (Scored){score[t], (int32_t)t};
-    int take = (int)best_k(tmp, m, k);
+    int take = (int)mod->be->top_k(tmp, m, k);
     for (int j = 0; j < take; j++) out[j] = tmp[j].id;
     qsort(out, (size_t)take, sizeof *out, by_id);
     return take;
@@ -201,11 +164,13 @@ static int run_indexer(const Model *m, RunState *st, int L, float *qi, const flo
     float *score = m->ws->attn.idx_scores;
     Scored *tmp = m->ws->attn.ranked;
     uint8_t *inpool = m->ws->attn.in_pool;
+    const float **keys = m->ws->attn.idx_keys;
     int rc = -1;
     if (N > m->ws->attn.max_entries) {
         di_errorf("indexer of layer %d: %lld compressed entries exceed the workspace's %lld", L, (long long)N, (long long)m->ws->attn.max_entries);
         goto done;
     }
+    for (int64_t t = 0; t < N; t++) keys[t] = state_ikey_row(st, slot, t); /* the cache may be paged */
     if (masked && sh->pool_layer != d->cand_src) {
         di_errorf("indexer of layer %d: no candidate pool from layer %d in this forward", L, d->cand_src);
         goto done;
@@ -219,19 +184,9 @@ static int run_indexer(const Model *m, RunState *st, int L, float *qi, const flo
             goto done;
         }
         float *q = qi + i * HI * DI;
-        for (int64_t h = 0; h < HI; h++) rope_apply(rope, q + h * DI, DI, p, false);
-        if (model_kv_quant(m) && di_roundtrip_fp4_ue8m0_block32(q, (size_t)(HI * DI)) != 0) goto done;
-        const float *w = wp + i * HI;
-        for (int64_t t = 0; t < nvis; t++) {
-            const float *k = state_ikey_row(st, slot, t);
-            float sc = 0;
-            for (int64_t h = 0; h < HI; h++) {
-                float dot = 0;
-                for (int64_t c = 0; c < DI; c++) dot += q[h * DI + c] * k[c];
-                sc += w[h] * wscale * fmaxf(dot, 0.0f);
-            }
-            score[t] = sc;
-        }
+        for (int64_t h = 0; h < HI; h++) model_rope_apply(m, rope, q + h * DI, DI, p, false);
+        if (model_kv_quant(m) && m->be->roundtrip_fp4_ue8m0_block32(q, (size_t)(HI * DI)) != 0) goto done;
+        m->be->index_scores(q, wp + i * HI, HI, DI, wscale, keys, nvis, score);
         int64_t nblocks = (nvis + CS - 1) / (CS > 0 ? CS : 1);
         if (is_cand && nvis > 0) {
             /* block score = max of its entries; the newest block is always kept (§5.6.6 step 4) */
@@ -240,7 +195,7 @@ static int run_indexer(const Model *m, RunState *st, int L, float *qi, const flo
                 for (int64_t t = b * CS; t < nvis && t < (b + 1) * CS; t++) bm = fmaxf(bm, score[t]);
                 tmp[b] = (Scored){b == (nvis - 1) / CS ? INFINITY : bm, (int32_t)b};
             }
-            int keep = (int)best_k(tmp, nblocks, CB);
+            int keep = (int)m->be->top_k(tmp, nblocks, CB);
             for (int j = 0; j < keep; j++) sh->pool[(r0 + i) * CB + j] = tmp[j].id;
             sh->pool_count[r0 + i] = keep;
         } else if (is_cand) {
@@ -255,7 +210,7 @@ static int run_indexer(const Model *m, RunState *st, int L, float *qi, const flo
             for (int64_t t = 0; t < nvis; t++)
                 if (!inpool[t / CS]) score[t] = -INFINITY;
         }
-        sh->sel_count[r0 + i] = top_k_entries(score, nvis, K, tmp, sh->sel + (r0 + i) * K);
+        sh->sel_count[r0 + i] = top_k_entries(m, score, nvis, K, tmp, sh->sel + (r0 + i) * K);
     }
     rc = 0;
 done:
@@ -267,29 +222,7 @@ done:
 
 void attn_head(const Model *m, const LayerWeights *lw, int64_t h, const float *qh, const float *const *keys, int64_t nk,
                float *oh, float *z) {
-    int64_t Dh = m->d.head_dim;
-    float scale = 1.0f / sqrtf((float)Dh);
-    float sink = lw->attn_sink[h], mx = sink;
-    int64_t j = 0;
-    for (; j + 8 <= nk; j += 8) { /* eight keys at a time, each dot product in its own order */
-        float dot[8];
-        di_vec_dot_rows8(qh, keys + j, Dh, dot);
-        for (int l = 0; l < 8; l++) z[j + l] = dot[l] * scale;
-    }
-    for (; j < nk; j++) {
-        float dot = 0;
-        for (int64_t c = 0; c < Dh; c++) dot += qh[c] * keys[j][c];
-        z[j] = dot * scale;
-    }
-    for (j = 0; j < nk; j++) mx = fmaxf(mx, z[j]);
-    float den = expf(sink - mx); /* the sink adds to the denominator only */
-    memset(oh, 0, (size_t)Dh * sizeof *oh);
-    for (int64_t j = 0; j < nk; j++) {
-        float e = expf(z[j] - mx);
-        den += e;
-        di_vec_add_scaled(oh, e, keys[j], Dh);
-    }
-    for (int64_t c = 0; c < Dh; c++) oh[c] /= den;
+    m->be->attn_head(qh, keys, nk, m->d.head_dim, lw->attn_sink[h], oh, z);
 }
 
 void attn_heads(const Model *m, const LayerWeights *lw, const float *q, const float *const *keys, int64_t nk, float *o,
@@ -326,7 +259,7 @@ int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, f
     int64_t H = d->n_heads, Dh = d->head_dim;
     float *z = m->ws->attn.groups;
     for (int64_t i = 0; i < n; i++)
-        for (int64_t h = 0; h < H; h++) rope_apply(rope, o + (i * H + h) * Dh, Dh, pos[i], true);
+        for (int64_t h = 0; h < H; h++) model_rope_apply(m, rope, o + (i * H + h) * Dh, Dh, pos[i], true);
     if (attn_wo_a(m, &lw->wo_a, o, n, z) != 0 || model_linear(m, &lw->wo_b, z, n, out, model_act_quant(m)) != 0) return -1;
     return 0;
 }

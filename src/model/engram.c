@@ -2,8 +2,6 @@
 #include "model/engram.h"
 
 #include "base/error.h"
-#include "kernels/numformats.h"
-#include "model/ops.h"
 #include "model/workspace.h"
 
 #include <math.h>
@@ -70,46 +68,24 @@ void engram_push_history(const Model *m, RunState *st, const int32_t *tokens, in
     }
 }
 
-/* Row `id` of the FP8 table, dequantised exactly (§5.3 step 1). */
-static void table_row(const LayerWeights *lw, int64_t id, int hd, float *out) {
-    const uint8_t *codes = lw->engram_codes + id * hd;
-    const uint8_t *scales = lw->engram_scales + id * (hd / 32);
-    for (int c = 0; c < hd; c++) out[c] = di_e4m3_to_f32(codes[c]) * di_ue8m0_to_f32(scales[c / 32]);
-}
-
 int engram_forward(const Model *m, int slot, const LayerWeights *lw, const int64_t *ids, float *X, int64_t n) {
     const ModelDims *d = &m->d;
     int cols = engram_columns(d), hd = d->engram_head_dim, hc = d->hc_mult;
     int64_t D = d->dim, in = (int64_t)cols * hd, outw = (int64_t)(hc + 1) * D;
     if (!m->ws || n > m->ws->rows) return di_errorf("engram: %lld rows exceed the workspace", (long long)n);
     float *u = m->ws->engram.rows, *kv = m->ws->engram.kv;
-    for (int64_t i = 0; i < n; i++)
-        for (int c = 0; c < cols; c++) {
-            int64_t id = ids[(i * d->n_engram + slot) * cols + c];
-            if (id < 0 || id >= lw->engram_rows)
-                return di_errorf("engram: row id %lld outside the table (%lld rows)", (long long)id, (long long)lw->engram_rows);
-            table_row(lw, id, hd, u + i * in + (int64_t)c * hd);
-        }
+    for (int64_t i = 0; i < n; i++) { /* §5.3 step 1: the rows' FP8 table entries, dequantised exactly */
+        const int64_t *row_ids = ids + (i * d->n_engram + slot) * cols;
+        for (int c = 0; c < cols; c++)
+            if (row_ids[c] < 0 || row_ids[c] >= lw->engram_rows)
+                return di_errorf("engram: row id %lld outside the table (%lld rows)", (long long)row_ids[c], (long long)lw->engram_rows);
+        m->be->engram_gather(lw->engram_codes, lw->engram_scales, row_ids, cols, hd, u + i * in);
+    }
     if (model_linear(m, &lw->engram_wkv, u, n, kv, model_act_quant(m)) != 0) return di_error_wrap("engram wkv");
-    float inv_sqrt_d = 1.0f / sqrtf((float)D);
     for (int64_t i = 0; i < n; i++) {
         const float *value = kv + i * outw + (int64_t)hc * D;
-        for (int k = 0; k < hc; k++) {
-            float *h = X + (i * hc + k) * D;
-            const float *key = kv + i * outw + (int64_t)k * D;
-            const float *w = lw->engram_qk + (int64_t)k * D;
-            float hh = 0, kk = 0, dot = 0;
-            for (int64_t c = 0; c < D; c++) {
-                hh += h[c] * h[c];
-                kk += key[c] * key[c];
-                dot += h[c] * w[c] * key[c];
-            }
-            /* per-stream RMS factors (not joint over the streams), §5.3 step 4 */
-            float r = (1.0f / sqrtf(hh / (float)D + d->eps)) * (1.0f / sqrtf(kk / (float)D + d->eps));
-            dot = dot * r * inv_sqrt_d;
-            float g = op_sigmoid(copysignf(sqrtf(fmaxf(fabsf(dot), 1e-6f)), dot));
-            for (int64_t c = 0; c < D; c++) h[c] += g * value[c];
-        }
+        for (int k = 0; k < hc; k++)
+            m->be->engram_gate(X + (i * hc + k) * D, kv + i * outw + (int64_t)k * D, value, lw->engram_qk + (int64_t)k * D, D, d->eps);
     }
     return 0;
 }

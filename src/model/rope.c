@@ -1,4 +1,4 @@
-/* rope.c — RoPE frequency tables and rotation (rope.h, spec §4.7). */
+/* rope.c — RoPE frequency tables (rope.h, spec §4.7). */
 #include "model/rope.h"
 
 #include "base/error.h"
@@ -33,16 +33,4 @@ int rope_table_init(RopeTable *t, int dim, double theta, bool yarn, double yarn_
         t->freq[i] = f / (float)yarn_factor * ramp + f * (1.0f - ramp);
     }
     return 0;
-}
-
-void rope_apply(const RopeTable *t, float *x, int64_t n, int64_t pos, bool inverse) {
-    float *v = x + (n - t->dim);
-    for (int i = 0; i < t->dim / 2; i++) {
-        float angle = (float)pos * t->freq[i]; /* one fp32 rounding, never accumulated */
-        float c = cosf(angle), s = sinf(angle);
-        if (inverse) s = -s;
-        float x0 = v[2 * i], x1 = v[2 * i + 1];
-        v[2 * i] = x0 * c - x1 * s;
-        v[2 * i + 1] = x0 * s + x1 * c;
-    }
 }

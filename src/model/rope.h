@@ -1,7 +1,7 @@
 /* rope.h — rotary position embedding of V4.1 (§4.7): two frequency tables ("main": rope_theta,
  * no YaRN, for ratio-0 layers and DSpark stages; "compress": compress_rope_theta + YaRN for every
- * ratio > 0 layer), rotation of the LAST r dims of a vector as adjacent pairs, and its inverse
- * (used on the attention output before wo_a). */
+ * ratio > 0 layer).  The rotation of the LAST r dims of a vector as adjacent pairs, and its
+ * inverse (used on the attention output before wo_a), runs on the backend (kernels/backend.h). */
 #ifndef DI_MODEL_ROPE_H
 #define DI_MODEL_ROPE_H
 
@@ -20,8 +20,6 @@ typedef struct {
 int rope_table_init(RopeTable *t, int dim, double theta, bool yarn, double yarn_factor,
                     double beta_fast, double beta_slow, double original_seq_len);
 
-/* Rotate x[n-r .. n-1] for position pos: pairs (2i, 2i+1), angle = fp32(pos) * f_i.
- * inverse = true rotates by -angle. */
-void rope_apply(const RopeTable *t, float *x, int64_t n, int64_t pos, bool inverse);
+/* The rotation itself is a backend op (kernels/backend.h, rope; model_rope_apply). */
 
 #endif

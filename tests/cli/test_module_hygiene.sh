@@ -3,8 +3,9 @@
 # libdeepinfer.so exports exactly the functions include/deepinfer.h declares (all di_, no
 # internal name, no data), the internal .so of the A/B tools still exports the internals, the
 # engine sources include nothing of the cluster planners or the golden harness (data flows one
-# way), PCRE2 is a dependency of the pre-tokenizer benchmark alone, and no source but
-# src/base/env.c reads the environment (issue 20: every knob is parsed once and passed in).
+# way), the model reaches the kernels only through its backend table, PCRE2 is a dependency of
+# the pre-tokenizer benchmark alone, and no source but src/base/env.c reads the environment
+# (issue 20: every knob is parsed once and passed in).
 set -u
 cd "$(dirname "$0")/../.."
 pass=0; fail=0
@@ -39,6 +40,12 @@ nm build/libdeepinfer_golden.a | grep -q ' T golden_open$' && ok || bad "libdeep
 # The environment is read in one place: src/base/env.c's accessors.
 readers=$(grep -rn 'getenv' src --include='*.[ch]' | grep -v '^src/base/env\.c:')
 [ -z "$readers" ] && ok || bad "getenv outside src/base/env.c: $readers"
+
+# The forward pass reaches the kernels only through the backend table the model chose at load
+# (kernels/backend.h): no direct kernel call, no per-call kernel choice in src/model.
+direct=$(grep -nE 'di_matmul(_ref|_ref_qa|_qa|_into|_simd)?\(|di_roundtrip_[a-z0-9_]+\(|di_expf_row\(|di_vec_|di_simd_|di_kernels_use_simd' \
+    src/model/*.c)
+[ -z "$direct" ] && ok || bad "src/model calls kernels around the backend table: $direct"
 
 # PCRE2 only where it is the baseline: no other link command names it (the linker's --as-needed
 # would drop an unused -lpcre2-8 from the binaries anyway, so the commands are what to check).

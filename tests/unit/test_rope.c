@@ -2,6 +2,7 @@
  * (r = 64 release tables; r = 16 tiny tables of §9.3) and hand-derived rotations. */
 #include "test.h"
 
+#include "kernels/backend.h"
 #include "model/rope.h"
 
 #include <math.h>
@@ -47,13 +48,14 @@ TEST(rotation_pairs_adjacent_tail_and_inverts) {
     CHECK(rope_table_init(&t, 4, 10000, false, 0, 0, 0, 0) == 0);
     /* n = 6, rotary tail = dims 2..5, pairs (2,3) with f0 = 1 and (4,5) with f1 = 0.01 */
     float x[6] = {7, 8, 1, 0, 0, 1};
-    rope_apply(&t, x, 6, 3, false);
+    const DiKernelBackend *be = di_backend_cpu_ref();
+    be->rope(t.freq, t.dim, x, 6, 3, false);
     CHECK(x[0] == 7 && x[1] == 8); /* the non-rotary head is untouched */
     CHECK_NEAR(x[2], cos(3.0), 1e-6);
     CHECK_NEAR(x[3], sin(3.0), 1e-6);
     CHECK_NEAR(x[4], -sin(0.03), 1e-6);
     CHECK_NEAR(x[5], cos(0.03), 1e-6);
-    rope_apply(&t, x, 6, 3, true);
+    be->rope(t.freq, t.dim, x, 6, 3, true);
     CHECK_NEAR(x[2], 1, 1e-6);
     CHECK_NEAR(x[3], 0, 1e-6);
     CHECK_NEAR(x[4], 0, 1e-6);
