@@ -26,6 +26,9 @@
 
 #define DI_MAT_N_FORMATS (DI_MAT_FP4_ROW32 + 1)
 
+/* Heads one attn_heads call may score together: its scratch z holds nk scores of each. */
+#define DI_BACKEND_HEAD_GROUP 8
+
 /* An index score and its entry (or block) id (§5.6.6). */
 typedef struct {
     float score;
@@ -65,16 +68,23 @@ struct DiKernelBackend {
     void (*expf_row)(const float *x, size_t n, float shift, float scale, float *out);
 
     /* ---- attention (§4.8, §5.6) */
-    /* One head of one query over nk key rows (key = value) with a sink logit: out[dim] =
-     * Σ_j softmax_j(q·k_j / sqrt(dim)) k_j, the sink only in the denominator; z: nk floats. */
-    void (*attn_head)(const float *q, const float *const *keys, int64_t nk, int64_t dim, float sink, float *out, float *z);
-    /* Indexer scores (§5.6.6 step 2): score[t] = Σ_h w[h]·scale·max(q_h·k_t, 0) over `heads`
-     * query heads of `dim` floats, for the n_keys index-key rows keys[t]. */
-    void (*index_scores)(const float *q, const float *w, int64_t heads, int64_t dim, float scale, const float *const *keys,
-                         int64_t n_keys, float *score);
-    /* Moves the k best of it[0..m) to it[0..k), best first (score descending, id ascending on
-     * ties, §5.6.6 step 6); returns min(k, m).  The order is total on distinct ids. */
-    int64_t (*top_k)(DiScored *it, int64_t m, int64_t k);
+    /* nh heads of one query row over the same nk key rows (key = value), each with its sink
+     * logit: o[h] = Σ_j softmax_j(scale · q[h]·k_j) k_j, the sink only in the denominator.
+     * q, o: [nh][dim]; sink: [nh]; z: nk · DI_BACKEND_HEAD_GROUP floats of scratch. */
+    void (*attn_heads)(const float *q, int64_t nh, int64_t dim, const float *const *keys, int64_t nk, const float *sink,
+                       float scale, float *o, float *z);
+    /* Indexer scores (§5.6.6 step 3): score[t] = Σ_h wh[h]·max(q_h·k_t, 0), h ascending, each dot
+     * ascending over dim, for the n index-key rows k_t = keys + t·stride; q is [heads][dim], wh
+     * the head weights with the DI^-1/2·HI^-1/2 scale already applied. */
+    void (*index_scores)(const float *q, const float *wh, int64_t heads, int64_t dim, const float *keys, int64_t stride,
+                         int64_t n, float *score);
+    /* The ids of the min(k, #finite) best finite scores of score[0..n) (score descending, id
+     * ascending on ties, §5.6.6 step 6) into out, ascending; returns their count.  ids: the
+     * entries' ids (NULL: t itself); buf: n + 8 pairs of scratch. */
+    int64_t (*topk)(const float *score, const int32_t *ids, int64_t n, int64_t k, DiScored *buf, int32_t *out);
+    /* Moves the k best of it[0..m) to it[0..k), best first, by the same order; returns min(k, m)
+     * (the candidate blocks, §5.6.6 step 4). */
+    int64_t (*best_k)(DiScored *it, int64_t m, int64_t k);
     /* Compressor pooling (§5.6.3): out[c] = Σ_r softmax_r(gate[r][c]) · kv[r][c] over `rows` rows. */
     void (*compress_pool)(const float *const *kv, const float *const *gate, int rows, int64_t dim, float *out);
 

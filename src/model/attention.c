@@ -5,7 +5,6 @@
 #include "model/workspace.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 void attn_shared_init(AttnShared *sh, const Workspace *ws, int64_t n) {
@@ -134,26 +133,22 @@ int attn_write_sources(const Model *m, const RowBatch *rb, int L, const float *a
 
 typedef DiScored Scored;
 
-static int by_id(const void *pa, const void *pb) {
-    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
-    return (a > b) - (a < b);
-}
-
-/* Pick up to k of the finite scores into out (ascending ids); returns the count. */
-static int top_k_entries(const Model *mod, const float *score, int64_t count, int k, Scored *tmp, int32_t *out) {
-    int64_t m = 0;
-    for (int64_t t = 0; t < count; t++)
-        if (score[t] > -INFINITY) tmp[m++] = (Scored){score[t], (int32_t)t};
-    int take = (int)mod->be->top_k(tmp, m, k);
-    for (int j = 0; j < take; j++) out[j] = tmp[j].id;
-    qsort(out, (size_t)take, sizeof *out, by_id);
-    return take;
+/* score[t] for the first n index-key rows of the slot, a span of rows per backend call (the
+ * rows of a paged cache are contiguous within a page only). */
+static void index_scores(const Model *m, RunState *st, int slot, const float *q, const float *wh, int64_t n, float *score) {
+    for (int64_t t = 0; t < n;) {
+        int64_t stride, run;
+        const float *keys = state_ikey_span(st, slot, t, &stride, &run);
+        if (run > n - t) run = n - t;
+        m->be->index_scores(q, wh, m->d.idx_heads, m->d.idx_head_dim, keys, stride, run, score + t);
+        t += run;
+    }
 }
 
 /* Rows r0 .. r0+n-1 of the batch belong to one request (positions s .. s+n-1), with index
- * queries qi (rotated here, in place) and head weights wp; their selections and pools go to
- * those rows of sh. */
-static int run_indexer(const Model *m, RunState *st, int L, float *qi, const float *wp, int64_t n, int64_t s,
+ * queries qi (rotated here, in place) and head weights wp (scaled here, in place); their
+ * selections and pools go to those rows of sh. */
+static int run_indexer(const Model *m, RunState *st, int L, float *qi, float *wp, int64_t n, int64_t s,
                        AttnShared *sh, int64_t r0) {
     const ModelDims *d = &m->d;
     int ratio = d->layer[L].compress_ratio, slot = d->layer[d->layer[L].kv_source].kv_slot;
@@ -164,13 +159,11 @@ static int run_indexer(const Model *m, RunState *st, int L, float *qi, const flo
     float *score = m->ws->attn.idx_scores;
     Scored *tmp = m->ws->attn.ranked;
     uint8_t *inpool = m->ws->attn.in_pool;
-    const float **keys = m->ws->attn.idx_keys;
     int rc = -1;
     if (N > m->ws->attn.max_entries) {
         di_errorf("indexer of layer %d: %lld compressed entries exceed the workspace's %lld", L, (long long)N, (long long)m->ws->attn.max_entries);
         goto done;
     }
-    for (int64_t t = 0; t < N; t++) keys[t] = state_ikey_row(st, slot, t); /* the cache may be paged */
     if (masked && sh->pool_layer != d->cand_src) {
         di_errorf("indexer of layer %d: no candidate pool from layer %d in this forward", L, d->cand_src);
         goto done;
@@ -186,7 +179,9 @@ static int run_indexer(const Model *m, RunState *st, int L, float *qi, const flo
         float *q = qi + i * HI * DI;
         for (int64_t h = 0; h < HI; h++) model_rope_apply(m, rope, q + h * DI, DI, p, false);
         if (model_kv_quant(m) && m->be->roundtrip_fp4_ue8m0_block32(q, (size_t)(HI * DI)) != 0) goto done;
-        m->be->index_scores(q, wp + i * HI, HI, DI, wscale, keys, nvis, score);
+        float *wh = wp + i * HI;
+        for (int64_t h = 0; h < HI; h++) wh[h] *= wscale; /* (w·scale)·relu(dot): the spec's product order */
+        index_scores(m, st, slot, q, wh, nvis, score);
         int64_t nblocks = (nvis + CS - 1) / (CS > 0 ? CS : 1);
         if (is_cand && nvis > 0) {
             /* block score = max of its entries; the newest block is always kept (§5.6.6 step 4) */
@@ -195,7 +190,7 @@ static int run_indexer(const Model *m, RunState *st, int L, float *qi, const flo
                 for (int64_t t = b * CS; t < nvis && t < (b + 1) * CS; t++) bm = fmaxf(bm, score[t]);
                 tmp[b] = (Scored){b == (nvis - 1) / CS ? INFINITY : bm, (int32_t)b};
             }
-            int keep = (int)m->be->top_k(tmp, nblocks, CB);
+            int keep = (int)m->be->best_k(tmp, nblocks, CB);
             for (int j = 0; j < keep; j++) sh->pool[(r0 + i) * CB + j] = tmp[j].id;
             sh->pool_count[r0 + i] = keep;
         } else if (is_cand) {
@@ -210,7 +205,7 @@ static int run_indexer(const Model *m, RunState *st, int L, float *qi, const flo
             for (int64_t t = 0; t < nvis; t++)
                 if (!inpool[t / CS]) score[t] = -INFINITY;
         }
-        sh->sel_count[r0 + i] = top_k_entries(m, score, nvis, K, tmp, sh->sel + (r0 + i) * K);
+        sh->sel_count[r0 + i] = (int32_t)m->be->topk(score, NULL, nvis, K, tmp, sh->sel + (r0 + i) * K);
     }
     rc = 0;
 done:
@@ -222,13 +217,14 @@ done:
 
 void attn_head(const Model *m, const LayerWeights *lw, int64_t h, const float *qh, const float *const *keys, int64_t nk,
                float *oh, float *z) {
-    m->be->attn_head(qh, keys, nk, m->d.head_dim, lw->attn_sink[h], oh, z);
+    int64_t Dh = m->d.head_dim;
+    m->be->attn_heads(qh, 1, Dh, keys, nk, lw->attn_sink + h, 1.0f / sqrtf((float)Dh), oh, z);
 }
 
 void attn_heads(const Model *m, const LayerWeights *lw, const float *q, const float *const *keys, int64_t nk, float *o,
                 float *z) {
     int64_t Dh = m->d.head_dim;
-    for (int64_t h = 0; h < m->d.n_heads; h++) attn_head(m, lw, h, q + h * Dh, keys, nk, o + h * Dh, z);
+    m->be->attn_heads(q, m->d.n_heads, Dh, keys, nk, lw->attn_sink, 1.0f / sqrtf((float)Dh), o, z);
 }
 
 int attn_wo_a(const Model *m, const DiMatrix *wo_a, const float *o, int64_t n, float *z) {
@@ -268,7 +264,7 @@ int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, f
 
 /* One task per (row, head): at batch 1 a row alone would keep every other thread idle, and a
  * head's result depends only on its row's query and keys.  Scores go to the thread's own slice
- * of z (kw floats each). */
+ * of z (kw · DI_BACKEND_HEAD_GROUP floats each, attn_head's scratch). */
 typedef struct {
     const Model *m;
     const LayerWeights *lw;
@@ -283,7 +279,7 @@ static void row_head_task(void *ctx, int task, int thread) {
     const RowHeadsJob *j = ctx;
     int64_t H = j->m->d.n_heads, Dh = j->m->d.head_dim, i = task / H, h = task % H;
     attn_head(j->m, j->lw, h, j->q + (i * H + h) * Dh, j->keys + i * j->kw, j->nkeys[i], j->o + (i * H + h) * Dh,
-              j->z + thread * j->kw);
+              j->z + thread * j->kw * DI_BACKEND_HEAD_GROUP);
 }
 
 int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a, AttnShared *sh, float *out) {

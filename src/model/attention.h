@@ -59,10 +59,10 @@ int attn_query(const Model *m, const LayerWeights *lw, const RopeTable *rope, co
 int attn_window_kv(const Model *m, const LayerWeights *lw, const RopeTable *rope, const float *a, int64_t n, const int64_t *pos,
                    float *kv);
 /* Head h of one query row over nk key rows (key = value), with the sink (§4.8): oh[Dh] from
- * qh[Dh]; z: nk floats of scratch. */
+ * qh[Dh]; z: nk · DI_BACKEND_HEAD_GROUP floats of scratch (kernels/backend.h). */
 void attn_head(const Model *m, const LayerWeights *lw, int64_t h, const float *qh, const float *const *keys, int64_t nk,
                float *oh, float *z);
-/* Every head of one query row: o[H·Dh]. */
+/* Every head of one query row: o[H·Dh]; z as attn_head's. */
 void attn_heads(const Model *m, const LayerWeights *lw, const float *q, const float *const *keys, int64_t nk, float *o,
                 float *zbuf);
 /* The grouped projection z[n][G·Ro] of o[n][H·Dh] (§5.6.8): z_g = rows g·Ro.. of wo_a times the

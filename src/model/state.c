@@ -216,6 +216,19 @@ float *state_ikey_row(RunState *st, int slot, int64_t g) {
     return st->kv[slot].ikeys + (size_t)g * (size_t)st->idx_head_dim;
 }
 
+const float *state_ikey_span(RunState *st, int slot, int64_t g, int64_t *stride, int64_t *run) {
+    if (st->paged) { /* a growing component's rows are contiguous within one page's chunk */
+        int c = st->layout.c_entries0 + slot;
+        int64_t per_page = st->layout.pages.rows_per_page[c];
+        *stride = (int64_t)(st->layout.pages.comp[c].row_bytes / sizeof(float));
+        *run = per_page - g % per_page;
+    } else {
+        *stride = st->idx_head_dim;
+        *run = st->kv[slot].n_rows > g ? st->kv[slot].n_rows - g : 1;
+    }
+    return state_ikey_row(st, slot, g);
+}
+
 int64_t state_kv_append(RunState *st, int slot) {
     KvSourceState *kv = &st->kv[slot];
     if (st->paged) {

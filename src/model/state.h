@@ -100,6 +100,10 @@ int32_t *state_engram_history(RunState *st);
 /* Compressed-KV / index-key row g of KV source slot k (g < n_rows). */
 float *state_comp_row(RunState *st, int slot, int64_t g);
 float *state_ikey_row(RunState *st, int slot, int64_t g);
+/* Index-key rows g, g+1, ..., g+*run-1 (*run >= 1) of KV source slot k lie *stride floats
+ * apart from the returned row g (one page's entries, or the whole unpaged array): the indexer
+ * scores a span per kernel call. */
+const float *state_ikey_span(RunState *st, int slot, int64_t g, int64_t *stride, int64_t *run);
 /* Append one entry to KV source slot k; returns its index, -1 (error) when out of memory or
  * beyond the attached pages.  The caller then fills the comp / ikey rows of that index. */
 int64_t state_kv_append(RunState *st, int slot);

@@ -137,7 +137,7 @@ static void layout(Workspace *ws, const Model *m, Carver *c) {
     CARVE(c, ws->attn.q_low, R * d->q_rank);
     CARVE(c, ws->attn.kv, R * Dh);
     CARVE(c, ws->attn.heads_out, R * H * Dh);
-    CARVE(c, ws->attn.scores, T * ws->attn.key_slots);
+    CARVE(c, ws->attn.scores, T * ws->attn.key_slots * DI_BACKEND_HEAD_GROUP);
     CARVE(c, ws->attn.keys, R * ws->attn.key_slots);
     CARVE(c, ws->attn.n_keys, R);
     CARVE(c, ws->attn.comp_kv, R * Dh);
@@ -150,8 +150,7 @@ static void layout(Workspace *ws, const Model *m, Carver *c) {
     CARVE(c, ws->attn.latent, Dh);
     CARVE(c, ws->attn.idx_key, DI);
     CARVE(c, ws->attn.idx_scores, N + 1);
-    CARVE(c, ws->attn.ranked, N + 1);
-    CARVE(c, ws->attn.idx_keys, N);
+    CARVE(c, ws->attn.ranked, N + 8); /* the backend's top-k takes 8 pairs beyond the entries */
     CARVE(c, ws->attn.in_pool, N / CS + 2);
     end = c->used > end ? c->used : end;
     c->used = stages;

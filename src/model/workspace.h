@@ -67,8 +67,7 @@ typedef struct Workspace {
         int64_t *n_keys;
         int64_t key_slots;   /* keys per row */
         int64_t max_entries; /* compressed entries one indexer call can see */
-        WsScored *ranked;
-        const float **idx_keys; /* the index-key rows of one request's cache (max_entries) */
+        WsScored *ranked;    /* max_entries + 8: the top-k's candidates */
         uint8_t *in_pool;
         int32_t *sel, *sel_count, *cand, *cand_count; /* AttnShared's arrays */
     } attn;

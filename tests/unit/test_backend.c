@@ -61,34 +61,51 @@ TEST(every_table_fills_every_op) {
                       "%s: format %d has no traits", be->name, f);
         CHECK_EQ_INT(be->mat[DI_MAT_FP8_BLOCK].row_align, 32);
         CHECK_MSG(be->roundtrip_fp8_block32 && be->roundtrip_fp4_ue8m0_block32 && be->roundtrip_fp4_e4m3_block16 && be->rmsnorm &&
-                      be->rope && be->expf_row && be->attn_head && be->index_scores && be->top_k && be->compress_pool &&
+                      be->rope && be->expf_row && be->attn_heads && be->index_scores && be->topk && be->best_k && be->compress_pool &&
                       be->mhc_mix && be->mhc_collapse && be->mhc_expand && be->engram_gather && be->engram_gate && be->router &&
                       be->swiglu,
                   "%s: an op is missing", be->name);
     }
 }
 
-/* Attention over 1..40 keys of a width with and without a tail past the 8-lane blocks. */
+/* Scores 1 and 0 (scale 1): the keys weigh e : 1, and a sink of logit 0 adds e^0 to the
+ * denominator only; a sink of -inf adds nothing. */
+TEST(attention_heads_by_hand) {
+    const float q[4] = {1, 0, 1, 0}, k0[2] = {1, 0}, k1[2] = {0, 1}, sink[2] = {-INFINITY, 0};
+    const float *keys[2] = {k0, k1};
+    float o[4], z[2 * DI_BACKEND_HEAD_GROUP];
+    di_backend_cpu_ref()->attn_heads(q, 2, 2, keys, 2, sink, 1.0f, o, z);
+    double e = exp(1.0);
+    CHECK_NEAR(o[0], e / (e + 1), 1e-6);
+    CHECK_NEAR(o[1], 1 / (e + 1), 1e-6);
+    CHECK_NEAR(o[2], e / (e + 2), 1e-6);
+    CHECK_NEAR(o[3], 1 / (e + 2), 1e-6);
+}
+
+/* Attention over 1..40 keys of a width with and without a tail past the 8-lane blocks, three
+ * heads with their own sinks. */
 TEST(simd_attention_gives_the_reference_bits) {
     const DiKernelBackend *t[3];
     int n = tables(t);
-    enum { NK = 40 };
+    enum { NK = 40, NH = 3 };
     const int64_t dims[] = {64, 13};
+    const float sink[NH] = {0.5f, -2.0f, 3.0f};
     for (size_t di = 0; di < 2; di++) {
         int64_t dim = dims[di];
-        float q[64], rows[NK][64], want[64], got[64], z[NK];
+        float q[NH * 64], rows[NK][64], want[NH * 64], got[NH * 64], z[NK * DI_BACKEND_HEAD_GROUP];
         const float *keys[NK];
         for (int j = 0; j < NK; j++) {
             for (int c = 0; c < dim; c++) rows[j][c] = 4 * rnd();
             keys[j] = rows[j];
         }
-        for (int c = 0; c < dim; c++) q[c] = rnd();
+        for (int c = 0; c < NH * dim; c++) q[c] = rnd();
         for (int nk = 1; nk <= NK; nk += 3) {
-            di_backend_cpu_ref()->attn_head(q, keys, nk, dim, 0.5f, want, z);
+            float scale = 1.0f / sqrtf((float)dim);
+            di_backend_cpu_ref()->attn_heads(q, NH, dim, keys, nk, sink, scale, want, z);
             for (int i = 1; i < n; i++) {
-                t[i]->attn_head(q, keys, nk, dim, 0.5f, got, z);
-                CHECK_MSG(memcmp(want, got, (size_t)dim * sizeof *got) == 0, "%s: %d keys of width %lld differ", t[i]->name, nk,
-                          (long long)dim);
+                t[i]->attn_heads(q, NH, dim, keys, nk, sink, scale, got, z);
+                CHECK_MSG(memcmp(want, got, (size_t)(NH * dim) * sizeof *got) == 0, "%s: %d keys of width %lld differ", t[i]->name,
+                          nk, (long long)dim);
             }
         }
     }
@@ -142,28 +159,41 @@ static int canonical(const void *pa, const void *pb) {
 }
 
 /* Against a full sort, on scores with many ties (the id order decides them). */
-TEST(top_k_matches_a_full_sort) {
+TEST(best_k_matches_a_full_sort) {
     enum { M = 500 };
     DiScored items[M], sorted[M];
     for (int k = 0; k <= 64; k += 7) {
         for (int i = 0; i < M; i++) items[i] = (DiScored){(float)(int)(8 * rnd()), (int32_t)((i * 37) % M)};
         memcpy(sorted, items, sizeof items);
         qsort(sorted, M, sizeof *sorted, canonical);
-        int64_t got = di_backend_cpu_ref()->top_k(items, M, k);
+        int64_t got = di_backend_cpu_ref()->best_k(items, M, k);
         CHECK_EQ_INT(got, k);
         for (int j = 0; j < k; j++)
             CHECK_MSG(items[j].id == sorted[j].id && items[j].score == sorted[j].score, "k %d: rank %d is id %d, not %d", k, j,
                       items[j].id, sorted[j].id);
     }
-    CHECK_EQ_INT(di_backend_cpu_ref()->top_k(items, 3, 10), 3); /* fewer entries than k */
+    CHECK_EQ_INT(di_backend_cpu_ref()->best_k(items, 3, 10), 3); /* fewer entries than k */
 }
 
-/* score = Σ_h w[h]·scale·max(q_h·k, 0): head 0 sees 2, head 1 a negative dot (dropped). */
+/* The selection the indexer publishes: the k best finite scores' ids, in ascending id order;
+ * -inf entries (masked) are never chosen, a tie goes to the lower id. */
+TEST(topk_selects_ids_ascending) {
+    const float score[6] = {0.5f, -INFINITY, 2.0f, 0.5f, 1.0f, -INFINITY};
+    const int32_t ids[6] = {10, 11, 12, 13, 14, 15};
+    DiScored buf[6 + 8];
+    int32_t out[6];
+    CHECK_EQ_INT(di_backend_cpu_ref()->topk(score, NULL, 6, 3, buf, out), 3);
+    CHECK(out[0] == 0 && out[1] == 2 && out[2] == 4); /* 2.0, 1.0, then 0.5 of the lower id 0 */
+    CHECK_EQ_INT(di_backend_cpu_ref()->topk(score, ids, 6, 6, buf, out), 4); /* only 4 finite */
+    CHECK(out[0] == 10 && out[1] == 12 && out[2] == 13 && out[3] == 14);
+}
+
+/* score = Σ_h wh[h]·max(q_h·k, 0), keys 3 floats apart: a negative dot is dropped. */
 TEST(index_scores_by_hand) {
-    const float q[4] = {1, 0, 0, 1}, w[2] = {1, 0.5f}, k0[2] = {2, -1}, k1[2] = {-1, 3}, k2[2] = {-1, -1};
-    const float *keys[3] = {k0, k1, k2};
+    const float q[4] = {1, 0, 0, 1}, wh[2] = {0.5f, 0.25f};
+    const float keys[9] = {2, -1, 99, -1, 3, 99, -1, -1, 99}; /* the third float of each row is not a key's */
     float score[3];
-    di_backend_cpu_ref()->index_scores(q, w, 2, 2, 0.5f, keys, 3, score);
+    di_backend_cpu_ref()->index_scores(q, wh, 2, 2, keys, 3, 3, score);
     CHECK(score[0] == 1.0f);  /* 1·0.5·2 + 0.5·0.5·0 */
     CHECK(score[1] == 0.75f); /* 1·0.5·0 + 0.5·0.5·3 */
     CHECK(score[2] == 0.0f);
@@ -222,10 +252,12 @@ TEST(engram_gate_by_hand) {
 int main(void) {
     RUN_TEST(selection_follows_cpuid_and_the_knob);
     RUN_TEST(every_table_fills_every_op);
+    RUN_TEST(attention_heads_by_hand);
     RUN_TEST(simd_attention_gives_the_reference_bits);
     RUN_TEST(simd_fp8_round_trip_gives_the_reference_bits);
     RUN_TEST(swiglu_is_clamped_silu_times_up);
-    RUN_TEST(top_k_matches_a_full_sort);
+    RUN_TEST(best_k_matches_a_full_sort);
+    RUN_TEST(topk_selects_ids_ascending);
     RUN_TEST(index_scores_by_hand);
     RUN_TEST(compress_pool_by_hand);
     RUN_TEST(router_by_hand);

@@ -53,7 +53,8 @@ static int64_t simd_scratch_floats(const DiKernelBackend *be, const DiMatrix *w,
 #define SHARED_OPS                                                                                                     \
     .roundtrip_fp4_ue8m0_block32 = di_roundtrip_fp4_ue8m0_block32,                                                     \
     .roundtrip_fp4_e4m3_block16 = di_roundtrip_fp4_e4m3_block16, .rmsnorm = di_ref_rmsnorm, .rope = di_ref_rope,      \
-    .index_scores = di_ref_index_scores, .top_k = di_ref_top_k, .compress_pool = di_ref_compress_pool,                 \
+    .index_scores = di_ref_index_scores, .topk = di_ref_topk, .best_k = di_ref_best_k,                                 \
+    .compress_pool = di_ref_compress_pool,                                                                             \
     .mhc_mix = di_ref_mhc_mix, .mhc_collapse = di_ref_mhc_collapse, .mhc_expand = di_ref_mhc_expand,                 \
     .engram_gather = di_ref_engram_gather, .engram_gate = di_ref_engram_gate, .router = di_ref_router
 
@@ -62,7 +63,7 @@ static const DiKernelBackend cpu_ref = {
     .mat = FORMAT_TRAITS(ref_matmul, ref_scratch_floats),
     .roundtrip_fp8_block32 = di_roundtrip_fp8_block32_ref,
     .expf_row = di_ref_expf_row,
-    .attn_head = di_ref_attn_head,
+    .attn_heads = di_ref_attn_heads,
     .swiglu = di_ref_swiglu,
     SHARED_OPS,
 };
@@ -71,7 +72,7 @@ static const DiKernelBackend cpu_ref = {
     {                                                                                                                  \
         .name = label, .impl = &variant, .mat = FORMAT_TRAITS(simd_matmul, simd_scratch_floats),                      \
         .roundtrip_fp8_block32 = di_simd_op_roundtrip_fp8_block32, .expf_row = di_simd_op_expf_row,                   \
-        .attn_head = di_simd_attn_head, .swiglu = di_simd_swiglu, SHARED_OPS,                                           \
+        .attn_heads = di_simd_attn_heads, .swiglu = di_simd_swiglu, SHARED_OPS,                                         \
     }
 
 static const DiKernelBackend cpu_avx2 = SIMD_TABLE("avx2-fma", avx2_variant);

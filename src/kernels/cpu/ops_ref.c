@@ -10,6 +10,7 @@
 #include "kernels/numformats.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 void di_ref_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
@@ -37,11 +38,17 @@ void di_ref_expf_row(const float *x, size_t n, float shift, float scale, float *
 
 /* ---------------------------------------------------------------- attention (§4.8, §5.6) */
 
-/* Softmax with the sink over the scores z[0..nk) and the weighted sum of the keys. */
-void di_ref_attn_softmax_sum(const float *const *keys, int64_t nk, int64_t dim, float sink, float *out, const float *z) {
+/* One head: the scores, then the softmax with the sink (in the denominator only) weighting the keys. */
+static void attn_head(const float *q, const float *const *keys, int64_t nk, int64_t dim, float sink, float scale, float *out,
+                      float *z) {
+    for (int64_t j = 0; j < nk; j++) {
+        float dot = 0;
+        for (int64_t c = 0; c < dim; c++) dot += q[c] * keys[j][c];
+        z[j] = dot * scale;
+    }
     float mx = sink;
     for (int64_t j = 0; j < nk; j++) mx = fmaxf(mx, z[j]);
-    float den = expf(sink - mx); /* the sink adds to the denominator only */
+    float den = expf(sink - mx);
     memset(out, 0, (size_t)dim * sizeof *out);
     for (int64_t j = 0; j < nk; j++) {
         float e = expf(z[j] - mx);
@@ -51,25 +58,20 @@ void di_ref_attn_softmax_sum(const float *const *keys, int64_t nk, int64_t dim, 
     for (int64_t c = 0; c < dim; c++) out[c] /= den;
 }
 
-void di_ref_attn_head(const float *q, const float *const *keys, int64_t nk, int64_t dim, float sink, float *out, float *z) {
-    float scale = 1.0f / sqrtf((float)dim);
-    for (int64_t j = 0; j < nk; j++) {
-        float dot = 0;
-        for (int64_t c = 0; c < dim; c++) dot += q[c] * keys[j][c];
-        z[j] = dot * scale;
-    }
-    di_ref_attn_softmax_sum(keys, nk, dim, sink, out, z);
+void di_ref_attn_heads(const float *q, int64_t nh, int64_t dim, const float *const *keys, int64_t nk, const float *sink,
+                       float scale, float *o, float *z) {
+    for (int64_t h = 0; h < nh; h++) attn_head(q + h * dim, keys, nk, dim, sink[h], scale, o + h * dim, z);
 }
 
-void di_ref_index_scores(const float *q, const float *w, int64_t heads, int64_t dim, float scale, const float *const *keys,
-                         int64_t n_keys, float *score) {
-    for (int64_t t = 0; t < n_keys; t++) {
-        const float *k = keys[t];
+void di_ref_index_scores(const float *q, const float *wh, int64_t heads, int64_t dim, const float *keys, int64_t stride,
+                         int64_t n, float *score) {
+    for (int64_t t = 0; t < n; t++) {
+        const float *k = keys + t * stride;
         float sc = 0;
         for (int64_t h = 0; h < heads; h++) {
             float dot = 0;
             for (int64_t c = 0; c < dim; c++) dot += q[h * dim + c] * k[c];
-            sc += w[h] * scale * fmaxf(dot, 0.0f);
+            sc += wh[h] * fmaxf(dot, 0.0f);
         }
         score[t] = sc;
     }
@@ -80,7 +82,7 @@ static inline bool ranks_before(DiScored a, DiScored b) { return a.score > b.sco
 
 /* A partial insertion selection: the scan keeps the best so far sorted and rejects most entries
  * with one compare, so a decode step costs ~O(m), not a full sort of every visible entry. */
-int64_t di_ref_top_k(DiScored *it, int64_t m, int64_t k) {
+int64_t di_ref_best_k(DiScored *it, int64_t m, int64_t k) {
     if (k > m) k = m;
     int64_t have = 0;
     for (int64_t i = 0; i < m && k > 0; i++) {
@@ -94,6 +96,21 @@ int64_t di_ref_top_k(DiScored *it, int64_t m, int64_t k) {
         it[j] = s;
     }
     return k;
+}
+
+static int by_id(const void *pa, const void *pb) {
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    return (a > b) - (a < b);
+}
+
+int64_t di_ref_topk(const float *score, const int32_t *ids, int64_t n, int64_t k, DiScored *buf, int32_t *out) {
+    int64_t m = 0;
+    for (int64_t t = 0; t < n; t++)
+        if (score[t] > -INFINITY) buf[m++] = (DiScored){score[t], ids ? ids[t] : (int32_t)t};
+    int64_t take = di_ref_best_k(buf, m, k);
+    for (int64_t j = 0; j < take; j++) out[j] = buf[j].id;
+    qsort(out, (size_t)take, sizeof *out, by_id);
+    return take;
 }
 
 void di_ref_compress_pool(const float *const *kv, const float *const *gate, int rows, int64_t dim, float *out) {

@@ -26,10 +26,11 @@ void di_simd_op_expf_row(const float *x, size_t n, float shift, float scale, flo
     if (n > 0) di_simd_expf_row(x, n, shift, scale, out);
 }
 
-void di_simd_attn_head(const float *q, const float *const *keys, int64_t nk, int64_t dim, float sink, float *out, float *z) {
-    float scale = 1.0f / sqrtf((float)dim);
+/* One head: eight keys' dot products at a time, each in its own ascending order. */
+static void attn_head(const float *q, const float *const *keys, int64_t nk, int64_t dim, float sink, float scale, float *out,
+                      float *z) {
     int64_t j = 0;
-    for (; j + 8 <= nk; j += 8) { /* eight keys at a time, each dot product in its own order */
+    for (; j + 8 <= nk; j += 8) {
         float dot[8];
         di_vec_dot_rows8(q, keys + j, dim, dot);
         for (int l = 0; l < 8; l++) z[j + l] = dot[l] * scale;
@@ -49,6 +50,11 @@ void di_simd_attn_head(const float *q, const float *const *keys, int64_t nk, int
         di_vec_add_scaled(out, e, keys[j], dim);
     }
     for (int64_t c = 0; c < dim; c++) out[c] /= den;
+}
+
+void di_simd_attn_heads(const float *q, int64_t nh, int64_t dim, const float *const *keys, int64_t nk, const float *sink,
+                        float scale, float *o, float *z) {
+    for (int64_t h = 0; h < nh; h++) attn_head(q + h * dim, keys, nk, dim, sink[h], scale, o + h * dim, z);
 }
 
 /* silu's expf(-g) eight at a time, the same one division (a vector divide). */
