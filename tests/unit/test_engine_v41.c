@@ -5,12 +5,12 @@
  * preemption by recompute; state is freed through the runner's release hook; and a conversation's
  * second turn started from the first turn's cached state (prompt caching) gives the same logits. */
 #include "test.h"
+#include "test_golden_model.h"
 
 #include "base/error.h"
 #include "engine/engine.h"
 #include "engine/runner_v41.h"
 #include "model/forward.h"
-#include "golden/golden.h"
 #include "model/state.h"
 #include "model/workspace.h"
 
@@ -68,15 +68,8 @@ static void observe(void *user, uint64_t id, int64_t pos, const float *logits, i
 }
 
 static int load(void) {
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/golden-v41/tiny-a", test_shared_dir());
-    GoldenSet g;
-    if (golden_open(dir, &g) != 0) return -1;
-    snprintf(dir, sizeof dir, "%s/golden-v41/tiny-a/checkpoint", test_shared_dir());
-    model = model_load(dir, MODE_REF);
-    int rc = model ? golden_prepare_model(&g, model) : -1;
-    golden_close(&g);
-    if (rc != 0) return -1;
+    model = test_golden_tiny_a(MODE_REF);
+    if (!model) return -1;
     ref_rows = calloc((size_t)N_REQ * GEN * (size_t)model->d.vocab, sizeof(float));
     uint64_t x = 99;
     for (int r = 0; r < N_REQ; r++) {
