@@ -1,6 +1,8 @@
 /* runner_v41.c — the V4.1 model as a runner (see runner_v41.h): batched forwards over paged
- * state, several logits rows per sequence, and DSpark speculation (draft; commit cuts a verify
- * chunk back to its accepted rows through model/state_undo.h). */
+ * state, several logits rows per sequence, DSpark speculation (draft; commit cuts a verify
+ * chunk back to its accepted rows through model/state_undo.h), and the KV block cache's export /
+ * import of compressed-KV and index-key entries with the encoder SWA bounded replay after a hit
+ * (engine-features.md §2.4). */
 #include "engine/runner_v41.h"
 
 #include "base/error.h"
@@ -39,6 +41,7 @@ typedef struct {
     int64_t reserved_rows;     /* the engine's max batch rows (reserve_rows), sizes the undo */
     bool uncommitted;          /* a forward with speculative rows awaits commit() */
     struct DraftScratch *drafts; /* draft(): per-request views and outputs, grown to the most asked */
+    uint64_t identity[2];      /* the KV block cache's model fingerprint (model_identity) */
 } V41Runner;
 
 static size_t v41_pages_for_tokens(const DiRunner *r, int64_t n_tokens) {
@@ -96,10 +99,10 @@ static int v41_forward(DiRunner *base, const DiRunnerBatch *batch) {
         const DiRunnerSeq *seq = &batch->seqs[i];
         if (seq->n_tokens < 1 || seq->n_logits < 0 || seq->n_logits > seq->n_tokens)
             return di_errorf("sequence %d: n_logits %d outside [0, n_tokens = %d]", i, seq->n_logits, seq->n_tokens);
-        if (seq->replay_end != 0) /* no export_block: the engine never restores blocks here */
-            return di_errorf("sequence %d: the v41 runner has no bounded replay (replay_end %lld)", i,
-                             (long long)seq->replay_end);
         if (attach_view(r, i, seq, seq->start_pos) != 0) return -1;
+        /* a bounded replay after a block-cache hit (forward.c checks the range) */
+        r->views[i]->replay_start = seq->replay_start;
+        r->views[i]->replay_end = seq->replay_end;
         if ((int64_t)seq->n_pages < state_pages_for_tokens(&r->layout, seq->start_pos + seq->n_tokens))
             return di_errorf("sequence %d: %zu state pages cannot hold %lld positions", i, seq->n_pages,
                              (long long)(seq->start_pos + seq->n_tokens));
@@ -267,8 +270,28 @@ static void v41_destroy(DiRunner *base) {
     free(r);
 }
 
-static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, NULL, v41_commit, NULL, NULL, NULL};
-static const DiRunnerOps v41_ops_dspark = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, v41_draft, v41_commit, NULL, NULL, NULL};
+static size_t v41_block_bytes(const DiRunner *base, int block_tokens) {
+    return state_block_bytes(&((const V41Runner *)base)->layout, block_tokens);
+}
+
+static int v41_export_block(const DiRunner *base, uint8_t *const *pages, size_t n_pages, int64_t first, int block_tokens,
+                            void *out) {
+    if (state_export_block(&((const V41Runner *)base)->layout, pages, n_pages, first, block_tokens, out) != 0)
+        return di_error_wrap("v41 runner: exporting the block at %lld", (long long)first);
+    return 0;
+}
+
+static int v41_import_block(const DiRunner *base, uint8_t *const *pages, size_t n_pages, int64_t first, int block_tokens,
+                            const void *in) {
+    if (state_import_block(&((const V41Runner *)base)->layout, pages, n_pages, first, block_tokens, in) != 0)
+        return di_error_wrap("v41 runner: importing the block at %lld", (long long)first);
+    return 0;
+}
+
+static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, NULL, v41_commit,
+                                    v41_block_bytes, v41_export_block, v41_import_block};
+static const DiRunnerOps v41_ops_dspark = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, v41_draft,
+                                           v41_commit, v41_block_bytes, v41_export_block, v41_import_block};
 
 /* The drafter's scratch, when the checkpoint has DSpark stages and taps. */
 static int setup_drafter(V41Runner *r) {
@@ -311,5 +334,14 @@ DiRunner *di_v41_runner_create(Model *model, int own_model, size_t page_bytes) {
     r->base.eos_ids = r->eos;
     r->base.n_eos_ids = 1;
     r->base.name = "DeepSeek-V4.1 model";
+    r->base.replay_window = model->d.window;
+    if (model_identity(model, r->identity) != 0) {
+        r->own_model = 0;
+        v41_destroy(&r->base);
+        di_error_wrap("v41 runner: the model's fingerprint");
+        return NULL;
+    }
+    r->base.identity = r->identity;
+    r->base.identity_len = sizeof r->identity;
     return &r->base;
 }

@@ -67,6 +67,21 @@ static int emit_entry(const Model *m, RunState *st, const LayerWeights *lw, int 
     return 0;
 }
 
+/* Position p's group lies below a bounded replay's end, so its entry is already in the cache
+ * (imported): only the counters advance, the rows stay as they are (engine-features.md §2.4). */
+static int keep_imported_entry(RunState *st, int slot, int ratio, int64_t p) {
+    KvSourceState *ks = &st->kv[slot];
+    if (ks->n_pending != (int)(p % ratio)) return di_errorf("%d pending rows at replayed position %lld", ks->n_pending, (long long)p);
+    if (p % ratio < ratio - 1) {
+        ks->n_pending++;
+        return 0;
+    }
+    ks->n_pending = 0;
+    int64_t idx = state_kv_append(st, slot);
+    if (idx != p / ratio) return di_errorf("replayed entry %lld but the cache holds %lld rows", (long long)(p / ratio), (long long)idx);
+    return 0;
+}
+
 /* One request's rows: kc / zc are their compressor projections (zc NULL at ratio 1). */
 static int run_compressor(const Model *m, RunState *st, int L, const LayerWeights *lw, const float *kc, const float *zc,
                           int64_t n, int64_t s) {
@@ -79,6 +94,10 @@ static int run_compressor(const Model *m, RunState *st, int L, const LayerWeight
     if (ratio > DIMS_MAX_LAYERS) return di_errorf("compressor of layer %d: ratio %d too large", L, ratio);
     for (int64_t i = 0; i < n; i++) {
         int64_t p = s + i;
+        if ((p / ratio + 1) * ratio <= st->replay_end) { /* a bounded replay: the entry was imported */
+            if (keep_imported_entry(st, slot, ratio, p) != 0) goto done;
+            continue;
+        }
         if (ratio == 1) {
             memcpy(latent, kc + i * Dh, (size_t)Dh * sizeof *latent);
             if (emit_entry(m, st, lw, slot, ratio, p, latent, key) != 0) goto done;
@@ -321,6 +340,7 @@ int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a,
     for (int b = 0; b < rb->n_seqs; b++) {
         RunState *st = rb->st[b];
         int64_t r0 = rb->row0[b], s = rb->start[b], floor = rb->swa_floor ? rb->swa_floor[b] : 0;
+        if (st->replay_end > 0 && st->replay_start > floor) floor = st->replay_start; /* encoder SWA replay */
         for (int64_t i = r0; i < rb->row0[b + 1]; i++) {
             int64_t p = rb->pos[i], nk = 0;
             const float **ki = keys + i * KW;

@@ -23,12 +23,14 @@ int engram_hash(const Model *m, RunState *st, const int32_t *tokens, int64_t n, 
     int N = d->engram_max_ngram, H = d->engram_heads, cols = engram_columns(d);
     int32_t pad = 0;
     if (token_cid(m, d->engram_pad_id, &pad) != 0) return -1;
+    /* positions below a bounded replay's start are absent, like those before the sequence's */
+    int64_t floor = st->replay_end > 0 ? st->replay_start : 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t p = s + i;
         int64_t x[DIMS_MAX_NGRAM];
-        /* (c) look-back: position p-k, pad once it would cross the sequence start (no image spans here) */
+        /* (c) look-back: position p-k, pad once it would cross the sequence (or replay) start */
         for (int k = 0; k < N; k++) {
-            if (p < k) {
+            if (p - k < floor) {
                 x[k] = pad;
                 continue;
             }

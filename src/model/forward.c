@@ -125,6 +125,10 @@ static int check_seq(const Model *m, const ForwardSeq *q, int b) {
     if (q->start_pos != q->st->n_pos)
         return di_errorf("forward: chunk starts at %lld but the request state holds %lld positions", (long long)q->start_pos,
                          (long long)q->st->n_pos);
+    const RunState *st = q->st;
+    if (st->replay_end != 0 && (st->replay_start < 0 || st->replay_start >= st->replay_end || q->start_pos < st->replay_start))
+        return di_errorf("forward: request %d: bounded replay [%lld, %lld) does not start at or before its chunk (%lld)", b,
+                         (long long)st->replay_start, (long long)st->replay_end, (long long)q->start_pos);
     if (m->cfg.max_position_embeddings > 0 && q->start_pos + q->n > m->cfg.max_position_embeddings)
         return di_errorf("forward: positions up to %lld exceed max_position_embeddings %lld", (long long)(q->start_pos + q->n),
                          (long long)m->cfg.max_position_embeddings);

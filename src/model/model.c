@@ -9,9 +9,11 @@
 #include "model/forward.h"
 #include "model/workspace.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 int numerics_mode_parse(const char *name, NumericsMode *out) {
     if (!name || !out) return di_errorf("numerics mode: none given");
@@ -214,4 +216,37 @@ int model_set_engram_multipliers(Model *m, const int64_t *mult, int64_t n_layers
         }
     m->engram_mult_set = true;
     return 0;
+}
+
+/* The shape as text (no struct padding in the hash), then the sampled weight rows. */
+int model_identity(const Model *m, uint64_t out[2]) {
+    if (!m || !out) return di_errorf("model identity: invalid arguments");
+    const ModelDims *d = &m->d;
+    XXH3_state_t *h = XXH3_createState();
+    float *row = di_calloc((size_t)d->dim, sizeof *row, "identity row");
+    int rc = -1;
+    if (!h || !row || XXH3_128bits_reset(h) != XXH_OK) goto done;
+    char text[64];
+    int len = snprintf(text, sizeof text, "v41 %s %d %d %d %d %d %d", numerics_mode_name(m->mode), d->vocab, d->dim, d->n_layers,
+                       d->head_dim, d->idx_head_dim, d->window);
+    XXH3_128bits_update(h, text, (size_t)len);
+    for (int L = 0; L < d->n_layers; L++) {
+        int32_t lay[3] = {d->layer[L].compress_ratio, d->layer[L].kv_slot, d->layer[L].kv_source};
+        XXH3_128bits_update(h, lay, sizeof lay);
+    }
+    const int64_t rows[3] = {0, d->vocab - 1, 0};
+    const DiMatrix *mats[3] = {&m->w.embed, &m->w.embed, &m->w.head};
+    for (int i = 0; i < 3; i++) {
+        if (di_matrix_row(mats[i], rows[i], row) != 0) goto done;
+        XXH3_128bits_update(h, row, (size_t)d->dim * sizeof *row);
+    }
+    XXH128_hash_t v = XXH3_128bits_digest(h);
+    out[0] = v.high64;
+    out[1] = v.low64;
+    rc = 0;
+done:
+    if (rc != 0) di_errorf("model identity: hashing the shape and weight samples failed");
+    XXH3_freeState(h);
+    free(row);
+    return rc;
 }

@@ -83,6 +83,7 @@ void state_reset(RunState *st) {
     st->paged = false;
     st->pages = NULL;
     st->n_pages = 0;
+    st->replay_start = st->replay_end = 0;
     state_log_pending_stop(st);
     state_set_positions(st, 0);
     memset(st->hist_own, 0, sizeof st->hist_own);

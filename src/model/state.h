@@ -62,6 +62,11 @@ typedef struct {
     /* speculative verify (state_undo.h): where the compressor logs the pending rows it writes */
     float *pend_log;          /* [pend_log_rows][n_kv][2][head_dim], NULL when not logging */
     int64_t pend_log_start, pend_log_rows;
+    /* Encoder SWA bounded replay after a KV block-cache hit at replay_end (both 0: none; set by
+     * the caller before a forward, engine-features.md §2.4): rows below replay_end keep the
+     * imported compressed-KV / index-key entries (their compressor writes are suppressed), and
+     * no window key, ring row or Engram look-back below replay_start is read. */
+    int64_t replay_start, replay_end;
 } RunState;
 
 RunState *state_create(const ModelDims *d);
@@ -83,6 +88,15 @@ int state_attach_pages(RunState *st, const StateLayout *l, uint8_t *const *pages
 
 /* Cut the counters back to n_pos positions (<= st->n_pos); rows past them are overwritten later. */
 void state_set_positions(RunState *st, int64_t n_pos);
+
+/* ---- KV block cache (state_blocks.c): the compressed-KV and index-key entries of positions
+ * [first, first + block_tokens) of every KV source, in slot order, raw page bytes.  block_bytes
+ * is 0 when block_tokens is not a multiple of 128 and of every compress ratio; first must be a
+ * multiple of block_tokens and the pages must hold first + block_tokens positions. */
+size_t state_block_bytes(const StateLayout *l, int block_tokens);
+int state_export_block(const StateLayout *l, uint8_t *const *pages, size_t n_pages, int64_t first, int block_tokens, void *out);
+int state_import_block(const StateLayout *l, uint8_t *const *pages, size_t n_pages, int64_t first, int block_tokens,
+                       const void *in);
 
 /* ---- speculative verify: a log of the compressor's pending rows (state_undo.h) */
 void state_log_pending_start(RunState *st, float *log, int64_t start, int64_t rows);
