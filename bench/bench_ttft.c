@@ -9,13 +9,23 @@
  * prefill time over a short step); now it shares the next step with the long prompt's chunk.
  * Also printed: the long prompt's prefill rate over its first 4 steps (alone in the engine).
  * BENCH_TTFT_LONG=N changes the long prompt's length, BENCH_TTFT_CHUNK=N sets max_prefill_chunk (a
- * smaller chunk makes the step the short prompt shares shorter, and the long prefill slower). */
+ * smaller chunk makes the step the short prompt shares shorter, and the long prefill slower).
+ *
+ * BENCH_TTFT_MODE=kv measures the KV block cache instead (issue 22 item 4), on the medium synthetic
+ * checkpoint (bench_medium.h), default engine options plus a --kv-cache-dir in a temporary
+ * directory: a request of KV_PREFIX + KV_SUFFIX tokens cold (its blocks are stored), one sharing
+ * its first KV_PREFIX tokens in the same engine (a RAM hit), and one more in a new engine on the
+ * same directory (a disk hit; the segment files are in the OS page cache).  Each round uses its
+ * own prefix; medians of 3 rounds. */
+#include "bench_medium.h"
 #include "deepinfer.h"
 #include "engine/step.h"
 #include "model/tiny.h"
 
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define SHORT_LEN 5
 #define ROUNDS 3
@@ -98,7 +108,76 @@ static int env_int(const char *name, int fallback, int lo) {
     return (int)n;
 }
 
+/* ---- KV block cache mode */
+
+#define KV_PREFIX 4096
+#define KV_SUFFIX 32
+
+/* TTFT of prefix + a suffix drawn from salt, run to completion; *cached: its restored tokens. */
+static double kv_request(DiEngine *e, const int32_t *prefix, int salt, int *cached) {
+    static int32_t ids[KV_PREFIX + KV_SUFFIX];
+    memcpy(ids, prefix, sizeof(int32_t) * KV_PREFIX);
+    for (int i = 0; i < KV_SUFFIX; i++) ids[KV_PREFIX + i] = 3 + (salt * 131 + i * 7) % 200;
+    uint64_t id = add(e, ids, KV_PREFIX + KV_SUFFIX, 1);
+    double t = first_token(e, id);
+    DiRequestOutput out;
+    if (di_engine_get_output(e, id, &out) != 0 || di_engine_run(e) != 0) fail("finishing a request");
+    *cached = out.n_cached_tokens;
+    return t;
+}
+
+static DiEngine *kv_engine(const char *model, const char *kv_dir) {
+    DiEngineOptions o;
+    di_engine_options_init(&o);
+    o.kv_cache_dir = kv_dir;
+    DiEngine *e = di_engine_create(model, &o);
+    if (!e) fail("creating the engine with a KV block cache");
+    return e;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int kv_main(void) {
+    char model[1000], kv_dir[] = "/tmp/bench_ttft_kv.XXXXXX";
+    bench_medium_dir(model, sizeof model);
+    if (di_tiny_ensure_preset(model, "medium", 1) != 0) fail("make-tiny --config medium");
+    if (!mkdtemp(kv_dir)) fail("a temporary directory");
+    static int32_t prefix[KV_PREFIX];
+    double cold[ROUNDS], ram[ROUNDS], disk[ROUNDS];
+    int hit_ram = 0, hit_disk = 0, hit_cold = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int i = 0; i < KV_PREFIX; i++) prefix[i] = 3 + (int32_t)(((uint32_t)(i + r * KV_PREFIX) * 2654435761u) >> 8) % 250;
+        DiEngine *e = kv_engine(model, kv_dir);
+        cold[r] = kv_request(e, prefix, 1, &hit_cold);
+        ram[r] = kv_request(e, prefix, 2, &hit_ram);
+        di_engine_destroy(e);
+        e = kv_engine(model, kv_dir);
+        disk[r] = kv_request(e, prefix, 3, &hit_disk);
+        di_engine_destroy(e);
+    }
+    nftw(kv_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    double c = median3(cold), m = median3(ram), d = median3(disk);
+    printf("time to first token of a %d-token prompt whose first %d tokens are cached, medium synthetic checkpoint, "
+           "default engine options, KV block cache in a temporary directory (median of %d):\n",
+           KV_PREFIX + KV_SUFFIX, KV_PREFIX, ROUNDS);
+    printf("  cold (nothing cached):          %8.1f ms   (cached tokens %d)\n", 1e3 * c, hit_cold);
+    printf("  RAM hit:                        %8.1f ms   (cached tokens %d)   %.3fx cold (target <= 0.15x)\n", 1e3 * m,
+           hit_ram, m / c);
+    printf("  disk hit after an engine restart: %6.1f ms   (cached tokens %d)   %.3fx cold (target <= 0.25x)\n", 1e3 * d,
+           hit_disk, d / c);
+    return 0;
+}
+
 int main(void) {
+    const char *mode = getenv("BENCH_TTFT_MODE");
+    if (mode && strcmp(mode, "kv") == 0) return kv_main();
+    if (mode && *mode) {
+        fprintf(stderr, "bench_ttft: BENCH_TTFT_MODE must be kv or unset, got '%s'\n", mode);
+        return 2;
+    }
     char dir[4096];
     if (di_builtin_model_dir(dir, sizeof dir) != 0 || di_tiny_ensure(dir) != 0) fail("the built-in tiny model");
     int long_len = env_int("BENCH_TTFT_LONG", 16384, 16), chunk = env_int("BENCH_TTFT_CHUNK", 0, 0);
