@@ -3,7 +3,8 @@
  * slot order (checked entry by entry against a private, owned RunState), export -> import is
  * bit-exact, a bounded replay never rewrites the imported entries, a replay from position 0
  * equals the cold forward bit for bit, and a hit (import + replay of the last W positions)
- * equals an oracle that computed its entries itself and then lost every fixed row. */
+ * equals an oracle that computed its entries itself and then lost every fixed row, with the
+ * decoder's compact replay off and on. */
 #include "test.h"
 #include "test_golden_model.h"
 
@@ -11,6 +12,7 @@
 #include "deepinfer.h"
 #include "engine/runner_v41.h"
 #include "model/forward.h"
+#include "model/replay.h"
 #include "model/state.h"
 
 #include <stdint.h>
@@ -207,6 +209,32 @@ TEST(a_hit_equals_the_oracle_replaying_the_same_window) {
     free(split);
 }
 
+/* With the decoder's bounded replay on as well (replay.h: the decoder layers run on a chunk's last
+ * K rows, their window floored at that start), the two floors combine: still nothing below the
+ * encoder replay's start is read, and the imported entries stay untouched. */
+TEST(a_hit_under_the_decoder_compact_replay_reads_nothing_below_its_start) {
+    int64_t V = model->d.vocab, W = runner->replay_window, s = H - W;
+    size_t bb = block_bytes();
+    uint8_t *a = malloc(2 * bb), *after = malloc(2 * bb);
+    float *oracle = malloc(sizeof(float) * (size_t)V), *hit = malloc(sizeof(float) * (size_t)V);
+    Pages po, ph;
+    CHECK(a && after && oracle && hit && cold_blocks(a) == 0);
+    CHECK(model_set_prefill_replay(model, REPLAY_COMPACT, W) == 0);
+    CHECK(pages_new(&po, N_TOK, 0) == 0 && import_all(&po, a) == 0);
+    poison_fixed_rows(&po);
+    CHECK(run(&po, s, N_TOK - s, s, H, oracle) == 0);
+    CHECK(pages_new(&ph, N_TOK, 0xA5) == 0 && import_all(&ph, a) == 0 && run(&ph, s, N_TOK - s, s, H, hit) == 0);
+    CHECK(memcmp(oracle, hit, sizeof(float) * (size_t)V) == 0);
+    CHECK(export_all(&ph, after) == 0 && memcmp(a, after, 2 * bb) == 0);
+    CHECK(model_set_prefill_replay(model, REPLAY_OFF, W) == 0);
+    pages_free(&po);
+    pages_free(&ph);
+    free(a);
+    free(after);
+    free(oracle);
+    free(hit);
+}
+
 TEST(the_runner_names_its_model_and_window) {
     CHECK(runner->identity != NULL && runner->identity_len == 16);
     CHECK_EQ_INT(runner->replay_window, model->d.window);
@@ -238,6 +266,7 @@ int main(void) {
     RUN_TEST(a_bounded_replay_never_rewrites_the_imported_entries);
     RUN_TEST(a_replay_from_position_zero_equals_the_cold_forward);
     RUN_TEST(a_hit_equals_the_oracle_replaying_the_same_window);
+    RUN_TEST(a_hit_under_the_decoder_compact_replay_reads_nothing_below_its_start);
     RUN_TEST(the_runner_names_its_model_and_window);
     runner->ops->destroy(runner);
     model_free(model);
