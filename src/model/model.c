@@ -218,34 +218,49 @@ int model_set_engram_multipliers(Model *m, const int64_t *mult, int64_t n_layers
     return 0;
 }
 
-/* The shape as text (no struct padding in the hash), then the sampled weight rows. */
+/* One row of w into the hash (w absent: nothing); row holds at least w->cols floats. */
+static int hash_row(XXH3_state_t *h, const DiMatrix *w, int64_t r, float *row) {
+    if (w->rows <= 0) return 0;
+    if (di_matrix_row(w, r, row) != 0) return -1;
+    XXH3_128bits_update(h, row, (size_t)w->cols * sizeof *row);
+    return 0;
+}
+
+/* The shape as text (no struct padding in the hash), then sampled weight rows: the embedding's
+ * first and last, the head's first, and the first row of every layer's window-KV and compressor
+ * projections (the cached rows' own weights). */
 int model_identity(const Model *m, uint64_t out[2]) {
     if (!m || !out) return di_errorf("model identity: invalid arguments");
     const ModelDims *d = &m->d;
+    int64_t cols = d->dim;
+    for (int L = 0; L < d->n_layers; L++) {
+        const LayerWeights *lw = &m->w.layers[L];
+        if (lw->wkv.cols > cols) cols = lw->wkv.cols;
+        if (lw->comp_wkv.cols > cols) cols = lw->comp_wkv.cols;
+    }
     XXH3_state_t *h = XXH3_createState();
-    float *row = di_calloc((size_t)d->dim, sizeof *row, "identity row");
+    float *row = di_calloc((size_t)cols, sizeof *row, "identity row");
     int rc = -1;
     if (!h || !row || XXH3_128bits_reset(h) != XXH_OK) goto done;
     char text[64];
     int len = snprintf(text, sizeof text, "v41 %s %d %d %d %d %d %d", numerics_mode_name(m->mode), d->vocab, d->dim, d->n_layers,
                        d->head_dim, d->idx_head_dim, d->window);
     XXH3_128bits_update(h, text, (size_t)len);
+    if (hash_row(h, &m->w.embed, 0, row) != 0 || hash_row(h, &m->w.embed, d->vocab - 1, row) != 0 ||
+        hash_row(h, &m->w.head, 0, row) != 0)
+        goto done;
     for (int L = 0; L < d->n_layers; L++) {
+        const LayerWeights *lw = &m->w.layers[L];
         int32_t lay[3] = {d->layer[L].compress_ratio, d->layer[L].kv_slot, d->layer[L].kv_source};
         XXH3_128bits_update(h, lay, sizeof lay);
-    }
-    const int64_t rows[3] = {0, d->vocab - 1, 0};
-    const DiMatrix *mats[3] = {&m->w.embed, &m->w.embed, &m->w.head};
-    for (int i = 0; i < 3; i++) {
-        if (di_matrix_row(mats[i], rows[i], row) != 0) goto done;
-        XXH3_128bits_update(h, row, (size_t)d->dim * sizeof *row);
+        if (hash_row(h, &lw->wkv, 0, row) != 0 || hash_row(h, &lw->comp_wkv, 0, row) != 0) goto done;
     }
     XXH128_hash_t v = XXH3_128bits_digest(h);
     out[0] = v.high64;
     out[1] = v.low64;
     rc = 0;
 done:
-    if (rc != 0) di_errorf("model identity: hashing the shape and weight samples failed");
+    if (rc != 0) di_error_wrap("model identity: hashing the shape and sampled weight rows");
     XXH3_freeState(h);
     free(row);
     return rc;

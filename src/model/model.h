@@ -72,7 +72,7 @@ Model *model_load(const char *dir, NumericsMode mode);
 int model_reserve_rows(Model *m, int64_t rows);
 void model_free(Model *m);
 /* A 128-bit fingerprint of what a cached state row depends on: the model's shape, its numerics
- * mode and samples of its weights (the first and last embedding rows, the first head row). */
+ * mode and samples of its weights (embedding, head, every layer's window-KV and compressor). */
 int model_identity(const Model *m, uint64_t out[2]);
 
 /* The compressed token map cid[t] for t < len (every value < engram_compressed_vocab_size). */
