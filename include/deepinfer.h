@@ -411,10 +411,12 @@ typedef struct {
         kv_write_errors;
     /* speculative decoding (DiEngineOptions.draft_max): the draft length in use (0: off), verify
      * steps with at least one draft, drafts verified and accepted, and how many verify steps
-     * accepted k drafts (k = 0 .. DI_MAX_DRAFT) */
+     * accepted k drafts (k = 0 .. DI_MAX_DRAFT), and drafts a request's grammar cut short (it
+     * refused one of their tokens) */
     int spec_draft_max;
     uint64_t spec_num_drafts, spec_num_draft_tokens, spec_num_accepted_tokens;
     uint64_t spec_accepted_hist[DI_MAX_DRAFT + 1];
+    uint64_t spec_num_grammar_truncated;
     double time_draft_s;       /* the drafter */
 } DiEngineMetrics;
 

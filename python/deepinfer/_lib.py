@@ -95,7 +95,8 @@ class EngineMetrics(Structure):
                 ("kv_writes_dropped", c_uint64), ("kv_write_errors", c_uint64),
                 ("spec_draft_max", c_int), ("spec_num_drafts", c_uint64),
                 ("spec_num_draft_tokens", c_uint64), ("spec_num_accepted_tokens", c_uint64),
-                ("spec_accepted_hist", c_uint64 * (MAX_DRAFT + 1)), ("time_draft_s", c_double)]
+                ("spec_accepted_hist", c_uint64 * (MAX_DRAFT + 1)),
+                ("spec_num_grammar_truncated", c_uint64), ("time_draft_s", c_double)]
 
 
 class TextHooks(Structure):

@@ -111,7 +111,8 @@ static const AbiField engine_metrics[] = {
     FIELD(DiEngineMetrics, kv_write_errors),
     FIELD(DiEngineMetrics, spec_draft_max),      FIELD(DiEngineMetrics, spec_num_drafts),
     FIELD(DiEngineMetrics, spec_num_draft_tokens), FIELD(DiEngineMetrics, spec_num_accepted_tokens),
-    FIELD(DiEngineMetrics, spec_accepted_hist),  FIELD(DiEngineMetrics, time_draft_s),
+    FIELD(DiEngineMetrics, spec_accepted_hist),  FIELD(DiEngineMetrics, spec_num_grammar_truncated),
+    FIELD(DiEngineMetrics, time_draft_s),
 };
 
 static const AbiField text_hooks[] = {

@@ -7,8 +7,10 @@
  * does not) and gives the request a matcher; a bad schema, regex or grammar fails the request there with
  * the problem named.  Sampling (the thread executing the step) calls di_constraint_mask_row on
  * the row's logits before the sampler draws, then di_constraint_accept with the token drawn.
- * Speculative decoding masks each verify row the same way after accepting the draft tokens in
- * front of it, and rolls back the rejected ones with di_constraint_rollback. */
+ * Speculative decoding (step.c) runs a request's drafts through its matcher when they are
+ * drafted, cuts them at the first one the grammar refuses and rolls the matcher back with
+ * di_constraint_rollback; the verify rows are then masked and accepted in order like plain rows,
+ * so row k is masked by the state after d1..dk and sampling stops at the first rejected draft. */
 #ifndef DI_ENGINE_CONSTRAINT_H
 #define DI_ENGINE_CONSTRAINT_H
 

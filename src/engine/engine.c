@@ -599,6 +599,7 @@ static int process_step(DiEngine *e, DiStep *step) {
             const DiStepSeq *s = &step->seqs[i];
             DiRequest *req = s->req;
             if (s->n_drafts > 0) count_verify(e, s);
+            e->m.spec_num_grammar_truncated += s->grammar_truncated;
             if (!s->sample || req->state == DI_REQ_FINISHED) continue; /* a token after a stop is dropped */
             int64_t pos = s->start_pos + s->n_tokens;
             for (int j = 0; j <= s->n_accepted && req->state != DI_REQ_FINISHED; j++) confirm_token(e, req, pos + j);

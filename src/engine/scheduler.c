@@ -200,7 +200,6 @@ static int32_t draft_room(const DiScheduler *s, const DiRequest *req, int budget
     /* the anchor must be a generated token: a prompt's last token (a chunked prefill's last chunk
      * of one) samples the first output plain, as an unchunked prefill does */
     if (req->n_computed < req->n_prompt) return 0;
-    if (req->matcher) return 0; /* structured outputs: one constrained row per step (not yet per verify row) */
     int64_t room = s->cfg.draft_max;
     int64_t left = (int64_t)req->params.max_tokens - req->n_output_scheduled - 1;
     if (left < room) room = left;

@@ -106,6 +106,7 @@ int di_step_add(DiStep *step, DiRequest *req, int64_t start_pos, int32_t n_token
     s->replay_end = req->replay_end;
     s->draft_max = draft_max;
     s->n_drafts = s->n_accepted = 0;
+    s->grammar_truncated = false;
     s->draft_index = -1;
     s->first_row = 0;
     memcpy(step->page_ptrs + step->n_page_ptrs, req->pages.pages, req->pages.n * sizeof *req->pages.pages);
@@ -142,7 +143,9 @@ static DiSampleContext sample_context(const DiStepExecutor *exec, const DiReques
 
 /* Sample logits row `row` for position pos: the token goes straight into the request's token
  * array.  A constrained request's row is masked in place first (so logprobs see the mask, as
- * vLLM's do) and its matcher follows the token drawn (such a request verifies no drafts). */
+ * vLLM's do) and its matcher follows the token drawn.  Verify rows are sampled in order and
+ * stop at the first token that is not the draft, so row j's mask is the matcher's state after
+ * accepting d1..dj and the matcher ends on the emitted tokens: nothing to roll back. */
 static int sample_row(const DiStepExecutor *exec, DiStep *step, DiSampler *sampler, DiRequest *req, int row, int64_t pos) {
     DiSampleContext ctx = sample_context(exec, req, pos);
     DiTokenLogprobs *lp = req->logprobs ? &req->logprobs[pos - req->n_prompt] : NULL;
@@ -158,9 +161,12 @@ static int sample_row(const DiStepExecutor *exec, DiStep *step, DiSampler *sampl
     return constrained ? di_constraint_accept(req->matcher, req->tokens[pos]) : 0;
 }
 
-/* Rejection sampling for this request: T > 0 with fixed lengths (see the header comment). */
+/* Rejection sampling for this request: T > 0 with fixed lengths (see the header comment).  A
+ * constrained request verifies by exact match: its drafts come from the unmasked drafter and are
+ * truncated at the grammar's first refusal, which the rejection rule's residual does not allow
+ * for (it would no longer give the masked target's distribution). */
 static bool rejection(const DiStepExecutor *exec, const DiRequest *req) {
-    return !exec->spec->confidence && req->params.temperature >= DI_SAMPLER_GREEDY_EPS;
+    return !exec->spec->confidence && req->params.temperature >= DI_SAMPLER_GREEDY_EPS && !req->matcher;
 }
 
 /* A sampled request's drafts by the rejection rule; the emitted tokens replace the drafts. */
@@ -245,6 +251,21 @@ static void set_pick(const DiStepExecutor *exec, DiStep *step, int n, const DiSt
     d->pick_ctx = &step->picks[n];
 }
 
+/* Run a constrained request's drafts through its matcher: the first one the grammar refuses
+ * ends the draft there (it could never equal a masked sample), then the matcher is rolled back
+ * to the anchor; sampling accepts the verified tokens again. */
+static int truncate_by_grammar(DiStepSeq *s, const int32_t *drafts) {
+    DiGrammarMatcher *m = s->req->matcher;
+    if (!m || s->n_drafts == 0) return 0;
+    int32_t ok = 0;
+    if (!di_grammar_matcher_is_terminated(m))
+        while (ok < s->n_drafts && di_grammar_matcher_accept_token(m, drafts[ok]) == 0) ok++;
+    if (ok < s->n_drafts) di_error_clear(); /* the refusal is the expected outcome, not an error */
+    s->grammar_truncated = ok < s->n_drafts;
+    s->n_drafts = ok;
+    return di_constraint_rollback(m, (size_t)ok);
+}
+
 /* Draft for every speculative sequence in one call (unless the policy says drafting does not pay
  * this step), take the lengths from the policy (spec_control.h) and write the drafts after the
  * anchors (they are the verify rows' inputs; sampling overwrites the rejected ones).  Sets
@@ -277,10 +298,11 @@ static int draft_all(const DiStepExecutor *exec, DiStep *step, int32_t *n_drafte
     for (int i = 0, k = 0; i < step->n_seqs; i++) {
         DiStepSeq *s = &step->seqs[i];
         if (s->draft_max == 0) continue;
+        const int32_t *drafts = step->draft_tokens + (size_t)k * (size_t)block;
         s->draft_index = k;
-        s->n_drafts = step->draft_lengths[k];
-        memcpy(s->req->tokens + s->start_pos + 1, step->draft_tokens + (size_t)k++ * (size_t)block,
-               (size_t)s->n_drafts * sizeof(int32_t));
+        s->n_drafts = step->draft_lengths[k++];
+        if (truncate_by_grammar(s, drafts) != 0) return -1;
+        memcpy(s->req->tokens + s->start_pos + 1, drafts, (size_t)s->n_drafts * sizeof(int32_t));
         step->n_decode_tokens += s->n_drafts;
     }
     return 0;

@@ -36,6 +36,7 @@ typedef struct {
      * until one differs from its draft and commits the anchor and the n_accepted drafts; the
      * tokens at start_pos + 1 .. start_pos + 1 + n_accepted are then the request's. */
     int32_t draft_max, n_drafts, n_accepted;
+    bool grammar_truncated; /* its grammar refused a draft, which ended the drafts there */
     int draft_index;    /* its record among the step's drafts, -1 when it did not draft */
     int first_row;      /* its first logits row */
 } DiStepSeq;

@@ -5,7 +5,8 @@
  * with the confidence schedule; rejection sampling with fixed lengths, load-independent), beside plain
  * requests, with chunked prefill, preemption and async on and off; every verified row's logits
  * equal the reference (so a commit left the state exactly as plain decoding would); stop
- * conditions in the middle of an accepted run; the counters add up; the knobs are checked. */
+ * conditions in the middle of an accepted run; constrained requests draft inside their grammar
+ * and emit what they emit without drafts; the counters add up; the knobs are checked. */
 #include "test.h"
 #include "test_engine_helpers.h"
 
@@ -370,44 +371,70 @@ TEST(stop_strings_give_the_plain_text) {
 
 /* A structured-output request does not draft (its mask would be needed per verify row); beside
  * it a plain request does, and both give the tokens of an engine without speculation. */
-TEST(constrained_requests_do_not_draft_and_keep_their_output) {
-    DiRequestOutput out[2][2];
-    int32_t tokens[2][2][32]; /* copied: an output's arrays go with its engine */
+/* Hand-written checkers of the two constraints below (independent of the grammar engine). */
+static bool is_abcd_e(const char *t, size_t n) { /* (ab|cd)+e */
+    if (n < 3 || (n - 1) % 2 != 0 || t[n - 1] != 'e') return false;
+    for (size_t i = 0; i + 1 < n; i += 2)
+        if (!(t[i] == 'a' && t[i + 1] == 'b') && !(t[i] == 'c' && t[i + 1] == 'd')) return false;
+    return true;
+}
+
+static bool is_printable(const char *t, size_t n) { /* [ -~]+ */
+    for (size_t i = 0; i < n; i++)
+        if (t[i] < ' ' || t[i] > '~') return false;
+    return n > 0;
+}
+
+#define N_CONSTRAINED 5
+
+/* Constrained requests draft: the mock drafter proposes the unconstrained continuation, which the
+ * grammar refuses often (a strict regex: nearly always at the first draft; a printable one: at
+ * the control bytes), so drafts are cut there and counted; what is left is verified row by row
+ * under masks, and the output is exactly the one without speculation, greedy and seeded. */
+TEST(constrained_requests_draft_within_their_grammar) {
+    static const char *regex[N_CONSTRAINED] = {NULL, "(ab|cd)+e", "(ab|cd)+e", "[ -~]+", "[ -~]+"};
+    DiRequestOutput out[2][N_CONSTRAINED];
+    int32_t tokens[2][N_CONSTRAINED][32]; /* copied: an output's arrays go with its engine */
+    DiEngineMetrics m[2];
     for (int spec = 0; spec <= 1; spec++) {
-        Setup s = {spec ? 5 : 0, 1, 0, 64, 0, 4, 1.0, 1 << 20};
+        Setup s = {spec ? 5 : 0, 0, 0, 64, 0, 8, 1.0, 1 << 20}; /* fixed lengths: every step drafts */
         DiEngine *e = spec_engine(&s);
-        DiSamplingParams p[2];
-        for (int k = 0; k < 2; k++) {
-            di_sampling_params_init(&p[k]);
-            p[k].max_tokens = 30;
-            p[k].has_seed = 1;
-            p[k].seed = 3;
-            p[k].temperature = k ? 0.8f : 0.0f;
+        uint64_t id[N_CONSTRAINED];
+        for (int k = 0; k < N_CONSTRAINED; k++) {
+            DiSamplingParams p;
+            di_sampling_params_init(&p);
+            p.max_tokens = 30;
+            p.has_seed = 1;
+            p.seed = 3 + (uint64_t)k;
+            /* one request of each regex samples: with fixed lengths a plain one would verify by the
+             * rejection rule (other tokens), a constrained one verifies by exact match */
+            p.temperature = k == 2 || k == 4 ? 0.8f : 0.0f;
+            p.ignore_eos = k == 0;
+            p.constraint_type = regex[k] ? DI_CONSTRAINT_REGEX : DI_CONSTRAINT_NONE;
+            p.constraint = regex[k];
+            int32_t prompt[2] = {':', (int32_t)(7 * k)};
+            DiRequestInput in = {.prompt_ids = prompt, .n_prompt_ids = 2};
+            CHECK_EQ_INT(di_engine_add_request(e, &in, &p, NULL, NULL, &id[k]), 0);
         }
-        p[0].ignore_eos = 1;
-        p[1].constraint_type = DI_CONSTRAINT_REGEX;
-        p[1].constraint = "(ab|cd)+e";
-        int32_t prompt = ':';
-        DiRequestInput in = {.prompt_ids = &prompt, .n_prompt_ids = 1};
-        uint64_t id[2];
-        for (int k = 0; k < 2; k++) CHECK_EQ_INT(di_engine_add_request(e, &in, &p[k], NULL, NULL, &id[k]), 0);
         CHECK_EQ_INT(di_engine_run(e), 0);
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < N_CONSTRAINED; k++) {
             CHECK_EQ_INT(di_engine_get_output(e, id[k], &out[spec][k]), 0);
-            CHECK(out[spec][k].n_tokens <= 30);
+            CHECK(out[spec][k].n_tokens > 0 && out[spec][k].n_tokens <= 30);
             memcpy(tokens[spec][k], out[spec][k].token_ids, sizeof(int32_t) * (size_t)out[spec][k].n_tokens);
+            if (k == 1 || k == 2) CHECK(is_abcd_e(out[spec][k].text, out[spec][k].text_len));
+            if (k == 3 || k == 4) CHECK(is_printable(out[spec][k].text, out[spec][k].text_len));
         }
-        for (int k = 0; k < 2 && spec; k++) {
-            CHECK_EQ_INT(out[1][k].n_tokens, out[0][k].n_tokens);
-            CHECK(memcmp(tokens[0][k], tokens[1][k], sizeof(int32_t) * (size_t)out[0][k].n_tokens) == 0);
-        }
-        if (spec) {
-            CHECK(out[1][0].spec_num_drafts > 0);
-            CHECK_EQ_INT((int)out[1][1].spec_num_drafts, 0);
-            CHECK(out[1][1].text_len > 0 && out[1][1].text[out[1][1].text_len - 1] == 'e');
-        }
+        di_engine_get_metrics(e, &m[spec]);
         di_engine_destroy(e);
     }
+    for (int k = 0; k < N_CONSTRAINED; k++) {
+        CHECK_EQ_INT(out[1][k].n_tokens, out[0][k].n_tokens);
+        CHECK(memcmp(tokens[0][k], tokens[1][k], sizeof(int32_t) * (size_t)out[0][k].n_tokens) == 0);
+    }
+    CHECK(out[1][0].spec_num_drafts > 0);
+    CHECK(out[1][3].spec_num_accepted_tokens > 0); /* drafts inside the grammar do get through */
+    CHECK(m[1].spec_num_grammar_truncated > 0);
+    CHECK_EQ_INT((int)m[0].spec_num_grammar_truncated, 0);
 }
 
 /* ---- the knobs ------------------------------------------------------------------------------- */
@@ -470,7 +497,7 @@ int main(void) {
     RUN_TEST(speculation_beside_prefill_chunks_preemption_and_async);
     RUN_TEST(stops_inside_an_accepted_run_end_the_output_there);
     RUN_TEST(stop_strings_give_the_plain_text);
-    RUN_TEST(constrained_requests_do_not_draft_and_keep_their_output);
+    RUN_TEST(constrained_requests_draft_within_their_grammar);
     RUN_TEST(draft_options_are_checked_and_resolved);
     return TEST_SUMMARY();
 }
