@@ -13,6 +13,7 @@
 #include "base/mem.h"
 #include "engine/kv_blocks.h"
 #include "engine/constraint.h"
+#include "engine/spec_probe.h"
 #include "engine/pages.h"
 #include "engine/request.h"
 #include "engine/runner_mock.h"
@@ -125,6 +126,22 @@ static int step_rows(const DiEngineOptions *o) {
     return (int)(by_seqs < by_tokens ? by_seqs : by_tokens);
 }
 
+/* Seconds the start-up step-cost probe may spend starting new sizes (the tiny model measures
+ * every size well within it; a large one measures the small sizes). */
+#define COST_PROBE_BUDGET_S 0.25
+
+/* The confidence schedule's step-cost curve from timed verify batches (spec_probe.h). */
+static int probe_step_cost(DiEngine *e) {
+    DiSpecProbe probe = {e->runner, e->pool, e->steps[0].logits, step_rows(&e->opts), 1 + e->opts.draft_max,
+                         COST_PROBE_BUDGET_S};
+    return di_spec_probe_cost(&probe, &e->spec) < 0 ? -1 : 0;
+}
+
+int di_engine_spec_cost_points(const DiEngine *e, double *rows, double *seconds, int cap) {
+    if (!e || !rows || !seconds || cap < 0) return di_errorf("spec cost points: NULL argument");
+    return e->opts.draft_max > 0 ? di_spec_cost_points(&e->spec.cost, rows, seconds, cap) : 0;
+}
+
 static int make_pool(DiEngine *e, bool poison) {
     size_t page = e->runner->page_bytes;
     size_t n_pages = e->opts.state_memory_bytes / ((page + 63) & ~(size_t)63);
@@ -230,6 +247,7 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
         di_spec_control_init(&e->spec, e->opts.draft_schedule == 1, e->opts.max_num_seqs, runner->draft_block) != 0)
         goto fail;
     if (e->opts.draft_max > 0 && make_verifiers(e) != 0) goto fail;
+    if (e->opts.draft_max > 0 && e->spec.confidence && probe_step_cost(e) != 0) goto fail;
     e->exec = (DiStepExecutor){runner, e->samplers, e->n_samplers > 1 ? e->threads : NULL, invariant == 1,
                                e->opts.draft_max > 0 ? &e->spec : NULL, e->verifiers, e->draft_logits, NULL, NULL};
     if (e->async && di_worker_start(&e->worker, &e->exec) != 0) goto fail;

@@ -19,6 +19,10 @@ void di_engine_set_logits_observer(DiEngine *engine, DiLogitsObserver observer, 
 /* Poison freed state pages (tests: a stale page then gives wrong logits). Before any request. */
 int di_engine_set_page_poisoning(DiEngine *engine, int on);
 
+/* The points of the speculation policy's step-cost curve (di_spec_cost_points; 0 without
+ * speculation): tests of the start-up probe. */
+int di_engine_spec_cost_points(const DiEngine *engine, double *rows, double *seconds, int cap);
+
 /* Resolve the DEEPINFER_BATCH_INVARIANT setting: opt (-1: the environment), -1 with an error on a
  * bad environment value. */
 int di_engine_resolve_batch_invariant(int opt);

@@ -4,8 +4,8 @@
  *
  * Fixed (DEEPINFER_ENABLE_MTP_VARLEN=0): every request drafts and verifies its maximum, a
  * deterministic rule.  Confidence (=1, the default): the production variant of DSpark's scheduler
- * (spec_sched.h, engine-features.md §1.3 l) over a step-cost curve learnt from the engine's own
- * forwards and the drafter's measured cost, with the confidences calibrated online (spec_sts.h):
+ * (spec_sched.h, engine-features.md §1.3 l) over a step-cost curve measured at start-up
+ * (spec_probe.h) and kept current by the engine's own forwards, and the drafter's measured cost, with the confidences calibrated online (spec_sts.h):
  *   - before drafting, the budget K of verified drafts comes from the survivals of the last step
  *     that drafted (stale, so independent of this step's drafts); K = 0 means drafting does not
  *     pay and the step skips the drafter, except for a probe step that drafts one token per

@@ -437,6 +437,45 @@ TEST(constrained_requests_draft_within_their_grammar) {
     CHECK_EQ_INT((int)m[0].spec_num_grammar_truncated, 0);
 }
 
+/* ---- the start-up step-cost probe ------------------------------------------------------------ */
+
+/* An engine with the confidence schedule times verify batches of 1, 2, 4, ... rows up to its
+ * largest (4 sequences x (1 + 5) rows = 24, under the 64-token budget) before its first step;
+ * the curve through them never falls, and live steps add to it without dropping the probe's
+ * sizes.  Fixed lengths (the curve unused) and draft_max = 0 do not probe. */
+TEST(start_up_probe_measures_a_monotone_step_cost_curve) {
+    static const double sizes[] = {1, 2, 4, 8, 16, 24};
+    double rows[64], seconds[64];
+    Setup s = {5, 1, 0, 64, 0, 4, 1.0, 1 << 20};
+    DiEngine *e = spec_engine(&s);
+    int n = di_engine_spec_cost_points(e, rows, seconds, 64);
+    CHECK_EQ_INT(n, 6);
+    for (int i = 0; i < n && i < 6; i++) {
+        CHECK(rows[i] == sizes[i]);
+        CHECK(seconds[i] > 0);
+        if (i > 0) CHECK(seconds[i] >= seconds[i - 1]);
+    }
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.max_tokens = 20;
+    p.ignore_eos = 1;
+    int32_t prompt[3] = {5, 6, 7};
+    DiRequestInput in = {.prompt_ids = prompt, .n_prompt_ids = 3};
+    CHECK_EQ_INT(di_engine_add_request(e, &in, &p, NULL, NULL, NULL), 0);
+    CHECK_EQ_INT(di_engine_run(e), 0);
+    int after = di_engine_spec_cost_points(e, rows, seconds, 64);
+    CHECK(after >= n);
+    for (int i = 0; i < after && i < 64; i++)
+        if (i > 0) CHECK(seconds[i] >= seconds[i - 1]);
+    di_engine_destroy(e);
+    for (int k = 0; k < 2; k++) {
+        Setup off = {k ? 5 : 0, k ? 0 : 1, 0, 64, 0, 4, 1.0, 1 << 20};
+        e = spec_engine(&off);
+        CHECK_EQ_INT(di_engine_spec_cost_points(e, rows, seconds, 64), 0);
+        di_engine_destroy(e);
+    }
+}
+
 /* ---- the knobs ------------------------------------------------------------------------------- */
 
 TEST(draft_options_are_checked_and_resolved) {
@@ -498,6 +537,7 @@ int main(void) {
     RUN_TEST(stops_inside_an_accepted_run_end_the_output_there);
     RUN_TEST(stop_strings_give_the_plain_text);
     RUN_TEST(constrained_requests_draft_within_their_grammar);
+    RUN_TEST(start_up_probe_measures_a_monotone_step_cost_curve);
     RUN_TEST(draft_options_are_checked_and_resolved);
     return TEST_SUMMARY();
 }
