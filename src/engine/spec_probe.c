@@ -86,7 +86,7 @@ int di_spec_probe_cost(const DiSpecProbe *p, DiSpecControl *c) {
         measured = -1;
         goto done;
     }
-    for (int64_t rows = 1; di_now_seconds() - start < p->budget_s; rows = rows * 2 < max_rows ? rows * 2 : max_rows) {
+    for (int64_t rows = 1;; rows = rows * 2 < max_rows ? rows * 2 : max_rows) { /* one size at least */
         double seconds = 0, again = 0; /* the faster of two: a shared CPU's stalls only add time */
         if (time_forward(p, &s, rows, &seconds) != 0 || time_forward(p, &s, rows, &again) != 0) {
             measured = -1;
@@ -95,7 +95,7 @@ int di_spec_probe_cost(const DiSpecProbe *p, DiSpecControl *c) {
         if (again < seconds) seconds = again;
         di_spec_control_timing(c, rows, seconds, 0, 0);
         measured++;
-        if (rows == max_rows) break;
+        if (rows == max_rows || di_now_seconds() - start >= p->budget_s) break;
     }
     log_curve(c);
 done:

@@ -6,8 +6,9 @@
  * verify-shaped batches of 1, 2, 4, ... rows up to its largest verify batch (max_num_seqs x
  * (1 + gamma), bounded by the step's rows) and feeds them to the policy's curve; live steps keep
  * updating it afterwards.  The batches run on scratch pages taken from the engine's pool and
- * returned at once (their state is discarded), and the probe stops early once it has spent its
- * time budget, so a large model measures fewer sizes rather than delaying start-up. */
+ * returned at once (their state is discarded), and the probe starts no size past its time
+ * budget (it always measures one row), so a large model measures fewer sizes rather than
+ * delaying start-up. */
 #ifndef DI_ENGINE_SPEC_PROBE_H
 #define DI_ENGINE_SPEC_PROBE_H
 

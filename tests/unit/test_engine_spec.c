@@ -11,6 +11,8 @@
 #include "test_engine_helpers.h"
 
 #include "base/error.h"
+#include "engine/runner_mock.h"
+#include "engine/spec_probe.h"
 
 #include <stdio.h>
 
@@ -476,6 +478,34 @@ TEST(start_up_probe_measures_a_monotone_step_cost_curve) {
     }
 }
 
+/* The probe itself: a spent budget stops it after its first size, a pool that holds one verify
+ * sequence bounds the sizes to its rows, and bad arguments are refused. */
+TEST(start_up_probe_honours_its_budget_and_its_pool) {
+    DiRunner *runner = di_mock_runner_create(MOCK_VOCAB, MOCK_SEED);
+    DiSpecControl c;
+    CHECK_EQ_INT(di_spec_control_init(&c, true, 4, 5), 0);
+    size_t pages = runner->ops->pages_for_tokens(runner, 6);
+    DiPagePool *pool = di_page_pool_create(runner->page_bytes, pages, false); /* one sequence of 1 + 5 */
+    float *logits = calloc((size_t)24 * MOCK_VOCAB, sizeof *logits);
+    DiSpecProbe p = {runner, pool, logits, 24, 6, 1e-12};
+    CHECK_EQ_INT(di_spec_probe_cost(&p, &c), 1);
+    double rows[64], seconds[64];
+    CHECK_EQ_INT(di_spec_cost_points(&c.cost, rows, seconds, 64), 1);
+    CHECK(rows[0] == 1);
+    p.budget_s = 10;
+    CHECK_EQ_INT(di_spec_probe_cost(&p, &c), 4); /* 1, 2, 4, 6: the pool's one sequence */
+    CHECK_EQ_INT(di_spec_cost_points(&c.cost, rows, seconds, 64), 4);
+    CHECK(rows[3] == 6);
+    CHECK_EQ_INT((int)di_page_pool_used(pool), 0); /* the scratch pages went back */
+    p.rows_per_seq = 0;
+    CHECK_EQ_INT(di_spec_probe_cost(&p, &c), -1);
+    di_error_clear();
+    free(logits);
+    di_page_pool_destroy(pool);
+    di_spec_control_free(&c);
+    runner->ops->destroy(runner);
+}
+
 /* ---- the knobs ------------------------------------------------------------------------------- */
 
 TEST(draft_options_are_checked_and_resolved) {
@@ -538,6 +568,7 @@ int main(void) {
     RUN_TEST(stop_strings_give_the_plain_text);
     RUN_TEST(constrained_requests_draft_within_their_grammar);
     RUN_TEST(start_up_probe_measures_a_monotone_step_cost_curve);
+    RUN_TEST(start_up_probe_honours_its_budget_and_its_pool);
     RUN_TEST(draft_options_are_checked_and_resolved);
     return TEST_SUMMARY();
 }
