@@ -235,10 +235,11 @@ typedef struct {
     int kv_block_tokens;
     /* DSpark speculative decoding, for a model with a drafter: each decode step drafts up to
      * draft_max tokens per request and verifies them in one forward.  Lossless: greedy output,
-     * and seeded sampling with the confidence schedule, are plain decoding's tokens (a draft is
-     * accepted when it equals the plain sample); at T > 0 with fixed lengths (draft_schedule 0)
-     * drafts are verified by rejection sampling (more accepted, every token with the target's
-     * distribution), and a seed gives the same tokens whatever runs beside it unless the request
+     * constrained requests, and sampling with a caller's seed under the confidence schedule, are
+     * plain decoding's tokens (a draft is accepted when it equals the plain sample); every other
+     * request at T > 0 (fixed lengths, draft_schedule 0; or no caller's seed) is verified by
+     * rejection sampling (more accepted, every token with the target's distribution); with fixed
+     * lengths a seed gives the same tokens whatever runs beside it unless the request
      * is preempted, but not plain decoding's.  Steps then run
      * synchronously (async_scheduling is not used): the next positions depend on the accepted
      * drafts.  draft_max: -1 default ($DEEPINFER_USE_NEXTN_DECODE, else 5; off for a model

@@ -51,6 +51,7 @@ struct DiEngine {
     DiRequest **requests; /* every request not yet released, in arrival order */
     int n_requests, cap_requests;
     uint64_t next_id, seed_counter;
+    bool seeded; /* opts.seed came from the caller, not the clock */
     DiEngineMetrics m;
     char *model_dir;
     DiKvBlocks kv; /* the KV block cache (kv.cache NULL: off) */
@@ -221,6 +222,7 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     e->opts.batch_invariant = invariant;
     e->async = e->opts.async_scheduling != 0 && e->opts.draft_max == 0;
     e->opts.async_scheduling = e->async;
+    e->seeded = e->opts.seed != 0; /* a caller's seed promises reproducible runs */
     if (e->opts.seed == 0) e->opts.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)e << 16);
     DiSchedulerConfig cfg = {e->opts.max_num_seqs, e->opts.max_batch_tokens, e->opts.max_prefill_chunk,
                              e->opts.draft_max, e->opts.draft_schedule == 0};
@@ -466,6 +468,7 @@ int di_engine_add_request(DiEngine *e, const DiRequestInput *in, const DiSamplin
     DiRequest *req = di_request_create(e->next_id, ids, n, params, seed, callback, user);
     free(ids);
     if (!req) return di_error_wrap("add request");
+    req->reproducible = params->has_seed || e->seeded;
     if (di_kv_blocks_set_salt(req, in->cache_salt) != 0) {
         di_request_free(req);
         return di_error_wrap("add request");

@@ -40,6 +40,7 @@ typedef struct DiRequest {
     const DiGrammar *grammar;  /* held in the engine's grammar store until detached */
     size_t longest_stop;       /* bytes of the longest stop string */
     uint64_t seed;
+    bool reproducible;         /* its seed, or the engine's, came from the caller (step.c) */
     DiStreamCallback callback;
     void *user;
 

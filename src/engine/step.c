@@ -2,15 +2,16 @@
  * forward over the mixed batch (plain decodes, prefill chunks, anchor + drafts), then sampling
  * written straight into the requests' token arrays, and the commit of the accepted drafts.
  *
- * Verification.  By exact match (greedy requests, and sampled ones with the confidence schedule):
- * every verify row is sampled with the request's own sampler, in position order, and a draft is
- * accepted while it equals the token sampled at its position, so the emitted tokens are exactly
- * plain decoding's and a seed keeps its tokens whatever the load.  By the rejection rule of
- * engine-features.md §1.3 m (sampled requests, T > 0, with fixed lengths: spec_verify.h): drafts
- * are picked from the drafter's distribution with salted randomness and accepted with the
- * target's distribution, more often than by exact match; which token a seed gives then depends
- * on where drafts were verified, which fixed lengths keep independent of the load, while the
- * confidence schedule's budget depends on the load and on measured step times. */
+ * Verification.  By exact match (greedy requests, constrained ones, and seeded sampled ones
+ * with the confidence schedule): every verify row is sampled with the request's own sampler, in
+ * position order, and a draft is accepted while it equals the token sampled at its position, so
+ * the emitted tokens are exactly plain decoding's and a seed keeps its tokens whatever the load
+ * and the measured step times.  By the rejection rule of engine-features.md §1.3 m (every other
+ * sampled request: fixed lengths, or the confidence schedule without a caller's seed;
+ * spec_verify.h): drafts are picked from the drafter's distribution with salted randomness and
+ * accepted with the target's distribution, more often than by exact match; which token a seed
+ * gives then depends on where drafts were verified, which fixed lengths keep independent of the
+ * load. */
 #include "engine/step.h"
 
 #include "base/mem.h"
@@ -161,12 +162,13 @@ static int sample_row(const DiStepExecutor *exec, DiStep *step, DiSampler *sampl
     return constrained ? di_constraint_accept(req->matcher, req->tokens[pos]) : 0;
 }
 
-/* Rejection sampling for this request: T > 0 with fixed lengths (see the header comment).  A
- * constrained request verifies by exact match: its drafts come from the unmasked drafter and are
- * truncated at the grammar's first refusal, which the rejection rule's residual does not allow
- * for (it would no longer give the masked target's distribution). */
+/* Rejection sampling for this request (see the header comment): T > 0, and fixed lengths or no
+ * caller's seed to keep.  A constrained request verifies by exact match: its drafts come from the
+ * unmasked drafter and are truncated at the grammar's first refusal, which the rejection rule's
+ * residual does not allow for (it would no longer give the masked target's distribution). */
 static bool rejection(const DiStepExecutor *exec, const DiRequest *req) {
-    return !exec->spec->confidence && req->params.temperature >= DI_SAMPLER_GREEDY_EPS && !req->matcher;
+    if (req->params.temperature < DI_SAMPLER_GREEDY_EPS || req->matcher) return false;
+    return !exec->spec->confidence || !req->reproducible;
 }
 
 /* A sampled request's drafts by the rejection rule; the emitted tokens replace the drafts. */

@@ -265,6 +265,29 @@ TEST(seeded_samples_with_the_confidence_schedule_are_the_plain_samples) {
     }
 }
 
+/* Without a caller's seed (request or engine) there is no sample to keep, so the confidence
+ * schedule verifies T > 0 drafts by the rejection rule: more of them are accepted than by exact
+ * match, every request still runs to its length, and the counters stay consistent. */
+TEST(unseeded_samples_with_the_confidence_schedule_use_the_rejection_rule) {
+    static Case seeded[MAX_REQ], unseeded[MAX_REQ];
+    static Outputs out;
+    make_cases(seeded, 10, 17, 0.8f);
+    memcpy(unseeded, seeded, sizeof seeded);
+    for (int r = 0; r < 10; r++) unseeded[r].params.has_seed = 0;
+    Setup s = alone_setup(5, 1);
+    DiEngineMetrics ms, mu;
+    run_cases(&s, seeded, 10, NULL, &out, &ms, "seeded, confidence");
+    run_cases(&s, unseeded, 10, NULL, &out, &mu, "unseeded, confidence");
+    for (int r = 0; r < 10; r++) CHECK_EQ_INT(out.n[r], unseeded[r].params.max_tokens);
+    check_counters(&mu, "unseeded, confidence");
+    double rate_s = ms.spec_num_draft_tokens ? (double)ms.spec_num_accepted_tokens / (double)ms.spec_num_draft_tokens : 0;
+    double rate_u = mu.spec_num_draft_tokens ? (double)mu.spec_num_accepted_tokens / (double)mu.spec_num_draft_tokens : 0;
+    CHECK_MSG(mu.spec_num_draft_tokens > 0 && rate_u > rate_s, "accepted: unseeded %.3f of %llu, seeded %.3f of %llu", rate_u,
+              (unsigned long long)mu.spec_num_draft_tokens, rate_s, (unsigned long long)ms.spec_num_draft_tokens);
+    printf("  T 0.8, confidence: accepted %.3f of drafts unseeded (rejection rule), %.3f seeded (exact match)\n", rate_u,
+           rate_s);
+}
+
 TEST(speculation_beside_prefill_chunks_preemption_and_async) {
     static Case cases[MAX_REQ];
     make_cases(cases, MAX_REQ, 19, 0.0f);
@@ -563,6 +586,7 @@ int main(void) {
     RUN_TEST(accepted_runs_emit_several_tokens_per_step);
     RUN_TEST(seeded_samples_in_fixed_mode_do_not_depend_on_what_runs_beside);
     RUN_TEST(seeded_samples_with_the_confidence_schedule_are_the_plain_samples);
+    RUN_TEST(unseeded_samples_with_the_confidence_schedule_use_the_rejection_rule);
     RUN_TEST(speculation_beside_prefill_chunks_preemption_and_async);
     RUN_TEST(stops_inside_an_accepted_run_end_the_output_there);
     RUN_TEST(stop_strings_give_the_plain_text);
