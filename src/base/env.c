@@ -126,6 +126,8 @@ const char *di_env_xdg_cache_home(void) { return value_of("XDG_CACHE_HOME"); }
 
 const char *di_env_home(void) { return value_of("HOME"); }
 
+const char *di_env_api_key(void) { return value_of("DEEPINFER_API_KEY"); }
+
 int di_env_batch_invariant(int *out) {
     if (!out) return di_errorf("di_env_batch_invariant: no output");
     const char *v = value_of("DEEPINFER_BATCH_INVARIANT");

@@ -4,8 +4,8 @@
 # internal name, no data), the internal .so of the A/B tools still exports the internals, the
 # engine sources include nothing of the cluster planners or the golden harness (data flows one
 # way), the model reaches the kernels only through its backend table, PCRE2 is a dependency of
-# the pre-tokenizer benchmark alone, and no source but src/base/env.c reads the environment
-# (issue 20: every knob is parsed once and passed in).
+# the pre-tokenizer benchmark alone, and no library or CLI source but src/base/env.c reads the
+# environment (issue 20: every knob is parsed once and passed in).
 set -u
 cd "$(dirname "$0")/../.."
 pass=0; fail=0
@@ -37,8 +37,10 @@ done
 nm build/libdeepinfer_cluster.a | grep -q ' T di_eplb_rebalance$' && ok || bad "libdeepinfer_cluster.a lacks di_eplb_rebalance"
 nm build/libdeepinfer_golden.a | grep -q ' T golden_open$' && ok || bad "libdeepinfer_golden.a lacks golden_open"
 
-# The environment is read in one place: src/base/env.c's accessors.
-readers=$(grep -rn 'getenv' src --include='*.[ch]' | grep -v '^src/base/env\.c:')
+# The environment is read in one place: src/base/env.c's accessors, for the library and for the
+# CLI that links it (tools/deepinfer).  The A/B tools (tools/*_ab.c) dlopen two builds instead of
+# linking one, so they read their own KERNEL_AB_* / DECODE_AB_* knobs, once at start.
+readers=$(grep -rn 'getenv' src tools/deepinfer --include='*.[ch]' | grep -v '^src/base/env\.c:')
 [ -z "$readers" ] && ok || bad "getenv outside src/base/env.c: $readers"
 
 # The forward pass reaches the kernels only through the backend table the model chose at load

@@ -3,6 +3,7 @@
  * engine through its public options and text hooks; nothing below learns about the CLI. */
 #include "cli_engine.h"
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/file.h"
 #include "base/json.h"
@@ -25,7 +26,7 @@ double cli_now_s(void) {
 /* ---- model directory and tokenizer ------------------------------------------------------ */
 
 static int resolve_dir(CliModel *m, const char *opt) {
-    const char *dir = opt && *opt ? opt : getenv("DEEPINFER_HF_MODEL_DIR");
+    const char *dir = opt && *opt ? opt : di_env_hf_model_dir();
     if (dir && *dir) {
         if (strlen(dir) >= sizeof m->dir) return di_errorf("model directory path too long: %s", dir);
         if (!di_file_exists(dir)) return di_errorf("%s: no such model directory", dir);

@@ -9,6 +9,7 @@
 #include "cli_engine.h"
 #include "commands.h"
 
+#include "base/env.h"
 #include "base/error.h"
 #include "serve/backend_engine.h"
 #include "serve/server.h"
@@ -180,12 +181,12 @@ static DiEngineBackend *open_backend(const char *model_dir, const char *served_n
 int cmd_serve(int argc, char **argv) {
     DiServerConfig cfg;
     di_server_config_defaults(&cfg);
-    const char *model = getenv("DEEPINFER_HF_MODEL_DIR");
+    const char *model = di_env_hf_model_dir();
     const char *served_name = "DeepSeek-V4.1-Flash";
     long context_limit = 1L << 20; /* V4.1-Flash contexts up to 1M tokens (serving.md §3) */
     EngineFlags ef = {.prefix_cache = true, .draft = CLI_DRAFT_DEFAULTS};
-    const char *env_key = getenv("DEEPINFER_API_KEY");
-    if (env_key && *env_key) cfg.api_key = env_key;
+    const char *env_key = di_env_api_key();
+    if (env_key) cfg.api_key = env_key;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
