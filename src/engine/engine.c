@@ -37,6 +37,7 @@ struct DiEngine {
     bool async;
     DiPagePool *pool;
     DiScheduler sched;
+    const DiKernelBackend *be; /* the samplers' kernels: the runner's, else chosen at creation */
     DiSampler **samplers; /* one per pool thread */
     int n_samplers;
     DiThreadPool *threads; /* the step's sampling, and the runner's forward (DiRunnerOps.use_threads) */
@@ -195,7 +196,16 @@ static int make_verifiers(DiEngine *e) {
     e->verifiers = di_calloc((size_t)e->n_samplers, sizeof *e->verifiers, "spec verifiers");
     if (!e->draft_logits || !e->verifiers) return -1;
     for (int i = 0; i < e->n_samplers; i++)
-        if (!(e->verifiers[i] = di_spec_verifier_create(e->runner->vocab_size))) return -1;
+        if (!(e->verifiers[i] = di_spec_verifier_create(e->runner->vocab_size, e->be))) return -1;
+    return 0;
+}
+
+/* The samplers' kernels, chosen once here: the model's table when the runner has one, so that
+ * sampling follows the model's DEEPINFER_KERNELS choice; else the knob's own choice. */
+static int resolve_kernels(DiEngine *e) {
+    if (e->runner->be) return e->be = e->runner->be, 0;
+    DiEnvKernels want;
+    if (di_env_kernels(&want) != 0 || di_backend_cpu_select(want, &e->be) != 0) return di_error_wrap("engine: kernels");
     return 0;
 }
 
@@ -218,7 +228,9 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     else di_engine_options_init(&e->opts);
     if (e->opts.state_memory_bytes == 0) e->opts.state_memory_bytes = DEFAULT_STATE_MEMORY;
     int invariant = di_engine_resolve_batch_invariant(e->opts.batch_invariant);
-    if (check_options(&e->opts) != 0 || invariant < 0 || resolve_speculation(&e->opts, runner) != 0) goto fail;
+    if (check_options(&e->opts) != 0 || invariant < 0 || resolve_speculation(&e->opts, runner) != 0 ||
+        resolve_kernels(e) != 0)
+        goto fail;
     e->opts.batch_invariant = invariant;
     e->async = e->opts.async_scheduling != 0 && e->opts.draft_max == 0;
     e->opts.async_scheduling = e->async;
@@ -240,7 +252,7 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     e->samplers = di_calloc((size_t)e->n_samplers, sizeof *e->samplers, "samplers");
     if (!e->samplers) goto fail;
     for (int i = 0; i < e->n_samplers; i++)
-        if (!(e->samplers[i] = di_sampler_create(runner->vocab_size))) goto fail;
+        if (!(e->samplers[i] = di_sampler_create(runner->vocab_size, e->be))) goto fail;
     for (int i = 0; i < 2; i++)
         if (di_step_init(&e->steps[i], e->opts.max_num_seqs, step_rows(&e->opts), runner->vocab_size,
                          e->opts.draft_max > 0 ? runner->draft_block : 0) != 0)

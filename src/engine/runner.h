@@ -39,6 +39,7 @@
 #define DI_ENGINE_RUNNER_H
 
 #include "base/threadpool.h"
+#include "kernels/backend.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -142,6 +143,10 @@ struct DiRunner {
     const int32_t *eos_ids;  /* tokens that end a generation */
     int n_eos_ids;
     const char *name;        /* for messages */
+    /* Optional: the kernels the model chose when it loaded, which the engine's samplers then use
+     * too; NULL (a runner with no model, the mocks): the engine resolves DEEPINFER_KERNELS once
+     * when it is created. */
+    const DiKernelBackend *be;
     int32_t draft_block;     /* drafts one draft() proposes (dspark_block_size); 0: no drafter */
     DiTextCodec codec;       /* optional built-in text */
     /* Optional: called just before a request's pages go back to the pool (finish, abort,

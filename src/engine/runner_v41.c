@@ -334,6 +334,7 @@ DiRunner *di_v41_runner_create(Model *model, int own_model, size_t page_bytes) {
     r->base.eos_ids = r->eos;
     r->base.n_eos_ids = 1;
     r->base.name = "DeepSeek-V4.1 model";
+    r->base.be = model->be;
     r->base.replay_window = model->d.window;
     if (model_identity(model, r->identity) != 0) {
         r->own_model = 0;

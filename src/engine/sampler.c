@@ -3,7 +3,6 @@
 
 #include "base/error.h"
 #include "base/mem.h"
-#include "kernels/expf_row.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 
 struct DiSampler {
     int32_t vocab;
+    const DiKernelBackend *be; /* its expf_row: the probabilities' exp */
     float *work;        /* penalised logits */
     float *prob;        /* unnormalised probabilities exp((x - max) / T), in (0, 1] */
     int32_t *cand;      /* surviving token ids */
@@ -21,14 +21,19 @@ struct DiSampler {
     uint8_t *octaves;   /* nucleus: octave of each candidate */
 };
 
-DiSampler *di_sampler_create(int32_t vocab_size) {
+DiSampler *di_sampler_create(int32_t vocab_size, const DiKernelBackend *be) {
     if (vocab_size <= 0) {
         di_errorf("sampler: vocabulary size must be positive, got %d", vocab_size);
+        return NULL;
+    }
+    if (!be || !be->expf_row) {
+        di_errorf("sampler: no kernel backend given");
         return NULL;
     }
     DiSampler *s = di_calloc(1, sizeof *s, "sampler");
     if (!s) return NULL;
     s->vocab = vocab_size;
+    s->be = be;
     s->work = di_calloc((size_t)vocab_size, sizeof *s->work, "sampler logits");
     s->prob = di_calloc((size_t)vocab_size, sizeof *s->prob, "sampler probabilities");
     s->cand = di_calloc((size_t)vocab_size, sizeof *s->cand, "sampler candidates");
@@ -439,7 +444,7 @@ static int prepare(DiSampler *s, const DiSamplingParams *p, const DiSampleContex
     *token = argmax;
     if (p->temperature < DI_SAMPLER_GREEDY_EPS) return 0;
     size_t m = 0;
-    di_expf_row(x, (size_t)V, max, 1.0f / p->temperature, s->prob);
+    s->be->expf_row(x, (size_t)V, max, 1.0f / p->temperature, s->prob);
     for (int32_t v = 0; v < V; v++) { /* masked tokens (-inf) are no candidates */
         s->cand[m] = v;
         m += x[v] != -INFINITY;

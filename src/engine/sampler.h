@@ -15,6 +15,7 @@
 #define DI_ENGINE_SAMPLER_H
 
 #include "deepinfer.h"
+#include "kernels/backend.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -36,7 +37,10 @@ typedef struct {
     int n_eos_ids;
 } DiSampleContext;
 
-DiSampler *di_sampler_create(int32_t vocab_size);
+/* be: the kernels the engine chose once (the model's, kernels/backend.h); the sampler's exp row
+ * goes through be->expf_row, so it follows the model's kernel choice with no per-call knob read.
+ * NULL with an error for a vocabulary size below 1 or no backend. */
+DiSampler *di_sampler_create(int32_t vocab_size, const DiKernelBackend *be);
 void di_sampler_destroy(DiSampler *sampler);
 
 /* Check parameters against the vocabulary; -1 with an error naming the bad field. */

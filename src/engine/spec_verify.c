@@ -22,7 +22,7 @@ struct DiSpecVerifier {
     size_t cap_output;
 };
 
-DiSpecVerifier *di_spec_verifier_create(int32_t vocab_size) {
+DiSpecVerifier *di_spec_verifier_create(int32_t vocab_size, const DiKernelBackend *be) {
     if (vocab_size <= 0) {
         di_errorf("spec verifier: vocabulary size must be positive, got %d", vocab_size);
         return NULL;
@@ -30,7 +30,7 @@ DiSpecVerifier *di_spec_verifier_create(int32_t vocab_size) {
     DiSpecVerifier *v = di_calloc(1, sizeof *v, "spec verifier");
     if (!v) return NULL;
     v->vocab = vocab_size;
-    v->sampler = di_sampler_create(vocab_size);
+    v->sampler = di_sampler_create(vocab_size, be);
     v->target = di_calloc((size_t)vocab_size, sizeof *v->target, "spec verifier target distribution");
     v->draft = di_calloc((size_t)vocab_size, sizeof *v->draft, "spec verifier draft distribution");
     if (!v->sampler || !v->target || !v->draft) {

@@ -36,7 +36,8 @@
 
 typedef struct DiSpecVerifier DiSpecVerifier;
 
-DiSpecVerifier *di_spec_verifier_create(int32_t vocab_size);
+/* be: the kernels its sampler uses (di_sampler_create). */
+DiSpecVerifier *di_spec_verifier_create(int32_t vocab_size, const DiKernelBackend *be);
 void di_spec_verifier_destroy(DiSpecVerifier *verifier);
 
 /* Pick draft k (0-based) of a request from its draft logits (vocab_size values, before

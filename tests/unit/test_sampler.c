@@ -44,8 +44,45 @@ TEST(uniform_is_deterministic_and_keyed) {
     CHECK_NEAR(mean / 10000, 0.5, 0.01);
 }
 
+TEST(create_refuses_a_missing_backend_or_vocabulary) {
+    CHECK(di_sampler_create(5, NULL) == NULL);
+    CHECK(strstr(di_error_message(), "no kernel backend") != NULL);
+    CHECK(di_sampler_create(0, di_backend_cpu_ref()) == NULL);
+    CHECK(strstr(di_error_message(), "vocabulary size") != NULL);
+}
+
+/* A backend that is the reference but counts its exp rows: the sampler must use the table it
+ * was given (the engine's choice), not a kernel of its own. */
+static int spy_rows;
+static void spy_expf_row(const float *x, size_t n, float shift, float scale, float *out) {
+    spy_rows++;
+    di_backend_cpu_ref()->expf_row(x, n, shift, scale, out);
+}
+
+TEST(sampling_runs_the_given_backends_exp) {
+    DiKernelBackend spy = *di_backend_cpu_ref();
+    spy.expf_row = spy_expf_row;
+    DiSampler *s = di_sampler_create(4, &spy), *r = di_sampler_create(4, di_backend_cpu_ref());
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.temperature = 0.7f;
+    const float logits[4] = {0.5f, 1.0f, -0.25f, 0.75f};
+    spy_rows = 0;
+    for (int i = 0; i < 20; i++) {
+        DiSampleContext c = ctx_at(i, 31);
+        CHECK(sample1(s, &p, &c, logits) == sample1(r, &p, &c, logits));
+    }
+    CHECK(spy_rows == 20);
+    p.temperature = 0.0f; /* greedy: no probabilities, no exp */
+    DiSampleContext c = ctx_at(0, 31);
+    CHECK(sample1(s, &p, &c, logits) == 1);
+    CHECK(spy_rows == 20);
+    di_sampler_destroy(s);
+    di_sampler_destroy(r);
+}
+
 TEST(greedy_takes_argmax_with_lowest_id_on_ties) {
-    DiSampler *s = di_sampler_create(5);
+    DiSampler *s = di_sampler_create(5, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     p.temperature = 0;
@@ -80,7 +117,7 @@ TEST(params_are_checked) {
 }
 
 TEST(nan_logits_are_an_error) {
-    DiSampler *s = di_sampler_create(3);
+    DiSampler *s = di_sampler_create(3, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     float logits[3] = {0, NAN, 1};
@@ -95,7 +132,7 @@ TEST(nan_logits_are_an_error) {
 static const float quarter_logits[4] = {-0.69314718f, -1.2039728f, -1.89712f, -2.9957323f};
 
 TEST(min_p_top_k_top_p_keep_the_hand_derived_sets) {
-    DiSampler *s = di_sampler_create(4);
+    DiSampler *s = di_sampler_create(4, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     int counts[4];
@@ -129,7 +166,7 @@ TEST(min_p_top_k_top_p_keep_the_hand_derived_sets) {
 }
 
 TEST(top_k_ties_rank_lower_ids_first) {
-    DiSampler *s = di_sampler_create(6);
+    DiSampler *s = di_sampler_create(6, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     p.top_k = 2;
@@ -156,7 +193,7 @@ static double chi_square(DiSampler *s, const DiSamplingParams *p, const float *l
 }
 
 TEST(sampled_frequencies_follow_softmax) {
-    DiSampler *s = di_sampler_create(6);
+    DiSampler *s = di_sampler_create(6, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     float logits[6] = {0.5f, -1.0f, 2.0f, 0.0f, 1.0f, -0.5f};
@@ -172,7 +209,7 @@ TEST(sampled_frequencies_follow_softmax) {
 }
 
 TEST(seeded_draws_repeat_and_seeds_differ) {
-    DiSampler *s = di_sampler_create(50);
+    DiSampler *s = di_sampler_create(50, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     float logits[50];
@@ -192,7 +229,7 @@ TEST(seeded_draws_repeat_and_seeds_differ) {
 /* vLLM: repetition divides positive / multiplies negative logits of seen tokens; frequency and
  * presence subtract count * f + p from generated tokens. */
 TEST(penalties_follow_vllm_formulas) {
-    DiSampler *s = di_sampler_create(4);
+    DiSampler *s = di_sampler_create(4, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     p.temperature = 0;
@@ -230,7 +267,7 @@ TEST(penalties_follow_vllm_formulas) {
 }
 
 TEST(min_tokens_masks_eos_and_stop_tokens) {
-    DiSampler *s = di_sampler_create(4);
+    DiSampler *s = di_sampler_create(4, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     p.temperature = 0;
@@ -252,7 +289,7 @@ TEST(min_tokens_masks_eos_and_stop_tokens) {
 }
 
 TEST(logprobs_match_double_log_softmax) {
-    DiSampler *s = di_sampler_create(6);
+    DiSampler *s = di_sampler_create(6, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     p.logprobs = 3;
@@ -276,7 +313,7 @@ TEST(logprobs_match_double_log_softmax) {
 
 TEST(large_vocab_top_k_matches_a_full_sort) {
     enum { V = 5000 };
-    DiSampler *s = di_sampler_create(V);
+    DiSampler *s = di_sampler_create(V, di_backend_cpu_ref());
     static float logits[V];
     for (int v = 0; v < V; v++) logits[v] = (float)((v * 7919) % 1000) / 100.0f; /* many ties */
     DiSamplingParams p;
@@ -329,7 +366,7 @@ TEST(large_vocab_top_p_matches_a_brute_force_nucleus) {
         n_nucleus++;
         above += exp((double)logits[order[i]] - logits[order[0]]);
     }
-    DiSampler *s = di_sampler_create(V);
+    DiSampler *s = di_sampler_create(V, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     p.top_p = 0.9f;
@@ -349,7 +386,7 @@ TEST(large_vocab_top_p_matches_a_brute_force_nucleus) {
 /* OpenAI logit_bias: +100 on a token makes it win greedy and sampled draws; -100 on the argmax
  * hands greedy to the runner-up; the biases change the choice only, not the raw logprobs. */
 TEST(logit_bias_moves_the_choice) {
-    DiSampler *s = di_sampler_create(6);
+    DiSampler *s = di_sampler_create(6, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     float logits[6] = {0.5f, 4, 1, 2, 3, -1};
@@ -389,7 +426,7 @@ TEST(logit_bias_moves_the_choice) {
  * that token is forced (whatever the logits), once; before the budget, or once it was generated,
  * sampling is untouched. */
 TEST(thinking_budget_forces_the_end_of_thinking) {
-    DiSampler *s = di_sampler_create(6);
+    DiSampler *s = di_sampler_create(6, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     p.temperature = 0;
@@ -420,7 +457,7 @@ TEST(thinking_budget_forces_the_end_of_thinking) {
 /* di_sampler_probs is the distribution di_sampler_sample draws from: the hand-derived top-k set
  * renormalised, one-hot when greedy or forced, and the empirical frequencies of the draws. */
 TEST(probs_are_the_distribution_the_draws_follow) {
-    DiSampler *s = di_sampler_create(4);
+    DiSampler *s = di_sampler_create(4, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     p.top_k = 2;
@@ -458,6 +495,8 @@ int main(void) {
     RUN_TEST(probs_are_the_distribution_the_draws_follow);
     RUN_TEST(large_vocab_top_p_matches_a_brute_force_nucleus);
     RUN_TEST(uniform_is_deterministic_and_keyed);
+    RUN_TEST(create_refuses_a_missing_backend_or_vocabulary);
+    RUN_TEST(sampling_runs_the_given_backends_exp);
     RUN_TEST(greedy_takes_argmax_with_lowest_id_on_ties);
     RUN_TEST(params_are_checked);
     RUN_TEST(nan_logits_are_an_error);

@@ -288,7 +288,7 @@ TEST(fixed_lengths_and_bad_inputs) {
  * depends on d1, but only through the admission of d2, which stays lossless.  pairs[a][b] counts
  * the first two emitted tokens (a second, plain step when the first emitted only one). */
 static void first_two_tokens(bool exact, bool steep, int n, int pairs[2][2], int lengths[3]) {
-    DiSpecVerifier *v = di_spec_verifier_create(2);
+    DiSpecVerifier *v = di_spec_verifier_create(2, di_backend_cpu_ref());
     DiSpecSched *s = di_spec_sched_create(1, 2);
     DiSpecCost c;
     const double steep_s[3] = {1.0, 1.6, 1.7}, gentle_s[3] = {1.0, 1.2, 1.3};

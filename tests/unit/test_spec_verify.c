@@ -25,7 +25,7 @@ static void one_hot_rows(float *rows, const int32_t *argmax, int n) {
 }
 
 TEST(greedy_accepts_argmax_matches_then_corrects_or_adds_the_bonus) {
-    DiSpecVerifier *v = di_spec_verifier_create(V);
+    DiSpecVerifier *v = di_spec_verifier_create(V, di_backend_cpu_ref());
     DiSamplingParams p = greedy_params();
     DiSampleContext base = {.position = 5, .seed = 1};
     float rows[4 * V];
@@ -52,7 +52,7 @@ TEST(greedy_accepts_argmax_matches_then_corrects_or_adds_the_bonus) {
 /* Row 1 is processed as if draft 0 had been generated: a repetition penalty of 2 halves the
  * logit of token 0 (1 -> 0.5) once draft 0 is token 0, so token 1 (0.9) becomes the argmax. */
 TEST(greedy_rows_see_the_drafts_before_them) {
-    DiSpecVerifier *v = di_spec_verifier_create(V);
+    DiSpecVerifier *v = di_spec_verifier_create(V, di_backend_cpu_ref());
     DiSamplingParams p = greedy_params();
     p.repetition_penalty = 2.0f;
     int32_t prompt[1] = {7}, output[1] = {7};
@@ -79,8 +79,8 @@ static void random_logits(float *x, int n, float scale) {
 }
 
 TEST(without_drafts_verification_is_plain_sampling) {
-    DiSpecVerifier *v = di_spec_verifier_create(V);
-    DiSampler *s = di_sampler_create(V);
+    DiSpecVerifier *v = di_spec_verifier_create(V, di_backend_cpu_ref());
+    DiSampler *s = di_sampler_create(V, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     p.temperature = 0.8f;
@@ -103,8 +103,8 @@ TEST(without_drafts_verification_is_plain_sampling) {
 }
 
 TEST(draft_pick_is_the_sampler_at_the_salted_position) {
-    DiSpecVerifier *v = di_spec_verifier_create(V);
-    DiSampler *s = di_sampler_create(V);
+    DiSpecVerifier *v = di_spec_verifier_create(V, di_backend_cpu_ref());
+    DiSampler *s = di_sampler_create(V, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     float row[V];
@@ -192,7 +192,7 @@ static void generate(DiSpecVerifier *v, const World *w, const DiSamplingParams *
  * exact bigram chain: pi_first(a) p(b | a), pi_0 = p(. | anchor), pi_k = pi_(k-1) P.  Also the
  * acceptance rate. */
 static double chi_square_pair(const World *w, int len, int first, int trials, double *accept_rate) {
-    DiSpecVerifier *v = di_spec_verifier_create(V);
+    DiSpecVerifier *v = di_spec_verifier_create(V, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     p.temperature = w->temperature;
@@ -272,7 +272,7 @@ TEST(the_chi_square_rejects_the_drafter_distribution) {
         for (int t = 0; t < V; t++) drafter.target[a][t] = w.draft[a][t] + w.shift[0][t];
     /* chi_square_pair scores against the world's own target: swap in the drafter's tokens by
      * generating from it and scoring against w */
-    DiSpecVerifier *v = di_spec_verifier_create(V);
+    DiSpecVerifier *v = di_spec_verifier_create(V, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     static int counts[V][V];
@@ -298,7 +298,7 @@ TEST(the_chi_square_rejects_the_drafter_distribution) {
 }
 
 TEST(logprobs_are_those_of_the_emitting_rows) {
-    DiSpecVerifier *v = di_spec_verifier_create(V);
+    DiSpecVerifier *v = di_spec_verifier_create(V, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     p.logprobs = 1;
@@ -322,7 +322,7 @@ TEST(logprobs_are_those_of_the_emitting_rows) {
 }
 
 TEST(bad_inputs_are_refused_with_their_cause) {
-    DiSpecVerifier *v = di_spec_verifier_create(V);
+    DiSpecVerifier *v = di_spec_verifier_create(V, di_backend_cpu_ref());
     DiSamplingParams p;
     di_sampling_params_init(&p);
     float rows[2 * V] = {0}, draft[V] = {0};
@@ -340,7 +340,9 @@ TEST(bad_inputs_are_refused_with_their_cause) {
     draft[3] = 0;
     CHECK(di_spec_verify(v, &p, &base, rows, d, 1, draft, out, NULL, &acc) == -1);
     CHECK(strstr(di_error_message(), "target row 0") != NULL && strstr(di_error_message(), "NaN") != NULL);
-    CHECK(di_spec_verifier_create(0) == NULL);
+    CHECK(di_spec_verifier_create(0, di_backend_cpu_ref()) == NULL);
+    CHECK(di_spec_verifier_create(V, NULL) == NULL);
+    CHECK(strstr(di_error_message(), "no kernel backend") != NULL);
     di_spec_verifier_destroy(v);
 }
 
