@@ -119,7 +119,7 @@ const char *di_matmul_backend(void);
 const char *di_matmul_fp8_gemv_route(double *subnormal_slowdown);
 
 /* True when di_matmul takes the SIMD kernels.  The other kernels with an AVX2 version (the FP8
- * round trip, di_expf_row) follow the same choice, so DEEPINFER_KERNELS=ref makes every kernel
+ * round trip) follow the same choice, so DEEPINFER_KERNELS=ref makes every kernel
  * the scalar definition.  False on a bad DEEPINFER_KERNELS too (the matmul reports it). */
 bool di_kernels_use_simd(void);
 

@@ -2,7 +2,7 @@
  * re-derivation written here from the spec: router sqrt(softplus(logit / T)), top-k of the
  * biased scores (ties to the lower id), renormalised weights x route scale, each chosen expert
  * as whole-matrix matmuls (SwiGLU with the gate / up clamps; the sigmoid's exp is expf with the
- * reference kernels, di_expf_row's vector expf otherwise), routed outputs summed in ascending
+ * reference kernels, the SIMD tables' vector expf otherwise), routed outputs summed in ascending
  * expert id and the shared expert last.  moe_forward groups rows by expert and splits every
  * expert into row slices run as thread-pool tasks; the kernel contract (matmul.h: each output
  * row bit-identical for any row split and token count) makes the two agree bit for bit
@@ -51,7 +51,7 @@ static void expert_ref(const ExpertWeights *ex, const float *x, float weight, fl
             uv = fminf(fmaxf(uv, -lim), lim);
         }
         /* silu(g) = g / (1 + e^-g), one division as torch computes it (spec §4.2); the
-         * optimised path's exp is di_expf_row's (vector expf), taken value by value */
+         * optimised path's exp is the SIMD tables' expf_row (vector expf), taken value by value */
         float e = expf(-gv);
         model->be->expf_row(&gv, 1, 0.0f, -1.0f, &e); /* the reference backend's is expf */
         g[i] = gv / (1.0f + e) * uv * weight;

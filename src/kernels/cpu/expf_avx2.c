@@ -1,4 +1,4 @@
-/* expf_avx2.c — di_expf_row eight values at a time through libmvec's AVX2 expf.
+/* expf_avx2.c — the SIMD tables' expf_row (expf_simd.h) eight values at a time through libmvec's AVX2 expf.
  *
  * _ZGVdN8v_expf is the x86-64 vector-ABI name of glibc's 8-lane AVX2 expf (the name GCC emits for
  * a vectorised expf call; libmvec exports it).  Calling it by name keeps -ffast-math, which GCC

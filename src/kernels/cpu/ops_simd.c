@@ -2,7 +2,7 @@
  * AVX2 and AVX-512 tables of backend_cpu.c.
  *
  * Every op here gives the reference's bits (ops_ref.c) except swiglu, whose exp is glibc's
- * vector expf (within 3 ulp, expf_row.h): attention's dot products keep each key's own ascending
+ * vector expf (within 3 ulp, expf_simd.h): attention's dot products keep each key's own ascending
  * order with eight keys in the eight lanes, and its weighted sum is the scalar loop vectorised
  * (kernels/vec.h: no fused multiply-add either way); the FP8 round trip is roundtrip_avx2.c. */
 #include "kernels/cpu/ops_cpu.h"
