@@ -53,6 +53,9 @@ struct DiKernelBackend {
     const char *name; /* "reference", "avx2-fma", "avx512" */
     const void *impl; /* the backend's own parameters (kernels/cpu: the tile choice) */
     DiMatTraits mat[DI_MAT_N_FORMATS];
+    /* Readies a weight for this table's matmuls, as di_matrix_prepare (matmul.h) does for the
+     * kernels DEEPINFER_KERNELS names: speed only, the same bits with or without it. */
+    int (*matrix_prepare)(DiMatrix *w, void **owned);
 
     /* ---- number formats (§4.3-4.6), in place; n a multiple of the block (32 or 16) */
     int (*roundtrip_fp8_block32)(float *x, size_t n);

@@ -126,7 +126,7 @@ Model *model_load(const char *dir, NumericsMode mode) {
     if (!m->ck) goto fail;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (weights_bind(&m->w, m->ck, &m->d) != 0) goto fail;
+    if (weights_bind(&m->w, m->ck, &m->d, m->be) != 0) goto fail;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (m->w.prepared_bytes > 0) /* this CPU's FP8 GEMV keeps subnormal maps, which read the weights once */
         DI_INFO("weights: bound in %.2f s, with FP8 subnormal maps over %.1f MB of them (FP8 GEMV route %s)",

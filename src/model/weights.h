@@ -11,6 +11,7 @@
 #ifndef DI_MODEL_WEIGHTS_H
 #define DI_MODEL_WEIGHTS_H
 
+#include "kernels/backend.h"
 #include "kernels/matmul.h"
 #include "model/checkpoint.h"
 #include "model/model_dims.h"
@@ -61,11 +62,13 @@ typedef struct {
     /* every float copy made at bind time, freed by weights_free */
     void **owned;
     size_t n_owned, cap_owned;
-    int64_t prepared_bytes; /* weight bytes di_matrix_prepare read (FP8 subnormal maps) */
+    int64_t prepared_bytes; /* weight bytes be->matrix_prepare read (FP8 subnormal maps) */
+    const DiKernelBackend *be; /* the kernels the matrices were readied for (weights_bind) */
 } Weights;
 
 /* Bind all tensors of the text model (and the DSpark drafter when the config has stages). */
-int weights_bind(Weights *w, DiCheckpoint *ck, const ModelDims *d);
+/* be: the model's kernels, whose matrix_prepare readies every matrix the forward multiplies by. */
+int weights_bind(Weights *w, DiCheckpoint *ck, const ModelDims *d, const DiKernelBackend *be);
 void weights_free(Weights *w);
 
 #endif

@@ -63,7 +63,7 @@ TEST(every_table_fills_every_op) {
         CHECK_MSG(be->roundtrip_fp8_block32 && be->roundtrip_fp4_ue8m0_block32 && be->roundtrip_fp4_e4m3_block16 && be->rmsnorm &&
                       be->rope && be->expf_row && be->attn_heads && be->index_scores && be->topk && be->best_k && be->compress_pool &&
                       be->mhc_mix && be->mhc_collapse && be->mhc_expand && be->engram_gather && be->engram_gate && be->router &&
-                      be->swiglu,
+                      be->swiglu && be->matrix_prepare,
                   "%s: an op is missing", be->name);
     }
 }
@@ -249,9 +249,36 @@ TEST(engram_gate_by_hand) {
     CHECK_NEAR(h[1], 1 - 2 * g, 1e-6);
 }
 
+/* A weight is readied for the table it was given: the reference adds nothing; a SIMD table adds
+ * the FP8 subnormal map exactly where its FP8 GEMV route is "mapped", the map of
+ * di_matrix_fp8_subnormal_map.  Every table refuses an invalid matrix. */
+TEST(matrix_prepare_follows_the_table) {
+    static uint8_t data[32 * 64];
+    uint8_t scale[2] = {127, 127};
+    data[5 * 64 + 40] = 0x03; /* a subnormal code: row group 0, block 1 */
+    const DiMatrix m = {.format = DI_MAT_FP8_BLOCK, .rows = 32, .cols = 64, .data = data, .scale = scale};
+    uint8_t want[8];
+    di_matrix_fp8_subnormal_map(&m, want);
+    const DiKernelBackend *t[3];
+    int n = tables(t);
+    for (int i = 0; i < n; i++) {
+        DiMatrix w = m;
+        void *owned = (void *)1;
+        CHECK(t[i]->matrix_prepare(&w, &owned) == 0);
+        bool mapped = t[i] != di_backend_cpu_ref() && strcmp(di_matmul_fp8_gemv_route(NULL), "mapped") == 0;
+        CHECK_MSG((owned != NULL) == mapped && w.fp8_subnormal_map == owned, "%s", t[i]->name);
+        if (owned) CHECK(memcmp(w.fp8_subnormal_map, want, (size_t)di_matrix_fp8_subnormal_map_bytes(&m)) == 0);
+        free(owned);
+        DiMatrix bad = m;
+        bad.rows = 0;
+        CHECK(t[i]->matrix_prepare(&bad, &owned) == -1 && owned == NULL);
+    }
+}
+
 int main(void) {
     RUN_TEST(selection_follows_cpuid_and_the_knob);
     RUN_TEST(every_table_fills_every_op);
+    RUN_TEST(matrix_prepare_follows_the_table);
     RUN_TEST(attention_heads_by_hand);
     RUN_TEST(simd_attention_gives_the_reference_bits);
     RUN_TEST(simd_fp8_round_trip_gives_the_reference_bits);

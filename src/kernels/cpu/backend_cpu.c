@@ -61,6 +61,7 @@ static int64_t simd_scratch_floats(const DiKernelBackend *be, const DiMatrix *w,
 static const DiKernelBackend cpu_ref = {
     .name = "reference",
     .mat = FORMAT_TRAITS(ref_matmul, ref_scratch_floats),
+    .matrix_prepare = di_cpu_matrix_prepare_ref,
     .roundtrip_fp8_block32 = di_roundtrip_fp8_block32_ref,
     .expf_row = di_ref_expf_row,
     .attn_heads = di_ref_attn_heads,
@@ -71,6 +72,7 @@ static const DiKernelBackend cpu_ref = {
 #define SIMD_TABLE(label, variant)                                                                                     \
     {                                                                                                                  \
         .name = label, .impl = &variant, .mat = FORMAT_TRAITS(simd_matmul, simd_scratch_floats),                      \
+        .matrix_prepare = di_cpu_matrix_prepare_simd,                                                                  \
         .roundtrip_fp8_block32 = di_simd_op_roundtrip_fp8_block32, .expf_row = di_simd_op_expf_row,                   \
         .attn_heads = di_simd_attn_heads, .swiglu = di_simd_swiglu, SHARED_OPS,                                         \
     }

@@ -92,20 +92,26 @@ void di_matrix_fp8_subnormal_map(const DiMatrix *w, uint8_t *map) {
     }
 }
 
-int di_matrix_prepare(DiMatrix *w, void **owned) {
+int di_cpu_matrix_prepare_ref(DiMatrix *w, void **owned) {
     if (!owned) return di_errorf("di_matrix_prepare: no output given");
     *owned = NULL;
     if (!w) return di_errorf("di_matrix_prepare: no matrix given");
-    if (di_matrix_validate(w, "prepared weight") != 0) return -1;
-    if (w->format != DI_MAT_FP8_BLOCK || !di_kernels_use_simd() ||
-        di_simd_fp8_gemv_route(NULL) != DI_FP8_GEMV_MAPPED)
-        return 0;
+    return di_matrix_validate(w, "prepared weight");
+}
+
+int di_cpu_matrix_prepare_simd(DiMatrix *w, void **owned) {
+    if (di_cpu_matrix_prepare_ref(w, owned) != 0) return -1;
+    if (w->format != DI_MAT_FP8_BLOCK || di_simd_fp8_gemv_route(NULL) != DI_FP8_GEMV_MAPPED) return 0;
     uint8_t *map = di_malloc((size_t)di_matrix_fp8_subnormal_map_bytes(w), "FP8 subnormal map");
     if (!map) return -1;
     di_matrix_fp8_subnormal_map(w, map);
     w->fp8_subnormal_map = map;
     *owned = map;
     return 0;
+}
+
+int di_matrix_prepare(DiMatrix *w, void **owned) {
+    return di_kernels_use_simd() ? di_cpu_matrix_prepare_simd(w, owned) : di_cpu_matrix_prepare_ref(w, owned);
 }
 
 const char *di_matmul_backend(void) {

@@ -48,5 +48,9 @@ void di_simd_swiglu(const float *g, const float *u, int64_t n, float lim, float 
 int di_cpu_matmul_simd_into(bool avx512, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n, float *y, bool qa,
                             float *scratch, int64_t scratch_floats);
 int64_t di_cpu_matmul_simd_scratch_floats(const DiMatrix *w, int64_t n, int threads, bool qa);
+/* matmul.c: di_matrix_prepare for the reference table (a check, nothing added) and for the SIMD
+ * tables (the FP8 subnormal map where the FP8 GEMV route is "mapped"). */
+int di_cpu_matrix_prepare_ref(DiMatrix *w, void **owned);
+int di_cpu_matrix_prepare_simd(DiMatrix *w, void **owned);
 
 #endif
