@@ -2,8 +2,6 @@
 #include "kernels/numformats.h"
 
 #include "base/error.h"
-#include "kernels/cpu/roundtrip_simd.h"
-#include "kernels/matmul.h"
 
 #include <math.h>
 #include <string.h>
@@ -109,15 +107,6 @@ static float block_amax(const float *x, size_t n) {
 }
 
 int di_roundtrip_fp8_block32(float *x, size_t n) {
-    if (!x || n % 32) return di_errorf("fp8 round trip: length %zu is not a multiple of 32", n);
-    if (di_kernels_use_simd()) { /* the same bits (roundtrip_avx2.c) */
-        di_simd_roundtrip_fp8_block32(x, n);
-        return 0;
-    }
-    return di_roundtrip_fp8_block32_ref(x, n);
-}
-
-int di_roundtrip_fp8_block32_ref(float *x, size_t n) {
     if (!x || n % 32) return di_errorf("fp8 round trip: length %zu is not a multiple of 32", n);
     for (size_t b = 0; b < n; b += 32) {
         float a = fmaxf(block_amax(x + b, 32), 1e-4f);

@@ -39,10 +39,9 @@ uint16_t di_f32_to_bf16(float x); /* round to nearest even; NaN stays NaN */
 
 /* §4.3/§4.4: FP8 per block of 32: a = max(amax, 1e-4), s = 2^ceil(log2(a * fp32(1/448))),
  * x = e4m3(x / s) * s.  Used on the inputs of the quantised GEMMs (ref mode) and on window KV rows. */
+/* This is the scalar definition through the E4M3 byte code; the SIMD backend tables' op
+ * (cpu/roundtrip_avx2.c) gives its bits, faster: the model calls its table's, chosen once. */
 int di_roundtrip_fp8_block32(float *x, size_t n);
-/* The scalar definition through the E4M3 byte code, which the above follows bit for bit (it takes
- * the AVX2 path where the CPU has it, unless DEEPINFER_KERNELS=ref). */
-int di_roundtrip_fp8_block32_ref(float *x, size_t n);
 /* §4.5(a): FP4 with a UE8M0 scale per 32: a = max(amax, 6*2^-126), s = 2^ceil(log2(a * fp32(1/6))),
  * x = e2m1(x / s) * s.  Index keys and index queries. */
 int di_roundtrip_fp4_ue8m0_block32(float *x, size_t n);

@@ -1,5 +1,5 @@
-/* roundtrip_simd.h — private interface between the number-format round trips (numformats.c) and
- * their AVX2 versions (roundtrip_avx2.c).  Not part of the kernel API. */
+/* roundtrip_simd.h — private interface between the SIMD backend tables' FP8 round trip
+ * (ops_simd.c) and its AVX2 body (roundtrip_avx2.c).  Not part of the kernel API. */
 #ifndef DI_KERNELS_CPU_ROUNDTRIP_SIMD_H
 #define DI_KERNELS_CPU_ROUNDTRIP_SIMD_H
 
