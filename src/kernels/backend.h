@@ -29,6 +29,10 @@
 /* Heads one attn_heads call may score together: its scratch z holds nk scores of each. */
 #define DI_BACKEND_HEAD_GROUP 8
 
+/* Query rows an index_scores call should get where it can: the CPU kernels stage (transpose)
+ * each block of keys once for all its rows, which pays for a small indexer. */
+#define DI_BACKEND_INDEX_ROWS 8
+
 /* An index score and its entry (or block) id (§5.6.6). */
 typedef struct {
     float score;
@@ -76,11 +80,12 @@ struct DiKernelBackend {
      * q, o: [nh][dim]; sink: [nh]; z: nk · DI_BACKEND_HEAD_GROUP floats of scratch. */
     void (*attn_heads)(const float *q, int64_t nh, int64_t dim, const float *const *keys, int64_t nk, const float *sink,
                        float scale, float *o, float *z);
-    /* Indexer scores (§5.6.6 step 3): score[t] = Σ_h wh[h]·max(q_h·k_t, 0), h ascending, each dot
-     * ascending over dim, for the n index-key rows k_t = keys + t·stride; q is [heads][dim], wh
-     * the head weights with the DI^-1/2·HI^-1/2 scale already applied. */
-    void (*index_scores)(const float *q, const float *wh, int64_t heads, int64_t dim, const float *keys, int64_t stride,
-                         int64_t n, float *score);
+    /* Indexer scores (§5.6.6 step 3) of nq query rows r: score[r·sstride + t] = Σ_h wh[r][h]·
+     * max(q[r][h]·k_t, 0), h ascending, each dot ascending over dim, for the n index-key rows
+     * k_t = keys + t·stride; q is [nq][heads][dim], wh [nq][heads] the head weights with the
+     * DI^-1/2·HI^-1/2 scale already applied. */
+    void (*index_scores)(const float *q, const float *wh, int64_t nq, int64_t heads, int64_t dim, const float *keys,
+                         int64_t stride, int64_t n, float *score, int64_t sstride);
     /* The ids of the min(k, #finite) best finite scores of score[0..n) (score descending, id
      * ascending on ties, §5.6.6 step 6) into out, ascending; returns their count.  ids: the
      * entries' ids (NULL: t itself); buf: n + 8 pairs of scratch. */

@@ -152,16 +152,89 @@ int attn_write_sources(const Model *m, const RowBatch *rb, int L, const float *a
 
 typedef DiScored Scored;
 
-/* score[t] for the first n index-key rows of the slot, a span of rows per backend call (the
- * rows of a paged cache are contiguous within a page only). */
-static void index_scores(const Model *m, RunState *st, int slot, const float *q, const float *wh, int64_t n, float *score) {
-    for (int64_t t = 0; t < n;) {
+/* Index scores of nq consecutive rows of one request (scores of row r at score + r·sstride),
+ * entries t0 .. t1-1 written from out, a key span per kernel call. */
+typedef struct {
+    const DiKernelBackend *be;
+    RunState *st;
+    int slot;
+    const float *q, *wh;
+    int64_t nq, HI, DI, sstride;
+} ScoreRows;
+
+static void score_range(const ScoreRows *r, int64_t t0, int64_t t1, float *out) {
+    for (int64_t t = t0; t < t1;) {
         int64_t stride, run;
-        const float *keys = state_ikey_span(st, slot, t, &stride, &run);
-        if (run > n - t) run = n - t;
-        m->be->index_scores(q, wh, m->d.idx_heads, m->d.idx_head_dim, keys, stride, run, score + t);
+        const float *keys = state_ikey_span(r->st, r->slot, t, &stride, &run);
+        if (run > t1 - t) run = t1 - t;
+        r->be->index_scores(r->q, r->wh, r->nq, r->HI, r->DI, keys, stride, run, out + (t - t0), r->sstride);
         t += run;
     }
+}
+
+/* Long rows' entries split over the pool: each entry's scores are computed whole by one task. */
+typedef struct {
+    const ScoreRows *rows;
+    int64_t n, per_task;
+    float *score;
+} ScoreJob;
+
+static void score_task(void *ctx, int task, int thread) {
+    const ScoreJob *j = ctx;
+    int64_t t0 = task * j->per_task, t1 = t0 + j->per_task < j->n ? t0 + j->per_task : j->n;
+    score_range(j->rows, t0, t1, j->score + t0);
+}
+
+/* Below this many multiply-adds the rows are scored on the calling thread (a pool round costs
+ * a few microseconds). */
+#define SCORE_SPLIT_MACS (1 << 18)
+
+static void score_entries(const Model *m, const ScoreRows *r, int64_t n, float *score) {
+    int threads = di_pool_threads(m->pool);
+    if (threads <= 1 || n * r->nq * r->HI * r->DI < SCORE_SPLIT_MACS) {
+        score_range(r, 0, n, score);
+        return;
+    }
+    int64_t per_task = ((n + 2 * threads - 1) / (2 * threads) + 31) / 32 * 32;
+    ScoreJob job = {r, n, per_task, score};
+    di_pool_run(m->pool, (int)((n + per_task - 1) / per_task), score_task, &job);
+}
+
+static int by_id(const void *pa, const void *pb) {
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    return (a > b) - (a < b);
+}
+
+/* A Reindex layer after the candidate source scores only the entries of row i's pool, the
+ * others being -inf (§5.6.6 step 5): the pool's visible entries, ascending, into ids and their
+ * scores into score; returns their count. */
+static int64_t score_pool(const ScoreRows *r, const int32_t *pool, int count, int64_t nvis, int CS, int32_t *blocks,
+                          int32_t *ids, float *score) {
+    int64_t nb = 0, n = 0, nblocks = (nvis + CS - 1) / CS;
+    for (int j = 0; j < count; j++)
+        if (pool[j] >= 0 && pool[j] < nblocks) blocks[nb++] = pool[j];
+    qsort(blocks, (size_t)nb, sizeof *blocks, by_id);
+    for (int64_t j = 0; j < nb; j++) {
+        if (j > 0 && blocks[j] == blocks[j - 1]) continue;
+        int64_t t0 = (int64_t)blocks[j] * CS, t1 = t0 + CS < nvis ? t0 + CS : nvis;
+        score_range(r, t0, t1, score + n);
+        for (int64_t t = t0; t < t1; t++) ids[n++] = (int32_t)t;
+    }
+    return n;
+}
+
+/* The candidate source's pool of row i: block score = max of its entries; the newest block is
+ * always kept (§5.6.6 step 4). */
+static int candidate_blocks(const Model *m, const float *score, int64_t nvis, int CS, int CB, Scored *tmp, int32_t *pool) {
+    int64_t nblocks = (nvis + CS - 1) / CS;
+    for (int64_t b = 0; b < nblocks; b++) {
+        float bm = -INFINITY;
+        for (int64_t t = b * CS; t < nvis && t < (b + 1) * CS; t++) bm = fmaxf(bm, score[t]);
+        tmp[b] = (Scored){b == (nvis - 1) / CS ? INFINITY : bm, (int32_t)b};
+    }
+    int keep = (int)m->be->best_k(tmp, nblocks, CB);
+    for (int j = 0; j < keep; j++) pool[j] = tmp[j].id;
+    return keep;
 }
 
 /* Rows r0 .. r0+n-1 of the batch belong to one request (positions s .. s+n-1), with index
@@ -172,12 +245,12 @@ static int run_indexer(const Model *m, RunState *st, int L, float *qi, float *wp
     const ModelDims *d = &m->d;
     int ratio = d->layer[L].compress_ratio, slot = d->layer[d->layer[L].kv_source].kv_slot;
     int64_t HI = d->idx_heads, DI = d->idx_head_dim, N = st->kv[slot].n_rows;
-    int K = d->idx_topk, CS = d->cand_block_size, CB = d->cand_blocks;
+    int K = d->idx_topk, CS = d->cand_block_size > 0 ? d->cand_block_size : 1, CB = d->cand_blocks;
     bool is_cand = L == d->cand_src, masked = d->cand_src >= 0 && L > d->cand_src;
     const RopeTable *rope = model_rope(m, ratio);
     float *score = m->ws->attn.idx_scores;
     Scored *tmp = m->ws->attn.ranked;
-    uint8_t *inpool = m->ws->attn.in_pool;
+    int32_t *blocks = m->ws->attn.pool_ids, *ids = blocks + (CB > 0 ? CB : 1);
     int rc = -1;
     if (N > m->ws->attn.max_entries) {
         di_errorf("indexer of layer %d: %lld compressed entries exceed the workspace's %lld", L, (long long)N, (long long)m->ws->attn.max_entries);
@@ -195,36 +268,30 @@ static int run_indexer(const Model *m, RunState *st, int L, float *qi, float *wp
                       (long long)p, (long long)N);
             goto done;
         }
-        float *q = qi + i * HI * DI;
+        float *q = qi + i * HI * DI, *w = wp + i * HI;
         for (int64_t h = 0; h < HI; h++) model_rope_apply(m, rope, q + h * DI, DI, p, false);
         if (model_kv_quant(m) && m->be->roundtrip_fp4_ue8m0_block32(q, (size_t)(HI * DI)) != 0) goto done;
-        float *wh = wp + i * HI;
-        for (int64_t h = 0; h < HI; h++) wh[h] *= wscale; /* (w·scale)·relu(dot): the spec's product order */
-        index_scores(m, st, slot, q, wh, nvis, score);
-        int64_t nblocks = (nvis + CS - 1) / (CS > 0 ? CS : 1);
-        if (is_cand && nvis > 0) {
-            /* block score = max of its entries; the newest block is always kept (§5.6.6 step 4) */
-            for (int64_t b = 0; b < nblocks; b++) {
-                float bm = -INFINITY;
-                for (int64_t t = b * CS; t < nvis && t < (b + 1) * CS; t++) bm = fmaxf(bm, score[t]);
-                tmp[b] = (Scored){b == (nvis - 1) / CS ? INFINITY : bm, (int32_t)b};
-            }
-            int keep = (int)m->be->best_k(tmp, nblocks, CB);
-            for (int j = 0; j < keep; j++) sh->pool[(r0 + i) * CB + j] = tmp[j].id;
-            sh->pool_count[r0 + i] = keep;
-        } else if (is_cand) {
-            sh->pool_count[r0 + i] = 0;
-        }
+        for (int64_t h = 0; h < HI; h++) w[h] *= wscale; /* (w·scale)·relu(dot): the spec's product order */
+    }
+    /* rows in groups (one staging of each key block serves the group), each scored up to the
+     * last row's visible count; a row reads only its own visible entries */
+    int64_t group = masked ? 1 : DI_BACKEND_INDEX_ROWS, sstride = m->ws->attn.max_entries + 1;
+    for (int64_t i0 = 0; i0 < n; i0 += group) {
+        int64_t i1 = i0 + group < n ? i0 + group : n;
+        ScoreRows rows = {m->be, st, slot, qi + i0 * HI * DI, wp + i0 * HI, i1 - i0, HI, DI, sstride};
         if (masked) {
-            memset(inpool, 0, (size_t)nblocks + 1);
-            for (int j = 0; j < sh->pool_count[r0 + i]; j++) {
-                int32_t b = sh->pool[(r0 + i) * CB + j];
-                if (b >= 0 && b < nblocks) inpool[b] = 1;
-            }
-            for (int64_t t = 0; t < nvis; t++)
-                if (!inpool[t / CS]) score[t] = -INFINITY;
+            int64_t nvis = (s + i0 + 1) / ratio;
+            int64_t np = score_pool(&rows, sh->pool + (r0 + i0) * CB, sh->pool_count[r0 + i0], nvis, CS, blocks, ids, score);
+            sh->sel_count[r0 + i0] = (int32_t)m->be->topk(score, ids, np, K, tmp, sh->sel + (r0 + i0) * K);
+            continue;
         }
-        sh->sel_count[r0 + i] = (int32_t)m->be->topk(score, NULL, nvis, K, tmp, sh->sel + (r0 + i) * K);
+        score_entries(m, &rows, (s + i1) / ratio, score);
+        for (int64_t i = i0; i < i1; i++) {
+            int64_t nvis = (s + i + 1) / ratio;
+            const float *sc = score + (i - i0) * sstride;
+            if (is_cand) sh->pool_count[r0 + i] = nvis > 0 ? candidate_blocks(m, sc, nvis, CS, CB, tmp, sh->pool + (r0 + i) * CB) : 0;
+            sh->sel_count[r0 + i] = (int32_t)m->be->topk(sc, NULL, nvis, K, tmp, sh->sel + (r0 + i) * K);
+        }
     }
     rc = 0;
 done:
@@ -281,9 +348,9 @@ int attn_output(const Model *m, const LayerWeights *lw, const RopeTable *rope, f
 
 /* ---------------------------------------------------------------- the sub-layer */
 
-/* One task per (row, head): at batch 1 a row alone would keep every other thread idle, and a
- * head's result depends only on its row's query and keys.  Scores go to the thread's own slice
- * of z (kw · DI_BACKEND_HEAD_GROUP floats each, attn_head's scratch). */
+/* One task per (row, group of DI_BACKEND_HEAD_GROUP heads): at batch 1 a row alone would keep every
+ * other thread idle, and a head's result depends only on its row's query and keys.  Scores go
+ * to the thread's own slice of z (kw · DI_BACKEND_HEAD_GROUP floats each). */
 typedef struct {
     const Model *m;
     const LayerWeights *lw;
@@ -296,9 +363,10 @@ typedef struct {
 
 static void row_head_task(void *ctx, int task, int thread) {
     const RowHeadsJob *j = ctx;
-    int64_t H = j->m->d.n_heads, Dh = j->m->d.head_dim, i = task / H, h = task % H;
-    attn_head(j->m, j->lw, h, j->q + (i * H + h) * Dh, j->keys + i * j->kw, j->nkeys[i], j->o + (i * H + h) * Dh,
-              j->z + thread * j->kw * DI_BACKEND_HEAD_GROUP);
+    int64_t H = j->m->d.n_heads, Dh = j->m->d.head_dim, G = (H + DI_BACKEND_HEAD_GROUP - 1) / DI_BACKEND_HEAD_GROUP;
+    int64_t i = task / G, h = task % G * DI_BACKEND_HEAD_GROUP, nh = H - h < DI_BACKEND_HEAD_GROUP ? H - h : DI_BACKEND_HEAD_GROUP;
+    j->m->be->attn_heads(j->q + (i * H + h) * Dh, nh, Dh, j->keys + i * j->kw, j->nkeys[i], j->lw->attn_sink + h,
+                              1.0f / sqrtf((float)Dh), j->o + (i * H + h) * Dh, j->z + thread * j->kw * DI_BACKEND_HEAD_GROUP);
 }
 
 int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a, AttnShared *sh, float *out) {
@@ -363,7 +431,7 @@ int attention_forward(const Model *m, const RowBatch *rb, int L, const float *a,
     }
     /* every row's heads on the pool: a row reads only its own keys and writes only its output */
     RowHeadsJob job = {m, lw, q, keys, nkeys, o, z, KW};
-    di_pool_run(m->pool, (int)(n * H), row_head_task, &job);
+    di_pool_run(m->pool, (int)(n * ((H + DI_BACKEND_HEAD_GROUP - 1) / DI_BACKEND_HEAD_GROUP)), row_head_task, &job);
     if (attn_output(m, lw, rope, o, n, rb->pos, out) != 0) goto done;
     /* each ring keeps its request's last W rows; earlier chunk rows were only needed inside the chunk */
     for (int b = 0; b < rb->n_seqs; b++) {

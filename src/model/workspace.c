@@ -149,9 +149,9 @@ static void layout(Workspace *ws, const Model *m, Carver *c) {
     CARVE(c, ws->attn.group_out, R * (Ro + 31)); /* a group may start inside a 32-row FP8 block */
     CARVE(c, ws->attn.latent, Dh);
     CARVE(c, ws->attn.idx_key, DI);
-    CARVE(c, ws->attn.idx_scores, N + 1);
+    CARVE(c, ws->attn.idx_scores, DI_BACKEND_INDEX_ROWS * (N + 1));
     CARVE(c, ws->attn.ranked, N + 8); /* the backend's top-k takes 8 pairs beyond the entries */
-    CARVE(c, ws->attn.in_pool, N / CS + 2);
+    CARVE(c, ws->attn.pool_ids, max64(d->cand_blocks, 1) * (1 + CS));
     end = c->used > end ? c->used : end;
     c->used = stages;
     /* MoE: gathered rows are the routed ones then the shared expert's */

@@ -68,7 +68,7 @@ typedef struct Workspace {
         int64_t key_slots;   /* keys per row */
         int64_t max_entries; /* compressed entries one indexer call can see */
         WsScored *ranked;    /* max_entries + 8: the top-k's candidates */
-        uint8_t *in_pool;
+        int32_t *pool_ids;   /* the pool's blocks, then their entries (candidate_topk_blocks · (1 + block size)) */
         int32_t *sel, *sel_count, *cand, *cand_count; /* AttnShared's arrays */
     } attn;
     struct { /* moe.c */

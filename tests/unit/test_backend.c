@@ -188,15 +188,20 @@ TEST(topk_selects_ids_ascending) {
     CHECK(out[0] == 10 && out[1] == 12 && out[2] == 13 && out[3] == 14);
 }
 
-/* score = Σ_h wh[h]·max(q_h·k, 0), keys 3 floats apart: a negative dot is dropped. */
+/* score = Σ_h wh[h]·max(q_h·k, 0), keys 3 floats apart: a negative dot is dropped.  Two query
+ * rows, the second's scores 4 floats after the first's (the gap is left alone). */
 TEST(index_scores_by_hand) {
-    const float q[4] = {1, 0, 0, 1}, wh[2] = {0.5f, 0.25f};
+    const float q[8] = {1, 0, 0, 1, /* row 1 */ 0, 1, 1, 0}, wh[4] = {0.5f, 0.25f, /* row 1 */ 1, 2};
     const float keys[9] = {2, -1, 99, -1, 3, 99, -1, -1, 99}; /* the third float of each row is not a key's */
-    float score[3];
-    di_backend_cpu_ref()->index_scores(q, wh, 2, 2, keys, 3, 3, score);
+    float score[8] = {0, 0, 0, 42, 0, 0, 0, 42};
+    di_backend_cpu_ref()->index_scores(q, wh, 2, 2, 2, keys, 3, 3, score, 4);
     CHECK(score[0] == 1.0f);  /* 1·0.5·2 + 0.5·0.5·0 */
     CHECK(score[1] == 0.75f); /* 1·0.5·0 + 0.5·0.5·3 */
     CHECK(score[2] == 0.0f);
+    CHECK(score[4] == 4.0f); /* 1·max(-1, 0) + 2·2 */
+    CHECK(score[5] == 3.0f); /* 1·3 + 2·0 */
+    CHECK(score[6] == 0.0f);
+    CHECK(score[3] == 42.0f && score[7] == 42.0f);
 }
 
 /* Gates 0 and ln 3 weigh the two rows 1/4 and 3/4; equal gates average. */

@@ -4,12 +4,14 @@
  *
  * The variants differ only where a kernel has a faster form: the matmuls (matmul.c and the
  * *_avx2.c kernels: the summation order of matmul_simd.h; the AVX-512 one-token tiles give the
- * AVX2 bits, and auto takes them only where they pay, di_simd_avx512_pays),
- * attention's dot products, the FP8 round trip and the exp of SwiGLU (ops_simd.c).  The other ops
+ * AVX2 bits, and auto takes them only where they pay, di_simd_avx512_pays), the attention
+ * kernels (attn_simd.h: index scores, top-k and heads, the reference's bits on every route),
+ * the FP8 round trip and the exp of SwiGLU (ops_simd.c).  The other ops
  * are the reference's loops in every table (ops_ref.c), which the compiler vectorises as they are. */
 #include "kernels/backend.h"
 
 #include "base/error.h"
+#include "kernels/cpu/attn_simd.h"
 #include "kernels/cpu/matmul_simd.h"
 #include "kernels/cpu/ops_cpu.h"
 #include "kernels/numformats.h"
@@ -53,8 +55,7 @@ static int64_t simd_scratch_floats(const DiKernelBackend *be, const DiMatrix *w,
 #define SHARED_OPS                                                                                                     \
     .roundtrip_fp4_ue8m0_block32 = di_roundtrip_fp4_ue8m0_block32,                                                     \
     .roundtrip_fp4_e4m3_block16 = di_roundtrip_fp4_e4m3_block16, .rmsnorm = di_ref_rmsnorm, .rope = di_ref_rope,      \
-    .index_scores = di_ref_index_scores, .topk = di_ref_topk, .best_k = di_ref_best_k,                                 \
-    .compress_pool = di_ref_compress_pool,                                                                             \
+    .best_k = di_attn_best_k_sorted, .compress_pool = di_ref_compress_pool,                                                                             \
     .mhc_mix = di_ref_mhc_mix, .mhc_collapse = di_ref_mhc_collapse, .mhc_expand = di_ref_mhc_expand,                 \
     .engram_gather = di_ref_engram_gather, .engram_gate = di_ref_engram_gate, .router = di_ref_router
 
@@ -64,21 +65,26 @@ static const DiKernelBackend cpu_ref = {
     .matrix_prepare = di_cpu_matrix_prepare_ref,
     .roundtrip_fp8_block32 = di_roundtrip_fp8_block32,
     .expf_row = di_ref_expf_row,
-    .attn_heads = di_ref_attn_heads,
+    .attn_heads = di_attn_heads_ref,
+    .index_scores = di_attn_index_scores_ref,
+    .topk = di_attn_topk_ref,
     .swiglu = di_ref_swiglu,
     SHARED_OPS,
 };
 
-#define SIMD_TABLE(label, variant)                                                                                     \
+/* The AVX-512 table differs from the AVX2 one in its matmul tiles and its index scores (sixteen
+ * keys a vector); the top-k and the heads are the AVX2 kernels in both. */
+#define SIMD_TABLE(label, variant, scores)                                                                             \
     {                                                                                                                  \
         .name = label, .impl = &variant, .mat = FORMAT_TRAITS(simd_matmul, simd_scratch_floats),                      \
         .matrix_prepare = di_cpu_matrix_prepare_simd,                                                                  \
         .roundtrip_fp8_block32 = di_simd_op_roundtrip_fp8_block32, .expf_row = di_simd_op_expf_row,                   \
-        .attn_heads = di_simd_attn_heads, .swiglu = di_simd_swiglu, SHARED_OPS,                                         \
+        .attn_heads = di_attn_heads_avx2, .index_scores = scores, .topk = di_attn_topk_avx2, .swiglu = di_simd_swiglu,  \
+        SHARED_OPS,                                                                                                    \
     }
 
-static const DiKernelBackend cpu_avx2 = SIMD_TABLE("avx2-fma", avx2_variant);
-static const DiKernelBackend cpu_avx512 = SIMD_TABLE("avx512", avx512_variant);
+static const DiKernelBackend cpu_avx2 = SIMD_TABLE("avx2-fma", avx2_variant, di_attn_index_scores_avx2);
+static const DiKernelBackend cpu_avx512 = SIMD_TABLE("avx512", avx512_variant, di_attn_index_scores_avx512);
 
 const DiKernelBackend *di_backend_cpu_ref(void) { return &cpu_ref; }
 

@@ -17,12 +17,6 @@
 void di_ref_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
 void di_ref_rope(const float *freq, int rot, float *x, int64_t n, int64_t pos, bool inverse);
 void di_ref_expf_row(const float *x, size_t n, float shift, float scale, float *out);
-void di_ref_attn_heads(const float *q, int64_t nh, int64_t dim, const float *const *keys, int64_t nk, const float *sink,
-                       float scale, float *o, float *z);
-void di_ref_index_scores(const float *q, const float *wh, int64_t heads, int64_t dim, const float *keys, int64_t stride,
-                         int64_t n, float *score);
-int64_t di_ref_topk(const float *score, const int32_t *ids, int64_t n, int64_t k, DiScored *buf, int32_t *out);
-int64_t di_ref_best_k(DiScored *it, int64_t m, int64_t k);
 void di_ref_compress_pool(const float *const *kv, const float *const *gate, int rows, int64_t dim, float *out);
 void di_ref_mhc_mix(const float *mu, const float *x, int hc, int64_t dim, const float *scale, const float *base, float eps,
                     float hc_eps, int sinkhorn_iters, float *pre, float *post, float *comb);
@@ -39,8 +33,6 @@ void di_swiglu_clamp(const float *g, const float *u, int64_t n, float lim, float
 /* SIMD variants (ops_simd.c); only where di_simd_available(). */
 int di_simd_op_roundtrip_fp8_block32(float *x, size_t n);
 void di_simd_op_expf_row(const float *x, size_t n, float shift, float scale, float *out);
-void di_simd_attn_heads(const float *q, int64_t nh, int64_t dim, const float *const *keys, int64_t nk, const float *sink,
-                        float scale, float *o, float *z);
 void di_simd_swiglu(const float *g, const float *u, int64_t n, float lim, float weight, float *out);
 
 /* matmul.c: the SIMD product with the AVX-512 tiles on or off (the same bits), on the caller's
