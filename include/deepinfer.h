@@ -239,8 +239,8 @@ typedef struct {
      * plain decoding's tokens (a draft is accepted when it equals the plain sample); every other
      * request at T > 0 (fixed lengths, draft_schedule 0; or no caller's seed) is verified by
      * rejection sampling (more accepted, every token with the target's distribution); with fixed
-     * lengths a seed gives the same tokens whatever runs beside it unless the request
-     * is preempted, but not plain decoding's.  Steps then run
+     * lengths a seed gives the same tokens whatever runs beside it (preemption included),
+     * but not plain decoding's.  Steps then run
      * synchronously (async_scheduling is not used): the next positions depend on the accepted
      * drafts.  draft_max: -1 default ($DEEPINFER_USE_NEXTN_DECODE, else 5; off for a model
      * without a drafter), 0 off, 1..16 (the drafter's block caps it; a model without a drafter

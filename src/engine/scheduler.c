@@ -114,7 +114,7 @@ void di_scheduler_finish(DiScheduler *s, DiRequest *req) {
     release_pages(s, req);
 }
 
-/* Back to the front of the waiting queue, to be prefilled again over all its known tokens. */
+/* Back to the front of the waiting queue, to be prefilled again over its tokens (prefill_end). */
 static void preempt(DiScheduler *s, int running_index) {
     DiRequest *req = s->running[running_index];
     remove_at(s->running, &s->n_running, running_index);
@@ -211,6 +211,16 @@ static int32_t draft_room(const DiScheduler *s, const DiRequest *req, int budget
     return room > 0 ? (int32_t)room : 0;
 }
 
+/* Where a request's prefill ends.  With speculation a recompute after preemption stops before
+ * the last generated token: that token is the anchor of the request's next verify block, as it
+ * was before the preemption.  Sampling the token after it in the prefill would draw it by the
+ * plain rule instead of the verify block's and move every later anchor, so a fixed-length seeded
+ * request would give other tokens than it does unpreempted. */
+static int64_t prefill_end(const DiScheduler *s, const DiRequest *req) {
+    int64_t known = di_request_known_tokens(req);
+    return s->cfg.draft_max > 0 && known > req->n_prompt ? known - 1 : known;
+}
+
 static int plan_running(DiScheduler *s, DiStep *step, int *budget, bool decodes) {
     for (int i = 0; i < s->n_running && step->n_seqs < s->cfg.max_num_seqs && *budget > 0; i++) {
         DiRequest *req = s->running[i];
@@ -219,7 +229,7 @@ static int plan_running(DiScheduler *s, DiStep *step, int *budget, bool decodes)
         int64_t pending = di_request_known_tokens(req) - req->n_computed;
         if (pending <= 0 || (pending == 1) != decodes) continue;
         if (!decodes && req->grant_epoch != s->epoch) continue; /* not among this step's prefills */
-        int64_t chunk = chunk_limit(s, pending, *budget);
+        int64_t chunk = chunk_limit(s, decodes ? pending : prefill_end(s, req) - req->n_computed, *budget);
         if (!decodes && chunk > req->prefill_grant) chunk = req->prefill_grant;
         if (chunk <= 0) continue;
         bool snapshot = cut_for_snapshot(s, req, req->n_computed, &chunk);
@@ -245,14 +255,14 @@ static int plan_running(DiScheduler *s, DiStep *step, int *budget, bool decodes)
 }
 
 /* Admission through the prefix cache: the longest cached state the request's tokens extend,
- * leaving at least one position to compute (the one whose logits are sampled), copied when the
+ * leaving at least one of the `end` positions to compute (it may be sampled), copied when the
  * pool has room for a copy, else taken.  1 when the request holds its pages, 0 when it must wait. */
-static int claim_from_prefix_cache(DiScheduler *s, DiRequest *req, int64_t known, int budget, int grant,
+static int claim_from_prefix_cache(DiScheduler *s, DiRequest *req, int64_t end, int budget, int grant,
                                    int64_t *start, int64_t *chunk, bool *snapshot) {
-    int hit = di_prefix_cache_find(&s->cache, req->tokens, known - 1);
+    int hit = di_prefix_cache_find(&s->cache, req->tokens, end - 1);
     *start = hit >= 0 ? s->cache.entries[hit].n_tokens : 0;
     size_t have = hit >= 0 ? s->cache.entries[hit].pages.n : 0;
-    *chunk = chunk_limit(s, known - *start, budget);
+    *chunk = chunk_limit(s, end - *start, budget);
     if (*chunk > grant) *chunk = grant;
     *snapshot = cut_for_snapshot(s, req, *start, chunk);
     size_t need = s->runner->ops->pages_for_tokens(s->runner, *start + *chunk);
@@ -273,14 +283,14 @@ static int claim_from_prefix_cache(DiScheduler *s, DiRequest *req, int64_t known
 
 /* Admission through the KV block cache (kv_blocks.h): restore the longest cached run of blocks,
  * then prefill from the replay start.  1 when the request holds its pages, 0 when it must wait. */
-static int claim_from_blocks(DiScheduler *s, DiRequest *req, int64_t known, int budget, int grant, int64_t *start,
+static int claim_from_blocks(DiScheduler *s, DiRequest *req, int64_t end, int budget, int grant, int64_t *start,
                              int64_t *chunk) {
     bool wait = false;
-    int64_t restored = di_kv_blocks_restore(s->kv, s->pool, req, known - 1, &wait);
+    int64_t restored = di_kv_blocks_restore(s->kv, s->pool, req, end - 1, &wait);
     if (restored < 0) return -1;
     if (wait) return 0;
     *start = restored > 0 ? req->replay_start : 0;
-    *chunk = chunk_limit(s, known - *start, budget);
+    *chunk = chunk_limit(s, end - *start, budget);
     if (*chunk > grant) *chunk = grant;
     size_t need = s->runner->ops->pages_for_tokens(s->runner, *start + *chunk);
     if (need > req->pages.n && need - req->pages.n > di_page_pool_free(s->pool)) {
@@ -301,11 +311,11 @@ static int admit(DiScheduler *s, DiStep *step, int *budget, bool by_grant) {
         /* a preempted request still used by an in-flight step waits until it is idle (FIFO) */
         if (req->inflight > 0 || req->release_pages_pending) break;
         if (by_grant && (req->grant_epoch != s->epoch || req->prefill_grant <= 0)) break;
-        int64_t known = di_request_known_tokens(req), start = 0, chunk = 0;
+        int64_t known = di_request_known_tokens(req), end = prefill_end(s, req), start = 0, chunk = 0;
         int grant = by_grant ? req->prefill_grant : INT_MAX;
         bool snapshot = false;
-        int claimed = s->kv && s->kv->cache ? claim_from_blocks(s, req, known, *budget, grant, &start, &chunk)
-                                            : claim_from_prefix_cache(s, req, known, *budget, grant, &start, &chunk, &snapshot);
+        int claimed = s->kv && s->kv->cache ? claim_from_blocks(s, req, end, *budget, grant, &start, &chunk)
+                                            : claim_from_prefix_cache(s, req, end, *budget, grant, &start, &chunk, &snapshot);
         if (claimed < 0) return -1;
         if (claimed == 0) break;
         if (req->t_scheduled == 0) req->t_scheduled = di_now_seconds();
@@ -371,7 +381,7 @@ static int collect_prefills(DiScheduler *s, const DiStep *step, int budget) {
         int64_t pending = di_request_known_tokens(req) - req->n_computed;
         if (req->planned_epoch == s->epoch || req->n_output_scheduled >= req->params.max_tokens || pending <= 1)
             continue;
-        int want = (int)chunk_limit(s, pending, budget);
+        int want = (int)chunk_limit(s, prefill_end(s, req) - req->n_computed, budget);
         size_t need = ops->pages_for_tokens(s->runner, req->n_computed + want);
         size_t more = need > req->pages.n ? need - req->pages.n : 0;
         avail -= more < avail ? more : avail;
@@ -380,12 +390,12 @@ static int collect_prefills(DiScheduler *s, const DiStep *step, int budget) {
     for (int i = 0; i < s->n_waiting && n < slots; i++) {
         DiRequest *req = s->waiting[i];
         if (req->inflight > 0 || req->release_pages_pending) break;
-        int64_t known = di_request_known_tokens(req);
-        int want = (int)chunk_limit(s, known, budget);
+        int64_t end = prefill_end(s, req);
+        int want = (int)chunk_limit(s, end, budget);
         size_t need = ops->pages_for_tokens(s->runner, want);
         if (need > avail) break;
         avail -= need;
-        add_candidate(s, n++, req, known, want);
+        add_candidate(s, n++, req, end, want);
     }
     return n;
 }

@@ -250,6 +250,36 @@ TEST(seeded_samples_in_fixed_mode_do_not_depend_on_what_runs_beside) {
     }
 }
 
+/* Preemption is caused by what runs beside, so it must not change a seeded request's tokens in
+ * fixed mode either: the recompute restores the state over the tokens the request has and the
+ * next verify block starts at the anchor it would have had (alone, 1 MiB: never preempted; 2 KiB
+ * of state beside fifteen others, whole prefills or chunked: preempted). */
+TEST(seeded_samples_in_fixed_mode_keep_their_tokens_through_preemption) {
+    static Case cases[MAX_REQ];
+    static Outputs alone_out, crowd_out;
+    make_cases(cases, MAX_REQ, 23, 0.8f);
+    for (int len = 1; len <= 5; len += 2) {
+        Setup alone = alone_setup(len, 0);
+        DiEngineMetrics ma, mc;
+        run_cases(&alone, cases, MAX_REQ, NULL, &alone_out, &ma, "alone");
+        CHECK_MSG(ma.preemptions == 0, "draft_max %d: %llu preemptions alone", len, (unsigned long long)ma.preemptions);
+        /* whole prefills, synchronous; prefill chunks of 5 in a budget of 23, async requested */
+        const Setup crowds[] = {{len, 0, 0, 32, 0, 16, 0.7, 2048}, {len, 0, 1, 23, 5, 16, 0.7, 2048}};
+        for (int c = 0; c < 2; c++) {
+            char what[64];
+            snprintf(what, sizeof what, "T 0.8, draft_max %d, fixed, crowd %d", len, c);
+            run_cases(&crowds[c], cases, MAX_REQ, NULL, &crowd_out, &mc, what);
+            CHECK_MSG(mc.preemptions > 0, "%s: not preempted", what);
+            for (int r = 0; r < MAX_REQ; r++) {
+                CHECK_EQ_INT(crowd_out.n[r], cases[r].params.max_tokens);
+                CHECK_MSG(memcmp(alone_out.tokens[r], crowd_out.tokens[r], sizeof alone_out.tokens[r]) == 0,
+                          "%s: request %d", what, r);
+            }
+            check_counters(&mc, what);
+        }
+    }
+}
+
 /* The confidence schedule at T > 0 verifies by exact match: the tokens are plain decoding's,
  * alone and in a crowd. */
 TEST(seeded_samples_with_the_confidence_schedule_are_the_plain_samples) {
@@ -585,6 +615,7 @@ int main(void) {
     RUN_TEST(greedy_output_is_the_plain_output_for_every_length_schedule_and_acceptance);
     RUN_TEST(accepted_runs_emit_several_tokens_per_step);
     RUN_TEST(seeded_samples_in_fixed_mode_do_not_depend_on_what_runs_beside);
+    RUN_TEST(seeded_samples_in_fixed_mode_keep_their_tokens_through_preemption);
     RUN_TEST(seeded_samples_with_the_confidence_schedule_are_the_plain_samples);
     RUN_TEST(unseeded_samples_with_the_confidence_schedule_use_the_rejection_rule);
     RUN_TEST(speculation_beside_prefill_chunks_preemption_and_async);
