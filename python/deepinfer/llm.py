@@ -232,20 +232,28 @@ class LLM:
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
                  sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
                  use_tqdm: bool = False) -> List[RequestOutput]:
-        """Complete each prompt: a string, or {"prompt_token_ids": [...]} (vLLM's TokensPrompt).
-        One SamplingParams for all prompts or one per prompt.  Outputs in prompt order."""
+        """Complete each prompt: a string, {"prompt": str} (vLLM's TextPrompt) or
+        {"prompt_token_ids": [...]} (vLLM's TokensPrompt); a dict may carry vLLM's "cache_salt"
+        (requests share KV cache blocks only under the same salt).  One SamplingParams for all
+        prompts or one per prompt.  Outputs in prompt order."""
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
         prompts = list(prompts)
         inputs = []
         for i, p in enumerate(prompts):
             if isinstance(p, str):
-                inputs.append(("text", p, p))
-            elif isinstance(p, dict) and "prompt_token_ids" in p:
-                inputs.append(("ids", list(p["prompt_token_ids"]), p.get("prompt")))
+                inputs.append(("text", p, p, None))
+            elif isinstance(p, dict) and ("prompt_token_ids" in p or "prompt" in p):
+                salt = p.get("cache_salt")
+                if salt is not None and (not isinstance(salt, str) or not salt):
+                    raise TypeError(f"prompt {i}: cache_salt must be a non-empty string")
+                if "prompt_token_ids" in p:
+                    inputs.append(("ids", list(p["prompt_token_ids"]), p.get("prompt"), salt))
+                else:
+                    inputs.append(("text", p["prompt"], p["prompt"], salt))
             else:
-                raise TypeError(f"prompt {i}: expected a string or {{'prompt_token_ids': [...]}}, "
-                                f"got {type(p).__name__}")
+                raise TypeError(f"prompt {i}: expected a string, {{'prompt': str}} or "
+                                f"{{'prompt_token_ids': [...]}}, got {type(p).__name__}")
         return self._run(inputs, self._params_list(sampling_params, len(inputs)))
 
     def chat(self, messages: Union[List[Dict[str, Any]], List[List[Dict[str, Any]]]],
@@ -265,9 +273,9 @@ class LLM:
                 request["reasoning_effort"] = reasoning_effort
             if self.tokenizer:
                 prompt, ids = self.tokenizer.render_chat(request)
-                inputs.append(("ids", ids, prompt))
+                inputs.append(("ids", ids, prompt, None))
             else:  # the engine has no renderer: it says so
-                inputs.append(("chat", json.dumps(request, ensure_ascii=False), None))
+                inputs.append(("chat", json.dumps(request, ensure_ascii=False), None, None))
         return self._run(inputs, self._params_list(sampling_params, len(inputs)), thinking=thinking)
 
     def metrics(self) -> Dict[str, float]:
@@ -307,9 +315,11 @@ class LLM:
         _check(lib.di_engine_step(self._handle(), ctypes.byref(active)), "engine step")
         return active.value
 
-    def _add(self, kind, value, params: _CParams) -> int:
+    def _add(self, kind, value, salt, params: _CParams) -> int:
         inp = _lib.RequestInput()
         keep = None
+        if salt is not None:
+            inp.cache_salt = salt.encode("utf-8")
         if kind == "ids":
             keep = (ctypes.c_int32 * max(1, len(value)))(*value)
             inp.prompt_ids = ctypes.cast(keep, ctypes.POINTER(ctypes.c_int32))
@@ -329,16 +339,16 @@ class LLM:
         engine = self._handle()
         groups = []  # per prompt: list of C request ids (n samples)
         try:
-            for (kind, value, _), sp in zip(inputs, params_list):
+            for (kind, value, _, salt), sp in zip(inputs, params_list):
                 ids = []
                 groups.append(ids)
                 for i in range(sp.n):
-                    ids.append(self._add(kind, value, _CParams(sp, i, self._think_end(), thinking)))
+                    ids.append(self._add(kind, value, salt, _CParams(sp, i, self._think_end(), thinking)))
             active = 1
             while active > 0:
                 active = self._step()
             results = []
-            for (kind, value, prompt_text), sp, ids in zip(inputs, params_list, groups):
+            for (kind, value, prompt_text, _), sp, ids in zip(inputs, params_list, groups):
                 results.append(self._collect(prompt_text, sp, ids))
             return results
         finally:

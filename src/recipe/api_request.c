@@ -279,6 +279,21 @@ int di_api_join_text(const json_t *content, const char *const *text_types, const
 
 /* ---- entry point ---------------------------------------------------------------------- */
 
+/* vLLM's cache_salt: requests share KV cache blocks only under the same salt (serving.md §4).
+ * A non-empty string of at most API_CACHE_SALT_MAX bytes (the block key's limit); the backend
+ * refuses it when the server runs without a KV block cache. */
+#define API_CACHE_SALT_MAX 256
+static int parse_cache_salt(json_t *body, DiApiRequest *req) {
+    json_t *salt = json_object_get(body, "cache_salt");
+    if (!salt || json_is_null(salt)) return 0;
+    if (!json_is_string(salt)) return di_errorf("Invalid cache_salt: expected a string, got %s", di_api_type_name(salt));
+    if (json_string_length(salt) == 0) return di_errorf("Invalid cache_salt: must be a non-empty string");
+    if (json_string_length(salt) > API_CACHE_SALT_MAX)
+        return di_errorf("Invalid cache_salt: at most %d bytes, got %zu", API_CACHE_SALT_MAX, json_string_length(salt));
+    req->cache_salt = di_strdup(json_string_value(salt));
+    return req->cache_salt ? 0 : -1;
+}
+
 static int parse_common(json_t *body, DiApiRequest *req) {
     const char *model = NULL;
     if (di_json_string(body, "request", "model", true, &model) != 0) return -1;
@@ -298,7 +313,7 @@ static int parse_common(json_t *body, DiApiRequest *req) {
         req->has_seed = true;
         req->seed = (uint64_t)json_integer_value(seed);
     }
-    return 0;
+    return parse_cache_salt(body, req);
 }
 
 int di_api_request_parse(DiApiProtocol protocol, const char *body, size_t len, DiApiRequest *out, int *http_status) {
@@ -356,6 +371,7 @@ void di_api_request_free(DiApiRequest *req) {
     if (!req) return;
     free(req->model);
     free(req->prompt);
+    free(req->cache_salt);
     free(req->logit_bias);
     free(req->stop_token_ids);
     json_decref(req->conversation);

@@ -63,6 +63,7 @@ typedef struct {
     double presence_penalty, frequency_penalty;
     bool has_seed;
     uint64_t seed;
+    char *cache_salt;             /* vLLM cache_salt: the tenant's KV block-cache salt (NULL: none) */
     /* Output and vLLM's extra sampling fields (README "Request parameters"). */
     int logprobs;                 /* -1: none; n >= 0: each token's logprob and its n best */
     int top_k;                    /* 0: off */

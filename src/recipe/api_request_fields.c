@@ -27,7 +27,7 @@
     "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos", "logit_bias", "stop_token_ids",        \
         "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output", "structured_outputs"
 /* Read by parse_common for every protocol. */
-#define COMMON "model", "stream", "n", "seed", "presence_penalty", "frequency_penalty"
+#define COMMON "model", "stream", "n", "seed", "presence_penalty", "frequency_penalty", "cache_salt"
 /* Labels with no effect on the output (end-user ids, cache routing hints, metadata; Anthropic's
  * cache_control: the prefix cache needs no breakpoints). */
 #define LABELS "user", "metadata", "safety_identifier", "prompt_cache_key", "service_tier", "store"

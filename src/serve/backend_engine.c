@@ -164,7 +164,7 @@ static void sampling_of(const Job *j, int64_t max_tokens, DiSamplingParams *p) {
 static void add_job(DiEngineBackend *b, Job *j) {
     j->engine = b->engine;
     if (j->ids) { /* rendered at submit, its limit already resolved */
-        DiRequestInput in = {.prompt_ids = j->ids, .n_prompt_ids = (int)j->n_ids};
+        DiRequestInput in = {.prompt_ids = j->ids, .n_prompt_ids = (int)j->n_ids, .cache_salt = j->req.cache_salt};
         DiSamplingParams sp;
         sampling_of(j, j->max_tokens, &sp);
         if (di_engine_add_request(b->engine, &in, &sp, on_delta, j, &j->engine_id) != 0) {
@@ -175,7 +175,8 @@ static void add_job(DiEngineBackend *b, Job *j) {
         di_output_events_ready(j->out, (int64_t)j->n_ids, 0);
         return;
     }
-    DiRequestInput in = {.prompt_text = j->chat_json ? NULL : j->req.prompt, .chat_json = j->chat_json};
+    DiRequestInput in = {
+        .prompt_text = j->chat_json ? NULL : j->req.prompt, .chat_json = j->chat_json, .cache_salt = j->req.cache_salt};
     DiSamplingParams sp;
     /* The prompt length is known only once the engine has rendered and tokenized it: add with
      * the requested (or default) limit, then re-add with the limit resolved against the
@@ -416,6 +417,7 @@ static int copy_request(DiEngineBackend *b, const DiApiRequest *req, Job *j, int
             return di_errorf("Invalid stop_token_ids: token id %d is outside the vocabulary [0, %d)",
                              req->stop_token_ids[i], vocab);
     *http_status = 500;
+    if (req->cache_salt && !(j->req.cache_salt = di_strdup(req->cache_salt))) return -1;
     if (req->n_stop_token_ids) {
         size_t bytes = req->n_stop_token_ids * sizeof *j->req.stop_token_ids;
         if (!(j->req.stop_token_ids = di_malloc(bytes, "stop_token_ids"))) return -1;

@@ -271,6 +271,32 @@ def test_kv_block_cache_shares_a_system_prompt_across_questions(tmp_path):
         mock_llm(vocab_size=512, kv_cache={"kv_cache_ram_gb": 0})
 
 
+def test_kv_cache_salt_separates_tenants(tmp_path):
+    """vLLM's cache_salt in the prompt dict: a prompt under another salt restores nothing of what
+    the first salt stored (and stores its own blocks); under the same salt it restores both whole
+    256-token blocks of the 600-token shared prefix, with the cold run's tokens."""
+    system = [(i * 37 + 11) % 256 for i in range(600)]
+    a, b = (system + [q, q + 1, q + 2] * 10 for q in (1, 50))
+    params = SamplingParams(max_tokens=6, seed=11, ignore_eos=True)
+    engine = mock_llm(vocab_size=512, model_seed=3,
+                      kv_cache={"kv_cache_dir": str(tmp_path), "kv_cache_ram_gb": 0.0625, "kv_block_tokens": 256})
+    try:
+        def run(ids, salt):
+            return engine.generate({"prompt_token_ids": ids, "cache_salt": salt}, params)[0]
+
+        cold = engine.generate({"prompt_token_ids": b}, params)[0].outputs[0].token_ids  # unsalted
+        assert run(a, "tenant-1").num_cached_tokens == 0  # the unsalted blocks are not tenant-1's
+        other = run(b, "tenant-2")
+        assert other.num_cached_tokens == 0 and other.outputs[0].token_ids == cold
+        same = run(b, "tenant-1")
+        assert same.num_cached_tokens == 512 and same.outputs[0].token_ids == cold
+        assert engine.generate({"prompt": "x" * 4, "cache_salt": "t"}, params)[0].num_cached_tokens == 0
+        with pytest.raises(TypeError, match="cache_salt"):
+            engine.generate({"prompt_token_ids": a, "cache_salt": ""}, params)
+    finally:
+        engine.close()
+
+
 def test_logit_bias(llm):
     base = llm.generate("bias", SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))[0].outputs[0]
     token = next(t for t in range(300, 512) if t not in base.token_ids)

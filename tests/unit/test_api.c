@@ -375,6 +375,36 @@ static json_t *run_logprobs(DiApiProtocol p, const char *body, DiApiBuf *sse) {
     return full;
 }
 
+/* vLLM's cache_salt: accepted by all four protocols and copied; anything but a non-empty
+ * string of at most 256 bytes (the block key's salt limit) is a 400 naming it. */
+TEST(cache_salt_on_every_protocol) {
+    static const struct { DiApiProtocol p; const char *body; } ok[] = {
+        {DI_API_CHAT, "{\"model\":\"m\"," USER_MSG ",\"cache_salt\":\"tenant-a\"}"},
+        {DI_API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"p\",\"cache_salt\":\"tenant-a\"}"},
+        {DI_API_RESPONSES, "{\"model\":\"m\",\"input\":\"x\",\"cache_salt\":\"tenant-a\"}"},
+        {DI_API_MESSAGES, "{\"model\":\"m\",\"max_tokens\":4," USER_MSG ",\"cache_salt\":\"tenant-a\"}"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        DiApiRequest r;
+        CHECK_EQ_INT(parse(ok[i].p, ok[i].body, &r, NULL), 0);
+        CHECK(r.cache_salt && strcmp(r.cache_salt, "tenant-a") == 0);
+        di_api_request_free(&r);
+    }
+    DiApiRequest r;
+    CHECK_EQ_INT(parse(DI_API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"p\",\"cache_salt\":null}", &r, NULL), 0);
+    CHECK(r.cache_salt == NULL);
+    di_api_request_free(&r);
+    char body[600];
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"prompt\":\"p\",\"cache_salt\":\"%0256d\"}", 0);
+    CHECK_EQ_INT(parse(DI_API_COMPLETIONS, body, &r, NULL), 0); /* exactly 256 bytes */
+    CHECK_EQ_INT(strlen(r.cache_salt), 256);
+    di_api_request_free(&r);
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"prompt\":\"p\",\"cache_salt\":\"%0257d\"}", 0);
+    refused(DI_API_COMPLETIONS, body, "Invalid cache_salt: at most 256 bytes");
+    refused(DI_API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"p\",\"cache_salt\":\"\"}", "Invalid cache_salt: must be a non-empty");
+    refused(DI_API_CHAT, "{\"model\":\"m\"," USER_MSG ",\"cache_salt\":7}", "Invalid cache_salt: expected a string, got");
+}
+
 TEST(logprobs_in_each_protocol_form) {
     DiApiBuf sse = {0};
     json_t *full = run_logprobs(DI_API_CHAT, "{\"model\":\"m\",\"stream\":true," USER_MSG ",\"logprobs\":true,"
@@ -417,6 +447,7 @@ TEST(logprobs_in_each_protocol_form) {
 int main(void) {
     RUN_TEST(request_parameters_are_honoured_or_refused);
     RUN_TEST(logprobs_in_each_protocol_form);
+    RUN_TEST(cache_salt_on_every_protocol);
     RUN_TEST(chat_defaults_thinking_high);
     RUN_TEST(chat_effort_and_switch);
     RUN_TEST(chat_render_input_has_tool_choice_and_json_mode);
