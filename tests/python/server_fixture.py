@@ -1,10 +1,12 @@
 """Start the server test harness (tests/support: the HTTP server over the deterministic fake
 backend), or `deepinfer serve` on the built-in tiny model (Serve), on 127.0.0.1 with a free
 port, and stop it at the end.  Shared by test_server_*.py."""
+import json
 import os
 import re
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -54,6 +56,17 @@ class Harness:
             out, self.stderr = self.proc.communicate()
             return None, out
         return self.proc.returncode, out
+
+
+def post_json(server, path, body, timeout=120):
+    """POST a JSON body to a Harness or Serve; (HTTP status, decoded JSON answer), errors included."""
+    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
 
 
 def rss_kb(pid):

@@ -9,15 +9,13 @@ import os
 import re
 import sys
 import tempfile
-import urllib.error
-import urllib.request
 
 import jsonschema
 import lark
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from server_fixture import MODEL, Serve  # noqa: E402
+from server_fixture import MODEL, Serve, post_json as post  # noqa: E402
 
 NO_THINK = {"thinking": {"type": "disabled"}}
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "tag": {"enum": ["a", "b", 3]},
@@ -31,16 +29,6 @@ def server():
         s = Serve(cache)
         yield s
         assert s.stop() == 0
-
-
-def post(server, path, body):
-    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 def chat(server, seed, max_tokens=64, mode=NO_THINK, **kw):

@@ -226,6 +226,7 @@ static void scan_segment(DiKvSegStore *s, uint32_t si) {
     Seg *g = &s->segs[si];
     bool live = g->state == SEG_OPEN_OTHER && !g->orphan;
     uint64_t off = g->scan_off < DI_KV_SEG_ALIGN ? DI_KV_SEG_ALIGN : g->scan_off, damaged = 0;
+    uint64_t corrupt_before = s->st.records_corrupt;
     while (off < g->size) {
         DiKvKey key;
         uint64_t len, seq;
@@ -247,6 +248,10 @@ static void scan_segment(DiKvSegStore *s, uint32_t si) {
     }
     s->st.records_corrupt += damaged;
     g->scan_off = off;
+    /* each stretch of damage is scanned (so logged) once: scan_off moves past it */
+    if (s->st.records_corrupt > corrupt_before)
+        DI_WARN("kv cache: %s/%s: skipped %llu torn or damaged records", s->dir, g->name,
+                (unsigned long long)(s->st.records_corrupt - corrupt_before));
 }
 
 /* Index a sealed file from its footer; false when the footer does not check. */
@@ -767,13 +772,16 @@ int di_kv_seg_get(DiKvSegStore *s, DiKvKey key, void **data, size_t *len, int *k
         s->st.bytes_read += DI_KV_SEG_ALIGN + n;
     } else {
         free(buf);
-        s->st.records_corrupt++;
-        char hex[33];
-        di_kv_key_hex(key, hex);
-        DI_WARN("kv cache: record %s in %s/%s failed verification; dropped", hex, s->dir, name);
+        /* counted and logged by the reader that drops it: a concurrent read of the same record
+         * (the prefetch at arrival and the lookup at admission) fails too, and says nothing */
         uint32_t cur; /* unless the index moved on meanwhile */
-        if (di_kv_map_get(&s->map, key, &cur) && cur == r && s->recs[r].seq == x.seq && s->recs[r].seg == x.seg)
+        if (di_kv_map_get(&s->map, key, &cur) && cur == r && s->recs[r].seq == x.seq && s->recs[r].seg == x.seg) {
             rec_drop(s, r);
+            s->st.records_corrupt++;
+            char hex[33];
+            di_kv_key_hex(key, hex);
+            DI_WARN("kv cache: record %s in %s/%s failed verification; dropped", hex, s->dir, name);
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return ok;
