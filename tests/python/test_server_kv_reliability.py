@@ -1,9 +1,9 @@
 """The KV block cache's reliability through `deepinfer serve` on the built-in tiny model (issue 22,
 "Reliability"): each test starts and kills its own servers by pid on its own --kv-cache-dir.
 
-The oracle for "no damaged record is served" is the first server's own answers: a request that
-hits the same blocks (same prefix, same bounded replay) must give the same greedy completion, and
-one whose blocks were damaged must give the cold completion a fresh server gives.  Usage's
+The oracle for "no damaged record is served" is a clean server's answers: a request that hits the
+same blocks (same prefix, same bounded replay) must give the same greedy completion, and one
+whose blocks were all damaged must give the cold completion of a server without a cache.  Usage's
 cached_tokens is compared with the whole blocks of the shared prefix, derived independently with
 Hugging Face `tokenizers` from the model's tokenizer.json (as test_server_kv_cache does)."""
 import glob
@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -54,6 +55,14 @@ def serve(tmp_path, reference, *args):
     return Serve(str(cache), *args)
 
 
+def ask_dying(srv, prompt):
+    """A request to a server about to be killed: its connection dies with it."""
+    try:
+        post(srv, "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 1})
+    except (OSError, ValueError):  # reset, or a body cut short
+        pass
+
+
 def kv_flags(kv_dir):
     return ("--kv-cache-dir", str(kv_dir), "--kv-block-tokens", BLOCK)
 
@@ -90,6 +99,8 @@ def reference(tmp_path_factory):
         assert hit >= 2 * BLOCK  # the oracle's precondition: blocks to cache
         assert expected_hit(srv.model_dir, prompts[0], prompts[2]) == hit
         cold0 = ask(srv, prompts[0])
+        sizes = [-1.0]  # the bytes the writer puts down for the first prompt's blocks, once settled
+        assert wait_until(lambda: sizes.append(written(srv)) or sizes[-1] == sizes[-2] > 0, 10)
         warm1, warm2 = ask(srv, prompts[1]), ask(srv, prompts[2])
         assert cold0[0] == 0 and warm1[0] == hit and warm2[0] == hit
     finally:
@@ -99,27 +110,38 @@ def reference(tmp_path_factory):
         cold1 = ask(cold, prompts[1])
     finally:
         cold.stop()
-    return {"prompts": prompts, "hit": hit, "cold": [cold0[1], cold1[1]], "warm": warm1[1], "warm2": warm2[1],
+    return {"prompts": prompts, "hit": hit, "cold": [cold0[1], cold1[1]], "warm": warm1[1], "warm2": warm2[1], "bytes": sizes[-1],
             "model_cache": str(tmp)}
 
 
 def test_kill_9_while_writing_then_restart_serves_no_torn_record(tmp_path, reference):
-    """kill -9 right after the first request (its blocks still being written: the segment stays
-    .open), then the tail of that segment torn mid-record as a kill inside a write leaves it: the
-    restarted server rebuilds its index from the segment, counts and logs the torn record, serves
-    only the whole records before it, stores the block it recomputed, and a third prompt then hits
-    every block with the answer the reference gives it after an undamaged run."""
+    """kill -9 once the first prompt's blocks are written (the segment stays .open, never sealed),
+    then its tail torn as a kill inside a write leaves it.  Torn inside block 0's record: nothing is
+    restored and the answer is the cold run's.  Torn inside the last record: the restarted server
+    rebuilds its index by scanning, counts and logs the torn record once, restores only the whole
+    blocks before it, stores the block it recomputes, and a next server reads those blocks back
+    with the same answer (hits resume)."""
     kv_dir = tmp_path / "kv"
     kv_dir.mkdir()
     p0, p1, p2 = reference["prompts"]
     srv = serve(tmp_path, reference, *kv_flags(kv_dir))
     assert ask(srv, p0) == (0, reference["cold"][0])
-    assert wait_until(lambda: written(srv) > 0, 10)
+    assert wait_until(lambda: written(srv) >= reference["bytes"], 10)
     kill9(srv)
     open_segs = glob.glob(str(kv_dir / "kv-*.open"))
     assert len(open_segs) == 1 and not glob.glob(str(kv_dir / "kv-*.kvs"))  # never sealed
-    size = os.path.getsize(open_segs[0])
-    os.truncate(open_segs[0], size - 100)  # the last record loses its tail
+    data = open(open_segs[0], "rb").read()
+    # a kill inside block 0's record: nothing is restored, the answer is the cold run's
+    torn0 = tmp_path / "kv0"
+    torn0.mkdir()
+    (torn0 / os.path.basename(open_segs[0])).write_bytes(data[: 2 * 4096 + 1000])
+    srv = serve(tmp_path, reference, *kv_flags(torn0))
+    try:
+        assert ask(srv, p1) == (0, reference["cold"][1])
+        assert skipped(srv)[0] == 1 and warnings(srv, "torn or damaged records") == 1
+    finally:
+        assert srv.stop() == 0
+    os.truncate(open_segs[0], len(data) - 100)  # a kill inside the last record
     srv = serve(tmp_path, reference, *kv_flags(kv_dir))
     try:
         assert 0 < ask(srv, p1)[0] < reference["hit"]  # the blocks before the torn one are served
@@ -137,6 +159,47 @@ def test_kill_9_while_writing_then_restart_serves_no_torn_record(tmp_path, refer
     try:
         assert ask(srv, p2) == resumed
         assert skipped(srv)[0] >= 1 and srv.metrics()['deepinfer_kv_cache_disk_bytes_total{op="read"}'] > 0
+    finally:
+        assert srv.stop() == 0
+
+
+def test_kill_9_racing_the_writer_serves_whole_records_only(tmp_path, reference):
+    """kill -9 while the writer puts down a long prompt's blocks (12 blocks each; killed once the
+    directory has grown past a record), three times on one directory: the restarted server restores whole blocks only, and when it
+    restores none or all of a prompt's blocks its answer is the one a clean server gives (cold,
+    or after the same blocks); a torn block would change it."""
+    bases = [f"Round {r}. " + SYSTEM * 3 for r in range(3)]
+    questions = [b + QUESTIONS[1] for b in bases]
+    (tmp_path / "ref").mkdir()
+    clean = serve(tmp_path, reference, *kv_flags(tmp_path / "ref"))
+    try:  # the oracle: each question after its base on an undamaged directory
+        warm = []
+        for b, q in zip(bases, questions):
+            ask(clean, b)
+            warm.append(ask(clean, q))
+    finally:
+        assert clean.stop() == 0
+    cold_srv = serve(tmp_path, reference)
+    try:
+        cold = [ask(cold_srv, q)[1] for q in questions]
+    finally:
+        assert cold_srv.stop() == 0
+    kv_dir = tmp_path / "kv"
+    kv_dir.mkdir()
+    for r, b in enumerate(bases):
+        srv = serve(tmp_path, reference, *kv_flags(kv_dir))
+        asking = threading.Thread(target=ask_dying, args=(srv, b))
+        asking.start()  # killed when the writer has put down part of the blocks: mid-record or between
+        assert wait_until(lambda: sum(map(os.path.getsize, glob.glob(str(kv_dir / "kv-*")))) > 8192 * (r + 1), 20)
+        kill9(srv)
+        asking.join()
+    srv = serve(tmp_path, reference, *kv_flags(kv_dir))
+    try:
+        for q, (hit, text_warm), text_cold in zip(questions, warm, cold):
+            cached, text = ask(srv, q)
+            assert cached % BLOCK == 0 and cached <= hit
+            if cached in (0, hit):
+                assert text == (text_warm if cached else text_cold)
     finally:
         assert srv.stop() == 0
 
