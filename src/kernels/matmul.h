@@ -93,16 +93,6 @@ int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_
 int di_matmul_ref_qa(const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
 int di_matmul_qa(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
 
-/* The same products on caller-owned scratch, so a caller that sizes its buffers once (the
- * model's workspace) makes no allocation per call: di_matmul (qa false) or di_matmul_qa (qa
- * true), the same bits.  di_matmul_scratch_floats gives the floats such a call needs for n_tokens
- * rows on `threads` threads (0 where the reference backend runs, which needs none); it grows with
- * n_tokens and threads.  scratch must be 64-byte aligned; too little is an error naming both
- * sizes, never an overflow. */
-int64_t di_matmul_scratch_floats(const DiMatrix *w, int64_t n_tokens, int threads, bool qa);
-int di_matmul_into(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y, bool qa, float *scratch,
-                   int64_t scratch_floats);
-
 /* Which path di_matmul takes on this machine: "avx512" (the AVX2+FMA kernels with their AVX-512
  * tiles, the same bits), "avx2-fma" or "reference" (DEEPINFER_KERNELS = auto | ref | simd | avx2 |
  * avx512 overrides the cpuid choice); NULL with an error for a bad DEEPINFER_KERNELS. */

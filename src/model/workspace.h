@@ -89,7 +89,7 @@ typedef struct Workspace {
     /* model_linear: the FP8 round trip's private copy of the activations (§4.3) */
     float *act_q;
     int64_t act_q_cols; /* widest matrix: act_q holds rows x act_q_cols */
-    /* matmul kernels' scratch (di_matmul_into) for pool-wide products */
+    /* matmul kernels' scratch (DiMatTraits.scratch_floats, kernels/backend.h) for pool-wide products */
     float *mm;
     int64_t mm_floats;
 } Workspace;

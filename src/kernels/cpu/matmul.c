@@ -279,12 +279,6 @@ int64_t di_cpu_matmul_simd_scratch_floats(const DiMatrix *w, int64_t n_tokens, i
     return plan_floats(&plan, threads);
 }
 
-int64_t di_matmul_scratch_floats(const DiMatrix *w, int64_t n_tokens, int threads, bool qa) {
-    Backend b;
-    if (choose_backend(&b) != 0 || b != BACKEND_SIMD) return 0;
-    return di_cpu_matmul_simd_scratch_floats(w, n_tokens, threads, qa);
-}
-
 int di_cpu_matmul_simd_into(bool avx512, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y,
                             bool qa, float *scratch, int64_t scratch_floats) {
     if (check_call(w, x, n_tokens, y) != 0) return -1;
@@ -297,14 +291,6 @@ int di_cpu_matmul_simd_into(bool avx512, DiThreadPool *pool, const DiMatrix *w, 
                          (long long)(scratch ? scratch_floats : 0));
     matmul_simd_run(pool, w, x, n_tokens, y, &plan, scratch, avx512);
     return 0;
-}
-
-int di_matmul_into(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y, bool qa, float *scratch,
-                   int64_t scratch_floats) {
-    Backend b;
-    if (choose_backend(&b) != 0) return di_error_wrap("matmul");
-    if (b != BACKEND_SIMD) return qa ? di_matmul_ref_qa(w, x, n_tokens, y) : di_matmul_ref(w, x, n_tokens, y);
-    return di_cpu_matmul_simd_into(di_simd_use_avx512(), pool, w, x, n_tokens, y, qa, scratch, scratch_floats);
 }
 
 int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
