@@ -18,6 +18,7 @@
 #include "ggml.h"
 #include "ggml-cpu.h"
 #include "base/error.h"
+#include "kernels/backend.h"
 #include "kernels/matmul.h"
 #include "kernels/numformats.h"
 
@@ -52,11 +53,12 @@ static int cmp_double(const void *a, const void *b) {
 /* The deepinfer side of one call.  -ref: as the model's reference numerics run a quantised
  * GEMM (model_linear): the activations rounded through FP8 per 32 (§4.3) into a copy, then
  * di_matmul_qa (FP4: block order, matmul.h); ggml too quantises its activations inside the call. */
-static int deepinfer_side(const DiMatrix *w, const float *x, float *xq, long long n, float *y, int ref) {
+static int deepinfer_side(const DiKernelBackend *be, const DiMatrix *w, const float *x, float *xq, long long n, float *y,
+                          int ref) {
     if (!ref) return di_matmul_simd(NULL, w, x, n, y);
     memcpy(xq, x, sizeof(float) * (size_t)(w->cols * n));
     if (di_roundtrip_fp8_block32(xq, (size_t)(w->cols * n)) != 0) return -1;
-    return di_matmul_qa(NULL, w, xq, n, y);
+    return di_matmul_qa(be, NULL, w, xq, n, y);
 }
 
 int main(int argc, char **argv) {
@@ -128,20 +130,22 @@ int main(int argc, char **argv) {
     w.scale = scale;
     void *prepared = NULL; /* as the model readies each weight (matmul.h): the FP8 subnormal map where used */
     if (di_matrix_prepare(&w, &prepared) != 0) return fprintf(stderr, "ggml_ab: %s\n", di_error_message()), 1;
+    const DiKernelBackend *be; /* the SIMD table, as di_matmul_simd's side runs it */
+    if (di_backend_cpu_select(DI_ENV_KERNELS_SIMD, &be) != 0) return fprintf(stderr, "ggml_ab: %s\n", di_error_message()), 1;
 
     float *xq = malloc(sizeof(float) * cols * n);
     if (!xq) return fprintf(stderr, "ggml_ab: out of memory\n"), 1;
     double ratio[PAIRS], gflops[2][PAIRS];
     for (int warm = 0; warm < 10; warm++) {
         ggml_graph_compute_with_ctx(ctx, graph, 1);
-        if (deepinfer_side(&w, x, xq, n, y, ref)) return fprintf(stderr, "ggml_ab: %s\n", di_error_message()), 1;
+        if (deepinfer_side(be, &w, x, xq, n, y, ref)) return fprintf(stderr, "ggml_ab: %s\n", di_error_message()), 1;
     }
     for (int p = 0; p < PAIRS; p++)
         for (int side = 0; side < 2; side++) {
             double t0 = cpu_now(), t;
             long calls = 0;
             do {
-                if (side) deepinfer_side(&w, x, xq, n, y, ref);
+                if (side) deepinfer_side(be, &w, x, xq, n, y, ref);
                 else ggml_graph_compute_with_ctx(ctx, graph, 1);
                 calls++;
             } while ((t = cpu_now() - t0) < 0.02);

@@ -18,6 +18,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+typedef struct DiKernelBackend DiKernelBackend; /* kernels/backend.h */
+
 typedef enum {
     DI_MAT_F32 = 0,  /* data: float[rows][cols] */
     DI_MAT_BF16,     /* data: uint16_t[rows][cols] */
@@ -71,11 +73,12 @@ int di_matrix_row(const DiMatrix *w, int64_t r, float *out);
 /* Readable reference: scalar, single thread, ascending-c accumulation in float32. */
 int di_matmul_ref(const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
 
-/* The backend entry point: optimised when available, else the reference.  pool may be NULL. */
-int di_matmul(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
+/* y = W x on the kernel table be (kernels/backend.h, chosen once: di_backend_cpu_select), with
+ * scratch allocated for this one call: for tests and tools; the model passes its workspace to
+ * di_backend_matmul instead.  pool may be NULL.  -1 with an error for a NULL be or bad input. */
+int di_matmul(const DiKernelBackend *be, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
 
-/* The AVX2+FMA path itself (an error on a CPU without AVX2 and FMA); di_matmul calls it when
- * available.  Bit-identical for every n_tokens, token position and thread count; agrees with
+/* The AVX2+FMA path itself (an error on a CPU without AVX2 and FMA), the SIMD tables' product.  Bit-identical for every n_tokens, token position and thread count; agrees with
  * di_matmul_ref up to float32 summation order (8 lanes along the input, see cpu/matmul_simd.h).
  * pool may be NULL (one thread). */
 int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
@@ -91,7 +94,7 @@ int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_
  * di_matmul_ref_qa is the readable definition; di_matmul_qa is bit-identical to it for FP4, for
  * every n_tokens and thread count. */
 int di_matmul_ref_qa(const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
-int di_matmul_qa(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
+int di_matmul_qa(const DiKernelBackend *be, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
 
 /* Which path di_matmul takes on this machine: "avx512" (the AVX2+FMA kernels with their AVX-512
  * tiles, the same bits), "avx2-fma" or "reference" (DEEPINFER_KERNELS = auto | ref | simd | avx2 |

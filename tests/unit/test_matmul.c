@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "base/threadpool.h"
+#include "kernels/backend.h"
 #include "kernels/matmul.h"
 #include "kernels/cpu/matmul_simd.h"
 #include "kernels/numformats.h"
@@ -398,15 +399,17 @@ TEST(fp8_gemv_route_follows_env) {
     const char *route = di_matmul_fp8_gemv_route(&slowdown);
     CHECK(route && (strcmp(route, "f32") == 0 || strcmp(route, "mapped") == 0)); /* the probe's two choices */
     CHECK_MSG(slowdown > 0 && isfinite(slowdown), "probe ratio %g", slowdown);
+    const DiKernelBackend *be = NULL;
     setenv("DEEPINFER_FP8_GEMV", "fastest", 1);
     CHECK(di_matmul_fp8_gemv_route(NULL) == NULL);
-    CHECK(di_matmul(NULL, &t.m, x, 1, y) == -1);
+    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_AUTO, &be) == -1); /* refused when the table is chosen */
     CHECK(strstr(di_error_message(), "DEEPINFER_FP8_GEMV=fastest") != NULL);
     setenv("DEEPINFER_KERNELS", "ref", 1); /* the scalar backend has no route to choose */
     CHECK_STR(di_matmul_fp8_gemv_route(NULL), "reference");
     unsetenv("DEEPINFER_KERNELS");
     unsetenv("DEEPINFER_FP8_GEMV");
-    CHECK(di_matmul(NULL, &t.m, x, 1, y) == 0);
+    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_AUTO, &be) == 0);
+    CHECK(di_matmul(be, NULL, &t.m, x, 1, y) == 0);
     free(x);
     free_matrix(&t);
 }
@@ -436,7 +439,9 @@ TEST(bad_input_is_an_error) {
     bad = t.m;
     bad.format = DI_MAT_FP4_ROW32;
     bad.cols = 40;
-    CHECK(di_matmul(NULL, &bad, x, 1, y) == -1);
+    CHECK(di_matmul(di_backend_cpu_ref(), NULL, &bad, x, 1, y) == -1);
+    CHECK(di_matmul(NULL, NULL, &t.m, x, 1, y) == -1);
+    CHECK(strstr(di_error_message(), "no kernel table") != NULL);
     CHECK(di_matmul_simd(NULL, &t.m, x, 0, y) == 0); /* no tokens: nothing to do */
     free_matrix(&t);
 }
@@ -444,14 +449,15 @@ TEST(bad_input_is_an_error) {
 TEST(backend_choice_follows_env) {
     TestMatrix t = make_matrix(DI_MAT_BF16, 8, 64, 0, 0);
     float *x = rnd_acts(64), y[8], yr[8];
-    setenv("DEEPINFER_KERNELS", "ref", 1);
-    CHECK_STR(di_matmul_backend(), "reference");
-    CHECK(di_matmul(NULL, &t.m, x, 1, y) == 0);
+    const DiKernelBackend *be = NULL;
+    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_REF, &be) == 0);
+    CHECK(di_matmul(be, NULL, &t.m, x, 1, y) == 0);
     CHECK(di_matmul_ref(&t.m, x, 1, yr) == 0);
     CHECK(memcmp(y, yr, sizeof y) == 0); /* the reference itself, bit for bit */
+    setenv("DEEPINFER_KERNELS", "ref", 1);
+    CHECK_STR(di_matmul_backend(), "reference");
     setenv("DEEPINFER_KERNELS", "fast please", 1);
     CHECK(di_matmul_backend() == NULL);
-    CHECK(di_matmul(NULL, &t.m, x, 1, y) == -1);
     CHECK(strstr(di_error_message(), "DEEPINFER_KERNELS") != NULL);
     unsetenv("DEEPINFER_KERNELS");
     /* the build machine has AVX2+FMA (and on some CPUs AVX-512: test_matmul_avx512) */

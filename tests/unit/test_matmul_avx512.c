@@ -9,13 +9,14 @@
  *    quantised per §4.3 (the integer path, narrow blocks), with values below 1/8 of the E4M3
  *    range (wide blocks), and with some blocks inexact (float blocks inside integer tiles), and
  *    the integer path is really taken;
- *  - where the CPU lacks it, DEEPINFER_KERNELS=avx512 is an error naming the variable, and auto
+ *  - where the CPU lacks it, choosing the avx512 table is an error naming the variable, and auto
  *    takes the AVX2 route;
  *  - DEEPINFER_KERNELS=avx2 keeps the AVX2 route on any SIMD CPU, and a bad value is an error. */
 #include "test.h"
 
 #include "base/error.h"
 #include "base/threadpool.h"
+#include "kernels/backend.h"
 #include "kernels/matmul.h"
 #include "kernels/cpu/matmul_simd.h"
 #include "kernels/numformats.h"
@@ -43,13 +44,11 @@ static DiMatrix make_fp4(int64_t rows, int64_t cols, uint8_t **data, uint8_t **s
     return w;
 }
 
-/* y from di_matmul under DEEPINFER_KERNELS=kernels (rows split over pool's threads). */
-static int matmul_with(const char *kernels, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n,
-                       float *y) {
-    setenv("DEEPINFER_KERNELS", kernels, 1);
-    int rc = di_matmul(pool, w, x, n, y);
-    unsetenv("DEEPINFER_KERNELS");
-    return rc;
+/* The table want selects, which this CPU has (checked). */
+static const DiKernelBackend *table(DiEnvKernels want) {
+    const DiKernelBackend *be = NULL;
+    CHECK(di_backend_cpu_select(want, &be) == 0);
+    return be;
 }
 
 TEST(avx512_fp4_gemv_gives_the_avx2_bits) {
@@ -78,8 +77,8 @@ TEST(avx512_fp4_gemv_gives_the_avx2_bits) {
                 float *y5 = malloc(sizeof(float) * (size_t)(n * rows[ri]));
                 memset(y2, 0xA5, sizeof(float) * (size_t)(n * rows[ri]));
                 memset(y5, 0x5A, sizeof(float) * (size_t)(n * rows[ri]));
-                CHECK(matmul_with("avx2", pool, &w, x, n, y2) == 0);
-                CHECK(matmul_with("avx512", pool, &w, x, n, y5) == 0);
+                CHECK(di_matmul(table(DI_ENV_KERNELS_AVX2), pool, &w, x, n, y2) == 0);
+                CHECK(di_matmul(table(DI_ENV_KERNELS_AVX512), pool, &w, x, n, y5) == 0);
                 CHECK_MSG(memcmp(y2, y5, sizeof(float) * (size_t)(n * rows[ri])) == 0,
                           "fp4 %lldx%lld n=%lld: the AVX-512 route's bits differ from AVX2's", (long long)rows[ri],
                           (long long)cols[ci], (long long)n);
@@ -145,12 +144,9 @@ TEST(avx512_fp4q_tile_gives_the_avx2_bits) {
                     float *x = qa_acts(n, cols[ci], kind);
                     size_t bytes = sizeof(float) * (size_t)(n * rows[ri]);
                     float *y2 = malloc(bytes), *y5 = malloc(bytes);
-                    setenv("DEEPINFER_KERNELS", "avx2", 1);
-                    CHECK(di_matmul_qa(pool, &w, x, n, y2) == 0);
-                    setenv("DEEPINFER_KERNELS", "avx512", 1);
+                    CHECK(di_matmul_qa(table(DI_ENV_KERNELS_AVX2), pool, &w, x, n, y2) == 0);
                     long long before = di_simd_fp4q_integer_blocks();
-                    CHECK(di_matmul_qa(pool, &w, x, n, y5) == 0);
-                    unsetenv("DEEPINFER_KERNELS");
+                    CHECK(di_matmul_qa(table(DI_ENV_KERNELS_AVX512), pool, &w, x, n, y5) == 0);
                     CHECK_MSG(memcmp(y2, y5, bytes) == 0, "fp4q %lldx%lld kind %d n=%lld: AVX-512 bits differ from AVX2's",
                               (long long)rows[ri], (long long)cols[ci], kind, (long long)n);
                     if (n == 1 && kind == 0)
@@ -165,22 +161,17 @@ TEST(avx512_fp4q_tile_gives_the_avx2_bits) {
 }
 
 TEST(kernels_env_names_the_route) {
-    uint8_t *data, *scale;
-    DiMatrix w = make_fp4(4, 64, &data, &scale);
-    float x[64] = {0}, y[4];
     setenv("DEEPINFER_KERNELS", "avx2", 1);
     CHECK_STR(di_matmul_backend(), di_simd_available() ? "avx2-fma" : NULL);
     setenv("DEEPINFER_KERNELS", "avx1024", 1);
     CHECK(di_matmul_backend() == NULL);
-    CHECK(di_matmul(NULL, &w, x, 1, y) == -1);
     CHECK(strstr(di_error_message(), "DEEPINFER_KERNELS=avx1024") != NULL);
     if (!di_simd_avx512_available()) {
-        CHECK(matmul_with("avx512", NULL, &w, x, 1, y) == -1);
+        const DiKernelBackend *be;
+        CHECK(di_backend_cpu_select(DI_ENV_KERNELS_AVX512, &be) == -1);
         CHECK(strstr(di_error_message(), "DEEPINFER_KERNELS=avx512") != NULL);
     }
     unsetenv("DEEPINFER_KERNELS");
-    free(data);
-    free(scale);
 }
 
 int main(void) {

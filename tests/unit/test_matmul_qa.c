@@ -14,12 +14,20 @@
 
 #include "base/error.h"
 #include "base/threadpool.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/matmul_simd.h"
 #include "kernels/matmul.h"
 #include "kernels/numformats.h"
 
 #include <stdint.h>
 #include <stdlib.h>
+
+/* The table a model on this CPU gets by default (the SIMD one wherever AVX2+FMA exist). */
+static const DiKernelBackend *kernels(void) {
+    const DiKernelBackend *be = NULL;
+    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_AUTO, &be) == 0);
+    return be;
+}
 
 static float rnd_float(void) { return ((float)(test_rand32() % 2000001) - 1000000.0f) / 1000000.0f; }
 
@@ -66,7 +74,7 @@ static void check_bits(const Fp4Matrix *t, int64_t n, ActsKind kind, DiThreadPoo
     const DiMatrix *w = &t->m;
     float *x = make_acts(n * w->cols, kind);
     float *y = malloc(sizeof(float) * (size_t)(n * w->rows)), *yr = malloc(sizeof(float) * (size_t)(n * w->rows));
-    CHECK(di_matmul_qa(pool, w, x, n, y) == 0);
+    CHECK(di_matmul_qa(kernels(), pool, w, x, n, y) == 0);
     CHECK(di_matmul_ref_qa(w, x, n, yr) == 0);
     int bad = 0;
     for (int64_t i = 0; i < n * w->rows && bad < 3; i++)
@@ -112,7 +120,7 @@ TEST(extreme_scales_keep_the_definition) {
         x[7 * 256 + 9] = 3e37f;    /* 48 |x| s beyond 2^126 for s >= 1 */
         x[11 * 256 + 2] = INFINITY;
         memset(x + 13 * 256, 0, 256 * sizeof(float)); /* an all-zero token */
-        CHECK(di_matmul_qa(NULL, &t.m, x, n, y) == 0);
+        CHECK(di_matmul_qa(kernels(), NULL, &t.m, x, n, y) == 0);
         CHECK(di_matmul_ref_qa(&t.m, x, n, yr) == 0);
         int bad = 0;
         for (int64_t i = 0; i < n * 100 && bad < 3; i++)
@@ -141,7 +149,7 @@ TEST(non_finite_and_zero_activations_keep_the_definition) {
     memset(x + 32, 0, 32 * sizeof(float)); /* an all-zero block */
     x[70] = INFINITY;
     x[100] = NAN;
-    CHECK(di_matmul_qa(NULL, &t.m, x, 1, y) == 0);
+    CHECK(di_matmul_qa(kernels(), NULL, &t.m, x, 1, y) == 0);
     CHECK(di_matmul_ref_qa(&t.m, x, 1, yr) == 0);
     for (int r = 0; r < 16; r++) CHECK_MSG(same_result(y[r], yr[r]), "row %d: %a vs %a", r, y[r], yr[r]);
     free(x);
@@ -152,12 +160,12 @@ TEST(quantised_input_takes_the_integer_path) {
     Fp4Matrix t = make_fp4(64, 512, 115, 130);
     float *x = make_acts(512, ACTS_QUANTISED), y[64];
     long long before = di_simd_fp4q_integer_blocks();
-    CHECK(di_matmul_qa(NULL, &t.m, x, 1, y) == 0);
+    CHECK(di_matmul_qa(kernels(), NULL, &t.m, x, 1, y) == 0);
     long long taken = di_simd_fp4q_integer_blocks() - before;
     CHECK_MSG(taken == 64 * 16, "integer path took %lld of 1024 row blocks", taken); /* 64 rows x 16 blocks */
     for (int i = 0; i < 512; i++) x[i] = rnd_float(); /* plain floats: 2^-20 steps, 20+ bit integers */
     before = di_simd_fp4q_integer_blocks();
-    CHECK(di_matmul_qa(NULL, &t.m, x, 1, y) == 0);
+    CHECK(di_matmul_qa(kernels(), NULL, &t.m, x, 1, y) == 0);
     CHECK_EQ_INT(di_simd_fp4q_integer_blocks() - before, 0);
     free(x);
     free_fp4(&t);
@@ -180,7 +188,7 @@ TEST(wide_blocks_take_the_integer_path) {
         CHECK_MSG(x[b * 32 + 5] != 0.0f, "block %lld lost its tiny value", (long long)b);
     for (int64_t n = 1; n <= 4; n++) {
         long long before = di_simd_fp4q_integer_blocks();
-        CHECK(di_matmul_qa(NULL, &t.m, x, n, y) == 0);
+        CHECK(di_matmul_qa(kernels(), NULL, &t.m, x, n, y) == 0);
         long long taken = di_simd_fp4q_integer_blocks() - before;
         CHECK(di_matmul_ref_qa(&t.m, x, n, yr) == 0);
         for (int64_t i = 0; i < n * rows; i++) CHECK_MSG(same_result(y[i], yr[i]), "n=%lld out %lld: %a vs %a", (long long)n, (long long)i, y[i], yr[i]);
@@ -193,7 +201,7 @@ TEST(wide_blocks_take_the_integer_path) {
     for (int64_t c = 0; c < cols; c++) pair[c] = (float)((c % 61) - 30); /* small integers: narrow */
     memcpy(pair + cols, x, sizeof(float) * cols);
     long long before = di_simd_fp4q_integer_blocks();
-    CHECK(di_matmul_qa(NULL, &t.m, pair, 2, y) == 0);
+    CHECK(di_matmul_qa(kernels(), NULL, &t.m, pair, 2, y) == 0);
     CHECK_EQ_INT(di_simd_fp4q_integer_blocks() - before, 2 * rows * kblocks);
     CHECK(di_matmul_ref_qa(&t.m, pair, 2, yr) == 0);
     for (int64_t i = 0; i < 2 * rows; i++) CHECK_MSG(same_result(y[i], yr[i]), "pair out %lld: %a vs %a", (long long)i, y[i], yr[i]);
@@ -202,7 +210,7 @@ TEST(wide_blocks_take_the_integer_path) {
      * would leave the normal range take the float path; the bits stay the definition's */
     Fp4Matrix e = make_fp4(rows, cols, 0, 255);
     for (int64_t n = 1; n <= 2; n++) {
-        CHECK(di_matmul_qa(NULL, &e.m, x, n, y) == 0);
+        CHECK(di_matmul_qa(kernels(), NULL, &e.m, x, n, y) == 0);
         CHECK(di_matmul_ref_qa(&e.m, x, n, yr) == 0);
         for (int64_t i = 0; i < n * rows; i++)
             CHECK_MSG(same_result(y[i], yr[i]), "extreme scales n=%lld out %lld: %a vs %a", (long long)n, (long long)i, y[i], yr[i]);
@@ -218,7 +226,7 @@ TEST(tokens_are_bit_identical_across_batches_and_threads) {
     float *probe = make_acts(cols, ACTS_MIXED), alone[96];
     float *x = malloc(sizeof(float) * max_batch * cols), *y = malloc(sizeof(float) * max_batch * rows);
     DiThreadPool *pool = di_pool_create(2);
-    CHECK(di_matmul_qa(NULL, &t.m, probe, 1, alone) == 0);
+    CHECK(di_matmul_qa(kernels(), NULL, &t.m, probe, 1, alone) == 0);
     const int64_t batches[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 33, 70};
     for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
         int64_t n = batches[bi];
@@ -228,7 +236,7 @@ TEST(tokens_are_bit_identical_across_batches_and_threads) {
         for (int64_t pos = 0; pos < n; pos += (n > 9 ? n / 4 : 1)) {
             memcpy(x + pos * cols, probe, sizeof(float) * cols);
             for (int threads = 1; threads <= 2; threads++) {
-                CHECK(di_matmul_qa(threads == 2 ? pool : NULL, &t.m, x, n, y) == 0);
+                CHECK(di_matmul_qa(kernels(), threads == 2 ? pool : NULL, &t.m, x, n, y) == 0);
                 CHECK_MSG(memcmp(y + pos * rows, alone, sizeof alone) == 0, "token at %lld of %lld, %d threads",
                           (long long)pos, (long long)n, threads);
             }
@@ -245,7 +253,7 @@ TEST(tokens_are_bit_identical_across_batches_and_threads) {
 TEST(block_order_is_the_same_product) {
     Fp4Matrix t = make_fp4(50, 1024, 118, 130);
     float *x = make_acts(1024, ACTS_QUANTISED), y[50], yr[50], row[1024];
-    CHECK(di_matmul_qa(NULL, &t.m, x, 1, y) == 0);
+    CHECK(di_matmul_qa(kernels(), NULL, &t.m, x, 1, y) == 0);
     CHECK(di_matmul_ref(&t.m, x, 1, yr) == 0);
     for (int r = 0; r < 50; r++) {
         CHECK(di_matrix_row(&t.m, r, row) == 0);
@@ -272,7 +280,7 @@ TEST(hand_computed_block) {
     float x[32], y = 0, yr = 0;
     for (int c = 0; c < 32; c++) x[c] = (float)c;
     long long before = di_simd_fp4q_integer_blocks();
-    CHECK(di_matmul_qa(NULL, &w, x, 1, &y) == 0);
+    CHECK(di_matmul_qa(kernels(), NULL, &w, x, 1, &y) == 0);
     CHECK(di_matmul_ref_qa(&w, x, 1, &yr) == 0);
     CHECK(y == -16.0f);
     CHECK(yr == -16.0f);
@@ -286,23 +294,23 @@ TEST(other_formats_and_bad_input) {
     DiMatrix fp8 = {.format = DI_MAT_FP8_BLOCK, .rows = 64, .cols = 64, .data = codes, .scale = scales};
     float x[2 * 64], y[2 * 64], yp[2 * 64];
     for (int i = 0; i < 128; i++) x[i] = rnd_float();
-    CHECK(di_matmul_qa(NULL, &fp8, x, 2, y) == 0);
-    CHECK(di_matmul(NULL, &fp8, x, 2, yp) == 0);
+    CHECK(di_matmul_qa(kernels(), NULL, &fp8, x, 2, y) == 0);
+    CHECK(di_matmul(kernels(), NULL, &fp8, x, 2, yp) == 0);
     CHECK(memcmp(y, yp, sizeof y) == 0);
     CHECK(di_matmul_ref_qa(&fp8, x, 2, y) == 0);
     CHECK(di_matmul_ref(&fp8, x, 2, yp) == 0);
     CHECK(memcmp(y, yp, sizeof y) == 0);
     Fp4Matrix t = make_fp4(4, 64, 127, 127);
     di_error_clear();
-    CHECK(di_matmul_qa(NULL, &t.m, NULL, 1, y) == -1);
+    CHECK(di_matmul_qa(kernels(), NULL, &t.m, NULL, 1, y) == -1);
     CHECK(strstr(di_error_message(), "activations") != NULL);
     CHECK(di_matmul_ref_qa(&t.m, x, -1, y) == -1);
     DiMatrix bad = t.m;
     bad.cols = 40;
-    CHECK(di_matmul_qa(NULL, &bad, x, 1, y) == -1);
+    CHECK(di_matmul_qa(kernels(), NULL, &bad, x, 1, y) == -1);
     CHECK(strstr(di_error_message(), "divisible by 32") != NULL);
     CHECK(di_matmul_ref_qa(&bad, x, 1, y) == -1);
-    CHECK(di_matmul_qa(NULL, &t.m, x, 0, y) == 0);
+    CHECK(di_matmul_qa(kernels(), NULL, &t.m, x, 0, y) == 0);
     free_fp4(&t);
 }
 

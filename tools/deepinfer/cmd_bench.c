@@ -7,9 +7,11 @@
  * `make bench` (bench/bench_kernels.c), which links OpenBLAS; the CLI does not. */
 #include "commands.h"
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/threadpool.h"
+#include "kernels/backend.h"
 #include "kernels/matmul.h"
 
 #include <errno.h>
@@ -60,12 +62,13 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* Median seconds of di_matmul over RUNS calls after one warm-up; -1 on error. */
-static double time_matmul(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n, float *y) {
+static double time_matmul(const DiKernelBackend *be, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n,
+                          float *y) {
     double t[RUNS];
-    if (di_matmul(pool, w, x, n, y) != 0) return -1;
+    if (di_matmul(be, pool, w, x, n, y) != 0) return -1;
     for (int i = 0; i < RUNS; i++) {
         double t0 = now_s();
-        if (di_matmul(pool, w, x, n, y) != 0) return -1;
+        if (di_matmul(be, pool, w, x, n, y) != 0) return -1;
         t[i] = now_s() - t0;
     }
     qsort(t, RUNS, sizeof t[0], cmp_double);
@@ -81,8 +84,8 @@ static void fill_random(uint8_t *p, int64_t n, uint64_t *state, int fp8) {
     }
 }
 
-static int bench_format(DiThreadPool *pool, DiMatFormat f, const char *name, int64_t rows, int64_t cols, int64_t n,
-                        const float *x, float *y) {
+static int bench_format(const DiKernelBackend *be, DiThreadPool *pool, DiMatFormat f, const char *name, int64_t rows,
+                        int64_t cols, int64_t n, const float *x, float *y) {
     DiMatrix w = {.format = f, .rows = rows, .cols = cols};
     if (f == DI_MAT_FP4_ROW32 && cols % 32) { /* §3.5: one scale per 32 columns */
         printf("%-6s skipped: FP4 needs a column count divisible by 32\n", name);
@@ -106,7 +109,7 @@ static int bench_format(DiThreadPool *pool, DiMatFormat f, const char *name, int
     }
     w.data = data;
     w.scale = scale;
-    double t1 = time_matmul(pool, &w, x, 1, y), tn = time_matmul(pool, &w, x, n, y);
+    double t1 = time_matmul(be, pool, &w, x, 1, y), tn = time_matmul(be, pool, &w, x, n, y);
     if (t1 < 0 || tn < 0) goto done;
     double flop = 2.0 * (double)rows * (double)cols;
     printf("%-6s %10.1f %12.1f %12.1f\n", name, flop / t1 * 1e-9, (double)(db + sb) / t1 * 1e-9, flop * n / tn * 1e-9);
@@ -140,7 +143,10 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "deepinfer bench: shape too large for a benchmark (over 4 GB of buffers)\n");
         return 2;
     }
-    const char *backend = di_matmul_backend();
+    DiEnvKernels want; /* the kernel table, chosen once as a model load chooses it */
+    const DiKernelBackend *be = NULL;
+    if (di_env_kernels(&want) == 0) (void)di_backend_cpu_select(want, &be);
+    const char *backend = be ? be->name : NULL;
     double subnormal_slowdown = 0;
     const char *fp8_route = backend ? di_matmul_fp8_gemv_route(&subnormal_slowdown) : NULL;
     if (!backend || !fp8_route) {
@@ -166,7 +172,7 @@ int cmd_bench(int argc, char **argv) {
     static const struct { DiMatFormat f; const char *name; } formats[] = {
         {DI_MAT_FP8_BLOCK, "fp8"}, {DI_MAT_FP4_ROW32, "fp4"}, {DI_MAT_BF16, "bf16"}, {DI_MAT_F32, "f32"}};
     for (size_t i = 0; i < sizeof formats / sizeof formats[0] && rc == 0; i++)
-        if (bench_format(pool, formats[i].f, formats[i].name, rows, cols, tokens, x, y) != 0) {
+        if (bench_format(be, pool, formats[i].f, formats[i].name, rows, cols, tokens, x, y) != 0) {
             fprintf(stderr, "deepinfer bench: %s\n", di_error_message());
             rc = 1;
         }

@@ -1,6 +1,6 @@
-/* matmul.c — the CPU backend's dispatch for di_matmul (matmul.h): chooses the AVX2+FMA kernels
- * or the scalar reference, pads the activations to whole scale blocks, and splits the output
- * rows over the thread pool.
+/* matmul.c — the CPU backend's SIMD matmul driver (matmul.h, the tables of backend_cpu.c): pads
+ * the activations to whole scale blocks and splits the output rows over the thread pool; and
+ * di_matmul / di_matmul_qa, which run a kernel table the caller chose once.
  *
  * Choice of backend: the SIMD kernels when cpuid reports AVX2 and FMA, else the reference.
  * DEEPINFER_KERNELS=ref forces the reference (to compare or bisect), =simd demands the SIMD
@@ -14,6 +14,7 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "base/mem.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/matmul_simd.h"
 #include "kernels/cpu/ops_cpu.h"
 
@@ -261,11 +262,10 @@ static int check_call(const DiMatrix *w, const float *x, int64_t n_tokens, float
 }
 
 /* The allocating entry points: scratch for this one call. */
-static int matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y,
-                       bool block_order) {
+static int matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
     if (check_call(w, x, n_tokens, y) != 0) return -1;
     if (n_tokens == 0) return 0;
-    ScratchPlan plan = scratch_plan(w, n_tokens, block_order);
+    ScratchPlan plan = scratch_plan(w, n_tokens, false);
     float *scratch = di_aligned_malloc((size_t)plan_floats(&plan, pool ? di_pool_threads(pool) : 1), sizeof(float), "matmul scratch");
     if (!scratch) return di_error_wrap("matmul");
     matmul_simd_run(pool, w, x, n_tokens, y, &plan, scratch, di_simd_use_avx512());
@@ -294,19 +294,28 @@ int di_cpu_matmul_simd_into(bool avx512, DiThreadPool *pool, const DiMatrix *w, 
 }
 
 int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
-    return matmul_simd(pool, w, x, n_tokens, y, false);
+    return matmul_simd(pool, w, x, n_tokens, y);
 }
 
-int di_matmul(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
-    Backend b;
-    if (choose_backend(&b) != 0) return di_error_wrap("matmul");
-    if (b == BACKEND_SIMD) return di_matmul_simd(pool, w, x, n_tokens, y);
-    return di_matmul_ref(w, x, n_tokens, y);
+/* The allocating entry points: the table's own scratch size, for this one call. */
+static int matmul_on(const DiKernelBackend *be, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens,
+                     float *y, bool qa) {
+    if (!be) return di_errorf("matmul: no kernel table given");
+    if (di_matrix_validate(w, "matmul weight") != 0) return -1;
+    int64_t floats = be->mat[w->format].scratch_floats(be, w, n_tokens, pool ? di_pool_threads(pool) : 1, qa);
+    float *scratch = NULL;
+    if (floats > 0 && !(scratch = di_aligned_malloc((size_t)floats, sizeof(float), "matmul scratch")))
+        return di_error_wrap("matmul");
+    int rc = di_backend_matmul(be, pool, w, x, n_tokens, y, qa, scratch, floats);
+    di_aligned_free(scratch);
+    return rc;
 }
 
-int di_matmul_qa(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
-    Backend b;
-    if (choose_backend(&b) != 0) return di_error_wrap("matmul");
-    if (b == BACKEND_SIMD) return matmul_simd(pool, w, x, n_tokens, y, true);
-    return di_matmul_ref_qa(w, x, n_tokens, y);
+int di_matmul(const DiKernelBackend *be, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y) {
+    return matmul_on(be, pool, w, x, n_tokens, y, false);
+}
+
+int di_matmul_qa(const DiKernelBackend *be, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens,
+                 float *y) {
+    return matmul_on(be, pool, w, x, n_tokens, y, true);
 }
