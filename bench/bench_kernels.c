@@ -19,6 +19,7 @@
  * on the same machine with ggml's test-backend-ops, see bench/ggml_comparison.md. */
 #include "base/mem.h"
 #include "base/threadpool.h"
+#include "kernels/cpu/matmul_simd.h"
 #include "kernels/matmul.h"
 
 #include <cblas.h>
@@ -292,7 +293,7 @@ int main(void) {
     double subnormal_slowdown = 0;
     const char *fp8_route = di_matmul_fp8_gemv_route(&subnormal_slowdown);
     printf("bench_kernels: backend %s, OpenBLAS core %s; medians of %d alternating kernel/baseline pairs\n",
-           di_matmul_backend(), openblas_get_corename(), PAIRS);
+           di_simd_use_avx512() ? "avx512" : "avx2-fma", openblas_get_corename(), PAIRS); /* di_matmul_simd's tiles */
     printf("bench_kernels: FP8 GEMV route %s (float32 subnormal operands %.1fx slower than normal ones here)\n",
            fp8_route ? fp8_route : "?", subnormal_slowdown);
     printf("%-34s %-9s %10s %10s %8s\n", "kernel", "threads", "kernel", "baseline", "ratio");

@@ -2,9 +2,9 @@
  * the activations to whole scale blocks and splits the output rows over the thread pool; and
  * di_matmul / di_matmul_qa, which run a kernel table the caller chose once.
  *
- * Choice of backend: the SIMD kernels when cpuid reports AVX2 and FMA, else the reference.
- * DEEPINFER_KERNELS=ref forces the reference (to compare or bisect), =simd demands the SIMD
- * kernels (an error where the CPU lacks them), =auto or unset is the default.
+ * The products read no knob: the caller passes the table it chose once (di_backend_cpu_select
+ * from the parsed DEEPINFER_KERNELS); only the queries (di_matmul_backend and its kin) parse it,
+ * to say what a model loaded now would run.
  *
  * Threads split rows only, in chunks of DI_SIMD_ROW_CHUNK: every output row is computed whole by
  * one task with the reduction order of matmul_simd.h, so neither the thread count nor the
@@ -34,31 +34,13 @@ static int64_t gemm_min_tokens(DiMatFormat format) {
     }
 }
 
-typedef enum { BACKEND_REF, BACKEND_SIMD } Backend;
-
-/* simd, avx2 and avx512 demand their kernels (an error where the CPU lacks them); avx2 also keeps
- * the SIMD kernels off their AVX-512 tiles (di_simd_use_avx512), which give the same bits. */
-static int choose_backend(Backend *out) {
+/* The table the DEEPINFER_KERNELS knob selects now (backend_cpu.c), for the queries below,
+ * which answer what a model loaded now would run; NULL with the selection's error. */
+static const DiKernelBackend *knob_table(void) {
     DiEnvKernels want;
-    if (di_env_kernels(&want) != 0) return -1;
-    bool simd = di_simd_available();
-    switch (want) {
-    case DI_ENV_KERNELS_AUTO: *out = simd ? BACKEND_SIMD : BACKEND_REF; break;
-    case DI_ENV_KERNELS_REF: *out = BACKEND_REF; break;
-    case DI_ENV_KERNELS_SIMD:
-    case DI_ENV_KERNELS_AVX2:
-        if (!simd) return di_errorf("DEEPINFER_KERNELS=%s, but this CPU lacks AVX2, FMA or F16C", di_env_kernels_name(want));
-        *out = BACKEND_SIMD;
-        break;
-    case DI_ENV_KERNELS_AVX512:
-        if (!di_simd_avx512_available())
-            return di_errorf("DEEPINFER_KERNELS=avx512, but this CPU lacks AVX-512 F, BW or VL (or AVX2)");
-        *out = BACKEND_SIMD;
-        break;
-    }
-    DiFp8GemvRoute route;
-    if (*out == BACKEND_SIMD && di_fp8_gemv_route_from_env(&route) != 0) return -1;
-    return 0;
+    const DiKernelBackend *be;
+    if (di_env_kernels(&want) != 0 || di_backend_cpu_select(want, &be) != 0) return NULL;
+    return be;
 }
 
 int di_fp8_gemv_route_from_env(DiFp8GemvRoute *route) {
@@ -116,16 +98,14 @@ int di_matrix_prepare(DiMatrix *w, void **owned) {
 }
 
 const char *di_matmul_backend(void) {
-    Backend b;
-    if (choose_backend(&b) != 0) return NULL;
-    if (b == BACKEND_REF) return "reference";
-    return di_simd_use_avx512() ? "avx512" : "avx2-fma";
+    const DiKernelBackend *be = knob_table();
+    return be ? be->name : NULL;
 }
 
 const char *di_matmul_fp8_gemv_route(double *subnormal_slowdown) {
-    Backend b;
-    if (choose_backend(&b) != 0) return NULL;
-    if (b != BACKEND_SIMD) return "reference";
+    const DiKernelBackend *be = knob_table();
+    if (!be) return NULL;
+    if (be == di_backend_cpu_ref()) return "reference";
     switch (di_simd_fp8_gemv_route(subnormal_slowdown)) {
     case DI_FP8_GEMV_FP16: return "fp16";
     case DI_FP8_GEMV_MAPPED: return "mapped";
@@ -134,8 +114,8 @@ const char *di_matmul_fp8_gemv_route(double *subnormal_slowdown) {
 }
 
 bool di_kernels_use_simd(void) {
-    Backend b;
-    return choose_backend(&b) == 0 && b == BACKEND_SIMD;
+    const DiKernelBackend *be = knob_table();
+    return be && be != di_backend_cpu_ref();
 }
 
 typedef struct {

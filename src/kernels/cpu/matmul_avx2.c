@@ -18,7 +18,6 @@
 
 #include "kernels/cpu/matmul_avx2.h"
 
-#include "base/env.h"
 
 #include <cpuid.h>
 #include <stdatomic.h>
@@ -70,14 +69,7 @@ bool di_simd_avx512_pays(void) {
     return p != 0;
 }
 
-bool di_simd_use_avx512(void) {
-    /* a bad value is choose_backend's error to report; here it means the default */
-    DiEnvKernels want;
-    bool known = di_env_kernels(&want) == 0;
-    if (known && want == DI_ENV_KERNELS_AVX2) return false;
-    if (known && want == DI_ENV_KERNELS_AVX512) return di_simd_avx512_available();
-    return di_simd_avx512_available() && di_simd_avx512_pays();
-}
+bool di_simd_use_avx512(void) { return di_simd_avx512_available() && di_simd_avx512_pays(); }
 
 int64_t di_simd_scratch_floats(int64_t cols, bool gemm) {
     /* GEMM: the panel chunk, then the accumulators of one token block (8 lanes each);

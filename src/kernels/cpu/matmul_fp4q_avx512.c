@@ -13,7 +13,7 @@
  *
  * Why it pays: the lookups, shifts and multiply-adds serve two rows per instruction, and the
  * image is loaded once per block for the four row pairs.  Compiled for AVX-512 by the pragma
- * whatever -march says; called only where di_simd_use_avx512() holds. */
+ * whatever -march says; called only where the AVX-512 tiles were chosen. */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl"))), apply_to = function)
 #else

@@ -39,11 +39,10 @@ bool di_simd_avx512_available(void);
  * (Zen 4), whose units split 512-bit operations in two, true elsewhere (cpuid, probed once). */
 bool di_simd_avx512_pays(void);
 
-/* Whether the free functions (di_matmul, di_simd_gemv_rows, di_simd_fp4q_rows) take their
- * AVX-512 tiles now: DEEPINFER_KERNELS=avx512 where the CPU has them, never under =avx2, else
- * (auto, simd) where the CPU has them and they pay (read at each call, so a test can switch it;
- * matmul.c reports a bad value, here it means auto).  The model's backend table chose once at
- * load instead (backend_cpu.c).  The AVX-512 tiles give the AVX2 ones' bits. */
+/* Whether the free functions (di_matmul_simd, di_simd_gemv_rows, di_simd_fp4q_rows) take their
+ * AVX-512 tiles: where the CPU has them and they pay (probed once; the auto choice).  They read
+ * no knob: a caller that wants the tiles on or off passes that to the *_tiles forms, as the
+ * backend tables do (backend_cpu.c).  The AVX-512 tiles give the AVX2 ones' bits. */
 bool di_simd_use_avx512(void);
 
 /* How the FP8 GEMV widens E4M3 codes (matmul_avx2.c, e4m3_block_gemv_widen): the same bits every
