@@ -78,9 +78,10 @@ int di_matmul_ref(const DiMatrix *w, const float *x, int64_t n_tokens, float *y)
  * di_backend_matmul instead.  pool may be NULL.  -1 with an error for a NULL be or bad input. */
 int di_matmul(const DiKernelBackend *be, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
 
-/* The AVX2+FMA path itself (an error on a CPU without AVX2 and FMA), the SIMD tables' product.  Bit-identical for every n_tokens, token position and thread count; agrees with
- * di_matmul_ref up to float32 summation order (8 lanes along the input, see cpu/matmul_simd.h).
- * pool may be NULL (one thread). */
+/* The AVX2+FMA path itself (an error on a CPU without AVX2 and FMA), the SIMD tables' product,
+ * with the AVX-512 tiles where they pay (di_simd_use_avx512).  Bit-identical for every n_tokens,
+ * token position and thread count; agrees with di_matmul_ref up to float32 summation order
+ * (8 lanes along the input, see cpu/matmul_simd.h).  pool may be NULL (one thread). */
 int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
 
 /* The same product for activations the caller quantised per §4.3 (the reference numerics),
@@ -91,14 +92,16 @@ int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_
  * sum ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).  On a quantised input each block sum is exact, so
  * the kernels may compute it with integer multiply-adds (matmul_fp4q_avx2.c) -- any input gives
  * the defined result, only slower.  Other formats: exactly di_matmul / di_matmul_ref.
- * di_matmul_ref_qa is the readable definition; di_matmul_qa is bit-identical to it for FP4, for
- * every n_tokens and thread count. */
+ * di_matmul_ref_qa is the readable definition; di_matmul_qa (on the table be, as di_matmul) is
+ * bit-identical to it for FP4, for every n_tokens and thread count. */
 int di_matmul_ref_qa(const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
-int di_matmul_qa(const DiKernelBackend *be, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
+int di_matmul_qa(const DiKernelBackend *be, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens,
+                 float *y);
 
-/* Which path di_matmul takes on this machine: "avx512" (the AVX2+FMA kernels with their AVX-512
- * tiles, the same bits), "avx2-fma" or "reference" (DEEPINFER_KERNELS = auto | ref | simd | avx2 |
- * avx512 overrides the cpuid choice); NULL with an error for a bad DEEPINFER_KERNELS. */
+/* The table a model loaded now would run on this machine (di_backend_cpu_select of the parsed
+ * DEEPINFER_KERNELS = auto | ref | simd | avx2 | avx512, which overrides the cpuid choice): "avx512"
+ * (the AVX2+FMA kernels with their AVX-512 tiles, the same bits), "avx2-fma" or "reference";
+ * NULL with an error for a bad DEEPINFER_KERNELS. */
 const char *di_matmul_backend(void);
 
 /* How the SIMD FP8 GEMV widens E4M3 codes here: "f32" (float32 patterns, where float32 subnormal
@@ -111,9 +114,9 @@ const char *di_matmul_backend(void);
  * probe's ratio of a multiply-add chain's time on a subnormal operand to its time on a normal one. */
 const char *di_matmul_fp8_gemv_route(double *subnormal_slowdown);
 
-/* True when di_matmul takes the SIMD kernels.  The other kernels with an AVX2 version (the FP8
- * round trip) follow the same choice, so DEEPINFER_KERNELS=ref makes every kernel
- * the scalar definition.  False on a bad DEEPINFER_KERNELS too (the matmul reports it). */
+/* True when that table is a SIMD one.  The other kernels with an AVX2 version (the FP8 round
+ * trip) follow the same choice, so DEEPINFER_KERNELS=ref makes every kernel the scalar
+ * definition.  False on a bad DEEPINFER_KERNELS too (di_matmul_backend reports it). */
 bool di_kernels_use_simd(void);
 
 #endif
