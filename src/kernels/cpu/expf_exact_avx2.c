@@ -100,3 +100,7 @@ void di_attn_expf_row(const float *x, int64_t n, float *out) {
         for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, expf8(_mm256_loadu_ps(x + i)));
     for (; i < n; i++) out[i] = expf(x[i]);
 }
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
