@@ -268,6 +268,10 @@ typedef enum {
     DI_CONSTRAINT_JSON_SCHEMA = 2, /* constraint: a JSON Schema document (text) */
     DI_CONSTRAINT_EBNF = 3,        /* constraint: a GBNF-style grammar, start rule "root" */
     DI_CONSTRAINT_JSON_OBJECT = 4, /* any JSON object; constraint must be NULL */
+    DI_CONSTRAINT_DSML_TOOLS = 5,  /* constraint: a DSML tool-call spec (JSON; grammar.h
+                                    * di_grammar_compile_dsml): calls of declared tools whose
+                                    * arguments match their schemas.  The ｜DSML｜ token must be
+                                    * text to the hooks (not is_special), as the server's are */
 } DiConstraintType;
 
 typedef struct {

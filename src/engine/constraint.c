@@ -88,6 +88,7 @@ static const char *type_name(int type) {
     case DI_CONSTRAINT_JSON_SCHEMA: return "json_schema";
     case DI_CONSTRAINT_EBNF: return "ebnf";
     case DI_CONSTRAINT_JSON_OBJECT: return "json_object";
+    case DI_CONSTRAINT_DSML_TOOLS: return "dsml_tools";
     default: return "?";
     }
 }
@@ -103,7 +104,8 @@ static int ensure_vocab(DiConstraints *c, const DiTextHooks *text) {
 /* The store's kind and source text of a constraint (json_object is the schema of any object). */
 static DiGrammarKind source_of(int type, const char *text, const char **src) {
     *src = type == DI_CONSTRAINT_JSON_OBJECT ? "{\"type\": \"object\"}" : text;
-    return type == DI_CONSTRAINT_REGEX ? DI_GRAMMAR_REGEX : type == DI_CONSTRAINT_EBNF ? DI_GRAMMAR_EBNF : DI_GRAMMAR_JSON_SCHEMA;
+    return type == DI_CONSTRAINT_REGEX ? DI_GRAMMAR_REGEX : type == DI_CONSTRAINT_EBNF ? DI_GRAMMAR_EBNF
+           : type == DI_CONSTRAINT_DSML_TOOLS ? DI_GRAMMAR_DSML : DI_GRAMMAR_JSON_SCHEMA;
 }
 
 int di_constraints_prepare(DiConstraints *c, const DiTextHooks *text, int type, const char *constraint) {

@@ -63,9 +63,10 @@ void di_sampler_destroy(DiSampler *s) {
 /* The structured-output fields (compiled later, at admission: here only their shape). */
 static int check_constraint(const DiSamplingParams *p, int32_t vocab) {
     int t = p->constraint_type;
-    if (t < DI_CONSTRAINT_NONE || t > DI_CONSTRAINT_JSON_OBJECT)
-        return di_errorf("sampling parameters: constraint_type must be in [0, 4], got %d", t);
-    bool wants_text = t == DI_CONSTRAINT_REGEX || t == DI_CONSTRAINT_JSON_SCHEMA || t == DI_CONSTRAINT_EBNF;
+    if (t < DI_CONSTRAINT_NONE || t > DI_CONSTRAINT_DSML_TOOLS)
+        return di_errorf("sampling parameters: constraint_type must be in [0, 5], got %d", t);
+    bool wants_text = t == DI_CONSTRAINT_REGEX || t == DI_CONSTRAINT_JSON_SCHEMA || t == DI_CONSTRAINT_EBNF ||
+                      t == DI_CONSTRAINT_DSML_TOOLS;
     if (wants_text && !p->constraint)
         return di_errorf("sampling parameters: constraint_type %d needs the constraint text", t);
     if (!wants_text && p->constraint)

@@ -10,8 +10,10 @@
  * decides what it enforces (serve/backend_engine.c). */
 #include "recipe/api_request.h"
 #include "recipe/api_request_internal.h"
+#include "recipe/dsml.h"
 
 #include "base/error.h"
+#include "base/json.h"
 #include "base/mem.h"
 #include "deepinfer.h"
 
@@ -177,4 +179,22 @@ int di_api_derive_constraint(const json_t *body, DiApiRequest *req) {
         rc = di_errorf("Invalid structured_outputs: the request already constrains its output (%s); give one",
                        strcmp(req->constraint_kind, "json") == 0 ? "response_format" : req->constraint_kind);
     return rc;
+}
+
+char *di_api_dsml_spec(const DiApiRequest *req) {
+    if (!req || !req->constraint || strncmp(req->constraint_kind, "tool_call", 9) != 0)
+        return di_errorf("DSML spec: the request has no tool-call constraint"), NULL;
+    DiEncoding enc = DI_ENCODING_V41;
+    const char *name = json_string_value(json_object_get(req->conversation, "encoding"));
+    if (name && di_encoding_parse(name, &enc) != 0) return NULL;
+    const DiDsmlDialect *d = di_dsml_dialect(enc);
+    json_t *tools = di_json_load_buffer(req->constraint, strlen(req->constraint), "tool constraint");
+    if (!tools) return NULL;
+    bool required = strcmp(req->constraint_kind, "tool_call_required") == 0;
+    json_t *spec = json_pack("{s:s, s:s, s:s, s:b, s:b, s:o}", "block", d->block, "invoke", d->invoke, "parameter",
+                             d->parameter, "required", required, "opened", required, "tools", tools);
+    char *text = spec ? json_dumps(spec, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(spec);
+    if (!text) di_errorf("DSML spec: out of memory");
+    return text;
 }

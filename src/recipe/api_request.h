@@ -112,6 +112,12 @@ void di_api_request_free(DiApiRequest *req);
  * at the answer. */
 DiParseStart di_api_parse_start(const DiApiRequest *req);
 
+/* The DSML tool-call spec the engine enforces for a tool constraint (DI_CONSTRAINT_DSML_TOOLS,
+ * grammar.h di_grammar_compile_dsml), as malloc'd JSON: the encoding's tag names, the tool
+ * list, a required call pre-opened (the renderer pre-fills the block for tool_choice required /
+ * named, recipe.md §2.8 example 13).  NULL naming the problem when req has no tool constraint. */
+char *di_api_dsml_spec(const DiApiRequest *req);
+
 int64_t di_api_resolve_max_tokens(const DiApiRequest *req, int64_t prompt_tokens, int64_t context_limit);
 
 /* The text of the last user turn (what a test backend answers to); "" when none. */

@@ -339,14 +339,31 @@ static int prepare_prompt(DiEngineBackend *b, const DiApiRequest *req, Job *j, i
     return 0;
 }
 
+/* Compile the constraint the engine enforces (here, not in the step loop) and record it. */
+static int resolve_prepared(DiEngineBackend *b, const DiApiRequest *req, Job *j, int type, const char *text) {
+    if (di_engine_prepare_constraint(b->engine, type, text) != 0) return -1;
+    DiParseStart start = di_api_parse_start(req);
+    if (start == DI_PARSE_CONTINUE_CONTENT || start == DI_PARSE_CONTINUE_REASONING)
+        return di_errorf("Invalid request: a structured output cannot continue an assistant prefix");
+    if (start == DI_PARSE_START_REASONING) {
+        j->think_end = b->cfg.text ? di_serve_text_think_end(b->cfg.text) : -1;
+        if (j->think_end < 0) return di_errorf("Invalid request: a structured output in thinking mode needs the model's </think> token");
+        j->constraint_after_think = true;
+    }
+    j->req.so_type = type;
+    j->req.so_text = text ? di_strdup(text) : NULL;
+    return !text || j->req.so_text ? 0 : -1;
+}
+
 /* What the engine enforces of the request's output constraint (api_constraint.c), in
- * j->req.so_type / so_text: vLLM's structured_outputs, else the official conversion's json or
- * regex.  Tool-call constraints are enforced only where nothing is promised (auto, not
- * strict): a strict tool or a required / named call is refused rather than served
- * unconstrained, until the DSML tool-call grammar exists.  -1 (400) naming the problem. */
+ * j->req.so_type / so_text: vLLM's structured_outputs, else the official conversion's json,
+ * regex or tool calls.  Tool calls are enforced where something is promised (a strict tool, a
+ * required / named call: DSML calls whose arguments match the schemas); non-strict tools with
+ * auto stay free.  -1 (400) naming the problem. */
 static int resolve_constraint(DiEngineBackend *b, const DiApiRequest *req, Job *j) {
     int type = req->so_type;
     const char *text = req->so_text, *kind = req->constraint_kind;
+    char *spec = NULL;
     if (!type && strcmp(kind, "json") == 0 && !(req->constraint && *req->constraint)) {
         /* "" is any JSON value to the official conversion, but its JSON-mode output parser shows
          * only objects and arrays (a scalar becomes a space): enforce OpenAI's json_object */
@@ -360,22 +377,14 @@ static int resolve_constraint(DiEngineBackend *b, const DiApiRequest *req, Job *
         text = req->constraint;
     } else if (!type && (strcmp(kind, "tool_call_required") == 0 ||
                          (strcmp(kind, "tool_call") == 0 && req->constraint && strstr(req->constraint, "\"strict\":true")))) {
-        return di_errorf("Constrained tool calls are not supported yet: a strict tool or a required / named "
-                         "tool_choice needs the tool-call grammar (send non-strict tools with tool_choice auto)");
+        if (!(spec = di_api_dsml_spec(req))) return -1;
+        type = DI_CONSTRAINT_DSML_TOOLS;
+        text = spec;
     }
     if (!type) return 0;
-    if (di_engine_prepare_constraint(b->engine, type, text) != 0) return -1; /* compiled here, not in the step loop */
-    DiParseStart start = di_api_parse_start(req);
-    if (start == DI_PARSE_CONTINUE_CONTENT || start == DI_PARSE_CONTINUE_REASONING)
-        return di_errorf("Invalid request: a structured output cannot continue an assistant prefix");
-    if (start == DI_PARSE_START_REASONING) {
-        j->think_end = b->cfg.text ? di_serve_text_think_end(b->cfg.text) : -1;
-        if (j->think_end < 0) return di_errorf("Invalid request: a structured output in thinking mode needs the model's </think> token");
-        j->constraint_after_think = true;
-    }
-    j->req.so_type = type;
-    j->req.so_text = text ? di_strdup(text) : NULL;
-    return !text || j->req.so_text ? 0 : -1;
+    int rc = resolve_prepared(b, req, j, type, text);
+    free(spec);
+    return rc;
 }
 
 /* A private copy of the fields the engine thread reads (the request belongs to the server),

@@ -1,10 +1,12 @@
 """Start the server test harness (tests/support: the HTTP server over the deterministic fake
 backend), or `deepinfer serve` on the built-in tiny model (Serve), on 127.0.0.1 with a free
 port, and stop it at the end.  Shared by test_server_*.py."""
+import contextlib
 import json
 import os
 import re
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -131,3 +133,12 @@ class Serve:
             return self.proc.wait(timeout=30)
         finally:
             self.log.close()
+
+
+@contextlib.contextmanager
+def serving(prefix):
+    """A Serve with its own cache directory (named from prefix), stopped cleanly at the end."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as cache:
+        s = Serve(cache)
+        yield s
+        assert s.stop() == 0

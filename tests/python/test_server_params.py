@@ -261,9 +261,10 @@ def test_anthropic_top_k_1_is_greedy(claude):
     assert {text(temperature=1, seed=1), text(temperature=1, seed=2)} != {greedy}
 
 
-def test_anthropic_tool_choice_any_is_refused_until_enforced(claude, hf):
-    """tool_choice auto: the prompt is the one deepseek-recipe renders, counted in tokens;
-    any (= required) is refused until constrained tool calls exist."""
+def test_anthropic_tool_choice_any_renders_a_required_call(claude, hf):
+    """tool_choice any = required: the prompt is the one deepseek-recipe renders for a required
+    call (the tool-call block opened after the assistant header), counted in tokens; the call
+    itself is constrained to the tool's schema (test_server_tool_grammar.py)."""
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
     def served(choice):
@@ -281,11 +282,10 @@ def test_anthropic_tool_choice_any_is_refused_until_enforced(claude, hf):
         prompt = dr.DeepseekV41Encoding().render_conversation(conv).prompt
         return len(hf.encode(prompt, add_special_tokens=False).ids)
 
-    assert served({"type": "auto"}) == recipe("auto")
-    # a required call promises a well-formed call, which needs the tool-call grammar: refused
-    # rather than served unconstrained (serve/backend_engine.c)
-    with pytest.raises(anthropic.BadRequestError, match="Constrained tool calls"):
-        served({"type": "any"})
+    required, auto = recipe("required"), recipe("auto")
+    assert required > auto
+    assert served({"type": "any"}) == required
+    assert served({"type": "auto"}) == auto
 
 
 # ---- reasoning budget ----------------------------------------------------------------------
@@ -378,17 +378,13 @@ def test_nested_fields_are_refused_by_full_path(oai):
     refused(lambda: respond(model=MODEL, input="x", max_output_tokens=1, text={"format": {
         "type": "json_schema", "name": "x", "schema": {"type": "object"}, "strict": True}}),
         "An object with no properties is not allowed")
-    # strict tools promise schema-valid calls, which need the tool-call grammar: refused, not
-    # served unconstrained (serve/backend_engine.c)
-    refused(lambda: chat(oai, max_tokens=1, tools=[{**TOOL, "function": {**TOOL["function"], "strict": True}}]),
-            "Constrained tool calls")
-    refused(lambda: respond(model=MODEL, input="x", max_output_tokens=1, tools=[
-        {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}, "strict": True}]),
-        "Constrained tool calls")
     # the values that ask for nothing pass, and the honoured ones (json_schema outputs are
     # constrained, strict ones normalised as the official conversion does)
     assert chat(oai, max_tokens=1, stream=True, stream_options={"include_usage": True, "include_obfuscation": False})
     assert chat(oai, max_tokens=1, tools=[{**TOOL, "function": {**TOOL["function"], "strict": False}}]).choices
+    assert chat(oai, max_tokens=1, tools=[{**TOOL, "function": {**TOOL["function"], "strict": True}}]).choices
+    assert respond(model=MODEL, input="x", max_output_tokens=1, tools=[
+        {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}, "strict": True}]).output
     assert chat(oai, max_tokens=1, response_format={
         "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}).choices
     assert chat(oai, max_tokens=1, response_format={"type": "json_schema", "json_schema": {

@@ -2,20 +2,19 @@
 random tiny model): OpenAI response_format json_object / json_schema / regex, vLLM's
 structured_outputs extra (regex, json, grammar, choice) and Responses text.format; every
 answer that ends is accepted by an independent checker (json + jsonschema, re.fullmatch, lark),
-in chat mode and after </think> in thinking mode; bad constraints and the tool-call
-constraints not enforced yet are a 400 naming the problem."""
+in chat mode and after </think> in thinking mode; bad constraints (tool schemas included) are a
+400 naming the problem.  Constrained tool calls: test_server_tool_grammar.py."""
 import json
 import os
 import re
 import sys
-import tempfile
 
 import jsonschema
 import lark
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from server_fixture import MODEL, Serve, post_json as post  # noqa: E402
+from server_fixture import MODEL, post_json as post, serving  # noqa: E402
 
 NO_THINK = {"thinking": {"type": "disabled"}}
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "tag": {"enum": ["a", "b", 3]},
@@ -25,10 +24,8 @@ SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "tag": {"e
 
 @pytest.fixture(scope="module")
 def server():
-    with tempfile.TemporaryDirectory(prefix="deepinfer-serve-so-") as cache:
-        s = Serve(cache)
+    with serving("deepinfer-serve-so-") as s:
         yield s
-        assert s.stop() == 0
 
 
 def chat(server, seed, max_tokens=64, mode=NO_THINK, **kw):
@@ -102,9 +99,9 @@ def test_bad_constraints_are_400(server):
         ({"response_format": {"type": "regex", "regex": "(open"}}, "regex"),
         ({"structured_outputs": {"grammar": "root ::= missing"}}, "missing"),
         ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "exactly one"),
-        ({"tools": [tool]}, "Constrained tool calls"),
-        ({"tools": [dict(tool, function=dict(tool["function"], strict=False))], "tool_choice": "required"},
-         "Constrained tool calls"),
+        ({"tools": [dict(tool, function=dict(tool["function"], strict=False, parameters={
+            "type": "object", "properties": {"x": {"type": "string", "format": "uri"}}}))], "tool_choice": "required"},
+         "unsupported format 'uri'"),
     ]
     for extra, needle in cases:
         status, out = post(server, "/v1/chat/completions", {**base, **extra})

@@ -6,19 +6,11 @@
 
 #include "base/error.h"
 #include "engine/grammar/grammar.h"
+#include "test_grammar_helpers.h"
 
 static DiGrammar *ebnf(const char *s) { return di_grammar_compile_ebnf(s, strlen(s), NULL); }
 
-/* Does the grammar accept the whole string? (new matcher on a 1-token dummy vocabulary) */
-static int accepts(const DiGrammar *g, const char *s) {
-    uint32_t off[2] = {0, 1};
-    DiGrammarVocab *v = di_grammar_vocab_new(1, off, (const uint8_t *)"x", NULL, NULL, 0);
-    DiGrammarMatcher *m = di_grammar_matcher_new(g, v, -1);
-    int ok = m && di_grammar_matcher_accept_bytes(m, (const uint8_t *)s, strlen(s)) == 0 && di_grammar_matcher_can_end(m);
-    di_grammar_matcher_free(m);
-    di_grammar_vocab_free(v);
-    return ok;
-}
+static int accepts(const DiGrammar *g, const char *s) { return grammar_accepts(g, s); }
 
 static void check_error(const char *grammar, const char *needle) {
     di_error_clear();

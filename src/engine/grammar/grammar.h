@@ -126,6 +126,12 @@ DiGrammar *di_grammar_compile_regex(const char *re, size_t len);
 DiGNode *di_grammar_parse_regex(const char *re, size_t len);
 /* JSON Schema (text) -> grammar; *ebnf_out (optional) receives the generated EBNF. */
 DiGrammar *di_grammar_compile_json_schema(const char *schema, size_t len, char **ebnf_out);
+/* DSML tool-call output (grammar_dsml.c): a JSON spec naming the dialect's tags and the tools ->
+ * the calls a strict / required tool request may generate; *ebnf_out as above.  The marker is
+ * DI_GRAMMAR_DSML_MARKER, matched as text: the server's text hooks leave its added token out
+ * of is_special (serve/backend_text.c), so the model's own ｜DSML｜ id is allowed. */
+#define DI_GRAMMAR_DSML_MARKER "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c" /* ｜DSML｜ */
+DiGrammar *di_grammar_compile_dsml(const char *spec, size_t len, char **ebnf_out);
 
 /* ---- vocabulary (grammar_vocab.c) ---- */
 
@@ -199,7 +205,7 @@ int di_grammar_matcher_set_cache(DiGrammarMatcher *m, DiGrammarMaskCache *c);
 /* Compiled grammars cached by (kind, text) for one vocabulary, each with its mask cache; what
  * admission uses so that a repeated schema compiles once.  Reference-counted; least recently
  * used unreferenced entries go when more than max_entries are held. */
-typedef enum { DI_GRAMMAR_EBNF = 0, DI_GRAMMAR_REGEX = 1, DI_GRAMMAR_JSON_SCHEMA = 2 } DiGrammarKind;
+typedef enum { DI_GRAMMAR_EBNF = 0, DI_GRAMMAR_REGEX = 1, DI_GRAMMAR_JSON_SCHEMA = 2, DI_GRAMMAR_DSML = 3 } DiGrammarKind;
 typedef struct {
     DiGrammar *grammar;
     DiGrammarMaskCache *cache;

@@ -12,6 +12,7 @@
  * bounds: only minimum 0 / exclusiveMinimum 0 on integers.  Any other keyword is an error
  * naming it: silently dropping a constraint would let invalid output through. */
 #include "engine/grammar/grammar.h"
+#include "engine/grammar/grammar_json.h"
 
 #include "base/error.h"
 #include "base/json.h"
@@ -76,10 +77,12 @@ static const char *const BASE_RULES =
     "json_object ::= \"{\" (json_string \":\" json_value (\",\" json_string \":\" json_value)*)? \"}\"\n"
     "json_array ::= \"[\" (json_value (\",\" json_value)*)? \"]\"\n"
     "json_string ::= \"\\\"\" json_char* \"\\\"\"\n"
-    "json_char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
     "json_integer ::= \"-\"? json_uint\n"
     "json_uint ::= \"0\" | [1-9] [0-9]*\n"
     "json_number ::= json_integer (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?\n";
+
+/* The unescaped characters of a JSON string (the %s: more code points to leave out). */
+static const char *const CHAR_RULE = "json_char ::= [^\"\\\\\\x00-\\x1f%s] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n";
 
 static int gen_schema(Gen *g, const json_t *sch, const char *path, Str *expr);
 
@@ -428,41 +431,107 @@ static int gen_schema(Gen *g, const json_t *sch, const char *path, Str *expr) {
     return rc;
 }
 
-DiGrammar *di_grammar_compile_json_schema(const char *schema, size_t len, char **ebnf_out) {
+/* ---- the generator as a library (grammar_json.h): several schemas into one grammar ---- */
+
+struct DiJsonGen {
+    Gen g;
+    char excluded[64]; /* more code points json_char leaves out, as class text */
+};
+
+DiJsonGen *di_json_gen_new(void) {
+    DiJsonGen *jg = calloc(1, sizeof *jg);
+    if (!jg) return di_errorf("out of memory"), NULL;
+    return jg;
+}
+
+void di_json_gen_free(DiJsonGen *jg) {
+    if (!jg) return;
+    di_grules_free(&jg->g.pattern_rules);
+    free(jg->g.out.buf);
+    json_decref(jg->g.refs);
+    free(jg);
+}
+
+int di_json_gen_value(DiJsonGen *jg, const json_t *root, const json_t *schema, const char *path, char **expr) {
+    if (!jg || !root || !schema || !path || !expr) return di_errorf("JSON Schema generator: invalid argument");
+    *expr = NULL;
+    json_decref(jg->g.refs); /* $ref names are per root document; the rules already written stay */
+    jg->g.refs = json_object();
+    jg->g.root = (json_t *)root;
+    Str e = {0};
+    int rc = jg->g.refs ? gen_schema(&jg->g, schema, path, &e) : di_errorf("out of memory");
+    jg->g.root = NULL;
+    if (rc == 0 && e.oom) rc = di_errorf("out of memory generating a grammar");
+    if (rc != 0) return free(e.buf), -1;
+    *expr = e.buf;
+    return 0;
+}
+
+int di_json_gen_exclude(DiJsonGen *jg, const char *class_text) {
+    if (!jg || !class_text || strlen(class_text) >= sizeof jg->excluded || strpbrk(class_text, "]\n"))
+        return di_errorf("JSON Schema generator: invalid excluded characters");
+    snprintf(jg->excluded, sizeof jg->excluded, "%s", class_text);
+    return 0;
+}
+
+int di_json_gen_rules(DiJsonGen *jg, const char *ebnf) {
+    if (!jg || !ebnf) return di_errorf("JSON Schema generator: invalid argument");
+    sputf(&jg->g.out, "%s", ebnf);
+    return jg->g.out.oom ? di_errorf("out of memory generating a grammar") : 0;
+}
+
+DiGrammar *di_json_gen_build(DiJsonGen *jg, const char *root, char **ebnf_out) {
     if (ebnf_out) *ebnf_out = NULL;
-    if (!schema) return di_errorf("JSON Schema: NULL text"), NULL;
-    Gen g = {0};
-    g.root = di_json_load_buffer(schema, len, "JSON Schema");
-    if (!g.root) return NULL;
-    g.refs = json_object();
-    Str root = {0};
-    DiGrammar *out = NULL;
+    if (!jg || !root) return di_errorf("JSON Schema generator: invalid argument"), NULL;
+    Gen *g = &jg->g;
+    sputf(&g->out, "%s", BASE_RULES);
+    sputf(&g->out, CHAR_RULE, jg->excluded);
+    if (g->out.oom) return di_errorf("out of memory generating a grammar"), NULL;
     DiGRules rules = {0};
-    if (!g.refs || gen_schema(&g, g.root, "#", &root) != 0) goto done;
-    sputf(&g.out, "root ::= %s\n%s", root.buf, BASE_RULES);
-    if (g.out.oom) {
-        di_errorf("out of memory generating a grammar");
-        goto done;
-    }
-    if (di_grammar_parse_ebnf(g.out.buf, g.out.len, &rules) != 0) {
+    DiGrammar *out = NULL;
+    if (di_grammar_parse_ebnf(g->out.buf, g->out.len, &rules) != 0) {
         di_error_wrap("JSON Schema: generated grammar");
         goto done;
     }
-    for (size_t i = 0; i < g.pattern_rules.n; i++) { /* move the pattern ASTs over */
-        if (di_grules_add(&rules, g.pattern_rules.names[i], strlen(g.pattern_rules.names[i]), g.pattern_rules.bodies[i]) != 0) {
-            g.pattern_rules.bodies[i] = NULL;
-            goto done;
-        }
-        g.pattern_rules.bodies[i] = NULL;
+    for (size_t i = 0; i < g->pattern_rules.n; i++) { /* move the pattern ASTs over */
+        int rc = di_grules_add(&rules, g->pattern_rules.names[i], strlen(g->pattern_rules.names[i]), g->pattern_rules.bodies[i]);
+        g->pattern_rules.bodies[i] = NULL;
+        if (rc != 0) goto done;
     }
-    out = di_grammar_build(&rules, "root");
-    if (out && ebnf_out) *ebnf_out = g.out.buf, g.out.buf = NULL;
+    out = di_grammar_build(&rules, root);
+    if (out && ebnf_out) *ebnf_out = g->out.buf, g->out.buf = NULL, g->out.len = g->out.cap = 0;
 done:
     di_grules_free(&rules);
-    di_grules_free(&g.pattern_rules);
-    free(root.buf);
-    free(g.out.buf);
-    json_decref(g.refs);
-    json_decref(g.root);
+    return out;
+}
+
+DiGrammar *di_grammar_compile_json_schema(const char *schema, size_t len, char **ebnf_out) {
+    if (ebnf_out) *ebnf_out = NULL;
+    if (!schema) return di_errorf("JSON Schema: NULL text"), NULL;
+    json_t *doc = di_json_load_buffer(schema, len, "JSON Schema");
+    if (!doc) return NULL;
+    DiJsonGen *jg = di_json_gen_new();
+    char *root = NULL, *line = NULL;
+    DiGrammar *out = NULL;
+    if (jg && di_json_gen_value(jg, doc, doc, "#", &root) == 0) {
+        Str l = {0};
+        sputf(&l, "root ::= %s\n", root);
+        line = l.buf;
+        /* the root rule first, as before: the EBNF text is the compile cache's debugging aid */
+        Str all = {0};
+        sputf(&all, "%s%s", line ? line : "", jg->g.out.buf ? jg->g.out.buf : "");
+        if (l.oom || all.oom) di_errorf("out of memory generating a grammar");
+        else {
+            free(jg->g.out.buf);
+            jg->g.out = all;
+            all.buf = NULL;
+            out = di_json_gen_build(jg, "root", ebnf_out);
+        }
+        free(all.buf);
+    }
+    free(root);
+    free(line);
+    di_json_gen_free(jg);
+    json_decref(doc);
     return out;
 }

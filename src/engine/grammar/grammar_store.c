@@ -80,6 +80,7 @@ static DiGrammar *compile_kind(DiGrammarKind kind, const char *text, size_t len)
     case DI_GRAMMAR_EBNF: return di_grammar_compile_ebnf(text, len, NULL);
     case DI_GRAMMAR_REGEX: return di_grammar_compile_regex(text, len);
     case DI_GRAMMAR_JSON_SCHEMA: return di_grammar_compile_json_schema(text, len, NULL);
+    case DI_GRAMMAR_DSML: return di_grammar_compile_dsml(text, len, NULL);
     }
     return di_errorf("grammar store: unknown grammar kind %d", (int)kind), NULL;
 }
