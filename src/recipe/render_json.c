@@ -39,6 +39,7 @@ int di_str_appends(DiStr *s, const char *text) { return di_str_append(s, text, t
 
 int di_json_escape_append(DiStr *out, const char *s, size_t len) {
     if (!out || (!s && len)) return di_errorf("JSON escape: invalid argument");
+    if (len == 0) return 0; /* s may be NULL: no pointer arithmetic on it */
     size_t start = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -68,6 +69,7 @@ int di_json_escape_append(DiStr *out, const char *s, size_t len) {
 int di_pyjson_append_string(DiStr *out, const char *s, size_t len) {
     if (!out || (!s && len)) return di_errorf("JSON string: invalid argument");
     if (di_str_append(out, "\"", 1) != 0) return -1;
+    if (len == 0) return di_str_append(out, "\"", 1); /* s may be NULL */
     /* marked text (base/json.h): a NUL shows as \u0000; a doubled mark stays for the segments */
     size_t start = 0;
     for (size_t i = 0; i + DI_NUL_MARK_LEN < len;) {

@@ -323,6 +323,11 @@ TEST(test_python_style_floats) {
     CHECK(di_pyjson_append_string(NULL, "x", 1) == -1);
     CHECK(di_pyjson_append_string(&s, "a\"\\\n\x01é/", 8) == 0);
     CHECK_STR(s.data, "\"a\\\"\\\\\\n\\u0001é/\"");
+    /* an empty string may come as NULL: no arithmetic on it (UBSan found it in the fuzzer) */
+    s.len = 0;
+    CHECK(di_json_escape_append(&s, NULL, 0) == 0);
+    CHECK(di_pyjson_append_string(&s, NULL, 0) == 0);
+    CHECK_STR(s.data, "\"\"");
     di_str_free(&s);
 }
 
