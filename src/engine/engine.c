@@ -263,7 +263,7 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     if (e->opts.draft_max > 0 && make_verifiers(e) != 0) goto fail;
     if (e->opts.draft_max > 0 && e->spec.confidence && probe_step_cost(e) != 0) goto fail;
     e->exec = (DiStepExecutor){runner, e->samplers, e->n_samplers > 1 ? e->threads : NULL, invariant == 1,
-                               e->opts.draft_max > 0 ? &e->spec : NULL, e->verifiers, e->draft_logits, NULL, NULL};
+                               e->opts.draft_max > 0 ? &e->spec : NULL, e->verifiers, e->draft_logits, NULL, NULL, NULL, NULL};
     if (e->async && di_worker_start(&e->worker, &e->exec) != 0) goto fail;
     e->next_id = 1;
     e->m.page_bytes = di_page_pool_page_bytes(e->pool);
@@ -322,6 +322,27 @@ void di_engine_set_logits_observer(DiEngine *e, DiLogitsObserver observer, void 
     if (!e) return;
     e->exec.observer = observer;
     e->exec.observer_user = user;
+}
+
+int di_engine_expert_load_shape(const DiEngine *e, int *layers, int *experts) {
+    DiExpertLoad load;
+    if (!e || !layers || !experts) return di_errorf("engine expert load: NULL argument");
+    DiRunner *r = e->exec.runner;
+    if (!r->ops->expert_load || r->ops->expert_load(r, &load) != 0)
+        return di_errorf("engine expert load: model %s has no routed experts to count", r->name ? r->name : "(unnamed)");
+    *layers = load.layers;
+    *experts = load.experts;
+    return 0;
+}
+
+int di_engine_set_expert_load_observer(DiEngine *e, DiExpertLoadObserver observer, void *user) {
+    int layers, experts;
+    if (di_engine_expert_load_shape(e, &layers, &experts) != 0) return -1;
+    if (e->n_requests > 0 || e->inflight) return di_errorf("engine expert load: the observer can only change before the first request");
+    e->exec.load_observer = observer;
+    e->exec.load_observer_user = user;
+    di_step_clear_expert_load(e->exec.runner); /* forwards before now (the start-up probe) are no step's */
+    return 0;
 }
 
 int di_engine_set_page_poisoning(DiEngine *e, int on) {

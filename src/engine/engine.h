@@ -16,6 +16,14 @@ int di_engine_set_model_dir(DiEngine *engine, const char *dir);
 /* Call `observer` with every logits row before it is sampled (on the thread executing the step). */
 void di_engine_set_logits_observer(DiEngine *engine, DiLogitsObserver observer, void *user);
 
+/* Expert load (runner.h DiExpertLoad): the backbone's [layers][experts] shape; -1 with an error
+ * when the model has no routed experts (the mock runners). */
+int di_engine_expert_load_shape(const DiEngine *engine, int *layers, int *experts);
+/* Send every successful step's expert load to `observer` (step.h; on the thread executing steps,
+ * the counts cleared after each call: one step's routed pairs per call) and clear the counts so
+ * far.  Before the first request; -1 with an error as di_engine_expert_load_shape. */
+int di_engine_set_expert_load_observer(DiEngine *engine, DiExpertLoadObserver observer, void *user);
+
 /* Poison freed state pages (tests: a stale page then gives wrong logits). Before any request. */
 int di_engine_set_page_poisoning(DiEngine *engine, int on);
 

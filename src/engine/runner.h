@@ -91,6 +91,18 @@ typedef struct {
     void *pick_ctx;
 } DiRunnerDraft;
 
+/* Expert load (serving.md §8.2 "Load collection"): the routed (token, expert) pairs of every
+ * forward and draft since the counts were last cleared, per layer and logical expert.  Every row
+ * a forward runs through a MoE layer counts top_k pairs: prefill chunks, decodes, speculative
+ * verify rows (accepted or not: each costs its experts' compute); the drafter's DSpark stages
+ * count in their own table, since their experts are not the backbone's. */
+typedef struct {
+    int64_t *tokens;        /* [layers][experts], the runner's live counts */
+    int layers, experts;    /* backbone MoE layers and routed experts per layer */
+    int64_t *draft_tokens;  /* [draft_layers][draft_experts]; NULL when there is no drafter */
+    int draft_layers, draft_experts;
+} DiExpertLoad;
+
 typedef struct DiRunner DiRunner;
 
 typedef struct {
@@ -125,6 +137,10 @@ typedef struct {
                         int block_tokens, void *out);
     int (*import_block)(const DiRunner *runner, uint8_t *const *pages, size_t n_pages, int64_t first,
                         int block_tokens, const void *in);
+    /* Optional (NULL: the model has no routed experts): the runner's expert load tables, which it
+     * only ever adds to (on the thread calling forward / draft); the engine reads and clears them
+     * at the end of every step (step.c).  -1 when there are none. */
+    int (*expert_load)(DiRunner *runner, DiExpertLoad *out);
 } DiRunnerOps;
 
 /* A runner's built-in byte-level text, used when the engine was given no text hooks

@@ -288,10 +288,20 @@ static int v41_import_block(const DiRunner *base, uint8_t *const *pages, size_t 
     return 0;
 }
 
+/* The model's own counts (model.h expert_load), which moe_forward adds to. */
+static int v41_expert_load(DiRunner *base, DiExpertLoad *out) {
+    const Model *m = ((V41Runner *)base)->model;
+    const ModelDims *d = &m->d;
+    if (!m->expert_load) return di_errorf("v41 runner: the model keeps no expert load counts");
+    *out = (DiExpertLoad){m->expert_load, d->n_layers, d->n_experts, m->draft_expert_load,
+                          m->draft_expert_load ? d->n_mtp : 0, m->draft_expert_load ? d->dspark_experts : 0};
+    return 0;
+}
+
 static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, NULL, v41_commit,
-                                    v41_block_bytes, v41_export_block, v41_import_block};
+                                    v41_block_bytes, v41_export_block, v41_import_block, v41_expert_load};
 static const DiRunnerOps v41_ops_dspark = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, v41_draft,
-                                           v41_commit, v41_block_bytes, v41_export_block, v41_import_block};
+                                           v41_commit, v41_block_bytes, v41_export_block, v41_import_block, v41_expert_load};
 
 /* The drafter's scratch, when the checkpoint has DSpark stages and taps. */
 static int setup_drafter(V41Runner *r) {

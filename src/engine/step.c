@@ -348,7 +348,7 @@ static void report_spec(const DiStepExecutor *exec, const DiStep *step, int32_t 
     di_spec_control_refit(exec->spec);
 }
 
-void di_step_execute(const DiStepExecutor *exec, DiStep *step) {
+static void execute(const DiStepExecutor *exec, DiStep *step) {
     double t0 = di_now_seconds();
     int32_t n_drafted = 0;
     if (exec->spec && draft_all(exec, step, &n_drafted) != 0) {
@@ -402,4 +402,21 @@ void di_step_execute(const DiStepExecutor *exec, DiStep *step) {
     step->time_draft_s = t1 - t0;
     step->time_forward_s = t2 - t1;
     step->time_sample_s = di_now_seconds() - t2;
+}
+
+void di_step_clear_expert_load(DiRunner *runner) {
+    DiExpertLoad load;
+    if (!runner->ops->expert_load || runner->ops->expert_load(runner, &load) != 0) return;
+    memset(load.tokens, 0, (size_t)load.layers * (size_t)load.experts * sizeof *load.tokens);
+    if (load.draft_tokens)
+        memset(load.draft_tokens, 0, (size_t)load.draft_layers * (size_t)load.draft_experts * sizeof *load.draft_tokens);
+}
+
+void di_step_execute(const DiStepExecutor *exec, DiStep *step) {
+    execute(exec, step);
+    DiExpertLoad load;
+    if (exec->load_observer && step->status == 0 && exec->runner->ops->expert_load &&
+        exec->runner->ops->expert_load(exec->runner, &load) == 0)
+        exec->load_observer(exec->load_observer_user, &load);
+    di_step_clear_expert_load(exec->runner);
 }

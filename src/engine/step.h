@@ -91,6 +91,10 @@ void di_step_reset(DiStep *step);
 /* Append a sequence (copies the request's current page addresses); draft_max as in DiStepSeq. */
 int di_step_add(DiStep *step, DiRequest *req, int64_t start_pos, int32_t n_tokens, bool sample, int32_t draft_max);
 
+/* Called on the executing thread at the end of each successful step with the step's expert load
+ * (runner.h; the counts are cleared right after, so each call sees one step's). */
+typedef void (*DiExpertLoadObserver)(void *user, const DiExpertLoad *load);
+
 typedef struct {
     DiRunner *runner;
     DiSampler **samplers;   /* one per pool thread (scratch buffers are per thread) */
@@ -104,10 +108,16 @@ typedef struct {
     float *draft_logits;
     DiLogitsObserver observer;
     void *observer_user;
+    DiExpertLoadObserver load_observer; /* NULL: the counts are only cleared */
+    void *load_observer_user;
 } DiStepExecutor;
 
-/* Forward and sample; sets step->status (and step->error) instead of returning. */
+/* Forward and sample; sets step->status (and step->error) instead of returning.  Then the
+ * runner's expert load goes to exec->load_observer (successful steps) and is cleared. */
 void di_step_execute(const DiStepExecutor *exec, DiStep *step);
+
+/* Zero the runner's expert load tables (no-op for a runner without them). */
+void di_step_clear_expert_load(DiRunner *runner);
 
 double di_now_seconds(void);
 

@@ -59,6 +59,13 @@ static void block_rows(void *ctx, int64_t r0, int64_t r1) {
     }
 }
 
+/* Layer L's row of the model's expert load counts (model.h): backbone layers, then DSpark stages. */
+static int64_t *expert_load_row(const Model *m, int L) {
+    const ModelDims *d = &m->d;
+    if (L < d->n_layers) return m->expert_load ? m->expert_load + (size_t)L * (size_t)d->n_experts : NULL;
+    return m->draft_expert_load ? m->draft_expert_load + (size_t)(L - d->n_layers) * (size_t)d->dspark_experts : NULL;
+}
+
 int model_block(const Model *m, int L, float *X, float *pi, int64_t n, BlockAttnFn attn, void *ctx, int32_t *experts) {
     const ModelDims *d = &m->d;
     const LayerWeights *lw = &m->w.layers[L];
@@ -75,7 +82,9 @@ int model_block(const Model *m, int L, float *X, float *pi, int64_t n, BlockAttn
     if (mhc_mixes(m, &sf, X, n, ws->block.mix_ffn) != 0) return -1;
     rows.step = ROWS_FFN_IN;
     model_for_rows(m, n, block_rows, &rows);
-    if (moe_forward(m, lw, draft ? d->dspark_top_k : d->top_k, rows.a, n, rows.o, experts) != 0) return -1;
+    if (moe_forward(m, lw, draft ? d->dspark_top_k : d->top_k, rows.a, n, rows.o, experts,
+                    expert_load_row(m, L)) != 0)
+        return -1;
     rows.step = ROWS_FFN_OUT;
     model_for_rows(m, n, block_rows, &rows);
     return 0;

@@ -138,6 +138,11 @@ Model *model_load(const char *dir, NumericsMode mode) {
                         d->beta_slow, d->original_seq_len) != 0)
         goto fail;
     if (load_engram_layout(m) != 0) goto fail;
+    m->expert_load = di_calloc((size_t)d->n_layers * (size_t)d->n_experts, sizeof *m->expert_load, "expert load counts");
+    if (!m->expert_load) goto fail;
+    if (d->n_mtp > 0 && d->dspark_experts > 0 &&
+        !(m->draft_expert_load = di_calloc((size_t)d->n_mtp * (size_t)d->dspark_experts, sizeof *m->draft_expert_load, "draft expert load counts")))
+        goto fail;
     int threads = di_default_threads();
     if (threads < 1 || !(m->ws = workspace_create(m, WORKSPACE_DEFAULT_ROWS, threads))) goto fail;
     DI_INFO("workspace: %.1f MB for %lld rows per forward on %d threads, %s kernels", (double)m->ws->bytes / 1e6,
@@ -156,6 +161,8 @@ void model_free(Model *m) {
     if (m->ck) di_checkpoint_close(m->ck);
     di_config_free(&m->cfg);
     free(m->token_map);
+    free(m->expert_load);
+    free(m->draft_expert_load);
     free(m);
 }
 

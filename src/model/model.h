@@ -63,6 +63,10 @@ typedef struct {
      * tools (tools/decode_ab.c) set the pool of either build at the same offset */
     struct Workspace *ws;
     PrefillReplay replay;
+    /* Routed (token, expert) pairs of every forward and draft since the engine last cleared them
+     * (runner.h DiExpertLoad, EPLB's live load): [n_layers][n_experts] for the backbone, then
+     * [n_mtp][dspark_experts] for the DSpark stages.  Sized at load; moe_forward adds to a row. */
+    int64_t *expert_load, *draft_expert_load;
 } Model;
 
 /* Load config.json and the checkpoint of `dir`, bind the weights.  NULL with an error. */

@@ -174,7 +174,8 @@ static int route(const Model *m, const LayerWeights *lw, int top_k, const float 
     return 0;
 }
 
-int moe_forward(const Model *m, const LayerWeights *lw, int top_k, const float *f, int64_t n, float *y, int32_t *selected) {
+int moe_forward(const Model *m, const LayerWeights *lw, int top_k, const float *f, int64_t n, float *y, int32_t *selected,
+                int64_t *load) {
     const ModelDims *d = &m->d;
     int E = lw->n_experts;
     int64_t D = d->dim, F = d->moe_inter;
@@ -197,6 +198,8 @@ int moe_forward(const Model *m, const LayerWeights *lw, int top_k, const float *
         if (ids[i] < 0 || ids[i] >= E) return di_errorf("MoE: router chose expert %d of %d", ids[i], E);
         count[ids[i]]++;
     }
+    if (load) /* EPLB's live load (model.h expert_load), before count[] turns into slot numbers */
+        for (int e = 0; e < E; e++) load[e] += count[e];
     int n_slots = 0;
     int64_t off = 0;
     for (int e = 0; e < E; e++) {

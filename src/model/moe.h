@@ -8,7 +8,9 @@
 #include "model/model.h"
 
 /* y[n][D] = MoE(f[n][D]) with the layer's experts and top_k.  selected (may be NULL) receives
- * [n][top_k] expert ids, best (highest biased score) first. */
-int moe_forward(const Model *m, const LayerWeights *lw, int top_k, const float *f, int64_t n, float *y, int32_t *selected);
+ * [n][top_k] expert ids, best (highest biased score) first.  load (may be NULL) is the layer's
+ * row of expert load counts: load[e] grows by the rows routed to expert e (n x top_k in all). */
+int moe_forward(const Model *m, const LayerWeights *lw, int top_k, const float *f, int64_t n, float *y, int32_t *selected,
+                int64_t *load);
 
 #endif

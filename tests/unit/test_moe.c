@@ -118,13 +118,13 @@ static void check_layer(int L, NumericsMode mode, int threads) {
     float *x = calloc((size_t)(ROWS * D), sizeof *x), *y = calloc((size_t)(ROWS * D), sizeof *y);
     float *one = calloc((size_t)D, sizeof *one), *want = calloc((size_t)D, sizeof *want);
     fill_rows(x, ROWS * D);
-    CHECK_MSG(moe_forward(model, &model->w.layers[L], top_k, x, ROWS, y, NULL) == 0, "%s", di_error_message());
+    CHECK_MSG(moe_forward(model, &model->w.layers[L], top_k, x, ROWS, y, NULL, NULL) == 0, "%s", di_error_message());
     for (int64_t r = 0; r < ROWS; r++) {
         moe_ref(&model->w.layers[L], top_k, x + r * D, want);
         CHECK_MSG(memcmp(y + r * D, want, (size_t)D * sizeof *y) == 0, "layer %d mode %d threads %d row %lld differs from §5.7", L,
                   (int)mode, threads, (long long)r);
         /* batch invariance: the row alone gives the same bits */
-        CHECK(moe_forward(model, &model->w.layers[L], top_k, x + r * D, 1, one, NULL) == 0);
+        CHECK(moe_forward(model, &model->w.layers[L], top_k, x + r * D, 1, one, NULL, NULL) == 0);
         CHECK(memcmp(one, y + r * D, (size_t)D * sizeof *one) == 0);
     }
     workspace_release(model);
@@ -177,7 +177,7 @@ TEST(dspark_stage_experts) {
 
 TEST(bad_top_k_is_an_error) {
     float x[1] = {0}, y[1];
-    CHECK(moe_forward(model, &model->w.layers[0], 0, x, 1, y, NULL) == -1);
+    CHECK(moe_forward(model, &model->w.layers[0], 0, x, 1, y, NULL, NULL) == -1);
     CHECK(strstr(di_error_message(), "top-k") != NULL);
 }
 
