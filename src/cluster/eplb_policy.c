@@ -19,6 +19,7 @@ struct DiEplbPolicy {
     DiEplbPlan plan;
     float *window; /* [L][E] sum of loads over the open window */
     double *share; /* [L][R] 1 / replica count of each slot's expert: a slot's part of its load */
+    double *layer_max, *layer_mean; /* [L] of the latest recorded step */
     DiEplbPolicyStats stats;
 };
 
@@ -92,7 +93,9 @@ DiEplbPolicy *di_eplb_policy_create(const DiEplbPolicyConfig *cfg) {
         goto fail;
     memset(p->window, 0, n * sizeof(float));
     p->share = di_calloc((size_t)cfg->num_layers * (size_t)p->num_replicas, sizeof(double), "EPLB slot shares");
-    if (!p->share) goto fail;
+    p->layer_max = di_calloc((size_t)cfg->num_layers, sizeof(double), "EPLB per-layer max load");
+    p->layer_mean = di_calloc((size_t)cfg->num_layers, sizeof(double), "EPLB per-layer mean load");
+    if (!p->share || !p->layer_max || !p->layer_mean) goto fail;
     compute_shares(p);
     return p;
 fail:
@@ -104,6 +107,8 @@ fail:
 void di_eplb_policy_destroy(DiEplbPolicy *p) {
     if (!p) return;
     free(p->share);
+    free(p->layer_max);
+    free(p->layer_mean);
     di_eplb_plan_free(&p->plan);
     free(p->window);
     free(p);
@@ -127,6 +132,8 @@ static void score_step(DiEplbPolicy *p, const float *load) {
         }
         step_max += max;
         step_mean += total / P;
+        p->layer_max[l] = max;
+        p->layer_mean[l] = total / P;
     }
     p->stats.sum_max += step_max;
     p->stats.sum_mean += step_mean;
@@ -181,6 +188,13 @@ const DiEplbPlan *di_eplb_policy_plan(const DiEplbPolicy *p) { return p ? &p->pl
 DiEplbPolicyStats di_eplb_policy_stats(const DiEplbPolicy *p) {
     DiEplbPolicyStats s = {0, 0, 0, 0.0, 0.0, 1.0};
     return p ? p->stats : s;
+}
+
+int di_eplb_policy_last_step(const DiEplbPolicy *p, const double **max, const double **mean) {
+    if (!p || !max || !mean) return di_errorf("EPLB policy: NULL argument");
+    *max = p->layer_max;
+    *mean = p->layer_mean;
+    return 0;
 }
 
 double di_eplb_policy_moe_lb(const DiEplbPolicy *p) {

@@ -52,6 +52,10 @@ int di_eplb_policy_record(DiEplbPolicy *policy, const float *load, int *replanne
 
 const DiEplbPlan *di_eplb_policy_plan(const DiEplbPolicy *policy);
 DiEplbPolicyStats di_eplb_policy_stats(const DiEplbPolicy *policy);
+/* The latest recorded step's per-layer max and mean per-GPU load under the plan it was scored
+ * with (the two terms of its moe_lb, §8.3): [num_layers] arrays owned by the policy, valid until
+ * the next record; all zero before any.  -1 on a NULL argument. */
+int di_eplb_policy_last_step(const DiEplbPolicy *policy, const double **max, const double **mean);
 /* Aggregate moe_lb so far: sum(max) / sum(mean) over recorded (step, layer); 1.0 before any load. */
 double di_eplb_policy_moe_lb(const DiEplbPolicy *policy);
 
