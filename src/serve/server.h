@@ -12,6 +12,7 @@
 #ifndef DI_SERVE_SERVER_H
 #define DI_SERVE_SERVER_H
 
+#include "recipe/api_buf.h"
 #include "serve/backend.h"
 
 #include <stddef.h>
@@ -29,6 +30,11 @@ typedef struct {
     unsigned max_connections;
     double shutdown_grace_s;      /* di_server_stop waits this long for in-flight requests */
     int retry_after_s;            /* Retry-After of a 429 */
+    /* Optional: more Prometheus text for /metrics, appended after the server's own on an HTTP
+     * thread (`deepinfer serve` installs the EPLB driver's, which lives outside this library);
+     * 0, or -1 with the cause (the scrape then answers 500). */
+    int (*extra_metrics)(void *user, DiApiBuf *out);
+    void *extra_metrics_user;
 } DiServerConfig;
 
 typedef struct DiServer DiServer;

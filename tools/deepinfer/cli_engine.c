@@ -206,7 +206,7 @@ const char cli_sampling_help[] =
     "  --seed S            sampler seed (default 0): same seed, same output\n"
     "  --ignore-eos 0|1    1: keep generating after the end-of-sentence token (default 0)\n";
 
-static int parse_long(const char *s, long lo, long hi, long *out) {
+int cli_parse_long(const char *s, long lo, long hi, long *out) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -233,7 +233,7 @@ const char cli_draft_help[] =
 int cli_draft_flag(const char *o, const char *v, CliDraft *d, int *bad) {
     long l = 0;
     if (strcmp(o, "--draft-max") == 0) {
-        *bad = parse_long(v, 0, DI_MAX_DRAFT, &l);
+        *bad = cli_parse_long(v, 0, DI_MAX_DRAFT, &l);
         d->max = (int)l;
     } else if (strcmp(o, "--draft-schedule") == 0) {
         *bad = strcmp(v, "fixed") != 0 && strcmp(v, "confidence") != 0;
@@ -246,10 +246,10 @@ int cli_draft_flag(const char *o, const char *v, CliDraft *d, int *bad) {
 
 int cli_sampling_flag(const char *o, const char *v, DiSamplingParams *p, int *bad) {
     long l = 0;
-    if (strcmp(o, "--max-tokens") == 0) *bad = parse_long(v, 1, 1L << 24, &l), p->max_tokens = (int)l;
-    else if (strcmp(o, "--top-k") == 0) *bad = parse_long(v, 0, 1L << 30, &l), p->top_k = (int)l;
-    else if (strcmp(o, "--seed") == 0) *bad = parse_long(v, 0, __LONG_MAX__, &l), p->seed = (uint64_t)l;
-    else if (strcmp(o, "--ignore-eos") == 0) *bad = parse_long(v, 0, 1, &l), p->ignore_eos = (int)l;
+    if (strcmp(o, "--max-tokens") == 0) *bad = cli_parse_long(v, 1, 1L << 24, &l), p->max_tokens = (int)l;
+    else if (strcmp(o, "--top-k") == 0) *bad = cli_parse_long(v, 0, 1L << 30, &l), p->top_k = (int)l;
+    else if (strcmp(o, "--seed") == 0) *bad = cli_parse_long(v, 0, __LONG_MAX__, &l), p->seed = (uint64_t)l;
+    else if (strcmp(o, "--ignore-eos") == 0) *bad = cli_parse_long(v, 0, 1, &l), p->ignore_eos = (int)l;
     else if (strcmp(o, "--temperature") == 0) *bad = parse_float(v, 0, 1e6, &p->temperature);
     else if (strcmp(o, "--top-p") == 0) *bad = parse_float(v, 1e-9, 1.0, &p->top_p);
     else if (strcmp(o, "--min-p") == 0) *bad = parse_float(v, 0, 1.0, &p->min_p);

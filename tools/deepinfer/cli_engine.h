@@ -27,6 +27,9 @@ typedef struct {
 
 #define CLI_DRAFT_DEFAULTS {-1, -1}
 
+/* An integer in [lo, hi] (the whole string); 0, or -1 when it is not one. */
+int cli_parse_long(const char *s, long lo, long hi, long *out);
+
 /* --draft-max N (0..16) and --draft-schedule fixed|confidence, for generate, chat and serve.
  * Returns 1 when `opt` is one of them (*bad set when the value is invalid), 0 otherwise. */
 int cli_draft_flag(const char *opt, const char *val, CliDraft *d, int *bad);

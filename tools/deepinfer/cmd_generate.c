@@ -18,6 +18,7 @@
 #include "base/file.h"
 #include "base/mem.h"
 #include "cli_engine.h"
+#include "cli_eplb.h"
 #include "deepinfer.h"
 
 #include <errno.h>
@@ -33,6 +34,7 @@ typedef struct {
     char *constraint; /* the text of --json-schema / --grammar read, or a copy of --regex */
     DiSamplingParams sp;
     CliDraft draft;
+    CliEplb eplb;
     int32_t *ids; /* --prompt-ids parsed */
     int n_ids;
 } GenerateArgs;
@@ -47,7 +49,7 @@ static void usage(FILE *out) {
             "                      the reasoning to stderr\n"
             "  --thinking          with --chat: thinking mode (the model reasons first)\n"
             "  --prompt-ids LIST   comma-separated prompt token ids; generated ids are printed\n"
-            "%s%s"
+            "%s%s%s"
             "  --mode M            numerics: ref (default, the engine); kvq or exact run a greedy loop on the\n"
             "                      model API (--prompt-ids only), for comparison with golden logits\n"
             "  --engram-map F      Engram compressed-token map: JSON array file, or 'synthetic' (t mod C);\n"
@@ -58,9 +60,9 @@ static void usage(FILE *out) {
             "  --grammar FILE      constrain the output to the GBNF-style EBNF grammar in FILE (rule root)\n"
             "                      (one of the three; with --chat --thinking it applies after </think>)\n"
             "Output streams to stdout as it is generated; a summary (tokens, tokens/s, finish reason; drafts\n"
-            "proposed and accepted) to stderr.\n"
+            "proposed and accepted; with --eplb-ranks, EPLB's replans and moe_lb) to stderr.\n"
             "Defaults: greedy, --max-tokens 16, --seed 0.\n",
-            cli_sampling_help, cli_draft_help);
+            cli_sampling_help, cli_draft_help, cli_eplb_help);
 }
 
 /* 0 ok, 1 --help, 2 usage error (message printed) */
@@ -68,6 +70,7 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
     memset(a, 0, sizeof *a);
     cli_sampling_defaults(&a->sp, 16);
     a->draft = (CliDraft)CLI_DRAFT_DEFAULTS;
+    a->eplb = (CliEplb)CLI_EPLB_DEFAULTS;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) return 1;
@@ -91,7 +94,8 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
         else if (strcmp(o, "--json-schema") == 0) a->json_schema = v;
         else if (strcmp(o, "--regex") == 0) a->regex = v;
         else if (strcmp(o, "--grammar") == 0) a->grammar = v;
-        else if (!cli_sampling_flag(o, v, &a->sp, &bad) && !cli_draft_flag(o, v, &a->draft, &bad)) {
+        else if (!cli_sampling_flag(o, v, &a->sp, &bad) && !cli_draft_flag(o, v, &a->draft, &bad) &&
+                 !cli_eplb_flag(o, v, &a->eplb, &bad)) {
             fprintf(stderr, "deepinfer generate: unknown option '%s'\n", o);
             return 2;
         }
@@ -110,6 +114,10 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
         problem = "--json-schema / --regex / --grammar constrain the engine's sampling: --mode ref only";
     else if (a->mode && strcmp(a->mode, "ref") && strcmp(a->mode, "kvq") && strcmp(a->mode, "exact"))
         problem = "--mode must be ref, kvq or exact";
+    else if (a->eplb.any && a->mode && strcmp(a->mode, "ref"))
+        problem = "--eplb-* counts the engine's steps: --mode ref only";
+    else if (a->eplb.any && !a->eplb.ranks)
+        problem = "--eplb-phase/--eplb-window/--eplb-period/--eplb-redundant need --eplb-ranks N";
     else if (a->mode && strcmp(a->mode, "ref") && (!a->prompt_ids || a->sp.temperature > 0))
         problem = "--mode kvq|exact runs a greedy loop on --prompt-ids (the engine runs ref numerics only)";
     if (problem) {
@@ -257,6 +265,7 @@ static int run_engine(const GenerateArgs *a, CliModel *m) {
     fprintf(stderr, "draft: proposed %llu accepted %llu mean-accepted %.2f\n",
             (unsigned long long)out.spec_num_draft_tokens, (unsigned long long)out.spec_num_accepted_tokens,
             out.spec_num_drafts ? (double)out.spec_num_accepted_tokens / (double)out.spec_num_drafts : 0.0);
+    cli_eplb_summary(&a->eplb, stderr);
     rc = 0;
 done:
     cli_printer_free(&pr);
@@ -288,9 +297,11 @@ int cmd_generate(int argc, char **argv) {
     CliModel m;
     int rc = cli_model_open(&m, a.model_dir, a.engram_map, !loop, &a.draft);
     if (rc == 0 && !loop) rc = set_constraint(&a, &m);
+    if (rc == 0 && !loop) rc = cli_eplb_start(&a.eplb, m.engine, NULL, NULL);
     if (rc == 0) rc = loop ? run_model_loop(&a, &m, a.ids, a.n_ids) : run_engine(&a, &m);
     if (rc) fprintf(stderr, "deepinfer generate: %s\n", di_last_error());
     cli_model_close(&m);
+    cli_eplb_stop(&a.eplb); /* after the engine, whose steps feed it */
     free(a.ids);
     free(a.constraint);
     return rc ? 1 : 0;

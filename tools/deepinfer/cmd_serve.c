@@ -7,6 +7,7 @@
  * opened on the directory the engine resolved, so the built-in tiny model serves text too.  A
  * model that cannot load exits 1 with the cause, after the options were checked. */
 #include "cli_engine.h"
+#include "cli_eplb.h"
 #include "commands.h"
 
 #include "base/env.h"
@@ -62,7 +63,9 @@ static void usage(FILE *out) {
             "                           threads (default 2)\n"
             "  --max-connections N      concurrent connections (default 2048)\n"
             "  --shutdown-grace S       on SIGTERM, wait S seconds for in-flight requests (default 10)\n"
-            "  -h, --help               this help\n");
+            "%s"
+            "  -h, --help               this help\n",
+            cli_eplb_help);
 }
 
 static int parse_long(const char *flag, const char *v, long lo, long hi, long *out) {
@@ -122,6 +125,7 @@ typedef struct {
     double kv_ram_gb, kv_disk_gb, kv_ttl_s;
     long kv_block_tokens;
     CliDraft draft;
+    CliEplb eplb; /* the live EPLB driver, started on the engine (cli_eplb.h) */
 } EngineFlags;
 
 /* Whether a --kv-* flag asks for the KV block cache (then the linear prefix cache is off). */
@@ -139,7 +143,7 @@ static void kv_cache_options(const EngineFlags *ef, DiEngineOptions *o) {
 }
 
 static DiEngineBackend *open_backend(const char *model_dir, const char *served_name, long context_limit,
-                                     const EngineFlags *ef, DiServeText **text) {
+                                     EngineFlags *ef, DiServeText **text) {
     *text = NULL;
     /* a real checkpoint ships no engram_token_map.json: its map comes from its tokenizer */
     int32_t *engram_map = NULL;
@@ -161,7 +165,8 @@ static DiEngineBackend *open_backend(const char *model_dir, const char *served_n
     free(engram_map);
     if (!engine) return NULL;
     const char *dir = di_engine_model_dir(engine);
-    if (!(*text = di_serve_text_open(dir)) || di_serve_text_install(*text, engine) != 0) {
+    if (cli_eplb_start(&ef->eplb, engine, NULL, NULL) != 0 || !(*text = di_serve_text_open(dir)) ||
+        di_serve_text_install(*text, engine) != 0) {
         di_error_wrap("model %s", dir ? dir : "(none)");
         di_engine_destroy(engine);
         di_serve_text_close(*text);
@@ -184,7 +189,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model = di_env_hf_model_dir();
     const char *served_name = "DeepSeek-V4.1-Flash";
     long context_limit = 1L << 20; /* V4.1-Flash contexts up to 1M tokens (serving.md §3) */
-    EngineFlags ef = {.prefix_cache = true, .draft = CLI_DRAFT_DEFAULTS};
+    EngineFlags ef = {.prefix_cache = true, .draft = CLI_DRAFT_DEFAULTS, .eplb = CLI_EPLB_DEFAULTS};
     const char *env_key = di_env_api_key();
     if (env_key) cfg.api_key = env_key;
     for (int i = 1; i < argc; i++) {
@@ -225,7 +230,8 @@ int cmd_serve(int argc, char **argv) {
         else if (strcmp(a, "--idle-timeout") == 0) rc = parse_long(a, v, 0, 86400, &n), cfg.idle_timeout_s = (unsigned)n;
         else if (strcmp(a, "--read-timeout") == 0) rc = parse_seconds(a, v, &cfg.read_timeout_s);
         else if (strcmp(a, "--workers") == 0) rc = parse_long(a, v, 1, 64, &n), cfg.workers = (int)n;
-        else if (cli_draft_flag(a, v, &ef.draft, &bad)) rc = bad ? di_errorf("%s: invalid value '%s'", a, v) : 0;
+        else if (cli_draft_flag(a, v, &ef.draft, &bad) || cli_eplb_flag(a, v, &ef.eplb, &bad))
+            rc = bad ? di_errorf("%s: invalid value '%s'", a, v) : 0;
         else {
             fprintf(stderr, "deepinfer serve: unknown option '%s'\n\n", a);
             usage(stderr);
@@ -249,7 +255,12 @@ int cmd_serve(int argc, char **argv) {
     DiEngineBackend *eb = open_backend(model && *model ? model : NULL, served_name, context_limit, &ef, &text);
     if (!eb) {
         fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
+        cli_eplb_stop(&ef.eplb);
         return 1;
+    }
+    if (ef.eplb.live) {
+        cfg.extra_metrics = cli_eplb_metrics;
+        cfg.extra_metrics_user = &ef.eplb;
     }
     DiBackend backend = di_engine_backend_interface(eb);
     sigset_t set;
@@ -263,6 +274,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
         di_engine_backend_destroy(eb);
         di_serve_text_close(text);
+        cli_eplb_stop(&ef.eplb);
         return 1;
     }
     fprintf(stderr, "deepinfer serve: listening on http://%s:%d (model %s)\n", cfg.host, di_server_port(srv),
@@ -274,5 +286,6 @@ int cmd_serve(int argc, char **argv) {
     di_server_stop(srv);
     di_engine_backend_destroy(eb);
     di_serve_text_close(text);
+    cli_eplb_stop(&ef.eplb); /* after the engine, whose steps feed it */
     return 0;
 }
