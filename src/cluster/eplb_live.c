@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,7 @@ struct DiEplbLive {
     float *load;               /* [L][E] this step's counts as the policy takes them */
     double *win_max, *win_mean; /* [W][L] ring: the policy's per-layer terms of each step */
     double *id_max, *id_mean;   /* [W] ring: identity placement, summed over layers */
-    double *per_layer;          /* [L] scratch of the metrics */
+    double *per_layer, *sorted; /* [L] scratch of the metrics */
     int64_t steps, apply_failures;
 };
 
@@ -42,7 +43,8 @@ DiEplbLive *di_eplb_live_create(const DiEplbLiveConfig *cfg) {
     lv->id_max = di_calloc(W, sizeof *lv->id_max, "EPLB identity window");
     lv->id_mean = di_calloc(W, sizeof *lv->id_mean, "EPLB identity window");
     lv->per_layer = di_calloc(L, sizeof *lv->per_layer, "EPLB per-layer moe_lb");
-    if (!lv->load || !lv->win_max || !lv->win_mean || !lv->id_max || !lv->id_mean || !lv->per_layer) goto fail;
+    lv->sorted = di_calloc(L, sizeof *lv->sorted, "EPLB per-layer moe_lb");
+    if (!lv->load || !lv->win_max || !lv->win_mean || !lv->id_max || !lv->id_mean || !lv->per_layer || !lv->sorted) goto fail;
     return lv;
 fail:
     di_error_wrap("EPLB driver");
@@ -60,6 +62,7 @@ void di_eplb_live_destroy(DiEplbLive *lv) {
     free(lv->id_max);
     free(lv->id_mean);
     free(lv->per_layer);
+    free(lv->sorted);
     free(lv);
 }
 
@@ -157,6 +160,26 @@ int di_eplb_live_stats(DiEplbLive *lv, DiEplbLiveStats *out, double *per_layer) 
     return 0;
 }
 
+static int compare_double(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    return (a > b) - (a < b);
+}
+
+/* The distribution of the per-layer values (§8.3): nearest-rank quantiles q of lv->per_layer. */
+static int render_quantiles(DiEplbLive *lv, DiApiBuf *out) {
+    size_t L = (size_t)lv->cfg.policy.num_layers;
+    memcpy(lv->sorted, lv->per_layer, L * sizeof *lv->sorted);
+    qsort(lv->sorted, L, sizeof *lv->sorted, compare_double);
+    const double q[] = {0.5, 0.99};
+    int rc = di_api_buf_printf(out, "# HELP deepinfer_moe_lb_layers Quantiles of deepinfer_moe_lb over the layers.\n"
+                                    "# TYPE deepinfer_moe_lb_layers gauge\n");
+    for (size_t i = 0; rc == 0 && i < sizeof q / sizeof q[0]; i++) {
+        size_t rank = (size_t)ceil(q[i] * (double)L); /* 1-based nearest rank, >= 1 since L >= 1 */
+        rc = di_api_buf_printf(out, "deepinfer_moe_lb_layers{quantile=\"%g\"} %.6f\n", q[i], lv->sorted[rank - 1]);
+    }
+    return rc;
+}
+
 int di_eplb_live_metrics(DiEplbLive *lv, DiApiBuf *out) {
     if (!lv || !out) return di_errorf("EPLB driver metrics: NULL argument");
     DiEplbLiveStats st;
@@ -168,6 +191,7 @@ int di_eplb_live_metrics(DiEplbLive *lv, DiApiBuf *out) {
                                "# TYPE deepinfer_moe_lb gauge\n");
     for (int l = 0; rc == 0 && l < lv->cfg.policy.num_layers; l++)
         rc = di_api_buf_printf(out, "deepinfer_moe_lb{layer=\"%d\"} %.6f\n", l, lv->per_layer[l]);
+    if (rc == 0) rc = render_quantiles(lv, out);
     pthread_mutex_unlock(&lv->lock);
     if (rc != 0) return rc;
     return di_api_buf_printf(

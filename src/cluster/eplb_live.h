@@ -52,8 +52,9 @@ int di_eplb_live_record(DiEplbLive *live, const int64_t *tokens, int layers, int
 /* Counters and window aggregates; per_layer (may be NULL) receives [layers] window moe_lb. */
 int di_eplb_live_stats(DiEplbLive *live, DiEplbLiveStats *out, double *per_layer);
 
-/* The Prometheus text of the stats (deepinfer_moe_lb{layer="l"}, deepinfer_moe_lb_aggregate,
- * deepinfer_moe_lb_identity, deepinfer_eplb_replans_total, ...), appended to out. */
+/* The Prometheus text of the stats (deepinfer_moe_lb{layer="l"}, its p50 / p99 over the layers,
+ * deepinfer_moe_lb_aggregate, deepinfer_moe_lb_identity, deepinfer_eplb_replans_total, ...),
+ * appended to out. */
 int di_eplb_live_metrics(DiEplbLive *live, DiApiBuf *out);
 
 #endif

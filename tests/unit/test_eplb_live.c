@@ -117,6 +117,10 @@ TEST(the_metrics_text_names_every_layer_and_the_counters) {
     CHECK(strstr(text, "deepinfer_eplb_steps_total 7\n") != NULL);
     CHECK(strstr(text, "deepinfer_eplb_ranks 4\n") != NULL);
     CHECK(strstr(text, "deepinfer_moe_lb_identity 2.209131\n") != NULL);
+    /* the layers are mirror images under mirrored loads: both quantiles are that one value */
+    const char *q50 = strstr(text, "deepinfer_moe_lb_layers{quantile=\"0.5\"} "), *l0 = strstr(text, "deepinfer_moe_lb{layer=\"0\"} ");
+    CHECK(q50 && l0 && strstr(text, "deepinfer_moe_lb_layers{quantile=\"0.99\"} ") != NULL);
+    if (q50 && l0) CHECK_NEAR(strtod(strchr(q50, '}') + 2, NULL), strtod(strchr(l0, '}') + 2, NULL), 1e-6);
     di_api_buf_free(&buf);
     di_eplb_live_destroy(a.live);
 }
