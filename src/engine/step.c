@@ -1,6 +1,7 @@
 /* step.c — building a step record and executing it: drafts for the speculative sequences, one
  * forward over the mixed batch (plain decodes, prefill chunks, anchor + drafts), then sampling
- * written straight into the requests' token arrays, and the commit of the accepted drafts.
+ * written straight into the requests' token arrays, and the commit of the accepted drafts; then
+ * the step's expert load (runner.h DiExpertLoad) goes to the executor's observer and is cleared.
  *
  * Verification.  By exact match (greedy requests, constrained ones, and seeded sampled ones
  * with the confidence schedule): every verify row is sampled with the request's own sampler, in

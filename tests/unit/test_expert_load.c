@@ -6,7 +6,10 @@
  *     of each step's trace, and the counts accumulate over steps until cleared;
  *   - through the engine (async and sync, chunked prefill mixed with decodes), the step observer
  *     sees every step's counts once (cleared between steps), and their sum over the run equals
- *     the recount of a direct model_forward loop generating the same greedy tokens. */
+ *     the recount of a direct model_forward loop generating the same greedy tokens;
+ *   - with speculative decoding (the built-in tiny model's DSpark drafter), every row a forward
+ *     runs counts: per layer, top_k x (prefill + decode + verified draft rows, from the engine's
+ *     metrics), rejected drafts included; the drafter's own experts count in their own table. */
 #include "test.h"
 #include "test_golden_model.h"
 
@@ -16,6 +19,7 @@
 #include "engine/runner_v41.h"
 #include "model/forward.h"
 #include "model/state.h"
+#include "model/tiny.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -203,6 +207,81 @@ TEST(a_model_without_experts_has_no_load_to_observe) {
     di_engine_destroy(e);
 }
 
+typedef struct {
+    int64_t *sum, *draft_sum; /* [layers][experts], [draft_layers][draft_experts] over the run */
+    int layers, experts, draft_layers, draft_experts;
+} SpecSeen;
+
+static void on_spec_load(void *user, const DiExpertLoad *load) {
+    SpecSeen *s = user;
+    s->layers = load->layers, s->experts = load->experts;
+    s->draft_layers = load->draft_layers, s->draft_experts = load->draft_experts;
+    for (int i = 0; i < load->layers * load->experts && i < 4096; i++) s->sum[i] += load->tokens[i];
+    for (int i = 0; load->draft_tokens && i < load->draft_layers * load->draft_experts && i < 4096; i++)
+        s->draft_sum[i] += load->draft_tokens[i];
+}
+
+/* A text_config integer of the built-in tiny preset. */
+static int tiny_config_int(const char *key) {
+    json_error_t err;
+    json_t *root = json_loads(di_tiny_config_json("tiny"), 0, &err);
+    int v = (int)json_integer_value(json_object_get(json_object_get(root, "text_config"), key));
+    json_decref(root);
+    return v;
+}
+
+TEST(speculative_verify_rows_count_and_the_drafter_counts_apart) {
+    char dir[4096];
+    CHECK(di_tiny_default_dir(dir, sizeof dir) == 0 && di_tiny_ensure(dir) == 0);
+    DiEngineOptions opts;
+    di_engine_options_init(&opts);
+    opts.draft_max = 3;
+    opts.draft_schedule = 0; /* fixed: every request verifies 3 drafts per step */
+    DiEngine *e = di_engine_create(dir, &opts);
+    CHECK_MSG(e != NULL, "%s", di_last_error());
+    if (!e) return;
+    static int64_t sum[4096], draft_sum[4096];
+    SpecSeen s = {sum, draft_sum, 0, 0, 0, 0};
+    CHECK_EQ_INT(di_engine_set_expert_load_observer(e, on_spec_load, &s), 0);
+    DiSamplingParams p;
+    di_sampling_params_init(&p);
+    p.temperature = 0;
+    p.max_tokens = 12;
+    p.ignore_eos = 1;
+    for (int r = 0; r < N_REQ; r++) {
+        int32_t prompt[MAX_PROMPT]; /* byte tokens: inside the built-in model's vocabulary */
+        for (int k = 0; k < n_prompt[r]; k++) prompt[k] = seqs[r][k] % 256;
+        DiRequestInput in = {.prompt_ids = prompt, .n_prompt_ids = n_prompt[r]};
+        uint64_t id;
+        CHECK_MSG(di_engine_add_request(e, &in, &p, NULL, NULL, &id) == 0, "%s", di_last_error());
+    }
+    CHECK_MSG(di_engine_run(e) == 0, "%s", di_last_error());
+    DiEngineMetrics m;
+    di_engine_get_metrics(e, &m);
+    /* rows forwarded: the prompts, then per request max_tokens - 1 anchors (less the accepted drafts, which
+     * are tokens too) and every verified draft, accepted or not; the engine's decode_tokens
+     * counts the same (anchors + drafts) */
+    int64_t prompts = 0;
+    for (int r = 0; r < N_REQ; r++) prompts += n_prompt[r];
+    int64_t rows = prompts + N_REQ * (int64_t)(p.max_tokens - 1) - (int64_t)m.spec_num_accepted_tokens + (int64_t)m.spec_num_draft_tokens;
+    CHECK_EQ_INT(rows, (int64_t)(m.prefill_tokens + m.decode_tokens));
+    int top_k = tiny_config_int("num_experts_per_tok"), draft_k = tiny_config_int("dspark_num_experts_per_tok");
+    CHECK(m.spec_num_draft_tokens > 0 && top_k > 0 && draft_k > 0);
+    CHECK_EQ_INT(s.layers, tiny_config_int("num_hidden_layers"));
+    for (int l = 0; l < s.layers; l++) {
+        int64_t pairs = 0;
+        for (int x = 0; x < s.experts; x++) pairs += sum[l * s.experts + x];
+        CHECK_EQ_INT(pairs, (int64_t)top_k * rows);
+    }
+    CHECK(s.draft_layers > 0 && s.draft_experts == tiny_config_int("dspark_n_routed_experts"));
+    for (int l = 0; l < s.draft_layers; l++) {
+        int64_t pairs = 0;
+        for (int x = 0; x < s.draft_experts; x++) pairs += draft_sum[l * s.draft_experts + x];
+        CHECK_MSG(pairs > 0 && pairs % draft_k == 0, "DSpark stage %d: %lld pairs", l, (long long)pairs);
+    }
+    di_engine_destroy(e);
+}
+
 int main(void) {
     model = test_golden_tiny_a(MODE_REF);
     if (!model) {
@@ -227,6 +306,7 @@ int main(void) {
     RUN_TEST(a_batched_forward_counts_what_the_router_chose);
     RUN_TEST(engine_steps_report_each_steps_counts_once);
     RUN_TEST(a_model_without_experts_has_no_load_to_observe);
+    RUN_TEST(speculative_verify_rows_count_and_the_drafter_counts_apart);
     model_free(model);
     return TEST_SUMMARY();
 }
