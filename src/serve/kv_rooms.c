@@ -1,0 +1,360 @@
+/* kv_rooms.c — per-room transfer state on the decode side (see kv_rooms.h).
+ *
+ * Rooms live in a fixed array of max_rooms slots, searched linearly (a decode worker holds a few
+ * hundred rooms at most; a search is a few microseconds next to a block's copy).  A finished and
+ * released room keeps its slot (so a late duplicate message is recognised and ignored) until the
+ * slot is needed or the room has been finished for two leases. */
+#include "serve/kv_rooms.h"
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/mem.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    DiKvKey key;
+    uint64_t total, got;
+    uint8_t *buf;
+} Partial;
+
+typedef struct {
+    bool used;
+    uint64_t id;
+    DiRoomState state;
+    const void *conn;
+    double lease;            /* past it, an unreleased room expires */
+    double finished_at;      /* when it reached a final state, or was released */
+    bool released;           /* its pins are gone */
+    int waiters;
+    DiKvKey *pins;           /* keys of the blocks it holds pinned */
+    int n_pins;
+    size_t cap_pins;
+    uint32_t settled;        /* blocks complete (stored, or refused by a full cache) */
+    int64_t expect;          /* DONE's n_blocks, -1 before DONE */
+    Partial *part;           /* blocks being assembled */
+    int n_part;
+    size_t cap_part;
+} Room;
+
+struct DiKvRooms {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC */
+    DiKvCache *cache;
+    uint64_t block_bytes;
+    double lease_s, grace_s;
+    Room *rooms;
+    int n_rooms;
+    DiKvRecvStats st;
+};
+
+const char *di_room_state_name(DiRoomState s) {
+    switch (s) {
+    case DI_ROOM_NEW: return "new";
+    case DI_ROOM_TRANSFERRING: return "transferring";
+    case DI_ROOM_DONE: return "done";
+    case DI_ROOM_ABORTED: return "aborted";
+    case DI_ROOM_EXPIRED: return "expired";
+    case DI_ROOM_NONE: break;
+    }
+    return "none";
+}
+
+double di_kv_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+DiKvRooms *di_kv_rooms_create(DiKvCache *cache, uint64_t block_bytes, double lease_s, double grace_s, int max_rooms) {
+    if (!cache || block_bytes == 0 || !(lease_s > 0 && lease_s <= 86400) || !(grace_s >= 0 && grace_s <= 86400) ||
+        max_rooms <= 0 || max_rooms > 1 << 20) {
+        di_errorf("kv rooms: need a cache, a block size, a lease in (0, 86400] s, a grace in [0, 86400] s and "
+                  "1..2^20 rooms (got %llu bytes, %g s, %g s, %d rooms)",
+                  (unsigned long long)block_bytes, lease_s, grace_s, max_rooms);
+        return NULL;
+    }
+    DiKvRooms *t = di_calloc(1, sizeof *t, "kv rooms");
+    if (!t) return NULL;
+    if (!(t->rooms = di_calloc((size_t)max_rooms, sizeof *t->rooms, "kv room table"))) {
+        free(t);
+        return NULL;
+    }
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    t->cache = cache;
+    t->block_bytes = block_bytes;
+    t->lease_s = lease_s;
+    t->grace_s = grace_s;
+    t->n_rooms = max_rooms;
+    return t;
+}
+
+static void drop_parts(Room *r) {
+    for (int i = 0; i < r->n_part; i++) free(r->part[i].buf);
+    r->n_part = 0;
+}
+
+static void unpin_all(DiKvRooms *t, Room *r) {
+    for (int i = 0; i < r->n_pins; i++) di_kv_cache_unpin(t->cache, r->pins[i]);
+    t->st.pinned_blocks -= r->n_pins;
+    r->n_pins = 0;
+    drop_parts(r);
+    r->released = true;
+}
+
+static void forget(Room *r) {
+    free(r->pins);
+    free(r->part);
+    memset(r, 0, sizeof *r);
+}
+
+void di_kv_rooms_free(DiKvRooms *t) {
+    if (!t) return;
+    for (int i = 0; i < t->n_rooms; i++) {
+        if (t->rooms[i].used) unpin_all(t, &t->rooms[i]);
+        forget(&t->rooms[i]);
+    }
+    free(t->rooms);
+    pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+static bool final_state(DiRoomState s) { return s == DI_ROOM_DONE || s == DI_ROOM_ABORTED || s == DI_ROOM_EXPIRED; }
+
+/* Monotonic transitions only; waiters wake on a final state. */
+static void set_state(DiKvRooms *t, Room *r, DiRoomState s, double now) {
+    if (final_state(r->state) || s <= r->state) return;
+    r->state = s;
+    t->st.rooms[s]++;
+    if (final_state(s)) {
+        r->finished_at = now;
+        drop_parts(r);
+        pthread_cond_broadcast(&t->cv);
+    }
+}
+
+static Room *find(DiKvRooms *t, uint64_t id) {
+    for (int i = 0; i < t->n_rooms; i++)
+        if (t->rooms[i].used && t->rooms[i].id == id) return &t->rooms[i];
+    return NULL;
+}
+
+/* The room, created (NEW) when unknown: a free slot, else the oldest released one.  NULL when
+ * every slot holds a live room. */
+static Room *get(DiKvRooms *t, uint64_t id, double now) {
+    Room *r = find(t, id), *victim = NULL;
+    if (r) return r;
+    for (int i = 0; i < t->n_rooms && !victim; i++)
+        if (!t->rooms[i].used) victim = &t->rooms[i];
+    for (int i = 0; i < t->n_rooms && !victim; i++) {
+        Room *c = &t->rooms[i];
+        if (c->released && c->waiters == 0 && (!victim || c->finished_at < victim->finished_at)) victim = c;
+    }
+    if (!victim) {
+        DI_WARN("kv transfer: all %d room slots are live; room %llu is refused", t->n_rooms, (unsigned long long)id);
+        return NULL;
+    }
+    forget(victim);
+    victim->used = true;
+    victim->id = id;
+    victim->state = DI_ROOM_NEW;
+    victim->expect = -1;
+    victim->lease = now + t->lease_s;
+    t->st.rooms[DI_ROOM_NEW]++;
+    return victim;
+}
+
+static void check_done(DiKvRooms *t, Room *r, double now) {
+    if (r->expect >= 0 && r->settled >= r->expect) set_state(t, r, DI_ROOM_DONE, now);
+}
+
+static bool has_pin(const Room *r, DiKvKey key) {
+    for (int i = 0; i < r->n_pins; i++)
+        if (di_kv_key_eq(r->pins[i], key)) return true;
+    return false;
+}
+
+/* A complete block: into the cache, pinned for the room. */
+static void settle(DiKvRooms *t, Room *r, DiKvKey key, const void *data, uint64_t len) {
+    r->settled++;
+    if (has_pin(r, key)) return; /* a duplicate */
+    if (di_grow(&r->pins, &r->cap_pins, (size_t)r->n_pins + 1, 16, sizeof *r->pins, "room pins") != 0 ||
+        di_kv_cache_store(t->cache, key, data, len) != 0 || di_kv_cache_pin(t->cache, key) != 0) {
+        /* The cache is full of pinned or referenced blocks: the engine recomputes this block. */
+        DI_WARN("kv transfer: room %llu: a received block could not be kept: %s", (unsigned long long)r->id,
+                di_error_message());
+        return;
+    }
+    r->pins[r->n_pins++] = key;
+    t->st.pinned_blocks++;
+    t->st.blocks_received++;
+    t->st.bytes_received += len;
+}
+
+static Partial *partial_of(Room *r, DiKvKey key, uint64_t total) {
+    for (int i = 0; i < r->n_part; i++)
+        if (di_kv_key_eq(r->part[i].key, key)) return &r->part[i];
+    if (di_grow(&r->part, &r->cap_part, (size_t)r->n_part + 1, 4, sizeof *r->part, "room blocks") != 0) return NULL;
+    Partial *p = &r->part[r->n_part];
+    memset(p, 0, sizeof *p);
+    if (!(p->buf = di_malloc(total, "received block"))) return NULL;
+    p->key = key;
+    p->total = total;
+    r->n_part++;
+    return p;
+}
+
+int di_kv_rooms_chunk(DiKvRooms *t, const void *conn, uint64_t room, DiKvKey key, uint64_t total, uint64_t offset,
+                      const void *data, size_t len) {
+    if (!t || (len && !data)) return di_errorf("kv rooms: bad arguments");
+    if (total != t->block_bytes || offset > total || len > total - offset || len == 0)
+        return di_errorf("kv transfer: room %llu: a chunk [%llu, +%zu) of a %llu-byte block, expected blocks of %llu bytes",
+                         (unsigned long long)room, (unsigned long long)offset, len, (unsigned long long)total,
+                         (unsigned long long)t->block_bytes);
+    double now = di_kv_now();
+    int rc = 0;
+    pthread_mutex_lock(&t->mu);
+    Room *r = get(t, room, now);
+    if (r && !final_state(r->state) && !r->released) {
+        r->conn = conn;
+        set_state(t, r, DI_ROOM_TRANSFERRING, now);
+        Partial *p = partial_of(r, key, total);
+        if (!p) {
+            rc = -1;
+        } else {
+            memcpy(p->buf + offset, data, len);
+            p->got += len;
+            if (p->got >= p->total) {
+                settle(t, r, key, p->buf, p->total);
+                free(p->buf);
+                *p = r->part[--r->n_part];
+                check_done(t, r, now);
+            }
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+void di_kv_rooms_done(DiKvRooms *t, const void *conn, uint64_t room, uint32_t n_blocks) {
+    if (!t) return;
+    double now = di_kv_now();
+    pthread_mutex_lock(&t->mu);
+    Room *r = get(t, room, now);
+    if (r && !final_state(r->state)) {
+        r->conn = conn;
+        if (r->expect < 0) r->expect = n_blocks;
+        check_done(t, r, now);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+void di_kv_rooms_abort(DiKvRooms *t, uint64_t room) {
+    if (!t) return;
+    double now = di_kv_now();
+    pthread_mutex_lock(&t->mu);
+    Room *r = get(t, room, now);
+    if (r) set_state(t, r, DI_ROOM_ABORTED, now);
+    pthread_mutex_unlock(&t->mu);
+}
+
+void di_kv_rooms_conn_lost(DiKvRooms *t, const void *conn) {
+    if (!t || !conn) return;
+    double now = di_kv_now();
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->n_rooms; i++) {
+        Room *r = &t->rooms[i];
+        if (r->used && r->conn == conn && !final_state(r->state)) set_state(t, r, DI_ROOM_ABORTED, now);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+DiRoomState di_kv_rooms_wait(DiKvRooms *t, uint64_t room, double deadline, bool (*cancel)(void *), void *arg) {
+    double now = di_kv_now();
+    if (!t || !(deadline <= now + 86400)) { /* NaN and +inf fail: every wait is bounded */
+        di_errorf("kv transfer: waiting for room %llu needs a finite deadline within a day", (unsigned long long)room);
+        return DI_ROOM_NONE;
+    }
+    pthread_mutex_lock(&t->mu);
+    Room *r = get(t, room, now);
+    if (!r) {
+        pthread_mutex_unlock(&t->mu);
+        di_errorf("kv transfer: no room slot is free for room %llu", (unsigned long long)room);
+        return DI_ROOM_NONE;
+    }
+    if (deadline + t->grace_s > r->lease) r->lease = deadline + t->grace_s;
+    r->waiters++;
+    t->st.rooms_waiting++;
+    while (!final_state(r->state) && (now = di_kv_now()) < deadline && !(cancel && cancel(arg))) {
+        double until = fmin(deadline, now + 0.05);
+        struct timespec ts = {.tv_sec = (time_t)until, .tv_nsec = (long)((until - (double)(time_t)until) * 1e9)};
+        pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+    }
+    DiRoomState s = r->state;
+    r->waiters--;
+    t->st.rooms_waiting--;
+    pthread_mutex_unlock(&t->mu);
+    return s;
+}
+
+void di_kv_rooms_release(DiKvRooms *t, uint64_t room) {
+    if (!t) return;
+    double now = di_kv_now();
+    pthread_mutex_lock(&t->mu);
+    Room *r = find(t, room);
+    if (r && !r->released) {
+        /* The waiter gave up on an unfinished room: later messages for it are ignored. */
+        set_state(t, r, DI_ROOM_ABORTED, now);
+        unpin_all(t, r);
+        r->finished_at = now;
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+void di_kv_rooms_reap(DiKvRooms *t, double now) {
+    if (!t) return;
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->n_rooms; i++) {
+        Room *r = &t->rooms[i];
+        if (!r->used) continue;
+        if (!r->released && now > r->lease) {
+            set_state(t, r, DI_ROOM_EXPIRED, now);
+            unpin_all(t, r);
+            r->finished_at = now;
+        } else if (r->released && r->waiters == 0 && now > r->finished_at + 2 * t->lease_s) {
+            forget(r);
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+DiRoomState di_kv_rooms_state(DiKvRooms *t, uint64_t room) {
+    if (!t) return DI_ROOM_NONE;
+    pthread_mutex_lock(&t->mu);
+    Room *r = find(t, room);
+    DiRoomState s = r ? r->state : DI_ROOM_NONE;
+    pthread_mutex_unlock(&t->mu);
+    return s;
+}
+
+void di_kv_rooms_stats(DiKvRooms *t, DiKvRecvStats *out) {
+    if (!t || !out) return;
+    pthread_mutex_lock(&t->mu);
+    memcpy(out->rooms, t->st.rooms, sizeof out->rooms);
+    out->bytes_received = t->st.bytes_received;
+    out->blocks_received = t->st.blocks_received;
+    out->rooms_waiting = t->st.rooms_waiting;
+    out->pinned_blocks = t->st.pinned_blocks;
+    pthread_mutex_unlock(&t->mu);
+}

@@ -1,0 +1,34 @@
+/* kv_rooms.h — the decode side's per-room state of KV transfers (kv_transfer.h), without UCX:
+ * chunk assembly, storing and pinning received blocks in the KV block cache, the state machine
+ * NEW -> TRANSFERRING -> DONE | ABORTED | EXPIRED (monotonic; a message for a finished room is
+ * ignored), leases, waiters.  Thread-safe (one mutex; a condition variable wakes waiters).
+ * `conn` identifies the connection a room's messages came from (opaque), so a broken
+ * connection aborts exactly its unfinished rooms. */
+#ifndef DI_SERVE_KV_ROOMS_H
+#define DI_SERVE_KV_ROOMS_H
+
+#include "serve/kv_transfer.h"
+
+typedef struct DiKvRooms DiKvRooms;
+
+DiKvRooms *di_kv_rooms_create(DiKvCache *cache, uint64_t block_bytes, double lease_s, double grace_s, int max_rooms);
+/* Unpins every room's blocks. */
+void di_kv_rooms_free(DiKvRooms *t);
+
+/* A chunk [offset, offset + len) of a block of `total` bytes; the block is stored and pinned
+ * once all its bytes are in.  -1 (with the cause) on a malformed chunk: wrong total, out of range. */
+int di_kv_rooms_chunk(DiKvRooms *t, const void *conn, uint64_t room, DiKvKey key, uint64_t total, uint64_t offset,
+                      const void *data, size_t len);
+void di_kv_rooms_done(DiKvRooms *t, const void *conn, uint64_t room, uint32_t n_blocks);
+void di_kv_rooms_abort(DiKvRooms *t, uint64_t room);
+/* The connection broke: its rooms not yet DONE are aborted. */
+void di_kv_rooms_conn_lost(DiKvRooms *t, const void *conn);
+
+DiRoomState di_kv_rooms_wait(DiKvRooms *t, uint64_t room, double deadline, bool (*cancel)(void *), void *arg);
+void di_kv_rooms_release(DiKvRooms *t, uint64_t room);
+void di_kv_rooms_reap(DiKvRooms *t, double now);
+DiRoomState di_kv_rooms_state(DiKvRooms *t, uint64_t room);
+/* Fills the room fields of a DiKvRecvStats (the rest is the caller's). */
+void di_kv_rooms_stats(DiKvRooms *t, DiKvRecvStats *out);
+
+#endif

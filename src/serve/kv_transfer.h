@@ -1,0 +1,117 @@
+/* kv_transfer.h — moving a prompt's KV blocks from a prefill worker to a decode worker over UCX
+ * (serving.md §5.3, the PD contract of issue 24).
+ *
+ * The decode worker runs a receiver (DiKvRecv): a UCX listener on host:port and one progress
+ * thread that owns the UCX worker.  A prefill worker opens a sender (DiKvSend) to it for each
+ * request: the connection first registers the KV identity (model fingerprint, block_tokens,
+ * block byte size); a receiver whose identity differs refuses the registration and the sender's
+ * connect fails with both identities named, before any block moves.  Then, all tagged with the
+ * request's 64-bit room id:
+ *   BLOCK(room, key, bytes)  one cache block, cut into chunks of at most DI_KV_CHUNK_BYTES;
+ *   DONE(room, n_blocks)     the room is complete once n_blocks blocks have arrived;
+ *   ABORT(room)              the prefill failed or its client left.
+ * Each received block goes into the decode worker's KV block cache (kv_cache.h) and is pinned
+ * there, so the engine's prefix lookup finds it and eviction cannot take it while the request
+ * waits.  Per room (monotonic, idempotent): NEW -> TRANSFERRING -> DONE | ABORTED | EXPIRED; a
+ * message for a room already DONE, ABORTED or EXPIRED changes nothing.  A room holds its pins
+ * until di_kv_recv_release (the request was submitted or gave up) or until its lease runs out
+ * (expiry unpins; a room never released is not leaked).  A sender that dies mid-room (its
+ * connection breaks) aborts its unfinished rooms, so the waiter falls back at once.
+ *
+ * Every wait is bounded: connect + registration, each send, the close, and di_kv_recv_wait. */
+#ifndef DI_SERVE_KV_TRANSFER_H
+#define DI_SERVE_KV_TRANSFER_H
+
+#include "engine/kvcache/block_key.h"
+#include "engine/kvcache/kv_cache.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DI_KV_CHUNK_BYTES ((size_t)256 << 10) /* the largest message body (Mooncake slices at 64 KB) */
+
+/* What both ends must agree on (checked at registration). */
+typedef struct {
+    DiKvKey fingerprint; /* the engine's model fingerprint (block keys are derived from it) */
+    int block_tokens;    /* B */
+    uint64_t block_bytes; /* one block's payload */
+} DiKvIdentity;
+
+typedef enum {
+    DI_ROOM_NONE = -1, /* unknown room */
+    DI_ROOM_NEW = 0,
+    DI_ROOM_TRANSFERRING,
+    DI_ROOM_DONE,
+    DI_ROOM_ABORTED,
+    DI_ROOM_EXPIRED,
+} DiRoomState;
+
+#define DI_ROOM_STATES 5
+const char *di_room_state_name(DiRoomState s);
+
+/* ---- the receiver (decode worker) ---- */
+
+typedef struct {
+    const char *host;      /* address to listen on (IPv4); NULL: 127.0.0.1 */
+    int port;              /* 0: an ephemeral port (di_kv_recv_port) */
+    DiKvIdentity identity;
+    DiKvCache *cache;      /* where received blocks go (pinned); not owned */
+    double lease_s;        /* a room nobody waits for expires this long after its first message;
+                              0: 40 s (the default deadline 30 s + 10 s) */
+    double grace_s;        /* a waited-for room's lease ends this long after its waiter's deadline;
+                              0: 10 s */
+    int max_rooms;         /* rooms tracked at once (older finished ones are forgotten); 0: 4096 */
+} DiKvRecvOptions;
+
+typedef struct {
+    uint64_t rooms[DI_ROOM_STATES]; /* rooms that reached each state (NEW: rooms created) */
+    uint64_t bytes_received;        /* block payload bytes stored */
+    uint64_t blocks_received;
+    uint64_t refused;               /* registrations refused (identity mismatch, bad message) */
+    int rooms_waiting;              /* requests inside di_kv_recv_wait */
+    int pinned_blocks;              /* block pins held by rooms now */
+} DiKvRecvStats;
+
+typedef struct DiKvRecv DiKvRecv;
+
+DiKvRecv *di_kv_recv_start(const DiKvRecvOptions *o);
+int di_kv_recv_port(const DiKvRecv *r);
+/* "HOST:PORT" of the listener (static storage of the receiver). */
+const char *di_kv_recv_address(const DiKvRecv *r);
+/* Stop the thread, close the connections, unpin every room's blocks, free. */
+void di_kv_recv_stop(DiKvRecv *r);
+
+/* Wait until the room is DONE, ABORTED or EXPIRED, or until `deadline` (CLOCK_MONOTONIC
+ * seconds, di_kv_now), or until cancel(arg) returns true (polled every 50 ms; may be NULL).
+ * The room's lease becomes deadline + grace_s.  Returns the room's state at return (NEW or
+ * TRANSFERRING when the deadline or cancel ended the wait), or DI_ROOM_NONE on bad arguments. */
+DiRoomState di_kv_recv_wait(DiKvRecv *r, uint64_t room, double deadline, bool (*cancel)(void *arg), void *arg);
+/* The waiter is done with the room (the request is submitted, or gave up): unpin its blocks.
+ * The room is remembered as finished, so late messages for it are ignored.  Idempotent. */
+void di_kv_recv_release(DiKvRecv *r, uint64_t room);
+/* Expire rooms whose lease has run out (the progress thread calls this every 100 ms too). */
+void di_kv_recv_reap(DiKvRecv *r);
+DiRoomState di_kv_recv_state(DiKvRecv *r, uint64_t room);
+void di_kv_recv_stats(DiKvRecv *r, DiKvRecvStats *out);
+
+/* ---- the sender (prefill worker) ---- */
+
+typedef struct DiKvSend DiKvSend;
+
+/* Connect to "HOST:PORT" and register; fails (NULL, the error naming the address and the cause:
+ * unreachable, refused identity with both identities, no answer by the deadline). */
+DiKvSend *di_kv_send_connect(const char *address, const DiKvIdentity *id, double deadline);
+/* One block (chunked); 0, or -1 with the cause (connection lost, deadline). */
+int di_kv_send_block(DiKvSend *s, uint64_t room, DiKvKey key, const void *data, size_t len, double deadline);
+int di_kv_send_done(DiKvSend *s, uint64_t room, uint32_t n_blocks, double deadline);
+int di_kv_send_abort(DiKvSend *s, uint64_t room, double deadline);
+/* Flush and close (bounded by 2 s), free.  NULL is a no-op. */
+void di_kv_send_close(DiKvSend *s);
+
+/* CLOCK_MONOTONIC seconds (the clock of every deadline here). */
+double di_kv_now(void);
+/* "hex fingerprint" form of an identity's fingerprint: 32 hex digits + NUL. */
+void di_kv_identity_hex(const DiKvIdentity *id, char out[33]);
+
+#endif

@@ -1,0 +1,239 @@
+/* test_kv_transfer.c — the PD KV transfer over UCX (kv_transfer.h) with both ends in one
+ * process: the receiver's progress thread and a sender on the test's thread, over loopback.
+ * Blocks arrive byte-exact in the receiver's KV cache (pinned), a sender of another identity is
+ * refused at registration, ABORT ends a room and later messages for it change nothing, an
+ * unreleased room expires at its lease and unpins its blocks, a sender's broken connection
+ * aborts its room, and a sender to a port nobody listens on fails fast with a clear error. */
+#include "test.h"
+
+#include "base/error.h"
+#include "serve/kv_transfer.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum { BT = 256 };
+#define BLOCK_BYTES ((size_t)600 * 1024 + 123) /* three chunks, the last one short */
+
+static DiKvIdentity identity(int block_tokens) {
+    DiKvIdentity id = {.fingerprint = di_kv_fingerprint("test-model", 10), .block_tokens = block_tokens,
+                       .block_bytes = BLOCK_BYTES};
+    return id;
+}
+
+static DiKvCache *open_cache(void) {
+    DiKvCacheOptions o = {.ram_bytes = (size_t)64 << 20, .block_tokens = BT};
+    return di_kv_cache_open(&o);
+}
+
+static DiKvRecv *start_recv(DiKvCache *c, double lease_s) {
+    DiKvRecvOptions o = {.host = "127.0.0.1", .port = 0, .identity = identity(BT), .cache = c, .lease_s = lease_s,
+                         .grace_s = lease_s};
+    DiKvRecv *r = di_kv_recv_start(&o);
+    if (!r) fprintf(stderr, "  receiver: %s\n", di_error_message());
+    return r;
+}
+
+static void fill_block(uint8_t *b, size_t n, uint32_t seed) {
+    test_rng_state = 0x9E3779B97F4A7C15ull ^ seed;
+    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)test_rand32();
+}
+
+static DiKvKey key_of(int i) { return (DiKvKey){0x1000u + (uint64_t)i, 0xabcdu}; }
+
+static int stat_pinned(DiKvRecv *r) {
+    DiKvRecvStats st;
+    di_kv_recv_stats(r, &st);
+    return st.pinned_blocks;
+}
+
+static double in(double s) { return di_kv_now() + s; }
+
+/* A receiver with its cache, a registered sender, and one zeroed block to send. */
+typedef struct {
+    DiKvCache *c;
+    DiKvRecv *r;
+    DiKvSend *s;
+    uint8_t *blk;
+} Pair;
+
+static int pair_open(Pair *p, double lease_s) {
+    memset(p, 0, sizeof *p);
+    p->c = open_cache();
+    p->r = start_recv(p->c, lease_s);
+    p->blk = calloc(1, BLOCK_BYTES);
+    DiKvIdentity id = identity(BT);
+    if (p->r) p->s = di_kv_send_connect(di_kv_recv_address(p->r), &id, in(10));
+    CHECK_MSG(p->r && p->s, "%s", di_error_message());
+    return p->r && p->s ? 0 : -1;
+}
+
+static void pair_close(Pair *p) {
+    di_kv_send_close(p->s);
+    di_kv_recv_stop(p->r);
+    di_kv_cache_close(p->c);
+    free(p->blk);
+}
+
+TEST(blocks_arrive_byte_exact_and_pinned) {
+    Pair p;
+    uint8_t *got = malloc(BLOCK_BYTES);
+    const uint64_t room = 77;
+    if (pair_open(&p, 0) == 0) {
+        for (int i = 0; i < 3; i++) {
+            fill_block(p.blk, BLOCK_BYTES, (uint32_t)i);
+            CHECK_EQ_INT(di_kv_send_block(p.s, room, key_of(i), p.blk, BLOCK_BYTES, in(10)), 0);
+        }
+        CHECK_EQ_INT(di_kv_send_done(p.s, room, 3, in(10)), 0);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, room, in(10), NULL, NULL), DI_ROOM_DONE);
+        for (int i = 0; i < 3; i++) {
+            size_t len = 0;
+            fill_block(p.blk, BLOCK_BYTES, (uint32_t)i);
+            CHECK_EQ_INT(di_kv_cache_read(p.c, key_of(i), got, BLOCK_BYTES, &len), 1);
+            CHECK_EQ_INT(len, BLOCK_BYTES);
+            CHECK(memcmp(p.blk, got, BLOCK_BYTES) == 0);
+        }
+        DiKvRecvStats st;
+        di_kv_recv_stats(p.r, &st);
+        CHECK_EQ_INT(st.pinned_blocks, 3);
+        CHECK_EQ_INT(st.blocks_received, 3);
+        CHECK_EQ_INT(st.bytes_received, 3 * BLOCK_BYTES);
+        CHECK_EQ_INT(st.rooms[DI_ROOM_DONE], 1);
+        /* idempotent: a duplicate DONE and an ABORT after DONE change nothing */
+        CHECK_EQ_INT(di_kv_send_done(p.s, room, 3, in(10)), 0);
+        CHECK_EQ_INT(di_kv_send_abort(p.s, room, in(10)), 0);
+        usleep(100 * 1000);
+        CHECK_EQ_INT(di_kv_recv_state(p.r, room), DI_ROOM_DONE);
+        di_kv_recv_release(p.r, room);
+        di_kv_recv_release(p.r, room);
+        CHECK_EQ_INT(stat_pinned(p.r), 0);
+    }
+    pair_close(&p);
+    free(got);
+}
+
+TEST(identity_mismatch_is_refused_at_registration) {
+    Pair p;
+    if (pair_open(&p, 0) == 0) {
+        DiKvIdentity other = identity(2 * BT);
+        DiKvSend *s = di_kv_send_connect(di_kv_recv_address(p.r), &other, in(10));
+        CHECK(s == NULL);
+        CHECK_MSG(strstr(di_error_message(), "identity mismatch") && strstr(di_error_message(), "512 tokens/block") &&
+                      strstr(di_error_message(), "256 tokens/block"),
+                  "%s", di_error_message());
+        DiKvRecvStats st;
+        di_kv_recv_stats(p.r, &st);
+        CHECK_EQ_INT(st.refused, 1);
+        di_kv_send_close(s);
+        /* the receiver still serves a matching sender afterwards (no sticky failure) */
+        CHECK_EQ_INT(di_kv_send_done(p.s, 3, 0, in(10)), 0);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 3, in(10), NULL, NULL), DI_ROOM_DONE);
+    }
+    pair_close(&p);
+}
+
+TEST(abort_mid_room_then_late_messages_are_ignored) {
+    Pair p;
+    const uint64_t room = 5;
+    if (pair_open(&p, 0) == 0) {
+        CHECK_EQ_INT(di_kv_send_block(p.s, room, key_of(10), p.blk, BLOCK_BYTES, in(10)), 0);
+        CHECK_EQ_INT(di_kv_send_abort(p.s, room, in(10)), 0);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, room, in(10), NULL, NULL), DI_ROOM_ABORTED);
+        CHECK_EQ_INT(di_kv_send_block(p.s, room, key_of(11), p.blk, BLOCK_BYTES, in(10)), 0);
+        CHECK_EQ_INT(di_kv_send_done(p.s, room, 2, in(10)), 0);
+        usleep(100 * 1000);
+        CHECK_EQ_INT(di_kv_recv_state(p.r, room), DI_ROOM_ABORTED);
+        CHECK_EQ_INT(stat_pinned(p.r), 1); /* block 10 only, until the waiter lets go */
+        di_kv_recv_release(p.r, room);
+        CHECK_EQ_INT(stat_pinned(p.r), 0);
+        DiKvRecvStats st;
+        di_kv_recv_stats(p.r, &st);
+        CHECK_EQ_INT(st.rooms[DI_ROOM_ABORTED], 1);
+        CHECK_EQ_INT(st.rooms[DI_ROOM_DONE], 0);
+    }
+    pair_close(&p);
+}
+
+TEST(lease_expiry_unpins_and_wait_is_bounded) {
+    Pair p;
+    if (pair_open(&p, 0.3) == 0) {
+        CHECK_EQ_INT(di_kv_send_block(p.s, 9, key_of(20), p.blk, BLOCK_BYTES, in(10)), 0);
+        /* no DONE: a waiter gives up at its deadline with the room still transferring */
+        double t0 = di_kv_now();
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 9, t0 + 0.2, NULL, NULL), DI_ROOM_TRANSFERRING);
+        CHECK(di_kv_now() - t0 < 1.0);
+        CHECK_EQ_INT(stat_pinned(p.r), 1);
+        /* nobody releases it: at the waiter's deadline + 0.3 s the reaper expires it */
+        double until = in(5);
+        while (di_kv_recv_state(p.r, 9) != DI_ROOM_EXPIRED && di_kv_now() < until) usleep(20 * 1000);
+        CHECK_EQ_INT(di_kv_recv_state(p.r, 9), DI_ROOM_EXPIRED);
+        CHECK_EQ_INT(stat_pinned(p.r), 0);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 9, in(1), NULL, NULL), DI_ROOM_EXPIRED);
+    }
+    pair_close(&p);
+}
+
+TEST(a_sender_that_goes_away_aborts_its_room) {
+    Pair p;
+    if (pair_open(&p, 0) == 0) {
+        CHECK_EQ_INT(di_kv_send_block(p.s, 31, key_of(30), p.blk, BLOCK_BYTES, in(10)), 0);
+        di_kv_send_close(p.s); /* no DONE, no ABORT */
+        p.s = NULL;
+        double t0 = di_kv_now();
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 31, t0 + 10, NULL, NULL), DI_ROOM_ABORTED);
+        CHECK(di_kv_now() - t0 < 5);
+        di_kv_recv_release(p.r, 31);
+        CHECK_EQ_INT(stat_pinned(p.r), 0);
+    }
+    pair_close(&p);
+}
+
+static int dead_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+        abort();
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+TEST(sender_to_a_dead_port_fails_fast) {
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", dead_port());
+    DiKvIdentity id = identity(BT);
+    double t0 = di_kv_now();
+    DiKvSend *s = di_kv_send_connect(addr, &id, t0 + 20);
+    CHECK(s == NULL);
+    CHECK_MSG(di_kv_now() - t0 < 5, "took %.1f s", di_kv_now() - t0);
+    CHECK_MSG(strstr(di_error_message(), addr) != NULL, "%s", di_error_message());
+    s = di_kv_send_connect("localhost", &id, t0 + 20);
+    CHECK(s == NULL && strstr(di_error_message(), "HOST:PORT"));
+}
+
+TEST(bad_arguments_are_refused) {
+    DiKvRecvOptions o = {.port = 70000};
+    CHECK(di_kv_recv_start(&o) == NULL);
+    CHECK(di_kv_recv_start(NULL) == NULL);
+    DiKvCache *c = open_cache();
+    DiKvRecv *r = start_recv(c, 0);
+    CHECK(r != NULL);
+    if (r) {
+        CHECK_EQ_INT(di_kv_recv_wait(r, 1, 1.0 / 0.0, NULL, NULL), DI_ROOM_NONE); /* unbounded: refused */
+        di_kv_recv_stop(r);
+    }
+    di_kv_cache_close(c);
+}
+
+int main(void) {
+    RUN_TEST(blocks_arrive_byte_exact_and_pinned);
+    RUN_TEST(identity_mismatch_is_refused_at_registration);
+    RUN_TEST(abort_mid_room_then_late_messages_are_ignored);
+    RUN_TEST(lease_expiry_unpins_and_wait_is_bounded);
+    RUN_TEST(a_sender_that_goes_away_aborts_its_room);
+    RUN_TEST(sender_to_a_dead_port_fails_fast);
+    RUN_TEST(bad_arguments_are_refused);
+    return TEST_SUMMARY();
+}
