@@ -2,7 +2,7 @@
  * streaming callback, run to completion, read outputs and metrics.
  *
  *   make && gcc -std=c11 -Iinclude examples/offline_inference.c build/libdeepinfer.a \
- *        -ljansson -lutf8proc -lxxhash -lmicrohttpd -lm -lpthread -o build/offline_inference
+ *        -ljansson -lutf8proc -lxxhash -lmicrohttpd -lucp -lucs -lm -lpthread -o build/offline_inference
  *   build/offline_inference [--mock] [MODEL_DIR]
  *
  * MODEL_DIR defaults to $DEEPINFER_HF_MODEL_DIR (else the built-in tiny model).  --mock runs the

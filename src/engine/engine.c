@@ -308,6 +308,14 @@ int di_engine_set_model_dir(DiEngine *e, const char *dir) {
 
 const char *di_engine_model_dir(const DiEngine *e) { return e ? e->model_dir : NULL; }
 
+DiKvCache *di_engine_kv_cache(const DiEngine *e, DiKvKey *fingerprint, int *block_tokens, size_t *block_bytes) {
+    if (!e || !e->kv.cache || !fingerprint || !block_tokens || !block_bytes) return NULL;
+    *fingerprint = e->kv.fingerprint;
+    *block_tokens = e->kv.block_tokens;
+    *block_bytes = e->kv.block_bytes;
+    return e->kv.cache;
+}
+
 int di_engine_set_text_hooks(DiEngine *e, const DiTextHooks *hooks) {
     if (!e || !hooks) return di_errorf("set text hooks: NULL engine or hooks");
     if (e->n_requests > 0) return di_errorf("set text hooks: the engine already has requests");
@@ -649,6 +657,9 @@ static int process_step(DiEngine *e, DiStep *step) {
             deliver(req);
         }
     } else {
+        /* Before the outputs: once a request's output reaches its caller, the blocks the step
+         * completed are in the cache (a PD prefill worker reads them right after its FINISH). */
+        capture_blocks(e, step);
         for (int i = 0; i < step->n_seqs; i++) {
             const DiStepSeq *s = &step->seqs[i];
             DiRequest *req = s->req;
@@ -660,7 +671,6 @@ static int process_step(DiEngine *e, DiStep *step) {
             deliver(req);
         }
     }
-    capture_blocks(e, step);
     for (int i = 0; i < step->n_seqs; i++) { /* prefix-cache snapshots the step took */
         DiStepSeq *s = &step->seqs[i];
         if (s->snapshot.n == 0) continue;

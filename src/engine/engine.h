@@ -4,6 +4,7 @@
 #define DI_ENGINE_ENGINE_H
 
 #include "deepinfer.h"
+#include "engine/kvcache/kv_cache.h"
 #include "engine/runner.h"
 #include "engine/step.h"
 
@@ -30,6 +31,11 @@ int di_engine_set_page_poisoning(DiEngine *engine, int on);
 /* The points of the speculation policy's step-cost curve (di_spec_cost_points; 0 without
  * speculation): tests of the start-up probe. */
 int di_engine_spec_cost_points(const DiEngine *engine, double *rows, double *seconds, int cap);
+
+/* The engine's KV block cache (thread-safe) and what names its blocks: the model fingerprint, B
+ * and one block's bytes (a PD worker reads and writes blocks by key, serve/kv_transfer.h).  NULL
+ * when the block cache is off. */
+DiKvCache *di_engine_kv_cache(const DiEngine *engine, DiKvKey *fingerprint, int *block_tokens, size_t *block_bytes);
 
 /* Resolve the DEEPINFER_BATCH_INVARIANT setting: opt (-1: the environment), -1 with an error on a
  * bad environment value. */

@@ -15,6 +15,7 @@
 #define DI_SERVE_BACKEND_H
 
 #include "deepinfer.h"
+#include "engine/kvcache/kv_cache.h"
 #include "recipe/api_request.h"
 #include "recipe/api_stream.h"
 
@@ -48,6 +49,15 @@ typedef struct {
     double queue_s, prefill_s, decode_s;
 } DiBackendTimes;
 
+/* The backend's KV block cache, for a PD worker (serve/kv_transfer.h): the cache (thread-safe)
+ * and what names its blocks. */
+typedef struct {
+    DiKvCache *cache;
+    DiKvKey fingerprint;
+    int block_tokens;
+    size_t block_bytes;
+} DiBackendKv;
+
 typedef struct {
     void *self;
     const char *model_name;  /* the model served, as /v1/models reports it */
@@ -68,6 +78,8 @@ typedef struct {
     /* The phase times of request `id`, only from inside its FINISH event; 0, or -1 when unknown
      * (aborted before it was scheduled...). */
     int (*times)(void *self, uint64_t id, DiBackendTimes *out);
+    /* The KV block cache: 0 and *out, or -1 when the backend has none (NULL: never has one). */
+    int (*kv)(void *self, DiBackendKv *out);
 } DiBackend;
 
 #endif

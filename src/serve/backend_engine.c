@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "engine/engine.h"
 #include "serve/backend_parse.h"
 
 #include <stdio.h>
@@ -526,6 +527,13 @@ static int be_detokenize(void *self, const int32_t *ids, size_t n_ids, char **te
     return di_serve_text_decode(b->cfg.text, ids, n_ids, text);
 }
 
+static int be_kv(void *self, DiBackendKv *out) {
+    DiEngineBackend *b = self;
+    memset(out, 0, sizeof *out);
+    out->cache = di_engine_kv_cache(b->engine, &out->fingerprint, &out->block_tokens, &out->block_bytes);
+    return out->cache ? 0 : di_errorf("the engine's KV block cache is off");
+}
+
 static void be_stats(void *self, DiBackendStats *out) {
     DiEngineBackend *b = self;
     pthread_mutex_lock(&b->lock);
@@ -583,6 +591,7 @@ DiBackend di_engine_backend_interface(DiEngineBackend *b) {
                    .stats = be_stats,
                    .tokenize = be_tokenize,
                    .detokenize = be_detokenize,
-                   .times = be_times};
+                   .times = be_times,
+                   .kv = be_kv};
     return i;
 }

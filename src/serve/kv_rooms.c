@@ -104,8 +104,14 @@ static void drop_parts(Room *r) {
     r->n_part = 0;
 }
 
+/* Unpin the room's blocks; those of a room that did not complete are dropped from RAM too (unless
+ * another room or request holds them), so a local prefill after a failed transfer is a cold one,
+ * the same bits as on a worker that never saw the transfer. */
 static void unpin_all(DiKvRooms *t, Room *r) {
-    for (int i = 0; i < r->n_pins; i++) di_kv_cache_unpin(t->cache, r->pins[i]);
+    for (int i = 0; i < r->n_pins; i++) {
+        di_kv_cache_unpin(t->cache, r->pins[i]);
+        if (r->state != DI_ROOM_DONE) di_kv_cache_drop(t->cache, r->pins[i]);
+    }
     t->st.pinned_blocks -= r->n_pins;
     r->n_pins = 0;
     drop_parts(r);
@@ -245,6 +251,18 @@ int di_kv_rooms_chunk(DiKvRooms *t, const void *conn, uint64_t room, DiKvKey key
     }
     pthread_mutex_unlock(&t->mu);
     return rc;
+}
+
+void di_kv_rooms_begin(DiKvRooms *t, const void *conn, uint64_t room) {
+    if (!t) return;
+    double now = di_kv_now();
+    pthread_mutex_lock(&t->mu);
+    Room *r = get(t, room, now);
+    if (r && !final_state(r->state) && !r->released) {
+        r->conn = conn;
+        set_state(t, r, DI_ROOM_TRANSFERRING, now);
+    }
+    pthread_mutex_unlock(&t->mu);
 }
 
 void di_kv_rooms_done(DiKvRooms *t, const void *conn, uint64_t room, uint32_t n_blocks) {

@@ -19,6 +19,8 @@ void di_kv_rooms_free(DiKvRooms *t);
  * once all its bytes are in.  -1 (with the cause) on a malformed chunk: wrong total, out of range. */
 int di_kv_rooms_chunk(DiKvRooms *t, const void *conn, uint64_t room, DiKvKey key, uint64_t total, uint64_t offset,
                       const void *data, size_t len);
+/* BEGIN: the room's messages come from `conn` (its loss aborts the room). */
+void di_kv_rooms_begin(DiKvRooms *t, const void *conn, uint64_t room);
 void di_kv_rooms_done(DiKvRooms *t, const void *conn, uint64_t room, uint32_t n_blocks);
 void di_kv_rooms_abort(DiKvRooms *t, uint64_t room);
 /* The connection broke: its rooms not yet DONE are aborted. */

@@ -36,7 +36,7 @@
 #define PROTO_VERSION 1u
 #define MAX_CONNS 256
 
-enum { AM_REGISTER = 1, AM_REG_REPLY, AM_BLOCK, AM_DONE, AM_ABORT };
+enum { AM_REGISTER = 1, AM_REG_REPLY, AM_BLOCK, AM_DONE, AM_ABORT, AM_BEGIN };
 
 typedef struct {
     uint32_t magic, version;
@@ -73,6 +73,11 @@ static void context_init(void) {
         snprintf(g_ctx_error, sizeof g_ctx_error, "reading the UCX configuration: %s", ucs_status_string(st));
         return;
     }
+    /* A peer killed with -9 leaves a shared-memory path silent; UCX notices it by keepalive, 20 s
+     * apart by default.  1 s lets the decode side abort a dead sender's rooms and prefill
+     * locally well within a request's deadline. */
+    st = ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "1s");
+    if (st != UCS_OK) DI_WARN("kv transfer: UCX keepalive interval not set: %s", ucs_status_string(st));
     ucp_params_t p = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
         .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
@@ -145,6 +150,11 @@ static int parse_address(const char *address, struct sockaddr_in *sa) {
     return 0;
 }
 
+int di_kv_check_address(const char *address) {
+    struct sockaddr_in sa;
+    return parse_address(address, &sa);
+}
+
 void di_kv_identity_hex(const DiKvIdentity *id, char out[33]) { di_kv_key_hex(id->fingerprint, out); }
 
 static void describe(char *out, size_t cap, uint64_t lo, uint64_t hi, int b, uint64_t bytes) {
@@ -172,8 +182,9 @@ struct DiKvRecv {
     volatile int quit;
     char address[80];
     int port;
-    pthread_mutex_t mu; /* guards refused (stats) */
+    pthread_mutex_t mu; /* guards refused and connections (stats) */
     uint64_t refused;
+    int connections;
     Conn conns[MAX_CONNS]; /* progress thread only */
 };
 
@@ -243,12 +254,11 @@ static ucs_status_t on_register(void *arg, const void *header, size_t header_len
     c->registered = c->reply.ok;
     c->refused = !c->reply.ok;
     c->reply_pending = true;
-    if (c->refused) {
-        pthread_mutex_lock(&r->mu);
-        r->refused++;
-        pthread_mutex_unlock(&r->mu);
-        DI_WARN("kv transfer: refused a sender: %s", c->reply.message);
-    }
+    pthread_mutex_lock(&r->mu);
+    if (c->refused) r->refused++;
+    else r->connections++;
+    pthread_mutex_unlock(&r->mu);
+    if (c->refused) DI_WARN("kv transfer: refused a sender: %s", c->reply.message);
     return UCS_OK;
 }
 
@@ -273,29 +283,39 @@ static ucs_status_t on_block(void *arg, const void *header, size_t header_length
     return UCS_OK;
 }
 
-/* DONE and ABORT: the room (and DONE's block count) from the header. */
-static ucs_status_t on_control(void *arg, const void *header, size_t header_length, void *data, size_t length,
-                               const ucp_am_recv_param_t *param, bool done) {
-    (void)data;
-    (void)length;
+/* BEGIN, DONE and ABORT: the room (and DONE's block count) from the header. */
+static ucs_status_t on_control(void *arg, const void *header, size_t header_length, const ucp_am_recv_param_t *param,
+                               unsigned kind) {
     DiKvRecv *r = arg;
     Conn *c = registered_conn(r, param);
     DoneMsg m = {0};
-    if (!c || header_length != (done ? sizeof m : sizeof m.room)) return UCS_OK;
+    if (!c || header_length != (kind == AM_DONE ? sizeof m : sizeof m.room)) return UCS_OK;
     memcpy(&m, header, header_length);
-    if (done) di_kv_rooms_done(r->rooms, c->ep, m.room, m.n_blocks);
+    if (kind == AM_DONE) di_kv_rooms_done(r->rooms, c->ep, m.room, m.n_blocks);
+    else if (kind == AM_BEGIN) di_kv_rooms_begin(r->rooms, c->ep, m.room);
     else di_kv_rooms_abort(r->rooms, m.room);
     return UCS_OK;
 }
 
+static ucs_status_t on_begin(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                             const ucp_am_recv_param_t *param) {
+    (void)data;
+    (void)length;
+    return on_control(arg, header, header_length, param, AM_BEGIN);
+}
+
 static ucs_status_t on_done(void *arg, const void *header, size_t header_length, void *data, size_t length,
                             const ucp_am_recv_param_t *param) {
-    return on_control(arg, header, header_length, data, length, param, true);
+    (void)data;
+    (void)length;
+    return on_control(arg, header, header_length, param, AM_DONE);
 }
 
 static ucs_status_t on_abort(void *arg, const void *header, size_t header_length, void *data, size_t length,
                              const ucp_am_recv_param_t *param) {
-    return on_control(arg, header, header_length, data, length, param, false);
+    (void)data;
+    (void)length;
+    return on_control(arg, header, header_length, param, AM_ABORT);
 }
 
 static void free_request(void *request, ucs_status_t status, void *user) {
@@ -316,6 +336,9 @@ static void service_conns(DiKvRecv *r) {
         Conn *c = &r->conns[i];
         if (!c->ep) continue;
         if (c->lost) {
+            pthread_mutex_lock(&r->mu);
+            r->connections -= c->registered;
+            pthread_mutex_unlock(&r->mu);
             close_ep(c->ep, true);
             memset(c, 0, sizeof *c);
             continue;
@@ -375,7 +398,8 @@ static int recv_setup(DiKvRecv *r) {
         return -1;
     if (!(r->worker = worker_create()) || event_fd(r->worker, &r->efd) != 0) return -1;
     if (set_handler(r->worker, AM_REGISTER, on_register, r) != 0 || set_handler(r->worker, AM_BLOCK, on_block, r) != 0 ||
-        set_handler(r->worker, AM_DONE, on_done, r) != 0 || set_handler(r->worker, AM_ABORT, on_abort, r) != 0)
+        set_handler(r->worker, AM_DONE, on_done, r) != 0 || set_handler(r->worker, AM_ABORT, on_abort, r) != 0 ||
+        set_handler(r->worker, AM_BEGIN, on_begin, r) != 0)
         return -1;
     if (listen_on(r) != 0) return -1;
     if (pthread_create(&r->thread, NULL, recv_main, r) != 0) return di_errorf("kv transfer: cannot start the receiver thread");
@@ -449,6 +473,7 @@ void di_kv_recv_stats(DiKvRecv *r, DiKvRecvStats *out) {
     di_kv_rooms_stats(r->rooms, out);
     pthread_mutex_lock(&r->mu);
     out->refused = r->refused;
+    out->connections = r->connections;
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -614,6 +639,11 @@ int di_kv_send_done(DiKvSend *s, uint64_t room, uint32_t n_blocks, double deadli
     if (!s) return di_errorf("kv transfer: no sender");
     DoneMsg m = {.room = room, .n_blocks = n_blocks};
     return send_one(s, AM_DONE, &m, sizeof m, deadline, "sending DONE");
+}
+
+int di_kv_send_begin(DiKvSend *s, uint64_t room, double deadline) {
+    if (!s) return di_errorf("kv transfer: no sender");
+    return send_one(s, AM_BEGIN, &room, sizeof room, deadline, "sending BEGIN");
 }
 
 int di_kv_send_abort(DiKvSend *s, uint64_t room, double deadline) {

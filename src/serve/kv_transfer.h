@@ -7,6 +7,8 @@
  * block byte size); a receiver whose identity differs refuses the registration and the sender's
  * connect fails with both identities named, before any block moves.  Then, all tagged with the
  * request's 64-bit room id:
+ *   BEGIN(room)              the room is this connection's (sent before the prefill runs, so a
+ *                            sender that dies while prefilling aborts the room at once);
  *   BLOCK(room, key, bytes)  one cache block, cut into chunks of at most DI_KV_CHUNK_BYTES;
  *   DONE(room, n_blocks)     the room is complete once n_blocks blocks have arrived;
  *   ABORT(room)              the prefill failed or its client left.
@@ -15,7 +17,8 @@
  * waits.  Per room (monotonic, idempotent): NEW -> TRANSFERRING -> DONE | ABORTED | EXPIRED; a
  * message for a room already DONE, ABORTED or EXPIRED changes nothing.  A room holds its pins
  * until di_kv_recv_release (the request was submitted or gave up) or until its lease runs out
- * (expiry unpins; a room never released is not leaked).  A sender that dies mid-room (its
+ * (expiry unpins; a room never released is not leaked); the blocks of a room that did not reach
+ * DONE are then dropped from the cache's RAM tier.  A sender that dies mid-room (its
  * connection breaks) aborts its unfinished rooms, so the waiter falls back at once.
  *
  * Every wait is bounded: connect + registration, each send, the close, and di_kv_recv_wait. */
@@ -69,6 +72,7 @@ typedef struct {
     uint64_t bytes_received;        /* block payload bytes stored */
     uint64_t blocks_received;
     uint64_t refused;               /* registrations refused (identity mismatch, bad message) */
+    int connections;                /* registered senders connected now */
     int rooms_waiting;              /* requests inside di_kv_recv_wait */
     int pinned_blocks;              /* block pins held by rooms now */
 } DiKvRecvStats;
@@ -102,12 +106,17 @@ typedef struct DiKvSend DiKvSend;
 /* Connect to "HOST:PORT" and register; fails (NULL, the error naming the address and the cause:
  * unreachable, refused identity with both identities, no answer by the deadline). */
 DiKvSend *di_kv_send_connect(const char *address, const DiKvIdentity *id, double deadline);
+/* Claim the room for this connection (the room becomes TRANSFERRING). */
+int di_kv_send_begin(DiKvSend *s, uint64_t room, double deadline);
 /* One block (chunked); 0, or -1 with the cause (connection lost, deadline). */
 int di_kv_send_block(DiKvSend *s, uint64_t room, DiKvKey key, const void *data, size_t len, double deadline);
 int di_kv_send_done(DiKvSend *s, uint64_t room, uint32_t n_blocks, double deadline);
 int di_kv_send_abort(DiKvSend *s, uint64_t room, double deadline);
 /* Flush and close (bounded by 2 s), free.  NULL is a no-op. */
 void di_kv_send_close(DiKvSend *s);
+
+/* 0 when `address` is an IPv4 "HOST:PORT", else -1 with the cause. */
+int di_kv_check_address(const char *address);
 
 /* CLOCK_MONOTONIC seconds (the clock of every deadline here). */
 double di_kv_now(void);

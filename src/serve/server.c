@@ -96,6 +96,7 @@ static const Route k_routes[] = {
     {"/metrics", "GET", DI_API_CHAT, di_srv_get_metrics, false},
     {"/openapi.json", "GET", DI_API_CHAT, di_srv_get_openapi, true},
     {"/version", "GET", DI_API_CHAT, di_srv_get_version, true},
+    {"/internal/prefill", "POST", DI_API_CHAT, di_srv_pd_prefill, false},
 };
 
 static bool path_matches(const char *url, const char *path) {
@@ -354,7 +355,8 @@ DiServer *di_server_start(const DiServerConfig *cfg, const DiBackend *backend) {
     srv->backend = *backend;
     srv->id_salt = id_salt();
     pthread_mutex_init(&srv->lock, NULL);
-    if (!(srv->metrics = di_metrics_create()) || !(srv->work = di_work_create(cfg->workers))) goto fail;
+    if (!(srv->metrics = di_metrics_create()) || !(srv->work = di_work_create(cfg->workers)) || di_srv_pd_start(srv) != 0)
+        goto fail;
     srv->daemon = MHD_start_daemon(
         MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, srv,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
@@ -375,6 +377,7 @@ DiServer *di_server_start(const DiServerConfig *cfg, const DiBackend *backend) {
     }
     return srv;
 fail:
+    di_srv_pd_stop(srv);
     di_work_destroy(srv->work);
     di_metrics_free(srv->metrics);
     pthread_mutex_destroy(&srv->lock);
@@ -400,6 +403,7 @@ void di_server_stop(DiServer *srv) {
     if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);
     usleep(100 * 1000); /* let MHD flush the final bytes of resumed connections */
     MHD_stop_daemon(srv->daemon);
+    di_srv_pd_stop(srv);
     di_work_destroy(srv->work);
     di_metrics_free(srv->metrics);
     pthread_mutex_destroy(&srv->lock);

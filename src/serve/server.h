@@ -15,7 +15,13 @@
 #include "recipe/api_buf.h"
 #include "serve/backend.h"
 
+#include <jansson.h>
 #include <stddef.h>
+
+/* The worker's part in prefill/decode disaggregation (issue 24; server_pd.c): both = a whole
+ * server; prefill also serves POST /internal/prefill; decode also listens for KV transfers and
+ * honours X-DI-Room.  Every role serves every client endpoint. */
+typedef enum { DI_ROLE_BOTH = 0, DI_ROLE_PREFILL, DI_ROLE_DECODE } DiServerRole;
 
 typedef struct {
     const char *host;             /* default 127.0.0.1 */
@@ -35,6 +41,9 @@ typedef struct {
      * 0, or -1 with the cause (the scrape then answers 500). */
     int (*extra_metrics)(void *user, DiApiBuf *out);
     void *extra_metrics_user;
+    DiServerRole role;            /* prefill and decode need the backend's KV block cache */
+    const char *transfer_host;    /* decode: the KV transfer listener's IPv4 address (NULL: host) */
+    int transfer_port;            /* decode: its port, 0 = any free one */
 } DiServerConfig;
 
 typedef struct DiServer DiServer;
@@ -43,6 +52,11 @@ void di_server_config_defaults(DiServerConfig *cfg);
 /* Start serving (returns once the socket listens); NULL with an error naming the cause. */
 DiServer *di_server_start(const DiServerConfig *cfg, const DiBackend *backend);
 int di_server_port(const DiServer *srv);
+const char *di_server_role_name(DiServerRole role);
+/* The PD fields of GET /internal/load (the PD contract): role, block_tokens, kv_identity,
+ * transfer ("HOST:PORT" of a decode worker's listener, else null), rooms_waiting and
+ * rooms_pinned_blocks, set on `obj`.  0, or -1 with the cause. */
+int di_server_pd_load(DiServer *srv, json_t *obj);
 /* Graceful stop: refuse new generation requests (503; /health answers 503 too, the listener
  * stays open while draining), let in-flight requests finish for shutdown_grace_s, abort the
  * rest, stop accepting, close everything and free the server. */

@@ -126,6 +126,7 @@ static void on_event(void *user, const DiApiEvent *ev) {
         MHD_resume_connection(x->conn);
     }
     pthread_mutex_unlock(&x->lock);
+    if (finish || event_tokens(ev) > 0) di_srv_pd_release(x); /* admitted (or over): unpin its room */
     if (finish) {
         live_remove(srv, x);
         di_srv_exchange_release(x); /* the backend's reference */
@@ -186,6 +187,9 @@ static int prepare_and_submit(Exchange *x) {
         di_errorf("The server is shutting down");
         return 503;
     }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(x->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    x->fd = ci ? ci->connect_fd : -1;
+    if (x->has_room && di_srv_pd_wait_room(x) != 0) return STATUS_CLIENT_CLOSED;
     DiBackendStats st = {0};
     srv->backend.stats(srv->backend.self, &st);
     if (srv->cfg.max_queue > 0 && st.queued >= srv->cfg.max_queue) {
@@ -196,8 +200,6 @@ static int prepare_and_submit(Exchange *x) {
     snprintf(id, sizeof id, "%s%016llx%08llx", id_prefix(x->protocol), (unsigned long long)srv->id_salt,
              (unsigned long long)atomic_fetch_add(&srv->next_id, 1));
     if (!(x->stream = di_api_stream_create(&x->req, id, (int64_t)time(NULL)))) return 500;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(x->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    x->fd = ci ? ci->connect_fd : -1;
     x->t_submit = di_srv_now();
     x->deadline = srv->cfg.request_timeout_s > 0 ? x->t_submit + srv->cfg.request_timeout_s : 0;
     exchange_retain(x); /* the backend's reference, released at FINISH */
@@ -236,7 +238,9 @@ static void worker_done(Exchange *x, int status, char *reply) {
 
 static void prepare(DiWork *w) {
     Exchange *x = of_work(w);
-    worker_done(x, prepare_and_submit(x), NULL);
+    int status = prepare_and_submit(x);
+    if (status) di_srv_pd_release(x); /* refused after its room's wait: nothing else will */
+    worker_done(x, status, NULL);
 }
 
 static void run_deferred(DiWork *w) {
@@ -270,6 +274,7 @@ enum MHD_Result di_srv_generate(Exchange *x) {
         snprintf(msg, sizeof msg, "Request body too large: the limit is %zu bytes", x->srv->cfg.max_body_bytes);
         return di_srv_send_error(x, 413, msg);
     }
+    if (di_srv_pd_headers(x) != 0) return di_srv_send_error(x, 400, di_error_message());
     return park_on_worker(x, prepare);
 }
 
@@ -355,8 +360,7 @@ enum MHD_Result di_srv_generate_again(Exchange *x) {
 
 /* ---- deadlines and clients gone (the watchdog) ------------------------------------------- */
 
-/* 1 when the peer of a connected socket has closed it (EOF or an error), 0 while it is open. */
-static bool peer_closed(int fd) {
+bool di_srv_peer_closed(int fd) {
     char c;
     ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
@@ -367,7 +371,7 @@ static bool peer_closed(int fd) {
  * cannot have closed the socket. */
 static bool client_left(Exchange *x) {
     pthread_mutex_lock(&x->lock);
-    bool gone = x->suspended && !x->finished && !x->client_gone && x->fd >= 0 && peer_closed(x->fd);
+    bool gone = x->suspended && !x->finished && !x->client_gone && x->fd >= 0 && di_srv_peer_closed(x->fd);
     if (gone) x->client_gone = true;
     pthread_mutex_unlock(&x->lock);
     return gone;

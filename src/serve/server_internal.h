@@ -4,11 +4,14 @@
  *   server_gen.c     generation requests: preparation on the workers, backend events, SSE
  *   server_routes.c  the other endpoints (models, health, metrics, openapi, version, tokenize)
  *   server_work.c    the preparation workers
+ *   server_pd.c      the prefill/decode roles: start-up, the decode side's room wait, PD metrics
+ *   server_prefill.c POST /internal/prefill (prefill role)
  * Threads: one libmicrohttpd thread owns the sockets; the workers parse and submit; the
  * backend's thread emits events; the watchdog enforces deadlines. */
 #ifndef DI_SERVE_SERVER_INTERNAL_H
 #define DI_SERVE_SERVER_INTERNAL_H
 
+#include "serve/kv_transfer.h"
 #include "serve/metrics.h"
 #include "serve/server.h"
 #include "serve/server_work.h"
@@ -36,6 +39,9 @@ struct DiServer {
     atomic_bool watchdog_quit;
     _Atomic uint64_t next_id;
     uint64_t id_salt;              /* random per process: response ids differ across restarts */
+    DiBackendKv kv;                /* prefill / decode roles: the backend's KV block cache */
+    DiKvRecv *recv;                /* decode role: the KV transfer listener */
+    _Atomic uint64_t pd_local_prefills; /* room requests whose transfer failed or came late */
 };
 
 typedef struct Route Route;
@@ -90,6 +96,9 @@ struct Exchange {
     double deadline;
     int fd;                        /* the client's socket (peeked while parked), -1 unknown */
     bool client_gone;              /* the watchdog saw the client close while parked */
+    bool has_room, room_held;      /* decode: X-DI-Room given; its blocks are pinned for us */
+    uint64_t room;
+    double room_deadline_ms;
     Exchange *prev, *next;         /* in srv->live */
 };
 
@@ -111,6 +120,24 @@ enum MHD_Result di_srv_deferred_again(Exchange *x);
 /* Abort the live requests past their deadline or whose parked client left (all: every one).
  * Returns how many are live. */
 int di_srv_abort_live(DiServer *srv, bool all);
+
+/* 1 when the peer of a connected socket has closed it (EOF or an error), 0 while it is open. */
+bool di_srv_peer_closed(int fd);
+
+/* server_pd.c */
+int di_srv_pd_start(DiServer *srv);
+void di_srv_pd_stop(DiServer *srv);
+/* Read X-DI-Room / X-DI-Room-Deadline-Ms (MHD's thread): -1 with the cause when malformed or
+ * when this worker is not a decode worker. */
+int di_srv_pd_headers(Exchange *x);
+/* Wait for the room (a preparation worker); 0 to submit (locally prefilled when the transfer
+ * failed), -1 when the client left meanwhile. */
+int di_srv_pd_wait_room(Exchange *x);
+/* The request was admitted (first token) or ended: unpin the room's blocks. */
+void di_srv_pd_release(Exchange *x);
+int di_srv_pd_metrics(DiServer *srv, DiApiBuf *out);
+/* server_prefill.c: POST /internal/prefill */
+enum MHD_Result di_srv_pd_prefill(Exchange *x);
 
 /* server_routes.c */
 enum MHD_Result di_srv_get_models(Exchange *x);

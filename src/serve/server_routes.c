@@ -42,7 +42,7 @@ enum MHD_Result di_srv_get_metrics(Exchange *x) {
     x->srv->backend.stats(x->srv->backend.self, &st);
     DiApiBuf text = {0};
     const DiServerConfig *cfg = &x->srv->cfg;
-    if (di_metrics_render(x->srv->metrics, &st, &text) != 0 ||
+    if (di_metrics_render(x->srv->metrics, &st, &text) != 0 || di_srv_pd_metrics(x->srv, &text) != 0 ||
         (cfg->extra_metrics && cfg->extra_metrics(cfg->extra_metrics_user, &text) != 0)) {
         di_api_buf_free(&text);
         return di_srv_send_error(x, 500, di_error_message());

@@ -36,6 +36,11 @@ expect "two prompt caches" 2 "two prompt caches; choose one" --kv-cache-ram 1 --
 expect "draft max range" 2 "--draft-max: invalid value '17'" --draft-max 17
 expect "draft schedule choice" 2 "--draft-schedule: invalid value 'sometimes'" --draft-schedule sometimes
 expect "help names the draft flags" 0 "--draft-schedule S" --help
+expect "help names the roles" 0 "--role R" --help
+expect "bad role" 2 "--role: expected prefill, decode or both, got 'gateway'" --role gateway
+expect "transfer port range" 2 "--transfer-port: expected an integer in [0, 65535], got '70000'" --transfer-port 70000
+expect "transfer port needs decode" 2 "configure the KV transfer listener of --role decode" --role prefill --transfer-port 5000
+expect "a role's cache is not the prefix cache" 2 "two prompt caches; choose one" --role decode --prefix-cache on
 expect "missing model directory" 1 "/nonexistent-model-dir" --model /nonexistent-model-dir --port 0
 # The built-in tiny model (fresh, in a temporary cache) comes up, answers /health, and SIGTERM
 # stops it gracefully with exit 0.

@@ -172,6 +172,26 @@ TEST(ram_pool_evicts_least_recently_used_unreferenced_blocks) {
     CHECK_EQ_INT(di_kv_ram_init(&p, 0), -1);
 }
 
+TEST(ram_pool_drop_removes_only_unused_blocks) {
+    DiKvRamPool p;
+    CHECK_EQ_INT(di_kv_ram_init(&p, 300), 0);
+    char buf[100] = {0};
+    for (int i = 1; i <= 3; i++) CHECK_EQ_INT(di_kv_ram_put(&p, K(i), buf, 100), 1);
+    CHECK_EQ_INT(di_kv_ram_pin(&p, K(1)), 0);
+    CHECK_EQ_INT(di_kv_ram_acquire(&p, K(2), NULL, NULL), 1);
+    CHECK_EQ_INT(di_kv_ram_drop(&p, K(1)), 0); /* pinned */
+    CHECK_EQ_INT(di_kv_ram_drop(&p, K(2)), 0); /* referenced */
+    CHECK_EQ_INT(di_kv_ram_drop(&p, K(3)), 1);
+    CHECK_EQ_INT(di_kv_ram_drop(&p, K(3)), 0); /* absent */
+    CHECK(!di_kv_ram_contains(&p, K(3)) && di_kv_ram_contains(&p, K(1)) && di_kv_ram_contains(&p, K(2)));
+    CHECK_EQ_INT(p.bytes, 200);
+    CHECK_EQ_INT(p.evictions, 0);
+    CHECK_EQ_INT(di_kv_ram_put(&p, K(4), buf, 100), 1); /* the dropped block's room is free */
+    CHECK_EQ_INT(di_kv_ram_unpin(&p, K(1)), 0);
+    CHECK_EQ_INT(di_kv_ram_drop(&p, K(1)), 1);
+    di_kv_ram_free(&p);
+}
+
 TEST(ram_pool_release_chain_evicts_deepest_blocks_first) {
     DiKvRamPool p;
     CHECK_EQ_INT(di_kv_ram_init(&p, 400), 0);
@@ -255,6 +275,7 @@ int main(void) {
     RUN_TEST(crc32c_matches_the_standard_check_value);
     RUN_TEST(block_index_agrees_with_a_plain_array);
     RUN_TEST(ram_pool_evicts_least_recently_used_unreferenced_blocks);
+    RUN_TEST(ram_pool_drop_removes_only_unused_blocks);
     RUN_TEST(ram_pool_release_chain_evicts_deepest_blocks_first);
     RUN_TEST(longest_prefix_lookup_a_b_then_a_c_then_a_d);
     return TEST_SUMMARY();

@@ -109,6 +109,8 @@ TEST(blocks_arrive_byte_exact_and_pinned) {
         di_kv_recv_release(p.r, room);
         di_kv_recv_release(p.r, room);
         CHECK_EQ_INT(stat_pinned(p.r), 0);
+        size_t len = 0; /* a complete room's blocks stay cached, unpinned */
+        CHECK_EQ_INT(di_kv_cache_read(p.c, key_of(2), got, BLOCK_BYTES, &len), 1);
     }
     pair_close(&p);
     free(got);
@@ -148,6 +150,8 @@ TEST(abort_mid_room_then_late_messages_are_ignored) {
         CHECK_EQ_INT(stat_pinned(p.r), 1); /* block 10 only, until the waiter lets go */
         di_kv_recv_release(p.r, room);
         CHECK_EQ_INT(stat_pinned(p.r), 0);
+        size_t len = 0; /* an aborted room's blocks are dropped: a fallback prefill starts cold */
+        CHECK_EQ_INT(di_kv_cache_read(p.c, key_of(10), p.blk, BLOCK_BYTES, &len), 0);
         DiKvRecvStats st;
         di_kv_recv_stats(p.r, &st);
         CHECK_EQ_INT(st.rooms[DI_ROOM_ABORTED], 1);
@@ -175,17 +179,24 @@ TEST(lease_expiry_unpins_and_wait_is_bounded) {
     pair_close(&p);
 }
 
-TEST(a_sender_that_goes_away_aborts_its_room) {
+TEST(a_sender_that_goes_away_aborts_its_rooms) {
     Pair p;
     if (pair_open(&p, 0) == 0) {
+        CHECK_EQ_INT(di_kv_send_begin(p.s, 30, in(10)), 0); /* claimed, nothing sent yet */
         CHECK_EQ_INT(di_kv_send_block(p.s, 31, key_of(30), p.blk, BLOCK_BYTES, in(10)), 0);
+        double t0 = di_kv_now();
+        while (di_kv_recv_state(p.r, 30) != DI_ROOM_TRANSFERRING && di_kv_now() < t0 + 5) usleep(10 * 1000);
+        CHECK_EQ_INT(di_kv_recv_state(p.r, 30), DI_ROOM_TRANSFERRING);
         di_kv_send_close(p.s); /* no DONE, no ABORT */
         p.s = NULL;
-        double t0 = di_kv_now();
         CHECK_EQ_INT(di_kv_recv_wait(p.r, 31, t0 + 10, NULL, NULL), DI_ROOM_ABORTED);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 30, t0 + 10, NULL, NULL), DI_ROOM_ABORTED);
         CHECK(di_kv_now() - t0 < 5);
         di_kv_recv_release(p.r, 31);
         CHECK_EQ_INT(stat_pinned(p.r), 0);
+        DiKvRecvStats st;
+        di_kv_recv_stats(p.r, &st);
+        CHECK_EQ_INT(st.connections, 0);
     }
     pair_close(&p);
 }
@@ -232,7 +243,7 @@ int main(void) {
     RUN_TEST(identity_mismatch_is_refused_at_registration);
     RUN_TEST(abort_mid_room_then_late_messages_are_ignored);
     RUN_TEST(lease_expiry_unpins_and_wait_is_bounded);
-    RUN_TEST(a_sender_that_goes_away_aborts_its_room);
+    RUN_TEST(a_sender_that_goes_away_aborts_its_rooms);
     RUN_TEST(sender_to_a_dead_port_fails_fast);
     RUN_TEST(bad_arguments_are_refused);
     return TEST_SUMMARY();

@@ -60,7 +60,15 @@ static void usage(FILE *out) {
             "  --read-timeout S         a request's headers and body must arrive within S seconds of its\n"
             "                           first byte, else the connection is closed; 0 = no limit (default 30)\n"
             "  --workers N              threads that parse and tokenize requests off the HTTP and engine\n"
-            "                           threads (default 2)\n"
+            "                           threads (default 2; 16 with --role prefill or decode, where a worker\n"
+            "                           waits for a room's transfer or runs a prefill and its transfer)\n"
+            "  --role R                 prefill/decode disaggregation: both (default, a whole server), prefill\n"
+            "                           (also serves POST /internal/prefill: prefill a request, send its KV blocks\n"
+            "                           to a decode worker over UCX) or decode (also listens for KV transfers and\n"
+            "                           honours X-DI-Room); prefill and decode need the KV block cache in RAM,\n"
+            "                           1 GB when no --kv-cache-* flag sizes it\n"
+            "  --transfer-host ADDR     decode: IPv4 address of the KV transfer listener (default: --host)\n"
+            "  --transfer-port N        decode: its port, 0 = any free one (default 0; /internal/load reports it)\n"
             "  --max-connections N      concurrent connections (default 2048)\n"
             "  --shutdown-grace S       on SIGTERM, wait S seconds for in-flight requests (default 10)\n"
             "%s"
@@ -104,6 +112,14 @@ static int parse_duration(const char *flag, const char *v, double *out) {
     if (end == v || unit == 0 || !(n > 0) || n * unit > 1e9)
         return di_errorf("%s: expected a duration such as 3600, 90m, 24h or 7d, got '%s'", flag, v);
     *out = n * unit;
+    return 0;
+}
+
+static int parse_role(const char *v, DiServerRole *out) {
+    if (strcmp(v, "both") == 0) *out = DI_ROLE_BOTH;
+    else if (strcmp(v, "prefill") == 0) *out = DI_ROLE_PREFILL;
+    else if (strcmp(v, "decode") == 0) *out = DI_ROLE_DECODE;
+    else return di_errorf("--role: expected prefill, decode or both, got '%s'", v);
     return 0;
 }
 
@@ -190,6 +206,7 @@ int cmd_serve(int argc, char **argv) {
     const char *served_name = "DeepSeek-V4.1-Flash";
     long context_limit = 1L << 20; /* V4.1-Flash contexts up to 1M tokens (serving.md §3) */
     EngineFlags ef = {.prefix_cache = true, .draft = CLI_DRAFT_DEFAULTS, .eplb = CLI_EPLB_DEFAULTS};
+    bool workers_given = false;
     const char *env_key = di_env_api_key();
     if (env_key) cfg.api_key = env_key;
     for (int i = 1; i < argc; i++) {
@@ -229,7 +246,10 @@ int cmd_serve(int argc, char **argv) {
         else if (strcmp(a, "--shutdown-grace") == 0) rc = parse_seconds(a, v, &cfg.shutdown_grace_s);
         else if (strcmp(a, "--idle-timeout") == 0) rc = parse_long(a, v, 0, 86400, &n), cfg.idle_timeout_s = (unsigned)n;
         else if (strcmp(a, "--read-timeout") == 0) rc = parse_seconds(a, v, &cfg.read_timeout_s);
-        else if (strcmp(a, "--workers") == 0) rc = parse_long(a, v, 1, 64, &n), cfg.workers = (int)n;
+        else if (strcmp(a, "--workers") == 0) rc = parse_long(a, v, 1, 64, &n), cfg.workers = (int)n, workers_given = true;
+        else if (strcmp(a, "--role") == 0) rc = parse_role(v, &cfg.role);
+        else if (strcmp(a, "--transfer-host") == 0) cfg.transfer_host = v;
+        else if (strcmp(a, "--transfer-port") == 0) rc = parse_long(a, v, 0, 65535, &n), cfg.transfer_port = (int)n;
         else if (cli_draft_flag(a, v, &ef.draft, &bad) || cli_eplb_flag(a, v, &ef.eplb, &bad))
             rc = bad ? di_errorf("%s: invalid value '%s'", a, v) : 0;
         else {
@@ -241,6 +261,15 @@ int cmd_serve(int argc, char **argv) {
             fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
             return 2;
         }
+    }
+    if (cfg.role != DI_ROLE_DECODE && (cfg.transfer_host || cfg.transfer_port)) {
+        fprintf(stderr, "deepinfer serve: --transfer-host and --transfer-port configure the KV transfer listener "
+                        "of --role decode\n");
+        return 2;
+    }
+    if (cfg.role != DI_ROLE_BOTH) { /* a PD worker moves KV through the block cache */
+        if (!kv_cache_flags(&ef)) ef.kv_ram_gb = 1;
+        if (!workers_given) cfg.workers = 16;
     }
     if (kv_cache_flags(&ef) && ef.prefix_cache_given && ef.prefix_cache) {
         fprintf(stderr, "deepinfer serve: --prefix-cache on and the --kv-cache-* block cache are two prompt caches; "
@@ -277,8 +306,8 @@ int cmd_serve(int argc, char **argv) {
         cli_eplb_stop(&ef.eplb);
         return 1;
     }
-    fprintf(stderr, "deepinfer serve: listening on http://%s:%d (model %s)\n", cfg.host, di_server_port(srv),
-            backend.model_name);
+    fprintf(stderr, "deepinfer serve: listening on http://%s:%d (model %s, role %s)\n", cfg.host, di_server_port(srv),
+            backend.model_name, di_server_role_name(cfg.role));
     int sig = 0;
     sigwait(&set, &sig);
     fprintf(stderr, "deepinfer serve: %s, shutting down (grace %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",

@@ -171,21 +171,18 @@ int di_kv_cache_store(DiKvCache *c, DiKvKey key, const void *data, size_t len) {
     return 0;
 }
 
-int di_kv_cache_pin(DiKvCache *c, DiKvKey key) {
+/* One RAM-pool operation on a key, under the lock. */
+static int on_ram(DiKvCache *c, DiKvKey key, int (*op)(DiKvRamPool *p, DiKvKey key)) {
     if (!c) return di_errorf("kv cache: no cache");
     pthread_mutex_lock(&c->mu);
-    int rc = di_kv_ram_pin(&c->ram, key);
+    int rc = op(&c->ram, key);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
 
-int di_kv_cache_unpin(DiKvCache *c, DiKvKey key) {
-    if (!c) return di_errorf("kv cache: no cache");
-    pthread_mutex_lock(&c->mu);
-    int rc = di_kv_ram_unpin(&c->ram, key);
-    pthread_mutex_unlock(&c->mu);
-    return rc;
-}
+int di_kv_cache_pin(DiKvCache *c, DiKvKey key) { return on_ram(c, key, di_kv_ram_pin); }
+int di_kv_cache_unpin(DiKvCache *c, DiKvKey key) { return on_ram(c, key, di_kv_ram_unpin); }
+int di_kv_cache_drop(DiKvCache *c, DiKvKey key) { return on_ram(c, key, di_kv_ram_drop); }
 
 int di_kv_cache_refresh(DiKvCache *c) {
     if (!c) return di_errorf("kv cache: no cache");

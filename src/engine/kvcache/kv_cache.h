@@ -63,6 +63,10 @@ int di_kv_cache_store(DiKvCache *c, DiKvKey key, const void *data, size_t len);
 /* A pinned block stays in L2 (system prompts).  -1 when the block is not in L2. */
 int di_kv_cache_pin(DiKvCache *c, DiKvKey key);
 int di_kv_cache_unpin(DiKvCache *c, DiKvKey key);
+/* Forget a block of L2 that nobody references or pins (a PD transfer that was aborted: its
+ * blocks must not turn the fallback prefill into a partial hit); L3 keeps its copy.  1 dropped,
+ * 0 absent or in use. */
+int di_kv_cache_drop(DiKvCache *c, DiKvKey key);
 /* See what other processes wrote to (or removed from) the directory; apply TTL and cap. */
 int di_kv_cache_refresh(DiKvCache *c);
 /* Wait for queued writes and loads (tests, shutdown). */

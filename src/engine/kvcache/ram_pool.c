@@ -151,6 +151,13 @@ int di_kv_ram_unpin(DiKvRamPool *p, DiKvKey key) {
     return 0;
 }
 
+int di_kv_ram_drop(DiKvRamPool *p, DiKvKey key) {
+    uint32_t i = p && p->e ? find(p, key) : 0;
+    if (!i || !on_lru(&p->e[i])) return 0;
+    drop_entry(p, i);
+    return 1;
+}
+
 int di_kv_ram_contains(const DiKvRamPool *p, DiKvKey key) { return p && p->e && find(p, key) != 0; }
 
 void di_kv_ram_touch(DiKvRamPool *p, DiKvKey key) {

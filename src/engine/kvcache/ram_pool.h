@@ -46,6 +46,8 @@ int di_kv_ram_release_chain(DiKvRamPool *p, const DiKvKey *keys, int n);
 /* Pins are counted; a pinned block is never evicted. */
 int di_kv_ram_pin(DiKvRamPool *p, DiKvKey key);
 int di_kv_ram_unpin(DiKvRamPool *p, DiKvKey key);
+/* Remove a block nobody references or pins: 1 removed, 0 absent or in use. */
+int di_kv_ram_drop(DiKvRamPool *p, DiKvKey key);
 /* Present?  Touches nothing. */
 int di_kv_ram_contains(const DiKvRamPool *p, DiKvKey key);
 /* Move an unreferenced block to the hot end (a lookup hit). */

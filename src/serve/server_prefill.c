@@ -1,0 +1,262 @@
+/* server_prefill.c — POST /internal/prefill of a prefill worker (the PD contract of issue 24).
+ *
+ * Body: {"room": "<u64>", "decode": "HOST:PORT", "path": "/v1/chat/completions" | ...,
+ *        "body": <the client's request>, "deadline_ms": n (default 30000)}.
+ * On a preparation worker: parse the client's request as its own endpoint would, connect to the
+ * decode worker's transfer listener (registration checks the KV identity before any work), run
+ * the request through the engine with one output token (the prefill; the engine's block cache
+ * captures every full block of the prompt, and a prefix it already holds is restored, not
+ * recomputed), then read the prompt's full blocks from the cache by key and send them, then
+ * DONE.  Any failure after connecting sends ABORT(room); so does a client that leaves (the
+ * prefill is aborted too).  Reply: {"room", "prompt_tokens", "blocks", "bytes", "cached_blocks",
+ * "prefill_s", "transfer_s"}, or an OpenAI-style error.
+ *
+ * Departures from serving.md §5.2 (first cut): blocks are sent after the prefill, not streamed
+ * per layer group while it runs, and the first sampled token is not sent: the decode worker
+ * recomputes the tail (< one block) and samples it itself, which gives the same output because
+ * the engine is exact and batch-invariant. */
+#include "serve/server_internal.h"
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/mem.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_DEADLINE_MS 30000
+
+/* The engine's answer to the one-token run, shared with the backend's thread until FINISH. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    bool finished;
+    DiApiFinish finish;
+    int http_status;
+    char error[512];
+    int64_t cache_hit_tokens;
+} Run;
+
+static void run_unref(Run *r) {
+    pthread_mutex_lock(&r->mu);
+    int left = --r->refs;
+    pthread_mutex_unlock(&r->mu);
+    if (left) return;
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+static void on_run_event(void *user, const DiApiEvent *ev) {
+    Run *r = user;
+    if (ev->kind != DI_API_EV_FINISH) return;
+    pthread_mutex_lock(&r->mu);
+    r->finished = true;
+    r->finish = ev->finish;
+    r->http_status = ev->http_status;
+    r->cache_hit_tokens = ev->cache_hit_tokens;
+    if (ev->finish == DI_API_FINISH_ERROR) snprintf(r->error, sizeof r->error, "%.*s", (int)ev->len, ev->text ? ev->text : "");
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    run_unref(r);
+}
+
+/* What one /internal/prefill call works on. */
+typedef struct {
+    uint64_t room;
+    const char *decode;
+    DiApiProtocol protocol;
+    double deadline;      /* di_kv_now() clock */
+    DiApiRequest req;
+    bool have_req;
+    int32_t *ids;
+    size_t n_ids;
+    DiKvSend *send;
+    int64_t cache_hit_tokens;
+    int blocks;
+    uint64_t bytes;
+} Prefill;
+
+static int refuse(int status, const char *msg) {
+    di_errorf("%s", msg);
+    return status;
+}
+
+static int protocol_of(const char *path, DiApiProtocol *p) {
+    static const struct {
+        const char *path;
+        DiApiProtocol protocol;
+    } k[] = {{"/v1/chat/completions", DI_API_CHAT},
+             {"/v1/completions", DI_API_COMPLETIONS},
+             {"/v1/messages", DI_API_MESSAGES},
+             {"/v1/responses", DI_API_RESPONSES}};
+    for (size_t i = 0; path && i < sizeof k / sizeof k[0]; i++)
+        if (strcmp(path, k[i].path) == 0) {
+            *p = k[i].protocol;
+            return 0;
+        }
+    return -1;
+}
+
+/* The envelope's fields; the client's request parsed as its endpoint would.  0 or a status. */
+static int parse_envelope(Exchange *x, json_t *env, Prefill *p) {
+    static const char *const known[] = {"room", "decode", "path", "body", "deadline_ms", NULL};
+    const char *key;
+    json_t *v;
+    json_object_foreach(env, key, v) {
+        size_t i = 0;
+        while (known[i] && strcmp(known[i], key) != 0) i++;
+        if (!known[i]) return di_errorf("Unsupported field '%.100s' for /internal/prefill", key), 400;
+    }
+    const char *room = json_string_value(json_object_get(env, "room"));
+    char *end = NULL;
+    if (!room || *room < '0' || *room > '9' || (p->room = strtoull(room, &end, 10), *end))
+        return refuse(400, "Invalid room: expected a u64 as a decimal string");
+    if (!(p->decode = json_string_value(json_object_get(env, "decode"))) || di_kv_check_address(p->decode) != 0)
+        return refuse(400, "Invalid decode: expected the decode worker's transfer address, an IPv4 HOST:PORT");
+    if (protocol_of(json_string_value(json_object_get(env, "path")), &p->protocol) != 0)
+        return refuse(400, "Invalid path: expected /v1/chat/completions, /v1/completions, /v1/messages or /v1/responses");
+    json_t *dl = json_object_get(env, "deadline_ms");
+    if (dl && (!json_is_integer(dl) || json_integer_value(dl) < 1 || json_integer_value(dl) > 3600000))
+        return refuse(400, "Invalid deadline_ms: expected an integer in 1..3600000");
+    p->deadline = di_kv_now() + (dl ? (double)json_integer_value(dl) : DEFAULT_DEADLINE_MS) / 1000.0;
+    json_t *body = json_object_get(env, "body");
+    if (!json_is_object(body)) return refuse(400, "Invalid body: expected the client's request object");
+    char *text = json_dumps(body, JSON_COMPACT);
+    if (!text) return refuse(500, "out of memory");
+    int status = 400;
+    int rc = di_api_request_parse(p->protocol, text, strlen(text), &p->req, &status);
+    free(text);
+    if (rc != 0) return status;
+    p->have_req = true;
+    const char *served = x->srv->backend.model_name;
+    if (!p->req.model || strcmp(p->req.model, served) != 0)
+        return di_errorf("The model '%.200s' does not exist; this server serves '%s'", p->req.model ? p->req.model : "",
+                         served), 404;
+    return 0;
+}
+
+/* Run the prefill: the request with one output token.  0, or a status with the cause. */
+static int run_prefill(Exchange *x, Prefill *p) {
+    DiServer *srv = x->srv;
+    Run *r = di_calloc(1, sizeof *r, "prefill run");
+    if (!r) return 500;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->refs = 2; /* this worker and the backend (until FINISH) */
+    p->req.max_tokens = 1;
+    p->req.stream = false;
+    uint64_t id = 0;
+    int status = 500;
+    if (srv->backend.submit(srv->backend.self, &p->req, on_run_event, r, &id, &status) != 0) {
+        r->refs = 1;
+        run_unref(r);
+        return status;
+    }
+    bool aborted = false;
+    pthread_mutex_lock(&r->mu);
+    while (!r->finished) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        if (!aborted && !r->finished && (di_kv_now() > p->deadline || di_srv_peer_closed(x->fd))) {
+            aborted = true; /* FINISH(ABORT) comes within a step */
+            pthread_mutex_unlock(&r->mu);
+            srv->backend.abort(srv->backend.self, id);
+            pthread_mutex_lock(&r->mu);
+        }
+    }
+    DiApiFinish finish = r->finish;
+    int http = r->http_status;
+    p->cache_hit_tokens = r->cache_hit_tokens;
+    char err[sizeof r->error];
+    snprintf(err, sizeof err, "%s", r->error);
+    pthread_mutex_unlock(&r->mu);
+    run_unref(r);
+    if (finish == DI_API_FINISH_ERROR) return refuse(http ? http : 500, err);
+    if (finish == DI_API_FINISH_ABORT)
+        return refuse(aborted && di_srv_peer_closed(x->fd) ? 499 : 504, "the prefill was aborted (deadline or client gone)");
+    return 0;
+}
+
+/* Send the prompt's full blocks that the cache holds (a leading run), then DONE. */
+static int send_blocks(DiServer *srv, Prefill *p) {
+    const DiBackendKv *kv = &srv->kv;
+    int status = 500;
+    if (srv->backend.tokenize(srv->backend.self, &p->req, true, &p->ids, &p->n_ids, &status) != 0) return status;
+    DiKvKeyCtx ctx;
+    int n = (int)(p->n_ids / (size_t)kv->block_tokens);
+    DiKvKey *keys = n ? di_calloc((size_t)n, sizeof *keys, "prefill block keys") : NULL;
+    uint8_t *buf = di_malloc(kv->block_bytes, "prefill block");
+    int rc = 0;
+    if ((n && !keys) || !buf ||
+        di_kv_key_ctx_init(&ctx, kv->fingerprint, kv->block_tokens, p->req.cache_salt,
+                           p->req.cache_salt ? strlen(p->req.cache_salt) : 0) != 0 ||
+        di_kv_keys_for_tokens(&ctx, p->ids, (int64_t)p->n_ids, keys, n) != n)
+        rc = 500;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        size_t len = 0;
+        if (di_kv_cache_read(kv->cache, keys[i], buf, kv->block_bytes, &len) != 1 || len != kv->block_bytes) break;
+        if (di_kv_send_block(p->send, p->room, keys[i], buf, len, p->deadline) != 0) rc = 502;
+        else p->blocks++, p->bytes += len;
+    }
+    if (rc == 0 && p->blocks < n)
+        DI_INFO("room %" PRIu64 ": %d of the prompt's %d blocks were in the cache to send", p->room, p->blocks, n);
+    if (rc == 0 && di_kv_send_done(p->send, p->room, (uint32_t)p->blocks, p->deadline) != 0) rc = 502;
+    free(keys);
+    free(buf);
+    return rc;
+}
+
+static json_t *reply_of(const Prefill *p, double prefill_s, double transfer_s, int block_tokens) {
+    char room[24];
+    snprintf(room, sizeof room, "%" PRIu64, p->room);
+    return json_pack("{s:s, s:I, s:i, s:I, s:I, s:f, s:f}", "room", room, "prompt_tokens", (json_int_t)p->n_ids,
+                     "blocks", p->blocks, "bytes", (json_int_t)p->bytes, "cached_blocks",
+                     (json_int_t)(p->cache_hit_tokens / block_tokens), "prefill_s", prefill_s, "transfer_s", transfer_s);
+}
+
+static int prefill_handler(Exchange *x, json_t **reply) {
+    DiServer *srv = x->srv;
+    Prefill p = {0};
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(x->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    x->fd = ci ? ci->connect_fd : -1;
+    json_error_t jerr;
+    json_t *env = json_loadb(x->body.data ? x->body.data : "", x->body.len, 0, &jerr);
+    int status = !json_is_object(env) ? refuse(400, "Invalid request body: expected a JSON object") : parse_envelope(x, env, &p);
+    DiKvIdentity id = {.fingerprint = srv->kv.fingerprint, .block_tokens = srv->kv.block_tokens,
+                       .block_bytes = srv->kv.block_bytes};
+    double t0 = di_kv_now(), t1 = t0;
+    if (status == 0 && (!(p.send = di_kv_send_connect(p.decode, &id, p.deadline)) ||
+                        di_kv_send_begin(p.send, p.room, p.deadline) != 0))
+        status = 502;
+    if (status == 0 && (status = run_prefill(x, &p)) == 0) {
+        t1 = di_kv_now();
+        status = send_blocks(srv, &p);
+    }
+    if (status == 0 && !(*reply = reply_of(&p, t1 - t0, di_kv_now() - t1, srv->kv.block_tokens))) status = refuse(500, "out of memory");
+    if (status != 0 && p.send) {
+        char why[DI_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", di_error_message());
+        if (di_kv_send_abort(p.send, p.room, di_kv_now() + 2) != 0) DI_WARN("room %" PRIu64 ": %s", p.room, di_error_message());
+        di_errorf("%s", why);
+    }
+    di_kv_send_close(p.send);
+    if (p.have_req) di_api_request_free(&p.req);
+    free(p.ids);
+    json_decref(env);
+    return status ? status : 200;
+}
+
+enum MHD_Result di_srv_pd_prefill(Exchange *x) {
+    if (x->srv->cfg.role != DI_ROLE_PREFILL)
+        return di_srv_send_error(x, 404, x->srv->cfg.role == DI_ROLE_DECODE
+                                             ? "/internal/prefill is served by --role prefill workers; this one is decode"
+                                             : "/internal/prefill is served by --role prefill workers; this one is both");
+    return di_srv_defer(x, prefill_handler);
+}

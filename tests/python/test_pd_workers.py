@@ -1,0 +1,244 @@
+"""Prefill/decode workers (issue 24, the PD contract): `deepinfer serve --role prefill` and
+`--role decode` on the built-in tiny model, on loopback, driven by the test as the gateway would
+drive them: POST /internal/prefill to the prefill worker and, concurrently, the client's request
+with X-DI-Room to the decode worker.
+
+The reference is a single `deepinfer serve` (role both) with the same KV block cache.  A
+block-cache hit restores whole blocks and replays the last window positions (engine-features.md
+§2.4), which is not always bit-identical to a cold prefill of the same prompt (its replay
+approximates the window state), so a decode worker that imported the prompt's blocks is compared
+with the single server's answer on a hit of the same blocks (its second request), and a decode
+worker that fell back to a local prefill with the single server's cold answer (its first)."""
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from server_fixture import MODEL, Serve, engine_idle, post_json, wait_until  # noqa: E402
+
+BLOCK = 256  # the engine's default block; the roles' default RAM cache uses it
+FILLER = "the quick brown fox jumps over the lazy dog "
+
+
+def transfer_address(srv):
+    m = re.search(r"kv transfer: listening on (\S+)", open(srv.log_path).read())
+    assert m, open(srv.log_path).read()
+    return m.group(1)
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory):
+    started = []
+
+    def start(name, *args):
+        s = Serve(str(tmp_path_factory.mktemp(name)), *args)
+        started.append(s)
+        return s
+
+    try:
+        ref = start("ref", "--kv-cache-ram", 1)
+        pre = start("prefill", "--role", "prefill")
+        dec = start("decode", "--role", "decode")
+        yield {"ref": ref, "pre": pre, "dec": dec, "start": start}
+    finally:
+        for s in started:
+            if s.proc.poll() is None:
+                s.stop()
+            else:
+                s.log.close()
+
+
+def envelope(room, dec, path, body, deadline_ms=20000):
+    return {"room": str(room), "decode": transfer_address(dec), "path": path, "body": body,
+            "deadline_ms": deadline_ms}
+
+
+def post_with_headers(srv, path, body, headers, timeout=60):
+    import urllib.error
+    import urllib.request
+    req = urllib.request.Request(srv.url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def pd_request(pre, dec, room, path, body, deadline_ms=20000):
+    """The gateway's two requests, concurrently: (prefill answer, decode answer)."""
+    out = {}
+    t = threading.Thread(target=lambda: out.update(p=post_json(pre, "/internal/prefill",
+                                                               envelope(room, dec, path, body, deadline_ms))))
+    t.start()
+    d = post_with_headers(dec, path, body, {"X-DI-Room": str(room), "X-DI-Room-Deadline-Ms": str(deadline_ms)})
+    t.join(timeout=60)
+    return out.get("p"), d
+
+
+def text_of(path, answer):
+    c = answer["choices"][0]
+    return c["text"] if path == "/v1/completions" else (c["message"].get("reasoning_content"), c["message"]["content"])
+
+
+def hit_tokens(m):
+    return m.get('deepinfer_kv_cache_hit_tokens_total{tier="ram"}', 0)  # rendered once the engine reported
+
+
+CASES = [
+    ("/v1/completions", {"prompt": "Greedy. " + FILLER * 30, "max_tokens": 16, "temperature": 0}),
+    ("/v1/completions", {"prompt": "Seeded. " + FILLER * 27, "max_tokens": 16, "temperature": 0.9, "seed": 7}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Chat. " + FILLER * 28}], "max_tokens": 16,
+                              "seed": 11}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_decode_with_transferred_blocks_matches_a_single_server(workers, case):
+    ref, pre, dec = workers["ref"], workers["pre"], workers["dec"]
+    path, body = CASES[case]
+    body = dict(body, model=MODEL)
+    before = dec.metrics()
+    p, d = pd_request(pre, dec, 100 + case, path, body)
+    assert p[0] == 200, p
+    assert d[0] == 200, d
+    n_blocks = p[1]["prompt_tokens"] // BLOCK
+    assert n_blocks >= 3 and p[1]["blocks"] == n_blocks and p[1]["bytes"] > 0
+    assert p[1]["room"] == str(100 + case)
+    cached = d[1]["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached == min(n_blocks, (p[1]["prompt_tokens"] - 1) // BLOCK) * BLOCK
+    after = dec.metrics()
+    assert after['deepinfer_pd_rooms_total{state="done"}'] == before['deepinfer_pd_rooms_total{state="done"}'] + 1
+    assert after["deepinfer_pd_local_prefills_total"] == before["deepinfer_pd_local_prefills_total"]
+    assert after["deepinfer_pd_bytes_received_total"] == before["deepinfer_pd_bytes_received_total"] + p[1]["bytes"]
+    assert hit_tokens(after) == hit_tokens(before) + cached  # the blocks came from the transfer
+    assert wait_until(lambda: dec.metrics()["deepinfer_pd_pinned_blocks"] == 0)
+    # the single server: a cold run stores the prompt's blocks, the second run hits them
+    s1, cold = post_json(ref, path, body)
+    s2, warm = post_json(ref, path, body)
+    assert s1 == 200 and s2 == 200
+    assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] == cached
+    assert text_of(path, d[1]) == text_of(path, warm)
+
+
+def test_prefill_killed_mid_transfer_decode_prefills_locally(workers):
+    ref, dec = workers["ref"], workers["dec"]
+    victim = workers["start"]("victim", "--role", "prefill")
+    path = "/v1/completions"
+    body = {"model": MODEL, "prompt": "Killed. " + FILLER * 110, "max_tokens": 12, "temperature": 0}
+    s, cold = post_json(ref, path, body)  # the single server's cold answer, before any hit
+    assert s == 200
+    before = dec.metrics()
+    out = {}
+
+    def prefill():
+        try:
+            out["p"] = post_json(victim, "/internal/prefill", envelope(777, dec, path, body), timeout=30)
+        except OSError as e:  # killed: no answer
+            out["p"] = e
+
+    def kill_when_connected():  # the victim registered with the decode worker and is prefilling
+        wait_until(lambda: dec.metrics()["deepinfer_pd_transfer_connections"] == 1, timeout=10)
+        out["killed"] = time.time()
+        os.kill(victim.proc.pid, signal.SIGKILL)
+
+    t = threading.Thread(target=prefill, daemon=True)
+    t.start()
+    killer = threading.Thread(target=kill_when_connected)
+    killer.start()
+    d = post_with_headers(dec, path, body, {"X-DI-Room": "777", "X-DI-Room-Deadline-Ms": "30000"})
+    killer.join()
+    assert d[0] == 200, d
+    assert time.time() - out["killed"] < 15  # the broken connection aborted the room, not the 30 s deadline
+    assert victim.proc.wait(timeout=10) == -signal.SIGKILL
+    t.join(timeout=10)
+    assert isinstance(out["p"], OSError)  # it died before answering
+    after = dec.metrics()
+    assert after["deepinfer_pd_local_prefills_total"] == before["deepinfer_pd_local_prefills_total"] + 1
+    assert after['deepinfer_pd_rooms_total{state="done"}'] == before['deepinfer_pd_rooms_total{state="done"}']
+    assert after['deepinfer_pd_rooms_total{state="aborted"}'] == before['deepinfer_pd_rooms_total{state="aborted"}'] + 1
+    assert wait_until(lambda: dec.metrics()["deepinfer_pd_transfer_connections"] == 0)
+    assert d[1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # partial blocks were dropped
+    assert d[1]["choices"][0]["text"] == cold["choices"][0]["text"]
+    assert wait_until(lambda: dec.metrics()["deepinfer_pd_pinned_blocks"] == 0)
+
+
+def raw_post(srv, path, body, headers):
+    """Send a POST and return the open socket (the test closes it: a client that leaves)."""
+    data = json.dumps(body).encode()
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{head}"
+                 f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return sock
+
+
+def test_client_leaving_the_decode_frees_the_room(workers):
+    pre, dec = workers["pre"], workers["dec"]
+    path = "/v1/completions"
+    body = {"model": MODEL, "prompt": "Leaving. " + FILLER * 30, "max_tokens": 8, "temperature": 0}
+    before = dec.metrics()
+    sock = raw_post(dec, path, body, {"X-DI-Room": "4242", "X-DI-Room-Deadline-Ms": "30000"})
+    assert wait_until(lambda: dec.metrics()["deepinfer_pd_rooms_waiting"] == 1)
+    sock.close()
+    t0 = time.time()
+    assert wait_until(lambda: dec.metrics()["deepinfer_pd_rooms_waiting"] == 0, timeout=5)
+    assert time.time() - t0 < 2  # noticed at the next 50 ms poll, not at the 30 s deadline
+    # the prefill for the abandoned room arrives late: its blocks are not kept
+    s, p = post_json(pre, "/internal/prefill", envelope(4242, dec, path, body))
+    assert s == 200 and p["blocks"] >= 3
+    time.sleep(0.3)
+    m = dec.metrics()
+    assert m["deepinfer_pd_pinned_blocks"] == 0
+    assert m["deepinfer_pd_bytes_received_total"] == before["deepinfer_pd_bytes_received_total"]
+    assert m['deepinfer_pd_rooms_total{state="aborted"}'] == before['deepinfer_pd_rooms_total{state="aborted"}'] + 1
+    assert wait_until(lambda: engine_idle(dec.metrics))
+
+
+def test_client_leaving_the_prefill_aborts_the_room(workers):
+    pre, dec = workers["pre"], workers["dec"]
+    path = "/v1/completions"
+    body = {"model": MODEL, "prompt": "Prefill client leaves. " + FILLER * 110, "max_tokens": 4, "temperature": 0}
+    before = dec.metrics()
+    out = {}
+    t = threading.Thread(target=lambda: out.update(
+        d=post_with_headers(dec, path, body, {"X-DI-Room": "5151", "X-DI-Room-Deadline-Ms": "30000"})))
+    t.start()
+    sock = raw_post(pre, "/internal/prefill", envelope(5151, dec, path, body, 30000), {})
+    time.sleep(0.5)
+    sock.close()  # the prefill is aborted and ABORT(room) reaches the decode worker
+    t.join(timeout=40)
+    assert out["d"][0] == 200, out
+    m = dec.metrics()
+    assert m['deepinfer_pd_rooms_total{state="aborted"}'] == before['deepinfer_pd_rooms_total{state="aborted"}'] + 1
+    assert m["deepinfer_pd_local_prefills_total"] == before["deepinfer_pd_local_prefills_total"] + 1
+    assert wait_until(lambda: engine_idle(pre.metrics), timeout=10)  # the prefill's request was aborted
+    assert wait_until(lambda: dec.metrics()["deepinfer_pd_pinned_blocks"] == 0)
+
+
+def test_bad_envelopes_and_headers_are_refused(workers):
+    pre, dec, ref = workers["pre"], workers["dec"], workers["ref"]
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 1}
+    s, e = post_json(pre, "/internal/prefill", {"room": "1", "decode": "nowhere", "path": "/v1/completions",
+                                                 "body": body})
+    assert s == 400 and "HOST:PORT" in e["error"]["message"]
+    s, e = post_json(pre, "/internal/prefill", {"room": "1", "decode": "127.0.0.1:1", "path": "/v1/completions",
+                                                 "body": body})
+    assert s == 502 and "127.0.0.1:1" in e["error"]["message"]  # nobody listens there
+    s, e = post_json(pre, "/internal/prefill", {"room": "-1", "decode": "127.0.0.1:1", "path": "/v1/x", "body": body})
+    assert s == 400 and "room" in e["error"]["message"]
+    s, e = post_json(pre, "/internal/prefill", dict(envelope(1, dec, "/v1/completions", body), extra=1))
+    assert s == 400 and "extra" in e["error"]["message"]
+    s, e = post_json(dec, "/internal/prefill", envelope(1, dec, "/v1/completions", body))
+    assert s == 404 and "--role prefill" in e["error"]["message"]
+    s, e = post_with_headers(dec, "/v1/completions", body, {"X-DI-Room": "abc"})
+    assert s == 400 and "X-DI-Room" in e["error"]["message"]
+    s, e = post_with_headers(ref, "/v1/completions", body, {"X-DI-Room": "5"})
+    assert s == 400 and "--role decode" in e["error"]["message"]
