@@ -235,7 +235,9 @@ static ucs_status_t on_register(void *arg, const void *header, size_t header_len
     DiKvRecv *r = arg;
     Conn *c = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && param->reply_ep ? conn_of(r, param->reply_ep) : NULL;
     if (!c) return UCS_OK;
-    const RegMsg *m = header;
+    RegMsg msg = {0}; /* UCX's header bytes need not be aligned */
+    if (header_length == sizeof msg) memcpy(&msg, header, sizeof msg);
+    const RegMsg *m = &msg;
     const DiKvIdentity *id = &r->o.identity;
     char mine[120], theirs[120];
     describe(mine, sizeof mine, id->fingerprint.lo, id->fingerprint.hi, id->block_tokens, id->block_bytes);

@@ -361,6 +361,7 @@ enum MHD_Result di_srv_generate_again(Exchange *x) {
 /* ---- deadlines and clients gone (the watchdog) ------------------------------------------- */
 
 bool di_srv_peer_closed(int fd) {
+    if (fd < 0) return false; /* unknown: only a seen close counts */
     char c;
     ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);

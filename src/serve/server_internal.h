@@ -121,7 +121,8 @@ enum MHD_Result di_srv_deferred_again(Exchange *x);
  * Returns how many are live. */
 int di_srv_abort_live(DiServer *srv, bool all);
 
-/* 1 when the peer of a connected socket has closed it (EOF or an error), 0 while it is open. */
+/* 1 when the peer of a connected socket has closed it (EOF or an error), 0 while it is open
+ * (or fd < 0: unknown). */
 bool di_srv_peer_closed(int fd);
 
 /* server_pd.c */

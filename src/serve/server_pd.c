@@ -3,7 +3,8 @@
  * fields.  The prefill side's POST /internal/prefill is server_prefill.c.
  *
  * Decode: a client request carrying `X-DI-Room: <u64>` waits (on its preparation worker,
- * bounded by `X-DI-Room-Deadline-Ms`, default 30000, and abandoned at once if its client leaves)
+ * bounded by `X-DI-Room-Deadline-Ms`, default 30000, and abandoned at once if its client leaves
+ * or the server stops)
  * until the room's transfer is DONE, ABORTED or EXPIRED, then is submitted as usual: the
  * engine's block-cache lookup finds the received blocks (pinned, so nothing evicts them) and
  * recomputes only the tail.  After anything but DONE the request prefills locally (counted in
@@ -94,22 +95,25 @@ int di_srv_pd_headers(Exchange *x) {
     return 0;
 }
 
-static bool client_gone(void *arg) { return di_srv_peer_closed(*(int *)arg); }
+/* The wait ends early when the client leaves or the server stops. */
+static bool give_up(void *arg) {
+    Exchange *x = arg;
+    return atomic_load(&x->srv->stopping) || di_srv_peer_closed(x->fd);
+}
 
 int di_srv_pd_wait_room(Exchange *x) {
     DiServer *srv = x->srv;
-    int fd = x->fd;
     double deadline = di_kv_now() + x->room_deadline_ms / 1000.0;
-    DiRoomState s = di_kv_recv_wait(srv->recv, x->room, deadline, fd >= 0 ? client_gone : NULL, &fd);
+    DiRoomState s = di_kv_recv_wait(srv->recv, x->room, deadline, give_up, x);
     if (s == DI_ROOM_DONE) {
         x->room_held = true;
         return 0;
     }
     di_kv_recv_release(srv->recv, x->room); /* late blocks of this room are ignored */
-    if (fd >= 0 && di_srv_peer_closed(fd)) return di_errorf("the client left while its KV transfer was awaited");
+    if (di_srv_peer_closed(x->fd)) return di_errorf("the client left while its KV transfer was awaited");
     atomic_fetch_add(&srv->pd_local_prefills, 1);
     DI_INFO("room %" PRIu64 ": the KV transfer ended %s; prefilling locally", x->room,
-            s == DI_ROOM_NONE ? "in an error" : s == DI_ROOM_NEW || s == DI_ROOM_TRANSFERRING ? "at its deadline"
+            s == DI_ROOM_NONE ? "in an error" : s == DI_ROOM_NEW || s == DI_ROOM_TRANSFERRING ? "unfinished (deadline or stop)"
                                                                                                 : di_room_state_name(s));
     return 0;
 }

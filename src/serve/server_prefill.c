@@ -164,7 +164,8 @@ static int run_prefill(Exchange *x, Prefill *p) {
         ts.tv_nsec += 50 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-        if (!aborted && !r->finished && (di_kv_now() > p->deadline || di_srv_peer_closed(x->fd))) {
+        if (!aborted && !r->finished &&
+            (di_kv_now() > p->deadline || di_srv_peer_closed(x->fd) || atomic_load(&srv->stopping))) {
             aborted = true; /* FINISH(ABORT) comes within a step */
             pthread_mutex_unlock(&r->mu);
             srv->backend.abort(srv->backend.self, id);
@@ -180,7 +181,8 @@ static int run_prefill(Exchange *x, Prefill *p) {
     run_unref(r);
     if (finish == DI_API_FINISH_ERROR) return refuse(http ? http : 500, err);
     if (finish == DI_API_FINISH_ABORT)
-        return refuse(aborted && di_srv_peer_closed(x->fd) ? 499 : 504, "the prefill was aborted (deadline or client gone)");
+        return refuse(di_srv_peer_closed(x->fd) ? 499 : atomic_load(&srv->stopping) ? 503 : 504,
+                      "the prefill was aborted (deadline, client gone or server stopping)");
     return 0;
 }
 
