@@ -212,7 +212,8 @@ def test_client_leaving_the_prefill_aborts_the_room(workers):
         d=post_with_headers(dec, path, body, {"X-DI-Room": "5151", "X-DI-Room-Deadline-Ms": "30000"})))
     t.start()
     sock = raw_post(pre, "/internal/prefill", envelope(5151, dec, path, body, 30000), {})
-    time.sleep(0.5)
+    # connected and claimed the room: the prefill of ~4,800 tokens is running
+    assert wait_until(lambda: dec.metrics()["deepinfer_pd_transfer_connections"] == 1)
     sock.close()  # the prefill is aborted and ABORT(room) reaches the decode worker
     t.join(timeout=40)
     assert out["d"][0] == 200, out
