@@ -63,7 +63,7 @@ static int check_config(const DiEplbPolicyConfig *c) {
 /* Replica count R: each GPU holds E/P experts plus its redundant ones, so E must split evenly. */
 static int replica_count(const DiEplbPolicyConfig *c, int *out) {
     if (c->num_logical % c->num_gpus != 0)
-        return di_errorf("EPLB policy: %d experts do not spread evenly over %d GPUs", c->num_logical, c->num_gpus);
+        return di_errorf("%d experts do not spread evenly over %d GPUs", c->num_logical, c->num_gpus);
     *out = c->num_logical + c->redundant_per_gpu * c->num_gpus;
     return 0;
 }
