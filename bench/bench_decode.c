@@ -345,14 +345,13 @@ static void print_allocs(void) {
     timed_allocs = timed_tokens = 0;
 }
 
-static void print_batch1(const char *dir, double active, double *bw1, double *bw2, Batch1Times *t) {
+static void print_batch1(const char *dir, const char *kernels, double active, double *bw1, double *bw2, Batch1Times *t) {
     double B1 = median(bw1, REPS), B2 = median(bw2, REPS), bw = B1 > B2 ? B1 : B2;
     printf("decode, medium synthetic checkpoint %s (%d-token prompt, median of %d x %d steps):\n", dir, PROMPT, REPS,
            DECODE_STEPS);
     char cpu[128];
     cpu_name(cpu, sizeof cpu);
-    const char *kernels = di_matmul_backend();
-    printf("  CPU                             %s, kernels %s\n", cpu, kernels ? kernels : "?");
+    printf("  CPU                             %s, kernels %s\n", cpu, kernels);
     printf("  active weight bytes per token   %.2f MB\n", active / 1e6);
     printf("  STREAM triad bandwidth          %.2f GB/s (1 thread)  %.2f GB/s (2 threads)\n", B1 / 1e9, B2 / 1e9);
     printf("  bandwidth bound                 %.1f tokens/s (best bandwidth %.2f GB/s)\n", bw / active, bw / 1e9);
@@ -454,7 +453,7 @@ int main(void) {
     free(a);
     free(bb);
     free(c);
-    if (run1) print_batch1(dir, active, bw1, bw2, times);
+    if (run1) print_batch1(dir, m->be->name, active, bw1, bw2, times);
     if (runb) run_batched(m, pool2, active);
     m->pool = NULL;
     di_pool_destroy(pool1);

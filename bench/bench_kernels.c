@@ -291,11 +291,13 @@ int main(void) {
         return 0;
     }
     double subnormal_slowdown = 0;
-    const char *fp8_route = di_matmul_fp8_gemv_route(&subnormal_slowdown);
+    DiSimdVariant auto_variant = di_simd_auto_variant(); /* di_matmul_simd's tiles and route */
+    const char *fp8_route = auto_variant.fp8 == DI_FP8_GEMV_MAPPED ? "mapped" : "f32";
+    di_simd_fp8_gemv_auto_route(&subnormal_slowdown);
     printf("bench_kernels: backend %s, OpenBLAS core %s; medians of %d alternating kernel/baseline pairs\n",
-           di_simd_use_avx512() ? "avx512" : "avx2-fma", openblas_get_corename(), PAIRS); /* di_matmul_simd's tiles */
+           auto_variant.avx512 ? "avx512" : "avx2-fma", openblas_get_corename(), PAIRS);
     printf("bench_kernels: FP8 GEMV route %s (float32 subnormal operands %.1fx slower than normal ones here)\n",
-           fp8_route ? fp8_route : "?", subnormal_slowdown);
+           fp8_route, subnormal_slowdown);
     printf("%-34s %-9s %10s %10s %8s\n", "kernel", "threads", "kernel", "baseline", "ratio");
     settle(&s);
     for (int th = 0; th < 2; th++) {

@@ -20,7 +20,7 @@
  * ($DEEPINFER_BENCH_DIR, else the user's cache directory). */
 #include "base/error.h"
 #include "base/threadpool.h"
-#include "kernels/cpu/attn_simd.h"
+#include "kernels/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/state.h"
@@ -205,8 +205,8 @@ int main(void) {
     int threads = di_pool_threads(pool);
     const DiKernelBackend *simd = m->be; /* the reference run swaps only the attention kernels */
     DiKernelBackend ref_attn = *simd;
-    ref_attn.index_scores = di_attn_kernels_ref.index_scores, ref_attn.topk = di_attn_kernels_ref.topk;
-    ref_attn.attn_heads = di_attn_kernels_ref.heads;
+    const DiKernelBackend *ref = di_backend_cpu_ref();
+    ref_attn.index_scores = ref->index_scores, ref_attn.topk = ref->topk, ref_attn.attn_heads = ref->attn_heads;
     double peak = core_peak();
     calibrate_clock();
     printf("prefill, medium synthetic checkpoint (%d layers, H %lld, Dh %lld, indexer %lld x %lld, top-k %lld), ref numerics, "

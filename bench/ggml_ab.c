@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
     void *prepared = NULL; /* as the model readies each weight (matmul.h): the FP8 subnormal map where used */
     if (di_matrix_prepare(&w, &prepared) != 0) return fprintf(stderr, "ggml_ab: %s\n", di_error_message()), 1;
     const DiKernelBackend *be; /* the SIMD table, as di_matmul_simd's side runs it */
-    if (di_backend_cpu_select(DI_ENV_KERNELS_SIMD, &be) != 0) return fprintf(stderr, "ggml_ab: %s\n", di_error_message()), 1;
+    if (di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_SIMD}, &be) != 0) return fprintf(stderr, "ggml_ab: %s\n", di_error_message()), 1;
 
     float *xq = malloc(sizeof(float) * cols * n);
     if (!xq) return fprintf(stderr, "ggml_ab: out of memory\n"), 1;

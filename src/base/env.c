@@ -197,6 +197,11 @@ int di_env_fp8_gemv(DiEnvFp8Gemv *out) {
     return 0;
 }
 
+int di_env_kernel_knobs(DiEnvKernelKnobs *out) {
+    if (!out) return di_errorf("di_env_kernel_knobs: no output");
+    return di_env_kernels(&out->kernels) != 0 || di_env_fp8_gemv(&out->fp8_gemv) != 0 ? -1 : 0;
+}
+
 int di_env_prefill_replay(DiEnvPrefillReplay *out) {
     if (!out) return di_errorf("di_env_prefill_replay: no output");
     const char *mode = value_of("DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE"), *keep = value_of("DEEPINFER_YOCO_PREFILL_KEEP_TOKENS");

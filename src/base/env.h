@@ -43,6 +43,15 @@ const char *di_env_kernels_name(DiEnvKernels k);
 typedef enum { DI_ENV_FP8_GEMV_AUTO, DI_ENV_FP8_GEMV_F32, DI_ENV_FP8_GEMV_FP16, DI_ENV_FP8_GEMV_MAPPED } DiEnvFp8Gemv;
 int di_env_fp8_gemv(DiEnvFp8Gemv *out);
 
+/* The knobs the kernel table is chosen by (kernels/backend.h, di_backend_cpu_select), parsed
+ * together once where a model or an engine loads and passed in: no kernel reads them. */
+typedef struct {
+    DiEnvKernels kernels;
+    DiEnvFp8Gemv fp8_gemv;
+} DiEnvKernelKnobs;
+/* DEEPINFER_KERNELS and DEEPINFER_FP8_GEMV into *out; -1 with an error naming the bad one. */
+int di_env_kernel_knobs(DiEnvKernelKnobs *out);
+
 /* DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE (off | compact; unset: off) and
  * DEEPINFER_YOCO_PREFILL_KEEP_TOKENS (a positive count; unset: keep 0, the model's default);
  * -1 with an error naming the variable for a bad value. */

@@ -204,8 +204,7 @@ static int make_verifiers(DiEngine *e) {
  * sampling follows the model's DEEPINFER_KERNELS choice; else the knob's own choice. */
 static int resolve_kernels(DiEngine *e) {
     if (e->runner->be) return e->be = e->runner->be, 0;
-    DiEnvKernels want;
-    if (di_env_kernels(&want) != 0 || di_backend_cpu_select(want, &e->be) != 0) return di_error_wrap("engine: kernels");
+    if (di_backend_cpu_from_env(&e->be) != 0) return di_error_wrap("engine: kernels");
     return 0;
 }
 

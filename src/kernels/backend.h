@@ -57,9 +57,9 @@ struct DiKernelBackend {
     const char *name; /* "reference", "avx2-fma", "avx512" */
     const void *impl; /* the backend's own parameters (kernels/cpu: the tile choice) */
     DiMatTraits mat[DI_MAT_N_FORMATS];
-    /* Readies a weight for this table's matmuls, as di_matrix_prepare (matmul.h) does for the
-     * kernels DEEPINFER_KERNELS names: speed only, the same bits with or without it. */
-    int (*matrix_prepare)(DiMatrix *w, void **owned);
+    /* Readies a weight for this table's matmuls (as di_matrix_prepare, matmul.h, does for the
+     * free functions): speed only, the same bits with or without it. */
+    int (*matrix_prepare)(const DiKernelBackend *be, DiMatrix *w, void **owned);
 
     /* ---- number formats (§4.3-4.6), in place; n a multiple of the block (32 or 16) */
     int (*roundtrip_fp8_block32)(float *x, size_t n);
@@ -123,12 +123,20 @@ struct DiKernelBackend {
     void (*swiglu)(const float *g, const float *u, int64_t n, float lim, float weight, float *out);
 };
 
-/* The CPU backends (kernels/cpu/backend_cpu.c).  di_backend_cpu_select: the variant `want`
- * names on this CPU (auto: the AVX-512 tiles where cpuid has them and they pay, else AVX2+FMA,
- * else the reference; simd: as auto but never the reference; avx2: without the tiles; avx512:
- * the tiles demanded), an error naming the knob where the CPU lacks what it demands.  The FP8 GEMV route
- * knob (DEEPINFER_FP8_GEMV) is checked too, as di_matmul does. */
-int di_backend_cpu_select(DiEnvKernels want, const DiKernelBackend **out);
+/* The CPU backends (kernels/cpu/backend_cpu.c).  di_backend_cpu_select: the table the knobs
+ * (parsed once by the caller, di_env_kernel_knobs) name on this CPU.  knobs.kernels: auto: the
+ * AVX-512 tiles where cpuid has them and they pay, else AVX2+FMA, else the reference; simd: as
+ * auto but never the reference; avx2: without the tiles; avx512: the tiles demanded.
+ * knobs.fp8_gemv: the SIMD tables' FP8 GEMV widening (auto: the probe's, made once per process).
+ * An error naming the knob where the CPU lacks what it demands. */
+int di_backend_cpu_select(DiEnvKernelKnobs knobs, const DiKernelBackend **out);
+/* di_backend_cpu_select of the knobs the environment holds now (di_env_kernel_knobs), for the
+ * loaders that choose once (a model, an engine without a model's table, the CLI's bench). */
+int di_backend_cpu_from_env(const DiKernelBackend **out);
+/* How a CPU table's FP8 GEMV widens E4M3 codes: "f32", "fp16" or "mapped" (matmul_simd.h),
+ * "reference" for the scalar table; NULL with an error for a table that is none of the CPU ones.
+ * *subnormal_slowdown (when not NULL): the probe's ratio (matmul_simd.h), 0 for the reference. */
+const char *di_backend_cpu_fp8_gemv_route(const DiKernelBackend *be, double *subnormal_slowdown);
 /* The scalar reference: the spec's math, readable, one thread per op. */
 const DiKernelBackend *di_backend_cpu_ref(void);
 

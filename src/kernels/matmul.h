@@ -40,12 +40,13 @@ typedef struct {
     const uint8_t *fp8_subnormal_map;
 } DiMatrix;
 
-/* Readies a weight matrix the model will multiply by, for this CPU's kernels: speed only, the
- * results are the same with or without it.  Today: on CPUs that take an assist on float32
- * subnormal operands (di_matmul_fp8_gemv_route "mapped"), an FP8 matrix gets its
- * fp8_subnormal_map, so the GEMV widens only the blocks that hold subnormal codes through FP16
- * (this reads every byte of the matrix once).  *owned: memory to free() after the last use of w,
- * NULL when nothing was added.  -1 with an error for an invalid matrix or out of memory. */
+/* Readies a weight matrix for the free SIMD functions (di_matmul_simd, di_simd_gemv_rows: the
+ * cpuid / probe choice; a model's table readies its own, backend.h matrix_prepare): speed only,
+ * the results are the same with or without it.  Today: on CPUs that take an assist on float32
+ * subnormal operands (the FP8 GEMV route "mapped", di_backend_cpu_fp8_gemv_route), an FP8 matrix
+ * gets its fp8_subnormal_map, so the GEMV widens only the blocks that hold subnormal codes
+ * through FP16 (this reads every byte of the matrix once).  Reads no knob.  *owned: memory to
+ * free() after the last use of w, NULL when nothing was added.  -1 with an error for an invalid matrix or out of memory. */
 int di_matrix_prepare(DiMatrix *w, void **owned);
 
 /* Bytes of di_matrix_fp8_subnormal_map's map for an FP8 matrix, and the map itself (map: that many
@@ -79,9 +80,9 @@ int di_matmul_ref(const DiMatrix *w, const float *x, int64_t n_tokens, float *y)
 int di_matmul(const DiKernelBackend *be, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
 
 /* The AVX2+FMA path itself (an error on a CPU without AVX2 and FMA), the SIMD tables' product,
- * with the AVX-512 tiles where they pay (di_simd_use_avx512).  Bit-identical for every n_tokens,
- * token position and thread count; agrees with di_matmul_ref up to float32 summation order
- * (8 lanes along the input, see cpu/matmul_simd.h).  pool may be NULL (one thread). */
+ * with the AVX-512 tiles where they pay and the probe's FP8 route (cpu/matmul_simd.h's auto
+ * variant).  Bit-identical for every n_tokens, token position and thread count; agrees with
+ * di_matmul_ref up to float32 summation order (8 lanes along the input, see cpu/matmul_simd.h).  pool may be NULL (one thread). */
 int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
 
 /* The same product for activations the caller quantised per §4.3 (the reference numerics),
@@ -97,26 +98,5 @@ int di_matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_
 int di_matmul_ref_qa(const DiMatrix *w, const float *x, int64_t n_tokens, float *y);
 int di_matmul_qa(const DiKernelBackend *be, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens,
                  float *y);
-
-/* The table a model loaded now would run on this machine (di_backend_cpu_select of the parsed
- * DEEPINFER_KERNELS = auto | ref | simd | avx2 | avx512, which overrides the cpuid choice): "avx512"
- * (the AVX2+FMA kernels with their AVX-512 tiles, the same bits), "avx2-fma" or "reference";
- * NULL with an error for a bad DEEPINFER_KERNELS. */
-const char *di_matmul_backend(void);
-
-/* How the SIMD FP8 GEMV widens E4M3 codes here: "f32" (float32 patterns, where float32 subnormal
- * operands run at full speed), "mapped" (where they take an assist, as on Intel cores: float32
- * patterns except in the blocks a matrix's fp8_subnormal_map marks, which go through FP16; the
- * whole matrix through FP16 when it has no map) or "fp16" (through FP16 everywhere); "reference"
- * under the scalar backend.  The same bits every way.  DEEPINFER_FP8_GEMV = auto | f32 | fp16 |
- * mapped overrides the probe made once per process; NULL with an error for a bad
- * DEEPINFER_KERNELS or DEEPINFER_FP8_GEMV.  *subnormal_slowdown (when not NULL, SIMD only): the
- * probe's ratio of a multiply-add chain's time on a subnormal operand to its time on a normal one. */
-const char *di_matmul_fp8_gemv_route(double *subnormal_slowdown);
-
-/* True when that table is a SIMD one.  The other kernels with an AVX2 version (the FP8 round
- * trip) follow the same choice, so DEEPINFER_KERNELS=ref makes every kernel the scalar
- * definition.  False on a bad DEEPINFER_KERNELS too (di_matmul_backend reports it). */
-bool di_kernels_use_simd(void);
 
 #endif

@@ -118,8 +118,7 @@ Model *model_load(const char *dir, NumericsMode mode) {
     Model *m = di_calloc(1, sizeof *m, "model");
     if (!m) return NULL;
     m->mode = mode;
-    DiEnvKernels kernels; /* the one read of the knob: every kernel call goes through m->be */
-    if (di_env_kernels(&kernels) != 0 || di_backend_cpu_select(kernels, &m->be) != 0) goto fail;
+    if (di_backend_cpu_from_env(&m->be) != 0) goto fail; /* the one read of the kernel knobs: calls go through m->be */
     if (di_config_load(dir, &m->cfg) != 0) goto fail;
     if (model_dims_from_config(&m->cfg, &m->d) != 0) goto fail;
     m->ck = di_checkpoint_open(dir, &m->cfg);
@@ -131,7 +130,7 @@ Model *model_load(const char *dir, NumericsMode mode) {
     if (m->w.prepared_bytes > 0) /* this CPU's FP8 GEMV keeps subnormal maps, which read the weights once */
         DI_INFO("weights: bound in %.2f s, with FP8 subnormal maps over %.1f MB of them (FP8 GEMV route %s)",
                 (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), (double)m->w.prepared_bytes / 1e6,
-                di_matmul_fp8_gemv_route(NULL));
+                di_backend_cpu_fp8_gemv_route(m->be, NULL));
     const ModelDims *d = &m->d;
     if (rope_table_init(&m->rope_main, d->rope_dim, d->rope_theta, false, 0, 0, 0, 0) != 0 ||
         rope_table_init(&m->rope_compress, d->rope_dim, d->compress_theta, strcmp(m->cfg.rope_type, "yarn") == 0, d->yarn_factor, d->beta_fast,

@@ -38,7 +38,7 @@ static int bind_vec(Weights *w, DiCheckpoint *ck, const char *name, int64_t n, f
 static int bind_mat(Weights *w, DiCheckpoint *ck, const char *name, int64_t rows, int64_t cols, DiMatrix *out) {
     if (di_checkpoint_matrix(ck, name, rows, cols, out) != 0) return -1;
     void *prepared;
-    if (w->be->matrix_prepare(out, &prepared) != 0) return di_error_wrap("'%s'", name);
+    if (w->be->matrix_prepare(w->be, out, &prepared) != 0) return di_error_wrap("'%s'", name);
     if (prepared && own(w, prepared) != 0) {
         free(prepared);
         out->fp8_subnormal_map = NULL;

@@ -45,9 +45,14 @@ readers=$(grep -rn 'getenv' src tools/deepinfer --include='*.[ch]' | grep -v '^s
 
 # The forward pass reaches the kernels only through the backend table the model chose at load
 # (kernels/backend.h): no direct kernel call, no per-call kernel choice in src/model.
-direct=$(grep -nE 'di_matmul(_ref|_ref_qa|_qa|_into|_simd)?\(|di_roundtrip_[a-z0-9_]+\(|di_expf_row\(|di_vec_|di_simd_|di_kernels_use_simd' \
+direct=$(grep -nE 'di_matmul(_ref|_ref_qa|_qa|_into|_simd)?\(|di_roundtrip_[a-z0-9_]+\(|di_expf_row\(|di_vec_|di_simd_' \
     src/model/*.c)
 [ -z "$direct" ] && ok || bad "src/model calls kernels around the backend table: $direct"
+
+# The kernels read no knob: the table carries what the knobs chose at load (backend_cpu.c's
+# di_backend_cpu_from_env is the one reader, for the loaders).
+knobs=$(grep -rnE 'di_env_[a-z_]+\(' src/kernels --include='*.[ch]' | grep -v '^src/kernels/cpu/backend_cpu\.c:')
+[ -z "$knobs" ] && ok || bad "kernels read knobs per call: $knobs"
 
 # PCRE2 only where it is the baseline: no other link command names it (the linker's --as-needed
 # would drop an unused -lpcre2-8 from the binaries anyway, so the commands are what to check).

@@ -1,4 +1,5 @@
-/* test_attn_kernels.c — the attention kernels (kernels/cpu/attn_simd.h).  The reference is held
+/* test_attn_kernels.c — the attention kernels (kernels/cpu/attn_simd.h), through the backend
+ * tables that hold them (kernels/backend.h).  The reference is held
  * to the spec's definitions (a plain loop, a brute-force sort), and every SIMD route this CPU
  * runs (AVX2, AVX-512) to the reference, bit for bit: each kernel keeps the reference's order
  * in every sum, so the claim is equality, not a tolerance.  Random data plus the edge sizes of
@@ -18,12 +19,18 @@ static void fill(float *x, int64_t n, float scale) {
     for (int64_t i = 0; i < n; i++) x[i] = rand_float(scale);
 }
 
-/* The SIMD tables this CPU can run; the reference is always first. */
-static int tables(const DiAttnKernels *out[3]) {
+/* The kernel tables (kernels/backend.h) this CPU can run; the reference is always first. */
+static const DiKernelBackend *select_table(DiEnvKernels want) {
+    const DiKernelBackend *be = NULL;
+    CHECK_EQ_INT(di_backend_cpu_select((DiEnvKernelKnobs){want, DI_ENV_FP8_GEMV_AUTO}, &be), 0);
+    return be;
+}
+
+static int tables(const DiKernelBackend *out[3]) {
     int n = 0;
-    out[n++] = &di_attn_kernels_ref;
-    if (di_simd_available()) out[n++] = &di_attn_kernels_avx2;
-    if (di_simd_avx512_available()) out[n++] = &di_attn_kernels_avx512;
+    out[n++] = di_backend_cpu_ref();
+    if (di_simd_available()) out[n++] = select_table(DI_ENV_KERNELS_AVX2);
+    if (di_simd_avx512_available()) out[n++] = select_table(DI_ENV_KERNELS_AVX512);
     return n;
 }
 
@@ -51,7 +58,7 @@ TEST(index_scores_equal_the_definition_on_every_route_bit_for_bit) {
     enum { MAXN = 100, MAXD = 128, MAXH = 8, MAXQ = 8, STRIDE_PAD = 3, SSTRIDE = MAXN + 5 };
     static float q[MAXQ * MAXH * MAXD], wh[MAXQ * MAXH], keys[MAXN * (MAXD + STRIDE_PAD)];
     static float got[MAXQ * SSTRIDE], want[MAXQ * SSTRIDE];
-    const DiAttnKernels *tab[3];
+    const DiKernelBackend *tab[3];
     int nt = tables(tab);
     for (size_t a = 0; a < sizeof his / sizeof *his; a++)
         for (size_t b = 0; b < sizeof dis / sizeof *dis; b++)
@@ -115,7 +122,7 @@ TEST(topk_selects_the_k_best_by_score_then_id_on_every_route) {
     static float score[MAXN];
     static int32_t ids[MAXN], want[MAXN], got[MAXN];
     static DiScored buf[MAXN + 8];
-    const DiAttnKernels *tab[3];
+    const DiKernelBackend *tab[3];
     int nt = tables(tab);
     for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
         for (size_t b = 0; b < sizeof ks / sizeof *ks; b++)
@@ -141,7 +148,7 @@ TEST(topk_breaks_ties_by_the_lower_id) {
     float score[6] = {2.0f, 5.0f, 2.0f, -INFINITY, 2.0f, 5.0f};
     int32_t out[6];
     DiScored buf[16];
-    const DiAttnKernels *tab[3];
+    const DiKernelBackend *tab[3];
     int nt = tables(tab);
     for (int i = 0; i < nt; i++) {
         CHECK_EQ_INT(tab[i]->topk(score, NULL, 6, 3, buf, out), 3); /* 5 (1), 5 (5), then 2 at the lowest id 0 */
@@ -158,7 +165,7 @@ TEST(heads_equal_the_reference_bit_for_bit_on_every_route) {
     static float q[MAXH * MAXD], sink[MAXH], keyrows[MAXK * MAXD], want[MAXH * MAXD], got[MAXH * MAXD];
     static float z[MAXK * DI_BACKEND_HEAD_GROUP];
     const float *keys[MAXK];
-    const DiAttnKernels *tab[3];
+    const DiKernelBackend *tab[3];
     int nt = tables(tab);
     for (size_t a = 0; a < sizeof nhs / sizeof *nhs; a++)
         for (size_t b = 0; b < sizeof dhs / sizeof *dhs; b++)
@@ -167,9 +174,9 @@ TEST(heads_equal_the_reference_bit_for_bit_on_every_route) {
                 fill(q, nh * Dh, 2.0f), fill(sink, nh, 8.0f), fill(keyrows, nk * Dh, 2.0f);
                 for (int64_t j = 0; j < nk; j++) keys[j] = keyrows + ((j * 7) % nk) * Dh; /* any order, repeats */
                 float scale = 1.0f / sqrtf((float)Dh);
-                di_attn_kernels_ref.heads(q, nh, Dh, keys, nk, sink, scale, want, z);
+                di_backend_cpu_ref()->attn_heads(q, nh, Dh, keys, nk, sink, scale, want, z);
                 for (int i = 1; i < nt; i++) {
-                    tab[i]->heads(q, nh, Dh, keys, nk, sink, scale, got, z);
+                    tab[i]->attn_heads(q, nh, Dh, keys, nk, sink, scale, got, z);
                     CHECK_MSG(memcmp(got, want, (size_t)(nh * Dh) * sizeof *got) == 0, "%s: %lld heads, Dh %lld, %lld keys",
                               tab[i]->name, (long long)nh, (long long)Dh, (long long)nk);
                 }
@@ -180,11 +187,11 @@ TEST(heads_equal_the_reference_bit_for_bit_on_every_route) {
 TEST(heads_follow_the_sink_softmax_by_hand) {
     float k[8] = {1, 0, 0, 0, 0, 0, 0, 2}, q[8] = {2, 0, 0, 0, 0, 0, 0, 0}, sink = 0, o[8], z[DI_BACKEND_HEAD_GROUP];
     const float *keys[1] = {k};
-    const DiAttnKernels *tab[3];
+    const DiKernelBackend *tab[3];
     int nt = tables(tab);
     float w = expf(1.0f) / (1.0f + expf(1.0f));
     for (int i = 0; i < nt; i++) {
-        tab[i]->heads(q, 1, 8, keys, 1, &sink, 0.5f, o, z);
+        tab[i]->attn_heads(q, 1, 8, keys, 1, &sink, 0.5f, o, z);
         CHECK_NEAR(o[0], w, 1e-6);
         CHECK_NEAR(o[7], 2 * w, 1e-6);
         CHECK(o[1] == 0.0f);
@@ -196,7 +203,7 @@ TEST(heads_follow_the_sink_softmax_by_hand) {
  * to the maximum lie) plus random values on the whole float line and the special values. */
 TEST(vector_expf_gives_the_bits_of_expf) {
     if (!di_simd_available()) {
-        CHECK(!di_kernels_use_simd());
+        CHECK(select_table(DI_ENV_KERNELS_AUTO) == di_backend_cpu_ref());
         return;
     }
     CHECK(di_attn_expf_exact()); /* glibc's algorithm: this build's libm has it */
@@ -224,24 +231,19 @@ TEST(vector_expf_gives_the_bits_of_expf) {
 }
 
 /* Each backend table (kernels/backend.h) holds its route's kernels, so the model runs them. */
-static void check_backend_holds(const DiKernelBackend *be, const DiAttnKernels *k) {
-    CHECK(be->index_scores == k->index_scores);
-    CHECK(be->topk == k->topk);
-    CHECK(be->attn_heads == k->heads);
-    CHECK(be->best_k == di_attn_best_k_sorted);
-}
-
 TEST(the_backend_tables_hold_each_routes_kernels) {
-    const DiKernelBackend *be = NULL;
-    CHECK_EQ_INT(di_backend_cpu_select(DI_ENV_KERNELS_REF, &be), 0);
-    check_backend_holds(be, &di_attn_kernels_ref);
+    const DiKernelBackend *be = select_table(DI_ENV_KERNELS_REF);
+    CHECK(be->index_scores == di_attn_index_scores_ref && be->topk == di_attn_topk_ref);
+    CHECK(be->attn_heads == di_attn_heads_ref && be->best_k == di_attn_best_k_sorted);
     if (di_simd_available()) {
-        CHECK_EQ_INT(di_backend_cpu_select(DI_ENV_KERNELS_AVX2, &be), 0);
-        check_backend_holds(be, &di_attn_kernels_avx2);
+        be = select_table(DI_ENV_KERNELS_AVX2);
+        CHECK(be->index_scores == di_attn_index_scores_avx2 && be->topk == di_attn_topk_avx2);
+        CHECK(be->attn_heads == di_attn_heads_avx2 && be->best_k == di_attn_best_k_sorted);
     }
     if (di_simd_avx512_available()) {
-        CHECK_EQ_INT(di_backend_cpu_select(DI_ENV_KERNELS_AVX512, &be), 0);
-        check_backend_holds(be, &di_attn_kernels_avx512);
+        be = select_table(DI_ENV_KERNELS_AVX512);
+        CHECK(be->index_scores == di_attn_index_scores_avx512 && be->topk == di_attn_topk_avx2);
+        CHECK(be->attn_heads == di_attn_heads_avx2 && be->best_k == di_attn_best_k_sorted);
     }
 }
 

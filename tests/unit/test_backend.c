@@ -27,28 +27,29 @@ static int tables(const DiKernelBackend *out[3]) {
     int n = 0;
     out[n++] = di_backend_cpu_ref();
     const DiKernelBackend *be;
-    if (di_simd_available() && di_backend_cpu_select(DI_ENV_KERNELS_AVX2, &be) == 0) out[n++] = be;
-    if (di_simd_avx512_available() && di_backend_cpu_select(DI_ENV_KERNELS_AVX512, &be) == 0) out[n++] = be;
+    if (di_simd_available() && di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX2}, &be) == 0) out[n++] = be;
+    if (di_simd_avx512_available() && di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX512}, &be) == 0) out[n++] = be;
     return n;
 }
 
 TEST(selection_follows_cpuid_and_the_knob) {
     const DiKernelBackend *be = NULL;
     bool simd = di_simd_available(), avx512 = di_simd_avx512_available(), pays = avx512 && di_simd_avx512_pays();
-    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_REF, &be) == 0 && be == di_backend_cpu_ref());
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_REF}, &be) == 0 && be == di_backend_cpu_ref());
     CHECK_STR(be->name, "reference");
-    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_AUTO, &be) == 0);
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AUTO}, &be) == 0);
     CHECK_STR(be->name, pays ? "avx512" : simd ? "avx2-fma" : "reference");
-    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_SIMD, &be) == (simd ? 0 : -1));
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_SIMD}, &be) == (simd ? 0 : -1));
     if (simd) CHECK_STR(be->name, pays ? "avx512" : "avx2-fma");
-    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_AVX2, &be) == (simd ? 0 : -1));
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX2}, &be) == (simd ? 0 : -1));
     if (simd) CHECK_STR(be->name, "avx2-fma");
-    int rc = di_backend_cpu_select(DI_ENV_KERNELS_AVX512, &be);
+    int rc = di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX512}, &be);
     CHECK_EQ_INT(rc, avx512 ? 0 : -1);
     if (rc != 0) CHECK(strstr(di_error_message(), "DEEPINFER_KERNELS=avx512") != NULL);
     else CHECK_STR(be->name, "avx512");
-    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_AUTO, NULL) == -1);
-    CHECK(di_backend_cpu_select((DiEnvKernels)99, &be) == -1);
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AUTO}, NULL) == -1);
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){(DiEnvKernels)99, DI_ENV_FP8_GEMV_AUTO}, &be) == -1);
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AUTO, (DiEnvFp8Gemv)99}, &be) == -1);
 }
 
 TEST(every_table_fills_every_op) {
@@ -269,21 +270,68 @@ TEST(matrix_prepare_follows_the_table) {
     for (int i = 0; i < n; i++) {
         DiMatrix w = m;
         void *owned = (void *)1;
-        CHECK(t[i]->matrix_prepare(&w, &owned) == 0);
-        bool mapped = t[i] != di_backend_cpu_ref() && strcmp(di_matmul_fp8_gemv_route(NULL), "mapped") == 0;
+        CHECK(t[i]->matrix_prepare(t[i], &w, &owned) == 0);
+        bool mapped = strcmp(di_backend_cpu_fp8_gemv_route(t[i], NULL), "mapped") == 0;
         CHECK_MSG((owned != NULL) == mapped && w.fp8_subnormal_map == owned, "%s", t[i]->name);
         if (owned) CHECK(memcmp(w.fp8_subnormal_map, want, (size_t)di_matrix_fp8_subnormal_map_bytes(&m)) == 0);
         free(owned);
         DiMatrix bad = m;
         bad.rows = 0;
-        CHECK(t[i]->matrix_prepare(&bad, &owned) == -1 && owned == NULL);
+        CHECK(t[i]->matrix_prepare(t[i], &bad, &owned) == -1 && owned == NULL);
     }
+}
+
+/* The FP8 GEMV knob picks the table's route once, when the table is chosen: each named route
+ * gives a table that says so, prepares maps only for "mapped", and auto takes the probe's. */
+TEST(fp8_route_is_fixed_when_the_table_is_chosen) {
+    if (!di_simd_available()) return; /* the reference has no route: checked below */
+    static const char *names[] = {"f32", "fp16", "mapped"};
+    static const DiEnvFp8Gemv knobs[] = {DI_ENV_FP8_GEMV_F32, DI_ENV_FP8_GEMV_FP16, DI_ENV_FP8_GEMV_MAPPED};
+    const DiKernelBackend *be = NULL;
+    for (int i = 0; i < 3; i++) {
+        CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX2, knobs[i]}, &be) == 0);
+        CHECK_STR(be->name, "avx2-fma");
+        CHECK_STR(di_backend_cpu_fp8_gemv_route(be, NULL), names[i]);
+    }
+    double slowdown = 0;
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX2}, &be) == 0);
+    const char *route = di_backend_cpu_fp8_gemv_route(be, &slowdown);
+    CHECK(route && (strcmp(route, "f32") == 0 || strcmp(route, "mapped") == 0)); /* the probe's two choices */
+    CHECK_MSG(slowdown > 0 && isfinite(slowdown), "probe ratio %g", slowdown);
+    CHECK_STR(route, di_simd_fp8_gemv_auto_route(NULL) == DI_FP8_GEMV_MAPPED ? "mapped" : "f32");
+    DiKernelBackend copy = *be; /* a copy of a CPU table (bench_prefill's wrappers) keeps its route */
+    CHECK_STR(di_backend_cpu_fp8_gemv_route(&copy, NULL), route);
+    CHECK_STR(di_backend_cpu_fp8_gemv_route(di_backend_cpu_ref(), NULL), "reference");
+    copy.impl = NULL, copy.matrix_prepare = NULL; /* not a CPU table */
+    CHECK(di_backend_cpu_fp8_gemv_route(&copy, NULL) == NULL);
+    CHECK(di_backend_cpu_fp8_gemv_route(NULL, NULL) == NULL);
+}
+
+/* The environment is parsed into the knobs (env.c) and a bad value refused there, naming it. */
+TEST(kernel_knobs_come_from_the_environment) {
+    DiEnvKernelKnobs k;
+    setenv("DEEPINFER_KERNELS", "ref", 1);
+    setenv("DEEPINFER_FP8_GEMV", "fp16", 1);
+    CHECK(di_env_kernel_knobs(&k) == 0 && k.kernels == DI_ENV_KERNELS_REF && k.fp8_gemv == DI_ENV_FP8_GEMV_FP16);
+    const DiKernelBackend *be = NULL;
+    CHECK(di_backend_cpu_from_env(&be) == 0 && be == di_backend_cpu_ref());
+    setenv("DEEPINFER_FP8_GEMV", "fastest", 1);
+    CHECK(di_env_kernel_knobs(&k) == -1 && strstr(di_error_message(), "DEEPINFER_FP8_GEMV=fastest") != NULL);
+    CHECK(di_backend_cpu_from_env(&be) == -1);
+    unsetenv("DEEPINFER_FP8_GEMV");
+    setenv("DEEPINFER_KERNELS", "fast please", 1);
+    CHECK(di_env_kernel_knobs(&k) == -1 && strstr(di_error_message(), "DEEPINFER_KERNELS") != NULL);
+    unsetenv("DEEPINFER_KERNELS");
+    CHECK(di_env_kernel_knobs(&k) == 0 && k.kernels == DI_ENV_KERNELS_AUTO && k.fp8_gemv == DI_ENV_FP8_GEMV_AUTO);
+    CHECK(di_env_kernel_knobs(NULL) == -1);
 }
 
 int main(void) {
     RUN_TEST(selection_follows_cpuid_and_the_knob);
     RUN_TEST(every_table_fills_every_op);
     RUN_TEST(matrix_prepare_follows_the_table);
+    RUN_TEST(fp8_route_is_fixed_when_the_table_is_chosen);
+    RUN_TEST(kernel_knobs_come_from_the_environment);
     RUN_TEST(attention_heads_by_hand);
     RUN_TEST(simd_attention_gives_the_reference_bits);
     RUN_TEST(simd_fp8_round_trip_gives_the_reference_bits);

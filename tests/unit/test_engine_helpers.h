@@ -23,8 +23,7 @@ static inline int reference_generate(const int32_t *prompt, int n_prompt, const 
                               int32_t *out, DiFinishReason *reason) {
     /* the kernels an engine over the mock runner (no model table) chooses: DEEPINFER_KERNELS */
     const DiKernelBackend *be = NULL;
-    DiEnvKernels want = DI_ENV_KERNELS_AUTO;
-    if (di_env_kernels(&want) != 0 || di_backend_cpu_select(want, &be) != 0) return -1;
+    if (di_backend_cpu_from_env(&be) != 0) return -1;
     DiSampler *s = di_sampler_create(MOCK_VOCAB, be);
     int32_t *seq = malloc(sizeof *seq * (size_t)(n_prompt + p->max_tokens));
     float *logits = malloc(sizeof *logits * MOCK_VOCAB);

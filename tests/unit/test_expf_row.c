@@ -28,7 +28,7 @@ static void random_row(float *x, float lo, float hi) {
 /* The table under test: the AVX2 one where this CPU has it (the vector expf), else the reference. */
 static const DiKernelBackend *vector_table(void) {
     const DiKernelBackend *be = di_backend_cpu_ref();
-    if (di_simd_available() && di_backend_cpu_select(DI_ENV_KERNELS_AVX2, &be) != 0) return NULL;
+    if (di_simd_available() && di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX2}, &be) != 0) return NULL;
     return be;
 }
 

@@ -298,7 +298,7 @@ TEST(fp8_gemv_with_extreme_activations_stays_batch_invariant) {
 }
 
 /* The FP8 GEMV's two ways of widening E4M3 (float32 patterns, or through FP16; the process takes
- * one, di_matmul_fp8_gemv_route) give the same bits as each other and as the panel GEMM, on every
+ * one, di_backend_cpu_fp8_gemv_route) give the same bits as each other and as the panel GEMM, on every
  * code (subnormals included), for 1 to 5 tokens, full and partial column blocks, and scale bytes
  * for which one route prescales the activations and the other takes the plain path. */
 static void check_fp8_routes(const TestMatrix *t, const float *x, int64_t n) {
@@ -379,7 +379,7 @@ TEST(fp8_subnormal_map_marks_the_blocks_with_subnormal_codes) {
     void *owned = (void *)1;
     DiMatrix prepared = m;
     CHECK(di_matrix_prepare(&prepared, &owned) == 0);
-    if (strcmp(di_matmul_fp8_gemv_route(NULL), "mapped") == 0) {
+    if (di_simd_fp8_gemv_auto_route(NULL) == DI_FP8_GEMV_MAPPED) { /* the free functions' route */
         CHECK(owned != NULL && prepared.fp8_subnormal_map == owned);
         CHECK(memcmp(prepared.fp8_subnormal_map, map, sizeof map) == 0);
     } else {
@@ -392,24 +392,21 @@ TEST(fp8_subnormal_map_marks_the_blocks_with_subnormal_codes) {
     CHECK(di_matrix_prepare(NULL, &owned) == -1);
 }
 
-TEST(fp8_gemv_route_follows_env) {
+/* Every route of the FP8 GEMV knob, chosen with the table, multiplies to the same bits. */
+TEST(fp8_gemv_routes_of_the_tables_agree) {
     TestMatrix t = make_matrix(DI_MAT_FP8_BLOCK, 32, 64, 120, 125);
-    float *x = rnd_acts(64), y[32];
-    double slowdown = 0;
-    const char *route = di_matmul_fp8_gemv_route(&slowdown);
-    CHECK(route && (strcmp(route, "f32") == 0 || strcmp(route, "mapped") == 0)); /* the probe's two choices */
-    CHECK_MSG(slowdown > 0 && isfinite(slowdown), "probe ratio %g", slowdown);
-    const DiKernelBackend *be = NULL;
-    setenv("DEEPINFER_FP8_GEMV", "fastest", 1);
-    CHECK(di_matmul_fp8_gemv_route(NULL) == NULL);
-    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_AUTO, &be) == -1); /* refused when the table is chosen */
-    CHECK(strstr(di_error_message(), "DEEPINFER_FP8_GEMV=fastest") != NULL);
-    setenv("DEEPINFER_KERNELS", "ref", 1); /* the scalar backend has no route to choose */
-    CHECK_STR(di_matmul_fp8_gemv_route(NULL), "reference");
-    unsetenv("DEEPINFER_KERNELS");
-    unsetenv("DEEPINFER_FP8_GEMV");
-    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_AUTO, &be) == 0);
-    CHECK(di_matmul(be, NULL, &t.m, x, 1, y) == 0);
+    float *x = rnd_acts(64), y[4][32];
+    static const DiEnvFp8Gemv knobs[] = {DI_ENV_FP8_GEMV_AUTO, DI_ENV_FP8_GEMV_F32, DI_ENV_FP8_GEMV_FP16, DI_ENV_FP8_GEMV_MAPPED};
+    for (int i = 0; i < 4; i++) {
+        const DiKernelBackend *be = NULL;
+        CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX2, knobs[i]}, &be) == 0);
+        DiMatrix w = t.m;
+        void *owned = NULL;
+        CHECK(be->matrix_prepare(be, &w, &owned) == 0);
+        CHECK(di_matmul(be, NULL, &w, x, 1, y[i]) == 0);
+        CHECK_MSG(memcmp(y[i], y[0], sizeof y[0]) == 0, "route %s differs", di_backend_cpu_fp8_gemv_route(be, NULL));
+        free(owned);
+    }
     free(x);
     free_matrix(&t);
 }
@@ -450,18 +447,13 @@ TEST(backend_choice_follows_env) {
     TestMatrix t = make_matrix(DI_MAT_BF16, 8, 64, 0, 0);
     float *x = rnd_acts(64), y[8], yr[8];
     const DiKernelBackend *be = NULL;
-    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_REF, &be) == 0);
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_REF}, &be) == 0);
     CHECK(di_matmul(be, NULL, &t.m, x, 1, y) == 0);
     CHECK(di_matmul_ref(&t.m, x, 1, yr) == 0);
     CHECK(memcmp(y, yr, sizeof y) == 0); /* the reference itself, bit for bit */
-    setenv("DEEPINFER_KERNELS", "ref", 1);
-    CHECK_STR(di_matmul_backend(), "reference");
-    setenv("DEEPINFER_KERNELS", "fast please", 1);
-    CHECK(di_matmul_backend() == NULL);
-    CHECK(strstr(di_error_message(), "DEEPINFER_KERNELS") != NULL);
-    unsetenv("DEEPINFER_KERNELS");
     /* the build machine has AVX2+FMA (and on some CPUs AVX-512: test_matmul_avx512) */
-    CHECK_STR(di_matmul_backend(), di_simd_avx512_available() && di_simd_avx512_pays() ? "avx512" : "avx2-fma");
+    CHECK(di_backend_cpu_from_env(&be) == 0);
+    CHECK_STR(be->name, di_simd_avx512_available() && di_simd_avx512_pays() ? "avx512" : "avx2-fma");
     free(x);
     free_matrix(&t);
 }
@@ -475,7 +467,7 @@ int main(void) {
     RUN_TEST(fp8_gemv_with_extreme_activations_stays_batch_invariant);
     RUN_TEST(fp8_gemv_routes_agree);
     RUN_TEST(fp8_subnormal_map_marks_the_blocks_with_subnormal_codes);
-    RUN_TEST(fp8_gemv_route_follows_env);
+    RUN_TEST(fp8_gemv_routes_of_the_tables_agree);
     RUN_TEST(rows_are_bit_identical_across_batches_and_threads);
     RUN_TEST(bad_input_is_an_error);
     RUN_TEST(backend_choice_follows_env);

@@ -47,20 +47,26 @@ static DiMatrix make_fp4(int64_t rows, int64_t cols, uint8_t **data, uint8_t **s
 /* The table want selects, which this CPU has (checked). */
 static const DiKernelBackend *table(DiEnvKernels want) {
     const DiKernelBackend *be = NULL;
-    CHECK(di_backend_cpu_select(want, &be) == 0);
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){want, DI_ENV_FP8_GEMV_AUTO}, &be) == 0);
     return be;
+}
+
+/* The name of the table the environment's knobs choose now; NULL with the error. */
+static const char *env_table(void) {
+    const DiKernelBackend *be = NULL;
+    return di_backend_cpu_from_env(&be) == 0 ? be->name : NULL;
 }
 
 TEST(avx512_fp4_gemv_gives_the_avx2_bits) {
     if (!di_simd_available()) return; /* checked by the next test: the CPU lacks even AVX2 */
     if (!di_simd_avx512_available()) {
-        CHECK_STR(di_matmul_backend(), "avx2-fma");
+        CHECK_STR(env_table(), "avx2-fma");
         return;
     }
     /* auto takes the AVX-512 tiles where they pay (not on Zen 4), avx512 demands them */
-    CHECK_STR(di_matmul_backend(), di_simd_avx512_pays() ? "avx512" : "avx2-fma");
+    CHECK_STR(env_table(), di_simd_avx512_pays() ? "avx512" : "avx2-fma");
     setenv("DEEPINFER_KERNELS", "avx512", 1);
-    CHECK_STR(di_matmul_backend(), "avx512");
+    CHECK_STR(env_table(), "avx512");
     unsetenv("DEEPINFER_KERNELS");
     DiThreadPool *pool = di_pool_create(3);
     const int64_t rows[] = {1, 2, 3, 7, 8, 9, 17, 64, 131};
@@ -106,8 +112,8 @@ TEST(avx512_fp4_gemv_rows_match_on_any_row_range) {
             float y2[45], y5[45];
             memset(y2, 0, sizeof y2);
             memset(y5, 0, sizeof y5);
-            di_simd_gemv_rows_tiles(&w, &a, y2, r0, r1, scratch, false);
-            di_simd_gemv_rows_tiles(&w, &a, y5, r0, r1, scratch, true);
+            di_simd_gemv_rows_tiles(&w, &a, y2, r0, r1, scratch, &(DiSimdVariant){false, DI_FP8_GEMV_AUTO});
+            di_simd_gemv_rows_tiles(&w, &a, y5, r0, r1, scratch, &(DiSimdVariant){true, DI_FP8_GEMV_AUTO});
             CHECK_MSG(memcmp(y2, y5, sizeof y2) == 0, "rows [%lld, %lld) differ", (long long)r0, (long long)r1);
         }
     free(data);
@@ -159,13 +165,13 @@ TEST(avx512_fp4q_tile_gives_the_avx2_bits) {
 
 TEST(kernels_env_names_the_route) {
     setenv("DEEPINFER_KERNELS", "avx2", 1);
-    CHECK_STR(di_matmul_backend(), di_simd_available() ? "avx2-fma" : NULL);
+    CHECK_STR(env_table(), di_simd_available() ? "avx2-fma" : NULL);
     setenv("DEEPINFER_KERNELS", "avx1024", 1);
-    CHECK(di_matmul_backend() == NULL);
+    CHECK(env_table() == NULL);
     CHECK(strstr(di_error_message(), "DEEPINFER_KERNELS=avx1024") != NULL);
     if (!di_simd_avx512_available()) {
         const DiKernelBackend *be;
-        CHECK(di_backend_cpu_select(DI_ENV_KERNELS_AVX512, &be) == -1);
+        CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX512}, &be) == -1);
         CHECK(strstr(di_error_message(), "DEEPINFER_KERNELS=avx512") != NULL);
     }
     unsetenv("DEEPINFER_KERNELS");

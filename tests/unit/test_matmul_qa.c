@@ -25,7 +25,7 @@
 /* The table a model on this CPU gets by default (the SIMD one wherever AVX2+FMA exist). */
 static const DiKernelBackend *kernels(void) {
     const DiKernelBackend *be = NULL;
-    CHECK(di_backend_cpu_select(DI_ENV_KERNELS_AUTO, &be) == 0);
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AUTO}, &be) == 0);
     return be;
 }
 

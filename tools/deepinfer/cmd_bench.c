@@ -143,12 +143,11 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "deepinfer bench: shape too large for a benchmark (over 4 GB of buffers)\n");
         return 2;
     }
-    DiEnvKernels want; /* the kernel table, chosen once as a model load chooses it */
-    const DiKernelBackend *be = NULL;
-    if (di_env_kernels(&want) == 0) (void)di_backend_cpu_select(want, &be);
+    const DiKernelBackend *be = NULL; /* the kernel table, chosen once as a model load chooses it */
+    if (di_backend_cpu_from_env(&be) != 0) be = NULL;
     const char *backend = be ? be->name : NULL;
     double subnormal_slowdown = 0;
-    const char *fp8_route = backend ? di_matmul_fp8_gemv_route(&subnormal_slowdown) : NULL;
+    const char *fp8_route = backend ? di_backend_cpu_fp8_gemv_route(be, &subnormal_slowdown) : NULL;
     if (!backend || !fp8_route) {
         fprintf(stderr, "deepinfer bench: %s\n", di_error_message());
         return 1;

@@ -152,8 +152,6 @@ void di_attn_heads_avx2(const float *q, int64_t nh, int64_t Dh, const float *con
     }
 }
 
-const DiAttnKernels di_attn_kernels_avx2 = {"avx2", di_attn_index_scores_avx2, di_attn_topk_avx2, di_attn_heads_avx2};
-
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif

@@ -21,8 +21,6 @@
 #define DI_ATTN_INDEX_FN di_attn_index_scores_avx512
 #include "kernels/cpu/attn_index_body.h"
 
-const DiAttnKernels di_attn_kernels_avx512 = {"avx512", di_attn_index_scores_avx512, di_attn_topk_avx2, di_attn_heads_avx2};
-
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif

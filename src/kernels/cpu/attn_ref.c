@@ -128,5 +128,3 @@ int64_t di_attn_topk_finish(DiScored *buf, int64_t m, int64_t k, int32_t *out) {
     qsort(out, (size_t)take, sizeof *out, by_id);
     return take;
 }
-
-const DiAttnKernels di_attn_kernels_ref = {"reference", di_attn_index_scores_ref, di_attn_topk_ref, di_attn_heads_ref};

@@ -11,8 +11,8 @@
  * (tests/unit/test_attn_kernels.c checks it on random data and edge sizes).
  *
  * Plain signatures (pointers and dimensions): the CPU backend's tables (backend_cpu.c) hold the
- * functions named below as their attn_heads, index_scores, topk and best_k entries; the tables
- * of this header group each route's three for the tests and the benchmark. */
+ * functions named below as their attn_heads, index_scores, topk and best_k entries, whose
+ * contracts (kernels/backend.h) they keep; callers reach them through a table, chosen once. */
 #ifndef DI_KERNELS_CPU_ATTN_SIMD_H
 #define DI_KERNELS_CPU_ATTN_SIMD_H
 
@@ -20,36 +20,13 @@
 
 #include <stdint.h>
 
-typedef struct {
-    const char *name; /* "reference", "avx2", "avx512" */
-    /* For nq query rows r: score[r·sstride + t] = Σ_h wh[r][h] · max(0, q[r][h] · k_t), h
-     * ascending from +0, each dot product ascending over its DI terms from +0 (§5.6.6 step 3),
-     * for the n keys k_t = keys + t·stride (DI floats each); q is [nq][HI][DI]; wh [nq][HI] is
-     * the head weights with the DI^-½·HI^-½ scale already applied. */
-    void (*index_scores)(const float *q, const float *wh, int64_t nq, int64_t HI, int64_t DI, const float *keys,
-                         int64_t stride, int64_t n, float *score, int64_t sstride);
-    /* Writes to out the ids of the min(k, #finite) best finite scores of score[0..n) by
-     * (score descending, id ascending), in ascending id order, and returns their count (§5.6.6
-     * step 6).  ids: the entries' ids, ascending (NULL: t itself).  buf: n + 8 scored pairs of
-     * scratch. */
-    int64_t (*topk)(const float *score, const int32_t *ids, int64_t n, int64_t k, DiScored *buf, int32_t *out);
-    /* §4.8 for nh heads of one query row: o[h] = softmax with sink over the nk keys (key =
-     * value, Dh floats each) of (q[h] · k_j) · scale, weighting the keys.  q, o: [nh][Dh]; sink:
-     * [nh]; z: nk · DI_BACKEND_HEAD_GROUP floats of scratch. */
-    void (*heads)(const float *q, int64_t nh, int64_t Dh, const float *const *keys, int64_t nk, const float *sink,
-                  float scale, float *o, float *z);
-} DiAttnKernels;
-
-extern const DiAttnKernels di_attn_kernels_ref;
-extern const DiAttnKernels di_attn_kernels_avx2;   /* call only where di_simd_available() */
-extern const DiAttnKernels di_attn_kernels_avx512; /* call only where di_simd_avx512_available() */
-
 /* Moves the k best of it[0..m) (score descending, id ascending) to it[0..k), best first;
  * returns min(k, m).  The scan keeps the best so far sorted and rejects most entries with one
  * compare: ~O(m) for k << m (the reference top-k, and the indexer's candidate blocks). */
 int64_t di_attn_best_k_sorted(DiScored *it, int64_t m, int64_t k);
 
-/* Each route's kernels by name, for the backend tables' static initialisers. */
+/* Each route's kernels by name, for the backend tables' static initialisers (the AVX2 ones only
+ * where di_simd_available(), the AVX-512 one only where di_simd_avx512_available()). */
 void di_attn_index_scores_ref(const float *q, const float *wh, int64_t nq, int64_t HI, int64_t DI, const float *keys,
                               int64_t stride, int64_t n, float *score, int64_t sstride);
 int64_t di_attn_topk_ref(const float *score, const int32_t *ids, int64_t n, int64_t k, DiScored *buf, int32_t *out);

@@ -1,6 +1,7 @@
-/* backend_cpu.c — the CPU backend: three tables of the backend interface (kernels/backend.h),
- * the scalar reference, AVX2+FMA and AVX2+FMA with the AVX-512 tiles, and the choice between
- * them, made once when a model loads from cpuid and the parsed DEEPINFER_KERNELS knob.
+/* backend_cpu.c — the CPU backend: the tables of the backend interface (kernels/backend.h), the
+ * scalar reference, AVX2+FMA and AVX2+FMA with the AVX-512 tiles (each SIMD one in the three FP8
+ * GEMV routes), and the choice between them, made once when a model loads from cpuid and the
+ * knobs parsed then (DEEPINFER_KERNELS, DEEPINFER_FP8_GEMV).
  *
  * The variants differ only where a kernel has a faster form: the matmuls (matmul.c and the
  * *_avx2.c kernels: the summation order of matmul_simd.h; the AVX-512 one-token tiles give the
@@ -16,12 +17,13 @@
 #include "kernels/cpu/ops_cpu.h"
 #include "kernels/numformats.h"
 
-/* The tile choice a SIMD table passes to the matmul kernels. */
-typedef struct {
-    bool avx512;
-} CpuVariant;
-
-static const CpuVariant avx2_variant = {false}, avx512_variant = {true};
+/* A SIMD table's variant (matmul_simd.h): [tiles][route], the route F32, FP16 or MAPPED. */
+#define N_ROUTES 3
+static const DiFp8GemvRoute routes[N_ROUTES] = {DI_FP8_GEMV_F32, DI_FP8_GEMV_FP16, DI_FP8_GEMV_MAPPED};
+static const DiSimdVariant variants[2][N_ROUTES] = {
+    {{false, DI_FP8_GEMV_F32}, {false, DI_FP8_GEMV_FP16}, {false, DI_FP8_GEMV_MAPPED}},
+    {{true, DI_FP8_GEMV_F32}, {true, DI_FP8_GEMV_FP16}, {true, DI_FP8_GEMV_MAPPED}},
+};
 
 static int ref_matmul(const DiKernelBackend *be, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n, float *y,
                       bool qa, float *scratch, int64_t scratch_floats) {
@@ -36,8 +38,16 @@ static int64_t ref_scratch_floats(const DiKernelBackend *be, const DiMatrix *w, 
 
 static int simd_matmul(const DiKernelBackend *be, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n, float *y,
                        bool qa, float *scratch, int64_t scratch_floats) {
-    const CpuVariant *v = be->impl;
-    return di_cpu_matmul_simd_into(v->avx512, pool, w, x, n, y, qa, scratch, scratch_floats);
+    return di_cpu_matmul_simd_into(be->impl, pool, w, x, n, y, qa, scratch, scratch_floats);
+}
+
+static int ref_prepare(const DiKernelBackend *be, DiMatrix *w, void **owned) {
+    (void)be;
+    return di_cpu_matrix_prepare_ref(w, owned);
+}
+
+static int simd_prepare(const DiKernelBackend *be, DiMatrix *w, void **owned) {
+    return di_cpu_matrix_prepare_simd(be->impl, w, owned);
 }
 
 static int64_t simd_scratch_floats(const DiKernelBackend *be, const DiMatrix *w, int64_t n, int threads, bool qa) {
@@ -62,7 +72,7 @@ static int64_t simd_scratch_floats(const DiKernelBackend *be, const DiMatrix *w,
 static const DiKernelBackend cpu_ref = {
     .name = "reference",
     .mat = FORMAT_TRAITS(ref_matmul, ref_scratch_floats),
-    .matrix_prepare = di_cpu_matrix_prepare_ref,
+    .matrix_prepare = ref_prepare,
     .roundtrip_fp8_block32 = di_roundtrip_fp8_block32,
     .expf_row = di_ref_expf_row,
     .attn_heads = di_attn_heads_ref,
@@ -72,43 +82,88 @@ static const DiKernelBackend cpu_ref = {
     SHARED_OPS,
 };
 
-/* The AVX-512 table differs from the AVX2 one in its matmul tiles and its index scores (sixteen
- * keys a vector); the top-k and the heads are the AVX2 kernels in both. */
+/* The AVX-512 tables differ from the AVX2 ones in their matmul tiles and their index scores
+ * (sixteen keys a vector); the top-k and the heads are the AVX2 kernels in both.  Each comes in
+ * the three FP8 GEMV routes (the same bits), so a table's choice is fixed once it is chosen. */
 #define SIMD_TABLE(label, variant, scores)                                                                             \
     {                                                                                                                  \
         .name = label, .impl = &variant, .mat = FORMAT_TRAITS(simd_matmul, simd_scratch_floats),                      \
-        .matrix_prepare = di_cpu_matrix_prepare_simd,                                                                  \
+        .matrix_prepare = simd_prepare,                                                                                \
         .roundtrip_fp8_block32 = di_simd_op_roundtrip_fp8_block32, .expf_row = di_simd_op_expf_row,                   \
         .attn_heads = di_attn_heads_avx2, .index_scores = scores, .topk = di_attn_topk_avx2, .swiglu = di_simd_swiglu,  \
         SHARED_OPS,                                                                                                    \
     }
+#define AVX2_TABLE(route) SIMD_TABLE("avx2-fma", variants[0][route], di_attn_index_scores_avx2)
+#define AVX512_TABLE(route) SIMD_TABLE("avx512", variants[1][route], di_attn_index_scores_avx512)
 
-static const DiKernelBackend cpu_avx2 = SIMD_TABLE("avx2-fma", avx2_variant, di_attn_index_scores_avx2);
-static const DiKernelBackend cpu_avx512 = SIMD_TABLE("avx512", avx512_variant, di_attn_index_scores_avx512);
+static const DiKernelBackend cpu_simd[2][N_ROUTES] = {
+    {AVX2_TABLE(0), AVX2_TABLE(1), AVX2_TABLE(2)},
+    {AVX512_TABLE(0), AVX512_TABLE(1), AVX512_TABLE(2)},
+};
 
 const DiKernelBackend *di_backend_cpu_ref(void) { return &cpu_ref; }
 
-int di_backend_cpu_select(DiEnvKernels want, const DiKernelBackend **out) {
-    if (!out) return di_errorf("backend: no output given");
+/* The index into routes[] of the FP8 GEMV knob's route (auto: the probe's, made once). */
+static int route_index(DiEnvFp8Gemv want) {
+    DiFp8GemvRoute r = want == DI_ENV_FP8_GEMV_F32    ? DI_FP8_GEMV_F32
+                       : want == DI_ENV_FP8_GEMV_FP16 ? DI_FP8_GEMV_FP16
+                       : want == DI_ENV_FP8_GEMV_MAPPED ? DI_FP8_GEMV_MAPPED
+                                                        : di_simd_fp8_gemv_auto_route(NULL);
+    for (int i = 0; i < N_ROUTES; i++)
+        if (routes[i] == r) return i;
+    return 0;
+}
+
+/* Whether the table takes the AVX-512 tiles: -1 with an error where the CPU lacks what the knob
+ * demands, -2 for the scalar reference. */
+static int tiles_for(DiEnvKernels want) {
     bool simd = di_simd_available(), avx512 = di_simd_avx512_available();
     bool tiles = avx512 && di_simd_avx512_pays(); /* not on Zen 4: it splits 512-bit operations */
     switch (want) {
-    case DI_ENV_KERNELS_AUTO: *out = tiles ? &cpu_avx512 : simd ? &cpu_avx2 : &cpu_ref; break;
-    case DI_ENV_KERNELS_REF: *out = &cpu_ref; return 0;
+    case DI_ENV_KERNELS_AUTO: return tiles ? 1 : simd ? 0 : -2;
+    case DI_ENV_KERNELS_REF: return -2;
     case DI_ENV_KERNELS_SIMD:
     case DI_ENV_KERNELS_AVX2:
         if (!simd) return di_errorf("DEEPINFER_KERNELS=%s, but this CPU lacks AVX2, FMA or F16C", di_env_kernels_name(want));
-        *out = want == DI_ENV_KERNELS_SIMD && tiles ? &cpu_avx512 : &cpu_avx2;
-        break;
+        return want == DI_ENV_KERNELS_SIMD && tiles;
     case DI_ENV_KERNELS_AVX512:
         if (!avx512) return di_errorf("DEEPINFER_KERNELS=avx512, but this CPU lacks AVX-512 F, BW or VL (or AVX2)");
-        *out = &cpu_avx512;
-        break;
+        return 1;
     default: return di_errorf("backend: DEEPINFER_KERNELS value %d unknown", (int)want);
     }
-    DiFp8GemvRoute route; /* the SIMD tables' FP8 GEMV knob, refused here rather than at a call */
-    if (*out != &cpu_ref && di_fp8_gemv_route_from_env(&route) != 0) return -1;
+}
+
+int di_backend_cpu_select(DiEnvKernelKnobs knobs, const DiKernelBackend **out) {
+    if (!out) return di_errorf("backend: no output given");
+    if ((unsigned)knobs.fp8_gemv > DI_ENV_FP8_GEMV_MAPPED)
+        return di_errorf("backend: DEEPINFER_FP8_GEMV value %d unknown", (int)knobs.fp8_gemv);
+    int tiles = tiles_for(knobs.kernels);
+    if (tiles == -1) return -1;
+    *out = tiles == -2 ? &cpu_ref : &cpu_simd[tiles][route_index(knobs.fp8_gemv)];
     return 0;
+}
+
+/* The SIMD variant of a CPU table or of a copy of one (by its impl); NULL for any other table. */
+static const DiSimdVariant *variant_of(const DiKernelBackend *be) {
+    for (int t = 0; t < 2; t++)
+        for (int r = 0; r < N_ROUTES; r++)
+            if (be->impl == &variants[t][r]) return &variants[t][r];
+    return NULL;
+}
+
+int di_backend_cpu_from_env(const DiKernelBackend **out) {
+    DiEnvKernelKnobs knobs;
+    return di_env_kernel_knobs(&knobs) != 0 ? -1 : di_backend_cpu_select(knobs, out);
+}
+
+const char *di_backend_cpu_fp8_gemv_route(const DiKernelBackend *be, double *subnormal_slowdown) {
+    if (subnormal_slowdown) *subnormal_slowdown = 0;
+    if (!be) return di_errorf("backend: no table given"), NULL;
+    if (be->matrix_prepare == ref_prepare) return "reference";
+    const DiSimdVariant *v = variant_of(be);
+    if (!v) return di_errorf("backend: '%s' is not a CPU table", be->name ? be->name : "?"), NULL;
+    if (subnormal_slowdown) di_simd_fp8_gemv_auto_route(subnormal_slowdown);
+    return v->fp8 == DI_FP8_GEMV_FP16 ? "fp16" : v->fp8 == DI_FP8_GEMV_MAPPED ? "mapped" : "f32";
 }
 
 int di_backend_matmul(const DiKernelBackend *be, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n, float *y,

@@ -2,16 +2,15 @@
  * the activations to whole scale blocks and splits the output rows over the thread pool; and
  * di_matmul / di_matmul_qa, which run a kernel table the caller chose once.
  *
- * The products read no knob: the caller passes the table it chose once (di_backend_cpu_select
- * from the parsed DEEPINFER_KERNELS); only the queries (di_matmul_backend and its kin) parse it,
- * to say what a model loaded now would run.
+ * Nothing here reads a knob: the tables carry their variant (tiles, FP8 route), fixed when
+ * di_backend_cpu_select chose them from the knobs parsed at load; the free functions
+ * (di_matmul_simd, di_matrix_prepare) run the cpuid / probe choice, di_simd_auto_variant.
  *
  * Threads split rows only, in chunks of DI_SIMD_ROW_CHUNK: every output row is computed whole by
  * one task with the reduction order of matmul_simd.h, so neither the thread count nor the
  * schedule changes a bit of the result (engine-features.md §4.2: no split-K). */
 #include "kernels/matmul.h"
 
-#include "base/env.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "kernels/backend.h"
@@ -32,27 +31,6 @@ static int64_t gemm_min_tokens(DiMatFormat format) {
     case DI_MAT_FP8_BLOCK: return 17;
     default: return 8;
     }
-}
-
-/* The table the DEEPINFER_KERNELS knob selects now (backend_cpu.c), for the queries below,
- * which answer what a model loaded now would run; NULL with the selection's error. */
-static const DiKernelBackend *knob_table(void) {
-    DiEnvKernels want;
-    const DiKernelBackend *be;
-    if (di_env_kernels(&want) != 0 || di_backend_cpu_select(want, &be) != 0) return NULL;
-    return be;
-}
-
-int di_fp8_gemv_route_from_env(DiFp8GemvRoute *route) {
-    DiEnvFp8Gemv want;
-    if (di_env_fp8_gemv(&want) != 0) return -1;
-    switch (want) {
-    case DI_ENV_FP8_GEMV_AUTO: *route = DI_FP8_GEMV_AUTO; break;
-    case DI_ENV_FP8_GEMV_F32: *route = DI_FP8_GEMV_F32; break;
-    case DI_ENV_FP8_GEMV_FP16: *route = DI_FP8_GEMV_FP16; break;
-    case DI_ENV_FP8_GEMV_MAPPED: *route = DI_FP8_GEMV_MAPPED; break;
-    }
-    return 0;
 }
 
 int64_t di_matrix_fp8_subnormal_map_bytes(const DiMatrix *w) {
@@ -82,9 +60,10 @@ int di_cpu_matrix_prepare_ref(DiMatrix *w, void **owned) {
     return di_matrix_validate(w, "prepared weight");
 }
 
-int di_cpu_matrix_prepare_simd(DiMatrix *w, void **owned) {
+/* The subnormal map where the route widens by it (MAPPED); the other routes need nothing. */
+static int prepare_for_route(DiFp8GemvRoute route, DiMatrix *w, void **owned) {
     if (di_cpu_matrix_prepare_ref(w, owned) != 0) return -1;
-    if (w->format != DI_MAT_FP8_BLOCK || di_simd_fp8_gemv_route(NULL) != DI_FP8_GEMV_MAPPED) return 0;
+    if (w->format != DI_MAT_FP8_BLOCK || route != DI_FP8_GEMV_MAPPED) return 0;
     uint8_t *map = di_malloc((size_t)di_matrix_fp8_subnormal_map_bytes(w), "FP8 subnormal map");
     if (!map) return -1;
     di_matrix_fp8_subnormal_map(w, map);
@@ -93,29 +72,13 @@ int di_cpu_matrix_prepare_simd(DiMatrix *w, void **owned) {
     return 0;
 }
 
+int di_cpu_matrix_prepare_simd(const DiSimdVariant *v, DiMatrix *w, void **owned) {
+    return prepare_for_route(v ? v->fp8 : DI_FP8_GEMV_AUTO, w, owned);
+}
+
 int di_matrix_prepare(DiMatrix *w, void **owned) {
-    return di_kernels_use_simd() ? di_cpu_matrix_prepare_simd(w, owned) : di_cpu_matrix_prepare_ref(w, owned);
-}
-
-const char *di_matmul_backend(void) {
-    const DiKernelBackend *be = knob_table();
-    return be ? be->name : NULL;
-}
-
-const char *di_matmul_fp8_gemv_route(double *subnormal_slowdown) {
-    const DiKernelBackend *be = knob_table();
-    if (!be) return NULL;
-    if (be == di_backend_cpu_ref()) return "reference";
-    switch (di_simd_fp8_gemv_route(subnormal_slowdown)) {
-    case DI_FP8_GEMV_FP16: return "fp16";
-    case DI_FP8_GEMV_MAPPED: return "mapped";
-    default: return "f32";
-    }
-}
-
-bool di_kernels_use_simd(void) {
-    const DiKernelBackend *be = knob_table();
-    return be && be != di_backend_cpu_ref();
+    if (!di_simd_available()) return di_cpu_matrix_prepare_ref(w, owned);
+    return prepare_for_route(di_simd_fp8_gemv_auto_route(NULL), w, owned);
 }
 
 typedef struct {
@@ -126,7 +89,7 @@ typedef struct {
     const float *prepared; /* di_matmul_qa's FP4 tasks: the activations as di_simd_fp4q_prepare left them */
     int64_t scratch_floats;
     int64_t chunk; /* rows per task (row_chunk) */
-    bool avx512;   /* the one-token AVX-512 tiles (the same bits) */
+    const DiSimdVariant *v; /* the table's tiles and FP8 route (the same bits every way) */
 } MatmulJob;
 
 /* GEMV tasks aim at this many per thread, so a matrix of a few hundred rows still keeps every
@@ -155,7 +118,7 @@ static void gemv_task(void *ctx, int task, int thread) {
     const MatmulJob *job = ctx;
     int64_t r0, r1;
     rows_range(job, task, &r0, &r1);
-    di_simd_gemv_rows_tiles(job->w, &job->acts, job->y, r0, r1, job->scratch + thread * job->scratch_floats, job->avx512);
+    di_simd_gemv_rows_tiles(job->w, &job->acts, job->y, r0, r1, job->scratch + thread * job->scratch_floats, job->v);
 }
 
 static void fp4q_task(void *ctx, int task, int thread) {
@@ -163,7 +126,7 @@ static void fp4q_task(void *ctx, int task, int thread) {
     int64_t r0, r1;
     rows_range(job, task, &r0, &r1);
     di_simd_fp4q_rows_tiles(job->w, &job->acts, job->prepared, job->y, r0, r1, job->scratch + thread * job->scratch_floats,
-                            job->avx512);
+                            job->v->avx512);
 }
 
 static void gemm_task(void *ctx, int task, int thread) {
@@ -214,9 +177,9 @@ static void padded_acts(const float *x, int64_t n_tokens, int64_t cols, DiSimdAc
  * panel GEMM), else the GEMV or the GEMM by token count.  scratch: 64-byte aligned, at least
  * scratch_plan's floats for the pool's thread count (checked by the callers). */
 static void matmul_simd_run(DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y,
-                            const ScratchPlan *plan, float *scratch, bool avx512) {
+                            const ScratchPlan *plan, float *scratch, const DiSimdVariant *v) {
     int threads = pool ? di_pool_threads(pool) : 1;
-    MatmulJob job = {.w = w, .y = y, .avx512 = avx512};
+    MatmulJob job = {.w = w, .y = y, .v = v};
     job.chunk = row_chunk(w, plan->gemm, threads);
     int n_tasks = (int)((w->rows + job.chunk - 1) / job.chunk);
     /* not zeroed: the kernels write every scratch float they read (a GEMM's is ~240 KB a thread,
@@ -248,7 +211,8 @@ static int matmul_simd(DiThreadPool *pool, const DiMatrix *w, const float *x, in
     ScratchPlan plan = scratch_plan(w, n_tokens, false);
     float *scratch = di_aligned_malloc((size_t)plan_floats(&plan, pool ? di_pool_threads(pool) : 1), sizeof(float), "matmul scratch");
     if (!scratch) return di_error_wrap("matmul");
-    matmul_simd_run(pool, w, x, n_tokens, y, &plan, scratch, di_simd_use_avx512());
+    DiSimdVariant v = di_simd_auto_variant();
+    matmul_simd_run(pool, w, x, n_tokens, y, &plan, scratch, &v);
     di_aligned_free(scratch);
     return 0;
 }
@@ -259,7 +223,7 @@ int64_t di_cpu_matmul_simd_scratch_floats(const DiMatrix *w, int64_t n_tokens, i
     return plan_floats(&plan, threads);
 }
 
-int di_cpu_matmul_simd_into(bool avx512, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y,
+int di_cpu_matmul_simd_into(const DiSimdVariant *v, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n_tokens, float *y,
                             bool qa, float *scratch, int64_t scratch_floats) {
     if (check_call(w, x, n_tokens, y) != 0) return -1;
     if (n_tokens == 0) return 0;
@@ -269,7 +233,7 @@ int di_cpu_matmul_simd_into(bool avx512, DiThreadPool *pool, const DiMatrix *w, 
         return di_errorf("matmul: [%lld, %lld] x %lld tokens needs %lld floats of 64-byte aligned scratch, given %lld",
                          (long long)w->rows, (long long)w->cols, (long long)n_tokens, (long long)need,
                          (long long)(scratch ? scratch_floats : 0));
-    matmul_simd_run(pool, w, x, n_tokens, y, &plan, scratch, avx512);
+    matmul_simd_run(pool, w, x, n_tokens, y, &plan, scratch, v);
     return 0;
 }
 

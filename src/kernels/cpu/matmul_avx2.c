@@ -134,17 +134,22 @@ static inline __attribute__((always_inline)) void gemv_rows(DiMatFormat format, 
 }
 
 void di_simd_gemv_rows_tiles(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch,
-                             bool avx512) {
+                             const DiSimdVariant *v) {
     switch (w->format) {
     case DI_MAT_F32: gemv_rows(DI_MAT_F32, w, a, y, r0, r1); break;
     case DI_MAT_BF16: gemv_rows(DI_MAT_BF16, w, a, y, r0, r1); break;
-    case DI_MAT_FP8_BLOCK: di_simd_fp8_gemv_rows(w, a, y, r0, r1, scratch); break;
-    case DI_MAT_FP4_ROW32: di_simd_fp4_gemv_rows(w, a, y, r0, r1, scratch, avx512); break;
+    case DI_MAT_FP8_BLOCK: di_simd_fp8_gemv_rows_on(v->fp8, w, a, y, r0, r1, scratch); break;
+    case DI_MAT_FP4_ROW32: di_simd_fp4_gemv_rows(w, a, y, r0, r1, scratch, v->avx512); break;
     }
 }
 
+DiSimdVariant di_simd_auto_variant(void) {
+    return (DiSimdVariant){di_simd_use_avx512(), di_simd_fp8_gemv_auto_route(NULL)};
+}
+
 void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch) {
-    di_simd_gemv_rows_tiles(w, a, y, r0, r1, scratch, di_simd_use_avx512());
+    DiSimdVariant v = di_simd_auto_variant();
+    di_simd_gemv_rows_tiles(w, a, y, r0, r1, scratch, &v);
 }
 
 /* ---- GEMM: a decoded panel against a block of tokens, accumulators kept across chunks ------ */

@@ -31,9 +31,8 @@
 #define QUAD_ROWS 2    /* rows of the four-token GEMV tiles: 2 x 4 accumulators */
 #define PF_HINT _MM_HINT_T1 /* GEMV prefetch into L2, not L1: see prefetch_rows_ahead_by */
 
-/* FP8, F32 and BF16 GEMV (matmul_avx2.c, matmul_fp8_avx2.c) and FP4 GEMV (matmul_fp4_avx2.c),
- * for one row range; scratch as di_simd_gemv_rows; avx512: a lone token takes the AVX-512 tile. */
-void di_simd_fp8_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch);
+/* The FP4 GEMV (matmul_fp4_avx2.c; FP8's is di_simd_fp8_gemv_rows_on, matmul_simd.h) for one
+ * row range; scratch as di_simd_gemv_rows; avx512: a lone token takes the AVX-512 tile. */
 void di_simd_fp4_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch,
                            bool avx512);
 

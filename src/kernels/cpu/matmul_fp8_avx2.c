@@ -1,6 +1,7 @@
 /* matmul_fp8_avx2.c — the FP8 (E4M3, 128x128-free 32x32 block scales, §3.4) GEMV behind
  * di_matmul for one to sixteen tokens: the block scale moved onto the activations, the codes
- * widened one of three ways (DEEPINFER_FP8_GEMV), and the probe that picks the way per process.
+ * widened one of three ways (the table's route: the parsed DEEPINFER_FP8_GEMV, else the probe
+ * here, which measures once per process which way pays).
  *
  * Why three widenings, all giving the same bits: float32 patterns straight from the byte are the
  * cheapest decode, but E4M3 subnormal codes then become float32 subnormal operands, which Intel
@@ -101,21 +102,19 @@ double di_simd_subnormal_slowdown(void) {
     return subnormal / (normal > 0 ? normal : 1e-9);
 }
 
-static DiFp8GemvRoute fp8_route = DI_FP8_GEMV_AUTO;
+static DiFp8GemvRoute fp8_auto_route = DI_FP8_GEMV_AUTO;
 static double fp8_route_slowdown;
 static pthread_once_t fp8_route_once = PTHREAD_ONCE_INIT;
 
-static void choose_fp8_route(void) {
-    DiFp8GemvRoute want = DI_FP8_GEMV_AUTO;
-    if (di_fp8_gemv_route_from_env(&want) != 0) want = DI_FP8_GEMV_AUTO; /* matmul.c reports the error */
+static void probe_fp8_route(void) {
     fp8_route_slowdown = di_simd_subnormal_slowdown();
-    fp8_route = want != DI_FP8_GEMV_AUTO ? want : fp8_route_slowdown < 4 ? DI_FP8_GEMV_F32 : DI_FP8_GEMV_MAPPED;
+    fp8_auto_route = fp8_route_slowdown < 4 ? DI_FP8_GEMV_F32 : DI_FP8_GEMV_MAPPED;
 }
 
-DiFp8GemvRoute di_simd_fp8_gemv_route(double *subnormal_slowdown) {
-    pthread_once(&fp8_route_once, choose_fp8_route);
+DiFp8GemvRoute di_simd_fp8_gemv_auto_route(double *subnormal_slowdown) {
+    pthread_once(&fp8_route_once, probe_fp8_route);
     if (subnormal_slowdown) *subnormal_slowdown = fp8_route_slowdown;
-    return fp8_route;
+    return fp8_auto_route;
 }
 
 /* ---- FP8 GEMV with the block scale moved onto the activations --------------------------------
@@ -481,11 +480,8 @@ static void gemv_fp8_rows_by(const DiMatrix *w, const DiSimdActs *a, float *y, i
 
 void di_simd_fp8_gemv_rows_on(DiFp8GemvRoute route, const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0,
                               int64_t r1, float *xs) {
+    if (route == DI_FP8_GEMV_AUTO) route = di_simd_fp8_gemv_auto_route(NULL);
     if (route == DI_FP8_GEMV_MAPPED && !w->fp8_subnormal_map) route = DI_FP8_GEMV_FP16;
     if (route != DI_FP8_GEMV_FP16 && route != DI_FP8_GEMV_MAPPED) route = DI_FP8_GEMV_F32;
     gemv_fp8_rows_by(w, a, y, r0, r1, xs, route);
-}
-
-void di_simd_fp8_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs) {
-    di_simd_fp8_gemv_rows_on(di_simd_fp8_gemv_route(NULL), w, a, y, r0, r1, xs);
 }

@@ -45,25 +45,32 @@ bool di_simd_avx512_pays(void);
  * backend tables do (backend_cpu.c).  The AVX-512 tiles give the AVX2 ones' bits. */
 bool di_simd_use_avx512(void);
 
-/* How the FP8 GEMV widens E4M3 codes (matmul_avx2.c, e4m3_block_gemv_widen): the same bits every
- * way, only the speed differs.  F32: straight to float32 patterns, fastest where the multiplier
- * takes float32 subnormal operands at full speed (Zen); FP16: through FP16, whose speed never
- * depends on the codes (Intel cores take a ~100-cycle assist per subnormal operand); MAPPED:
- * float32 patterns except in the blocks the matrix's fp8_subnormal_map marks (FP16 throughout
- * for a matrix without a map). */
+/* How the FP8 GEMV widens E4M3 codes (matmul_fp8_avx2.c, e4m3_block_gemv_widen): the same bits
+ * every way, only the speed differs.  F32: straight to float32 patterns, fastest where the
+ * multiplier takes float32 subnormal operands at full speed (Zen); FP16: through FP16, whose
+ * speed never depends on the codes (Intel cores take a ~100-cycle assist per subnormal operand);
+ * MAPPED: float32 patterns except in the blocks the matrix's fp8_subnormal_map marks (FP16
+ * throughout for a matrix without a map).  AUTO: the probe's choice below. */
 typedef enum { DI_FP8_GEMV_AUTO, DI_FP8_GEMV_F32, DI_FP8_GEMV_FP16, DI_FP8_GEMV_MAPPED } DiFp8GemvRoute;
 
-/* DEEPINFER_FP8_GEMV (auto, f32, fp16 or mapped; unset or empty: auto) into *route; -1 and a
- * di_error naming the variable for any other value (matmul.c). */
-int di_fp8_gemv_route_from_env(DiFp8GemvRoute *route);
+/* The probe's route (F32 where subnormal operands run at full speed, else MAPPED), measured once
+ * per process; *subnormal_slowdown (when not NULL): the probe's ratio of a multiply-add chain's
+ * time on a float32 subnormal operand to its time on a normal one.  Reads no knob: the parsed
+ * DEEPINFER_FP8_GEMV, where it names a route, is the table's instead (backend_cpu.c). */
+DiFp8GemvRoute di_simd_fp8_gemv_auto_route(double *subnormal_slowdown);
 
-/* The route this process takes (F32, FP16 or MAPPED): DEEPINFER_FP8_GEMV when it names one, else
- * the probe's choice (F32 where subnormal operands run at full speed, else MAPPED), made once.  *subnormal_slowdown (when not NULL): the probe's ratio of a
- * multiply-add chain's time on a float32 subnormal operand to its time on a normal one. */
-DiFp8GemvRoute di_simd_fp8_gemv_route(double *subnormal_slowdown);
+/* What a SIMD kernel table runs (its impl, backend_cpu.c), fixed when the table is chosen: the
+ * AVX-512 tiles on or off and the FP8 GEMV route (F32, FP16 or MAPPED).  The same bits every way. */
+typedef struct {
+    bool avx512;
+    DiFp8GemvRoute fp8;
+} DiSimdVariant;
 
-/* di_simd_gemv_rows for an FP8 matrix on the given route (F32, FP16 or MAPPED), whatever this
- * process chose: for tests that every route gives the same bits. */
+/* The variant the free functions run: di_simd_use_avx512() and the probe's FP8 route. */
+DiSimdVariant di_simd_auto_variant(void);
+
+/* di_simd_gemv_rows for an FP8 matrix on the given route (F32, FP16 or MAPPED; AUTO: the
+ * probe's), for the variants and for tests that every route gives the same bits. */
 void di_simd_fp8_gemv_rows_on(DiFp8GemvRoute route, const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0,
                               int64_t r1, float *scratch);
 
@@ -79,10 +86,10 @@ int64_t di_simd_scratch_floats(int64_t cols, bool gemm);
  * of 32 (a scale row-block); other formats take any r0. */
 void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1,
                        float *scratch);
-/* The same with the AVX-512 tiles on or off as given (the same bits), for the backend tables,
- * which choose once at load; di_simd_gemv_rows takes di_simd_use_avx512(). */
+/* The same on the variant given (the same bits), for the backend tables, which choose once at
+ * load; di_simd_gemv_rows runs di_simd_auto_variant(). */
 void di_simd_gemv_rows_tiles(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch,
-                             bool avx512);
+                             const DiSimdVariant *v);
 
 /* The same outputs, bit for bit, by decoding the rows once into a panel in `scratch` and
  * running a register-tiled product over the tokens. */

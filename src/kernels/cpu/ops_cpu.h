@@ -6,6 +6,7 @@
 #define DI_KERNELS_CPU_OPS_CPU_H
 
 #include "kernels/backend.h"
+#include "kernels/cpu/matmul_simd.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,14 +36,15 @@ int di_simd_op_roundtrip_fp8_block32(float *x, size_t n);
 void di_simd_op_expf_row(const float *x, size_t n, float shift, float scale, float *out);
 void di_simd_swiglu(const float *g, const float *u, int64_t n, float lim, float weight, float *out);
 
-/* matmul.c: the SIMD product with the AVX-512 tiles on or off (the same bits), on the caller's
- * scratch, and the scratch it needs; the variant's choice is passed in, never read per call. */
-int di_cpu_matmul_simd_into(bool avx512, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n, float *y, bool qa,
-                            float *scratch, int64_t scratch_floats);
+/* matmul.c: the SIMD product on a table's variant (the AVX-512 tiles on or off, the FP8 route:
+ * the same bits every way), on the caller's scratch, and the scratch it needs; the variant is
+ * the table's, fixed when it was chosen, never read per call. */
+int di_cpu_matmul_simd_into(const DiSimdVariant *v, DiThreadPool *pool, const DiMatrix *w, const float *x, int64_t n, float *y,
+                            bool qa, float *scratch, int64_t scratch_floats);
 int64_t di_cpu_matmul_simd_scratch_floats(const DiMatrix *w, int64_t n, int threads, bool qa);
-/* matmul.c: di_matrix_prepare for the reference table (a check, nothing added) and for the SIMD
- * tables (the FP8 subnormal map where the FP8 GEMV route is "mapped"). */
+/* matmul.c: the tables' matrix_prepare: for the reference (a check, nothing added) and for a
+ * SIMD variant (the FP8 subnormal map where its FP8 GEMV route is MAPPED). */
 int di_cpu_matrix_prepare_ref(DiMatrix *w, void **owned);
-int di_cpu_matrix_prepare_simd(DiMatrix *w, void **owned);
+int di_cpu_matrix_prepare_simd(const DiSimdVariant *v, DiMatrix *w, void **owned);
 
 #endif
