@@ -163,6 +163,80 @@ TEST(avx512_fp4q_tile_gives_the_avx2_bits) {
     di_pool_destroy(pool);
 }
 
+/* rows x cols FP8 weights: random non-NaN codes, about one in fifty an E4M3 subnormal (so the
+ * mapped route mixes both widenings in a tile), scale bytes lo..hi (outside ~20..130 the
+ * activations cannot be prescaled exactly and the plain path runs), with the subnormal map. */
+static DiMatrix make_fp8(int64_t rows, int64_t cols, int lo, int hi, uint8_t **data, uint8_t **scale, uint8_t **map) {
+    DiMatrix w = {.format = DI_MAT_FP8_BLOCK, .rows = rows, .cols = cols};
+    int64_t kblocks = (cols + 31) / 32, nscale = (rows + 31) / 32 * kblocks;
+    *data = malloc((size_t)(rows * cols));
+    *scale = malloc((size_t)nscale);
+    for (int64_t i = 0; i < rows * cols; i++) {
+        uint32_t u = test_rand32();
+        uint8_t mag = u % 50 == 0 ? (uint8_t)(1 + (u >> 8) % 7) : (uint8_t)(8 + (u >> 8) % 0x77); /* 0x08..0x7E */
+        (*data)[i] = (uint8_t)((u >> 16 & 0x80) | mag);
+    }
+    for (int64_t i = 0; i < nscale; i++) (*scale)[i] = (uint8_t)(lo + (int)(test_rand32() % (uint32_t)(hi - lo + 1)));
+    w.data = *data;
+    w.scale = *scale;
+    *map = malloc((size_t)di_matrix_fp8_subnormal_map_bytes(&w));
+    di_matrix_fp8_subnormal_map(&w, *map);
+    w.fp8_subnormal_map = *map;
+    return w;
+}
+
+/* The one-token FP8 tile (matmul_fp8_avx512.c) against the AVX2 one, bit for bit: every route
+ * (the mapped one with its map, and without one: FP16 throughout), full and partial column
+ * blocks, tile tails of 1-7 rows, every task range a pool can cut (32-row steps), scale bytes
+ * that prescale and that take the plain path, 1 to 5 tokens (two or more: the AVX2 group tiles
+ * both sides); and through the tables with three threads. */
+TEST(avx512_fp8_gemv_gives_the_avx2_bits) {
+    if (!di_simd_avx512_available()) return;
+    static const int64_t rows[] = {1, 7, 8, 9, 33, 100}, cols[] = {32, 64, 300, 1024};
+    static const DiFp8GemvRoute routes[] = {DI_FP8_GEMV_F32, DI_FP8_GEMV_FP16, DI_FP8_GEMV_MAPPED};
+    DiThreadPool *pool = di_pool_create(3);
+    int compared = 0;
+    for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+        for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++)
+            for (int plain = 0; plain < 2; plain++) {
+                uint8_t *data, *scale, *map;
+                int64_t R = rows[ri], C = cols[ci], k32 = (C + 31) / 32 * 32;
+                DiMatrix w = make_fp8(R, C, plain ? 100 : 116, plain ? 150 : 123, &data, &scale, &map);
+                float *x = calloc((size_t)(5 * k32), sizeof(float)), *xc = malloc(sizeof(float) * (size_t)(5 * C));
+                float *y2 = malloc(sizeof(float) * (size_t)(5 * R)), *y5 = malloc(sizeof(float) * (size_t)(5 * R));
+                float *scratch = aligned_alloc(64, sizeof(float) * (size_t)(8 * k32 + 64));
+                for (int64_t t = 0; t < 5; t++)
+                    for (int64_t c = 0; c < C; c++) x[t * k32 + c] = xc[t * C + c] = rnd_act();
+                for (int64_t n = 1; n <= 5; n++)
+                    for (int v = 0; v < 4; v++) {
+                        DiMatrix wv = w;
+                        if (v == 3) wv.fp8_subnormal_map = NULL;
+                        DiSimdActs a = {.x = x, .n_tokens = n, .k32 = k32};
+                        for (int64_t r0 = 0; r0 < R; r0 += 32) {
+                            int64_t r1 = r0 + 32 * (1 + r0 % 3) < R ? r0 + 32 * (1 + r0 % 3) : R;
+                            memset(y2, 0xA5, sizeof(float) * (size_t)(n * R));
+                            memset(y5, 0x5A, sizeof(float) * (size_t)(n * R));
+                            di_simd_fp8_gemv_rows_tiles(routes[v % 3], false, &wv, &a, y2, r0, r1, scratch);
+                            di_simd_fp8_gemv_rows_tiles(routes[v % 3], true, &wv, &a, y5, r0, r1, scratch);
+                            bool same = true;
+                            for (int64_t t = 0; t < n; t++)
+                                same = same && memcmp(y2 + t * R + r0, y5 + t * R + r0, sizeof(float) * (size_t)(r1 - r0)) == 0;
+                            CHECK_MSG(same, "fp8 %lldx%lld n=%lld route %d%s rows [%lld, %lld)%s: bits differ", (long long)R,
+                                      (long long)C, (long long)n, (int)routes[v % 3], v == 3 ? " (no map)" : "",
+                                      (long long)r0, (long long)r1, plain ? " (plain scales)" : "");
+                        }
+                        compared++;
+                    }
+                CHECK(di_matmul(table(DI_ENV_KERNELS_AVX2), pool, &w, xc, 1, y2) == 0);
+                CHECK(di_matmul(table(DI_ENV_KERNELS_AVX512), pool, &w, xc, 1, y5) == 0);
+                CHECK_MSG(memcmp(y2, y5, sizeof(float) * (size_t)R) == 0, "fp8 %lldx%lld: the tables' bits differ",
+                          (long long)R, (long long)C);
+                free(x), free(xc), free(y2), free(y5), free(scratch), free(data), free(scale), free(map);
+            }
+    CHECK_EQ_INT(compared, 6 * 4 * 2 * 5 * 4);
+    di_pool_destroy(pool);
+}
+
 TEST(kernels_env_names_the_route) {
     setenv("DEEPINFER_KERNELS", "avx2", 1);
     CHECK_STR(env_table(), di_simd_available() ? "avx2-fma" : NULL);
@@ -181,6 +255,7 @@ int main(void) {
     RUN_TEST(avx512_fp4_gemv_gives_the_avx2_bits);
     RUN_TEST(avx512_fp4_gemv_rows_match_on_any_row_range);
     RUN_TEST(avx512_fp4q_tile_gives_the_avx2_bits);
+    RUN_TEST(avx512_fp8_gemv_gives_the_avx2_bits);
     RUN_TEST(kernels_env_names_the_route);
     return TEST_SUMMARY();
 }

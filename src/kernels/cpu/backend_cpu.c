@@ -4,8 +4,8 @@
  * knobs parsed then (DEEPINFER_KERNELS, DEEPINFER_FP8_GEMV).
  *
  * The variants differ only where a kernel has a faster form: the matmuls (matmul.c and the
- * *_avx2.c kernels: the summation order of matmul_simd.h; the AVX-512 one-token tiles give the
- * AVX2 bits, and auto takes them only where they pay, di_simd_avx512_pays), the attention
+ * *_avx2.c kernels: the summation order of matmul_simd.h; the AVX-512 one-token tiles, FP4 and
+ * FP8, give the AVX2 bits, and auto takes them only where they pay, di_simd_avx512_pays), the attention
  * kernels (attn_simd.h: index scores, top-k and heads, the reference's bits on every route),
  * the FP8 round trip and the exp of SwiGLU (ops_simd.c).  The other ops
  * are the reference's loops in every table (ops_ref.c), which the compiler vectorises as they are. */

@@ -138,7 +138,7 @@ void di_simd_gemv_rows_tiles(const DiMatrix *w, const DiSimdActs *a, float *y, i
     switch (w->format) {
     case DI_MAT_F32: gemv_rows(DI_MAT_F32, w, a, y, r0, r1); break;
     case DI_MAT_BF16: gemv_rows(DI_MAT_BF16, w, a, y, r0, r1); break;
-    case DI_MAT_FP8_BLOCK: di_simd_fp8_gemv_rows_on(v->fp8, w, a, y, r0, r1, scratch); break;
+    case DI_MAT_FP8_BLOCK: di_simd_fp8_gemv_rows_tiles(v->fp8, v->avx512, w, a, y, r0, r1, scratch); break;
     case DI_MAT_FP4_ROW32: di_simd_fp4_gemv_rows(w, a, y, r0, r1, scratch, v->avx512); break;
     }
 }

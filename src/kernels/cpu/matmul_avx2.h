@@ -45,6 +45,33 @@ extern uint8_t di_fp4_weight_bytes[256][32];
  * di_simd_avx512_available(). */
 void di_simd_fp4_gemv_one_avx512(const DiMatrix *w, const float *xp, float *yt, int64_t r0, int64_t r1);
 
+/* The bytes of w's fp8_subnormal_map for the row group holding row r (matmul.h). */
+#define FP8_MAP_ROWS 8
+_Static_assert(FP8_MAP_ROWS % GEMV_ROWS == 0 && FP8_MAP_ROWS % PAIR_ROWS == 0 && FP8_MAP_ROWS % QUAD_ROWS == 0 &&
+                   BLOCK % FP8_MAP_ROWS == 0,
+               "an FP8 GEMV tile must lie inside one row group of the subnormal map");
+static inline const uint8_t *fp8_map_row(const DiMatrix *w, int64_t r) {
+    return w->fp8_subnormal_map + (r / FP8_MAP_ROWS) * ((w->cols + BLOCK - 1) / BLOCK);
+}
+
+/* The first block at or after kb that an FP8 subnormal map row marks (full when none), eight
+ * bytes at a time: the mapped route's runs of float32 steps end there. */
+static inline int64_t fp8_next_marked(const uint8_t *map, int64_t kb, int64_t full) {
+    for (; kb + 8 <= full; kb += 8) {
+        uint64_t word;
+        memcpy(&word, map + kb, 8);
+        if (word) return kb + __builtin_ctzll(word) / 8;
+    }
+    while (kb < full && !map[kb]) kb++;
+    return kb;
+}
+
+/* The one-token FP8 GEMV tile on AVX-512 (matmul_fp8_avx512.c): rows [rb, rb_end) of one 32-row
+ * scale block on a block route (F32, FP16 or MAPPED) with the token's scaled activations, as
+ * matmul_fp8_avx2.c's tile, bit-identical to it.  Only where di_simd_avx512_available(). */
+void di_simd_fp8_rowblock_one_avx512(DiFp8GemvRoute route, const DiMatrix *w, const float *x, const float *xs32,
+                                     const float *xs16, int64_t k32, int64_t rb, int64_t rb_end, float *yt);
+
 /* How many tokens the GEMV takes together from `left` tokens: fours, then one group of three
  * (one decode for three tokens, not a pair and a single), then pairs, then one. */
 static inline int gemv_token_group(int64_t left) { return left >= 4 ? 4 : left == 3 ? 3 : left >= 2 ? 2 : 1; }

@@ -53,25 +53,6 @@ static inline __attribute__((always_inline)) void e4m3_block_gemv_widen(const ui
     }
 }
 
-/* The bytes of w's fp8_subnormal_map for the row group holding row r (matmul.h). */
-#define FP8_MAP_ROWS 8
-_Static_assert(FP8_MAP_ROWS % GEMV_ROWS == 0 && FP8_MAP_ROWS % PAIR_ROWS == 0 && FP8_MAP_ROWS % QUAD_ROWS == 0 &&
-                   BLOCK % FP8_MAP_ROWS == 0,
-               "an FP8 GEMV tile must lie inside one row group of the subnormal map");
-static inline const uint8_t *fp8_map_row(const DiMatrix *w, int64_t r) {
-    return w->fp8_subnormal_map + (r / FP8_MAP_ROWS) * ((w->cols + BLOCK - 1) / BLOCK);
-}
-
-/* The first block at or after kb that the map marks (full when none): eight bytes at a time. */
-static inline int64_t fp8_next_marked(const uint8_t *map, int64_t kb, int64_t full) {
-    for (; kb + 8 <= full; kb += 8) {
-        uint64_t word;
-        memcpy(&word, map + kb, 8);
-        if (word) return kb + __builtin_ctzll(word) / 8;
-    }
-    while (kb < full && !map[kb]) kb++;
-    return kb;
-}
 
 /* ---- which FP8 GEMV route this process takes -------------------------------------------------
  * The probe times a dependent chain of multiply-adds whose operand is a float32 subnormal
@@ -321,7 +302,7 @@ static __attribute__((noinline)) void fp8_rowblock_tiles_on(DiFp8GemvRoute route
 /* One token against rows [rb, rb_end) of one scale row block: scaled activations when exact.
  * xs: 2 * k32 floats of scratch (the float32 widening's scaled activations, then the FP16 one's). */
 static void fp8_rowblock_one(const DiMatrix *w, const float *x, int64_t k32, ActRange range, int64_t rb,
-                             int64_t rb_end, float *xs, float *yt, DiFp8GemvRoute route) {
+                             int64_t rb_end, float *xs, float *yt, DiFp8GemvRoute route, bool avx512) {
     int64_t kblocks = (w->cols + BLOCK - 1) / BLOCK;
     const uint8_t *scales = w->scale + (rb / BLOCK) * kblocks;
     bool exact32 = route != DI_FP8_GEMV_FP16 && fp8_prescale_exact(scales, kblocks, range, false);
@@ -335,7 +316,10 @@ static void fp8_rowblock_one(const DiMatrix *w, const float *x, int64_t k32, Act
     }
     float *xs32 = xs, *xs16 = xs + k32;
     fp8_prescale_tokens(w, rb, block_route, scales, 1, &x, &xs32, &xs16);
-    fp8_rowblock_tiles_on(block_route, w, x, xs32, xs16, k32, rb, rb_end, yt);
+    if (avx512)
+        di_simd_fp8_rowblock_one_avx512(block_route, w, x, xs32, xs16, k32, rb, rb_end, yt);
+    else
+        fp8_rowblock_tiles_on(block_route, w, x, xs32, xs16, k32, rb, rb_end, yt);
 }
 
 /* NT tokens (2, 3 or 4), all with exact scaled activations: each block decoded once for all of
@@ -453,7 +437,7 @@ static void fp8_token_group(const DiMatrix *w, const DiSimdActs *a, int64_t t0, 
         DiFp8GemvRoute block_route = fp8_block_route(route, exact32, exact16);
         if (block_route == FP8_PLAIN_PATH) {
             for (int t = 0; t < nt; t++)
-                fp8_rowblock_one(w, x[t], k32, range[t], rb, rb_end, xs_scratch, yt[t], route);
+                fp8_rowblock_one(w, x[t], k32, range[t], rb, rb_end, xs_scratch, yt[t], route, false);
             continue;
         }
         fp8_prescale_tokens(w, rb, block_route, scales, nt, x, (float *const *)xs32, (float *const *)xs16);
@@ -463,7 +447,7 @@ static void fp8_token_group(const DiMatrix *w, const DiSimdActs *a, int64_t t0, 
 
 /* xs: 8 * k32 floats of scratch. */
 static void gemv_fp8_rows_by(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *xs,
-                             DiFp8GemvRoute route) {
+                             DiFp8GemvRoute route, bool avx512) {
     int64_t k32 = a->k32;
     for (int64_t t = 0, nt; t < a->n_tokens; t += nt) {
         nt = gemv_token_group(a->n_tokens - t);
@@ -474,14 +458,19 @@ static void gemv_fp8_rows_by(const DiMatrix *w, const DiSimdActs *a, float *y, i
         const float *x = a->x + t * k32;
         ActRange range = act_range(x, w->cols);
         for (int64_t rb = r0; rb < r1; rb += BLOCK)
-            fp8_rowblock_one(w, x, k32, range, rb, rb + BLOCK < r1 ? rb + BLOCK : r1, xs, y + t * w->rows, route);
+            fp8_rowblock_one(w, x, k32, range, rb, rb + BLOCK < r1 ? rb + BLOCK : r1, xs, y + t * w->rows, route, avx512);
     }
+}
+
+void di_simd_fp8_gemv_rows_tiles(DiFp8GemvRoute route, bool avx512, const DiMatrix *w, const DiSimdActs *a, float *y,
+                                 int64_t r0, int64_t r1, float *xs) {
+    if (route == DI_FP8_GEMV_AUTO) route = di_simd_fp8_gemv_auto_route(NULL);
+    if (route == DI_FP8_GEMV_MAPPED && !w->fp8_subnormal_map) route = DI_FP8_GEMV_FP16;
+    if (route != DI_FP8_GEMV_FP16 && route != DI_FP8_GEMV_MAPPED) route = DI_FP8_GEMV_F32;
+    gemv_fp8_rows_by(w, a, y, r0, r1, xs, route, avx512);
 }
 
 void di_simd_fp8_gemv_rows_on(DiFp8GemvRoute route, const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0,
                               int64_t r1, float *xs) {
-    if (route == DI_FP8_GEMV_AUTO) route = di_simd_fp8_gemv_auto_route(NULL);
-    if (route == DI_FP8_GEMV_MAPPED && !w->fp8_subnormal_map) route = DI_FP8_GEMV_FP16;
-    if (route != DI_FP8_GEMV_FP16 && route != DI_FP8_GEMV_MAPPED) route = DI_FP8_GEMV_F32;
-    gemv_fp8_rows_by(w, a, y, r0, r1, xs, route);
+    di_simd_fp8_gemv_rows_tiles(route, false, w, a, y, r0, r1, xs);
 }
