@@ -45,7 +45,8 @@ static int check_yoco_mode(const char *name, const char *v) {
 static int check_keep_tokens(const char *name, const char *v) {
     long n;
     /* Only the form is checked here: that the count covers the model's sliding window is checked
-     * when the engine loads the model (engine_model.c), the first point that knows the window. */
+     * when a model loads (model_prefill_replay_from_env, replay.c, called by engine_model.c and
+     * model_api.c), the first point that knows the window. */
     if (parse_long(v, &n) != 0 || n < 1 || n > (1L << 30)) return di_errorf("%s='%s': expected a positive token count", name, v);
     return 0;
 }
