@@ -66,11 +66,26 @@ static inline int64_t fp8_next_marked(const uint8_t *map, int64_t kb, int64_t fu
     return kb;
 }
 
-/* The one-token FP8 GEMV tile on AVX-512 (matmul_fp8_avx512.c): rows [rb, rb_end) of one 32-row
- * scale block on a block route (F32, FP16 or MAPPED) with the token's scaled activations, as
- * matmul_fp8_avx2.c's tile, bit-identical to it.  Only where di_simd_avx512_available(). */
+/* The FP8 GEMV tiles on AVX-512 (matmul_fp8_avx512.c): rows [rb, rb_end) of one 32-row scale
+ * block on a block route (F32, FP16 or MAPPED) with the token's scaled activations, as
+ * matmul_fp8_avx2.c's tiles, bit-identical to them.  Only where di_simd_avx512_available(). */
 void di_simd_fp8_rowblock_one_avx512(DiFp8GemvRoute route, const DiMatrix *w, const float *x, const float *xs32,
                                      const float *xs16, int64_t k32, int64_t rb, int64_t rb_end, float *yt);
+/* The (route, token count) pairs the FP8 group tiles are instantiated for, as switch cases on
+ * route * 8 + nt: fp8_token_group sends three or four tokens through FP16, pairs any way. */
+#define FP8_GROUP_CASES(CASE)                                                                                      \
+    CASE(DI_FP8_GEMV_F32, 2);                                                                                  \
+    CASE(DI_FP8_GEMV_F32, 3);                                                                                  \
+    CASE(DI_FP8_GEMV_F32, 4);                                                                                  \
+    CASE(DI_FP8_GEMV_FP16, 2);                                                                                 \
+    CASE(DI_FP8_GEMV_FP16, 3);                                                                                 \
+    CASE(DI_FP8_GEMV_FP16, 4);                                                                                 \
+    CASE(DI_FP8_GEMV_MAPPED, 2)
+
+/* The same for a group of nt = 2..4 tokens (fp8_token_group's: F32 or FP16, MAPPED for pairs). */
+void di_simd_fp8_group_avx512(DiFp8GemvRoute route, const DiMatrix *w, int nt, const float *const *x,
+                              const float *const *xs32, const float *const *xs16, int64_t k32, int64_t rb,
+                              int64_t rb_end, float *const *yt);
 
 /* How many tokens the GEMV takes together from `left` tokens: fours, then one group of three
  * (one decode for three tokens, not a pair and a single), then pairs, then one. */

@@ -394,13 +394,7 @@ static __attribute__((noinline)) void fp8_group_tiles_on(DiFp8GemvRoute route, c
 #define FP8_GROUP_CASE(r, n) \
     case (r) * 8 + (n): fp8_group_tiles(w, n, x, xs32, xs16, k32, rb, rb_end, yt, r); break
     switch ((int)route * 8 + nt) {
-        FP8_GROUP_CASE(DI_FP8_GEMV_F32, 2);
-        FP8_GROUP_CASE(DI_FP8_GEMV_F32, 3);
-        FP8_GROUP_CASE(DI_FP8_GEMV_F32, 4);
-        FP8_GROUP_CASE(DI_FP8_GEMV_FP16, 2);
-        FP8_GROUP_CASE(DI_FP8_GEMV_FP16, 3);
-        FP8_GROUP_CASE(DI_FP8_GEMV_FP16, 4);
-        FP8_GROUP_CASE(DI_FP8_GEMV_MAPPED, 2);
+        FP8_GROUP_CASES(FP8_GROUP_CASE);
     default: break; /* not reached: fp8_token_group sends three or four tokens through FP16 */
     }
 #undef FP8_GROUP_CASE
@@ -411,7 +405,7 @@ static __attribute__((noinline)) void fp8_group_tiles_on(DiFp8GemvRoute route, c
  * xs_scratch: 8 * k32 floats (per token its float32-widening then its FP16-widening scaled
  * activations; a token alone uses the first two). */
 static void fp8_token_group(const DiMatrix *w, const DiSimdActs *a, int64_t t0, int nt, float *y, int64_t r0,
-                            int64_t r1, float *xs_scratch, DiFp8GemvRoute route) {
+                            int64_t r1, float *xs_scratch, DiFp8GemvRoute route, bool avx512) {
     /* three or four tokens share each widening, so FP16 costs them little: mapped tiles measured
      * 0.95x of FP16 ones at four tokens, 1.05x at two (kernel_ab 4096x4096, 1e-4 subnormal codes) */
     if (route == DI_FP8_GEMV_MAPPED && nt >= 3) route = DI_FP8_GEMV_FP16;
@@ -441,7 +435,10 @@ static void fp8_token_group(const DiMatrix *w, const DiSimdActs *a, int64_t t0, 
             continue;
         }
         fp8_prescale_tokens(w, rb, block_route, scales, nt, x, (float *const *)xs32, (float *const *)xs16);
-        fp8_group_tiles_on(block_route, w, nt, x, xs32, xs16, k32, rb, rb_end, yt);
+        if (avx512)
+            di_simd_fp8_group_avx512(block_route, w, nt, x, xs32, xs16, k32, rb, rb_end, yt);
+        else
+            fp8_group_tiles_on(block_route, w, nt, x, xs32, xs16, k32, rb, rb_end, yt);
     }
 }
 
@@ -452,7 +449,7 @@ static void gemv_fp8_rows_by(const DiMatrix *w, const DiSimdActs *a, float *y, i
     for (int64_t t = 0, nt; t < a->n_tokens; t += nt) {
         nt = gemv_token_group(a->n_tokens - t);
         if (nt > 1) {
-            fp8_token_group(w, a, t, (int)nt, y, r0, r1, xs, route);
+            fp8_token_group(w, a, t, (int)nt, y, r0, r1, xs, route, avx512);
             continue;
         }
         const float *x = a->x + t * k32;

@@ -73,7 +73,7 @@ DiSimdVariant di_simd_auto_variant(void);
  * probe's), for the variants and for tests that every route gives the same bits. */
 void di_simd_fp8_gemv_rows_on(DiFp8GemvRoute route, const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0,
                               int64_t r1, float *scratch);
-/* The same with the one-token AVX-512 tile on or off (the same bits; on only where
+/* The same with the AVX-512 tiles (one token and groups) on or off (the same bits; on only where
  * di_simd_avx512_available()), for the variants (di_simd_gemv_rows_tiles). */
 void di_simd_fp8_gemv_rows_tiles(DiFp8GemvRoute route, bool avx512, const DiMatrix *w, const DiSimdActs *a, float *y,
                                  int64_t r0, int64_t r1, float *scratch);
