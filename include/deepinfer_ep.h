@@ -1,0 +1,38 @@
+/* deepinfer_ep.h — expert parallelism across processes (issue 25, serving.md §8.2, §9): the routed
+ * experts of the main layers run on other MPI ranks, placed by an EPLB plan (DiEplbPlan,
+ * deepinfer_cluster.h).
+ *
+ * It lives in its own library, build/libdeepinfer_ep.a (src/ep), built with mpicc's flags and
+ * linked only into the CLI and the tests that need it: the engine library (libdeepinfer.{a,so})
+ * never links MPI.  Rank 0 runs the engine (scheduler, every non-expert layer, the router, the
+ * gather and the combine); ranks 1..N-1 serve the routed experts the plan places on them
+ * (src/ep/ep.h explains the choice).  With N = 1 everything runs in one process as without
+ * expert parallelism.  Conventions are deepinfer.h's: 0 on success, -1 with di_last_error(). */
+#ifndef DEEPINFER_EP_H
+#define DEEPINFER_EP_H
+
+#include "deepinfer_cluster.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One process's expert-parallel context (rank 0's or a worker's). */
+typedef struct DiEp DiEp;
+
+/* Switch to a new placement at a step boundary (between two di_engine_step calls on rank 0):
+ * plan->num_layers must be the model's main layer count, num_logical its routed experts per
+ * layer and num_gpus the number of expert-serving ranks (di_ep_expert_ranks).  Every later MoE
+ * layer dispatches by the new plan; a worker starts using an expert it newly holds (its pages
+ * are touched on first use) and drops the pages of one it no longer holds.  The plan is copied.
+ * On a worker rank, or with a plan that does not fit, -1 with the cause (the old plan stays). */
+int di_ep_apply_plan(DiEp *ep, const DiEplbPlan *plan);
+
+/* The number of ranks that serve experts: the P of a plan for this job (1 when N = 1). */
+int di_ep_expert_ranks(const DiEp *ep);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
