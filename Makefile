@@ -6,6 +6,7 @@
 #   src/**/*.c            -> build/libdeepinfer.{a,so}   the engine library (all of src/ but the two below)
 #   src/cluster/**/*.c    -> build/libdeepinfer_cluster.a  cluster planners: EPLB, load balancers, simulator
 #   src/golden/*.c        -> build/libdeepinfer_golden.a   the golden-set harness (check-golden, tests, benches)
+#   src/ep/*.c            -> build/libdeepinfer_ep.a       expert parallelism over MPI (the CLI, tests/unit/test_ep_*)
 #   tools/deepinfer/*.c   -> build/deepinfer             (the CLI)
 #   tests/unit/test_*.c   -> build/tests/test_*          (one binary per file, linked with the library)
 #   bench/bench_*.c       -> build/bench/bench_*         (bench/bench_*.py run with python3 too)
@@ -34,7 +35,7 @@ BENCH_LIBS = -lopenblas
 # --no-undefined, so an engine source calling into them fails to link) and are static libraries
 # that only the CLI, the tests and the benchmarks link; the linker takes from an archive only
 # the objects a program uses.
-LIB_SRC     := $(shell find src -name '*.c' -not -path 'src/cluster/*' -not -path 'src/golden/*' | sort)
+LIB_SRC     := $(shell find src -name '*.c' -not -path 'src/cluster/*' -not -path 'src/golden/*' -not -path 'src/ep/*' | sort)
 LIB_OBJ     := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLUSTER_SRC := $(shell find src/cluster -name '*.c' | sort)
 CLUSTER_OBJ := $(CLUSTER_SRC:%.c=$(BUILD)/obj/%.o)
@@ -42,6 +43,14 @@ GOLDEN_SRC  := $(sort $(wildcard src/golden/*.c))
 GOLDEN_OBJ  := $(GOLDEN_SRC:%.c=$(BUILD)/obj/%.o)
 # Archives in link order: the add-on libraries before the engine library they call.
 TOOL_LIBS   := $(BUILD)/libdeepinfer_cluster.a $(BUILD)/libdeepinfer_golden.a $(BUILD)/libdeepinfer.a
+# Expert parallelism (include/deepinfer_ep.h) is the one part that links MPI (Open MPI, with
+# mpicc's own flags), so it is a library of its own that only the CLI and the tests named
+# test_ep_* link; the engine library (and libdeepinfer.so) never does.
+EP_SRC      := $(shell find src/ep -name '*.c' | sort)
+EP_OBJ      := $(EP_SRC:%.c=$(BUILD)/obj/%.o)
+MPI_CFLAGS  := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS    := $(shell mpicc --showme:link 2>/dev/null)
+EP_LIBS     := $(BUILD)/libdeepinfer_ep.a $(TOOL_LIBS)
 CLI_SRC   := $(sort $(wildcard tools/deepinfer/*.c))
 CLI_OBJ   := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC  := $(sort $(wildcard tests/unit/test_*.c))
@@ -57,7 +66,7 @@ FUZZ_SRC  := $(sort $(wildcard fuzz/fuzz_*.c))
 all: lib cli examples tools unit-tests bench-bins
 
 lib: $(BUILD)/libdeepinfer.a $(BUILD)/libdeepinfer.so $(BUILD)/libdeepinfer_internal.so \
-     $(BUILD)/libdeepinfer_cluster.a $(BUILD)/libdeepinfer_golden.a
+     $(BUILD)/libdeepinfer_cluster.a $(BUILD)/libdeepinfer_golden.a $(BUILD)/libdeepinfer_ep.a
 cli: $(BUILD)/deepinfer
 unit-tests: $(TEST_BIN)
 examples: $(BUILD)/offline_inference
@@ -82,6 +91,13 @@ bench-bins: $(BENCH_BIN)
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/src/ep/%.o: src/ep/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libdeepinfer_ep.a: $(EP_OBJ)
+	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/libdeepinfer.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -110,8 +126,12 @@ $(BUILD)/libdeepinfer.so: $(LIB_OBJ) $(BUILD)/libdeepinfer.map
 $(BUILD)/libdeepinfer_internal.so: $(LIB_OBJ)
 	$(CC) -shared $(CFLAGS_ALL) -Wl,--no-undefined -o $@ $(LIB_OBJ) $(LDLIBS_ALL)
 
-$(BUILD)/deepinfer: $(CLI_OBJ) $(TOOL_LIBS)
-	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(TOOL_LIBS) $(LDLIBS_ALL)
+$(BUILD)/deepinfer: $(CLI_OBJ) $(EP_LIBS)
+	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(EP_LIBS) $(LDLIBS_ALL) $(MPI_LIBS)
+
+$(BUILD)/tests/test_ep_%: tests/unit/test_ep_%.c $(EP_LIBS) $(wildcard tests/unit/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -Itests/unit -o $@ $< $(EP_LIBS) $(LDLIBS_ALL) $(MPI_LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(TOOL_LIBS) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)

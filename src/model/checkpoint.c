@@ -13,12 +13,15 @@
 #include "kernels/numformats.h"
 #include "model/checkpoint_inventory.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"
@@ -485,6 +488,21 @@ int64_t di_checkpoint_mapped_bytes(const DiCheckpoint *ck) {
     int64_t sum = 0;
     for (size_t i = 0; ck && i < ck->n_files; i++) sum += (int64_t)ck->files[i].map.size;
     return sum;
+}
+
+int64_t di_checkpoint_release_pages(const DiCheckpoint *ck, const void *p, size_t n) {
+    if (!ck || (!p && n)) return di_errorf("di_checkpoint_release_pages: invalid arguments");
+    uintptr_t a = (uintptr_t)p, page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < ck->n_files; i++) {
+        const DiMappedFile *f = &ck->files[i].map;
+        uintptr_t base = (uintptr_t)f->data;
+        if (!f->data || a < base || n > f->size || a - base > f->size - n) continue;
+        uintptr_t lo = (a + page - 1) / page * page, hi = (a + n) / page * page; /* whole pages only */
+        if (hi <= lo) return 0;
+        if (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) return di_errorf("madvise(MADV_DONTNEED): %s", strerror(errno));
+        return (int64_t)(hi - lo);
+    }
+    return 0;
 }
 
 int64_t di_checkpoint_tensor_bytes(const DiCheckpoint *ck) {

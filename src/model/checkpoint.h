@@ -83,6 +83,11 @@ size_t di_checkpoint_n_files(const DiCheckpoint *ck);
 int64_t di_checkpoint_mapped_bytes(const DiCheckpoint *ck);
 int64_t di_checkpoint_tensor_bytes(const DiCheckpoint *ck);
 const char *di_checkpoint_dir(const DiCheckpoint *ck);
+/* Give back this process's pages of [p, p + n) (madvise MADV_DONTNEED on the whole pages inside
+ * it) when the range lies in one of the read-only shard maps; memory outside them (an aligned
+ * copy) is left alone.  The next read faults the pages in again from the file.  The bytes given
+ * back (0 outside the maps), or -1 with the cause. */
+int64_t di_checkpoint_release_pages(const DiCheckpoint *ck, const void *p, size_t n);
 
 /* Warnings found at open (unknown tensors that the text model does not use). */
 size_t di_checkpoint_n_warnings(const DiCheckpoint *ck);

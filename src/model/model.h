@@ -67,6 +67,8 @@ typedef struct {
      * (runner.h DiExpertLoad, EPLB's live load): [n_layers][n_experts] for the backbone, then
      * [n_mtp][dspark_experts] for the DSpark stages.  Sized at load; moe_forward adds to a row. */
     int64_t *expert_load, *draft_expert_load;
+    /* NULL: the routed experts run here; else moe.h MoeExecutor (expert parallelism, src/ep) */
+    const struct MoeExecutor *moe_exec;
 } Model;
 
 /* Load config.json and the checkpoint of `dir`, bind the weights.  NULL with an error. */

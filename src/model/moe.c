@@ -142,14 +142,17 @@ static int check_expert(const ExpertWeights *ex, int64_t D, int64_t F) {
     return 0;
 }
 
-/* Run every slot's expert on its gathered rows (both jobs); ob receives [total][D]. */
-static int run_experts(const Model *m, ExpertJob *j, int n_slots, int64_t total) {
+/* Run every slot's expert on its gathered rows (both jobs); ob receives the slots' rows, which
+ * are contiguous (slot i + 1's follow slot i's). */
+static int run_experts(const Model *m, ExpertJob *j, int n_slots) {
     bool aq = model_act_quant(m);
+    if (n_slots <= 0) return 0;
     for (int i = 0; i < n_slots; i++)
         if (check_expert(j->slots[i].ex, j->D, j->F) != 0) return -1;
     /* §4.3: the FP8 round trip of each GEMM input row (cols are multiples of 32, so the flat
      * block-32 round trip is the per-row one model_linear applies) */
-    if (aq && m->be->roundtrip_fp8_block32((float *)j->xb, (size_t)(total * j->D)) != 0) return -1;
+    int64_t first = j->slots[0].off, end = j->slots[n_slots - 1].off + j->slots[n_slots - 1].cnt;
+    if (aq && m->be->roundtrip_fp8_block32((float *)j->xb + first * j->D, (size_t)((end - first) * j->D)) != 0) return -1;
     int target = TASKS_PER_THREAD * (m->pool ? di_pool_threads(m->pool) : 1);
     ExpertTask *tasks = m->ws->moe.tasks; /* room for 2 x (E + 1 + TASKS_PER_THREAD x threads) */
     int n_a = plan_tasks(j->slots, n_slots, j->F, target, tasks), n_b = plan_tasks(j->slots, n_slots, j->D, target, tasks + n_slots + target);
@@ -160,6 +163,53 @@ static int run_experts(const Model *m, ExpertJob *j, int n_slots, int64_t total)
     di_pool_run(m->pool, n_b, down_task, j);
     if (j->failed) return di_errorf("expert down-projection failed");
     return 0;
+}
+
+/* The routed slots (the first n_slots - shared) through m's executor when it has one and lw is
+ * a main layer, the shared slot here in between (it overlaps the remote work); else all here. */
+static int run_all(const Model *m, const LayerWeights *lw, ExpertJob *j, int n_slots) {
+    const MoeExecutor *ex = m->moe_exec;
+    int64_t L = lw - m->w.layers;
+    if (!ex || L < 0 || L >= m->d.n_layers)
+        return run_experts(m, j, n_slots) != 0 ? di_error_wrap("MoE experts") : 0;
+    int n_routed = lw->has_shared ? n_slots - 1 : n_slots;
+    MoeRouted r = {lw, (int)L, n_routed, j->slots, j->xb, j->rw, m->ws->moe.rows, j->ob};
+    if (ex->dispatch(ex->ctx, m, &r) != 0) return di_error_wrap("MoE layer %d: expert dispatch", (int)L);
+    ExpertJob shared = *j;
+    shared.slots = j->slots + n_routed;
+    if (run_experts(m, &shared, n_slots - n_routed) != 0) return di_error_wrap("MoE shared expert");
+    if (ex->combine(ex->ctx, m, &r) != 0) return di_error_wrap("MoE layer %d: expert combine", (int)L);
+    return 0;
+}
+
+int model_set_moe_executor(Model *m, const MoeExecutor *exec) {
+    if (!m) return di_errorf("model_set_moe_executor: no model given");
+    if (exec && (!exec->dispatch || !exec->combine)) return di_errorf("model_set_moe_executor: executor without dispatch/combine");
+    m->moe_exec = exec;
+    return 0;
+}
+
+int moe_run_routed(const Model *m, const LayerWeights *lw, const WsExpertSlot *slots, int n_slots, float *x, const float *w,
+                   float *y) {
+    if (!m || !lw || (n_slots > 0 && (!slots || !x || !w || !y)) || n_slots < 0)
+        return di_errorf("moe_run_routed: invalid arguments");
+    int64_t rows = 0;
+    for (int i = 0; i < n_slots; i++) {
+        const ExpertWeights *e = slots[i].ex;
+        if (e < lw->experts || e >= lw->experts + lw->n_experts || slots[i].off != rows || slots[i].cnt <= 0)
+            return di_errorf("moe_run_routed: slot %d is not a routed expert of the layer on the next rows", i);
+        rows += slots[i].cnt;
+    }
+    if (workspace_acquire(m) != 0) return -1;
+    const Workspace *ws = m->ws;
+    int rc = 0;
+    if (rows > ws->rows * ws->moe.max_top_k || n_slots > ws->moe.max_experts)
+        rc = di_errorf("moe_run_routed: %lld rows of %d experts exceed the workspace", (long long)rows, n_slots);
+    ExpertJob j = {.m = m, .D = m->d.dim, .F = m->d.moe_inter, .hidden = ws->moe.hidden, .ga = ws->moe.gate, .ua = ws->moe.up,
+                   .ob = y, .obs = ws->moe.y_task, .slots = slots, .xb = x, .rw = w};
+    if (rc == 0 && run_experts(m, &j, n_slots) != 0) rc = di_error_wrap("routed experts");
+    workspace_release(m);
+    return rc;
 }
 
 /* Router (§5.7 steps 1-3): ids [n][top_k] best first and their weights. */
@@ -180,7 +230,6 @@ int moe_forward(const Model *m, const LayerWeights *lw, int top_k, const float *
     int E = lw->n_experts;
     int64_t D = d->dim, F = d->moe_inter;
     if (top_k <= 0 || top_k > E) return di_errorf("MoE: top-k %d out of range for %d experts", top_k, E);
-    int64_t total = n * top_k + (lw->has_shared ? n : 0); /* gathered rows: routed, then shared */
     const Workspace *ws = m->ws;
     int threads = m->pool ? di_pool_threads(m->pool) : 1;
     if (!ws || n > ws->rows || threads > ws->threads || E > ws->moe.max_experts || top_k > ws->moe.max_top_k)
@@ -228,7 +277,7 @@ int moe_forward(const Model *m, const LayerWeights *lw, int top_k, const float *
     j.slots = slots;
     j.xb = xb;
     j.rw = rw;
-    if (run_experts(m, &j, n_slots, total) != 0) return di_error_wrap("MoE experts");
+    if (run_all(m, lw, &j, n_slots) != 0) return -1;
     /* each row's sum in ascending expert order, the shared expert last (slot order) */
     memset(y, 0, (size_t)(n * D) * sizeof *y);
     for (int i = 0; i < n_slots; i++)

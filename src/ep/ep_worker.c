@@ -1,0 +1,154 @@
+/* ep_worker.c — an expert rank's answers to rank 0's messages (ep.h EpWorker).
+ *
+ * INIT loads the model the way rank 0 did (model_load maps the shards; binding reads no expert
+ * bytes: FP4 experts need no load-time preparation, and the only per-matrix precomputation, the
+ * FP8 subnormal map, covers FP8 matrices, which no routed expert of V4.1 is), so the pages an
+ * expert rank has resident are those of the experts it runs: each is faulted in on first use.
+ * PLAN swaps the placement and gives back (MADV_DONTNEED) the pages of every expert the rank no
+ * longer holds; an expert it newly holds is faulted in by the next LAYER that uses it, so moving
+ * experts needs no copy and no pause.  LAYER runs the experts (ep_dispatch.h).  STOP answers
+ * with the rank's memory figures and ends the loop. */
+#include "ep/ep.h"
+
+#include "base/env.h"
+#include "base/error.h"
+#include "base/mem.h"
+#include "base/threadpool.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void ep_worker_init(EpWorker *w, int rank, Model *m) {
+    memset(w, 0, sizeof *w);
+    w->rank = rank;
+    w->m = m;
+}
+
+void ep_worker_free(EpWorker *w) {
+    if (!w) return;
+    if (w->own_model && w->m) {
+        DiThreadPool *pool = w->m->pool;
+        model_free(w->m);
+        di_pool_destroy(pool);
+    }
+    ep_placement_free(&w->pl);
+    ep_serve_free(&w->sv);
+    free(w->reply);
+    memset(w, 0, sizeof *w);
+}
+
+/* INIT payload: int64 mode, int64 rows, the model directory (bytes, no terminator). */
+static int handle_init(EpWorker *w, const EpHeader *h, const uint8_t *p) {
+    if (h->bytes < 17 || h->bytes > 4096 + 16) return di_errorf("INIT message of %lld bytes", (long long)h->bytes);
+    int64_t mode, rows;
+    memcpy(&mode, p, 8);
+    memcpy(&rows, p + 8, 8);
+    char dir[4097];
+    memcpy(dir, p + 16, (size_t)h->bytes - 16);
+    dir[h->bytes - 16] = 0;
+    if (mode < MODE_REF || mode > MODE_EXACT || rows <= 0) return di_errorf("INIT: mode %lld, %lld rows", (long long)mode, (long long)rows);
+    if (!w->m) {
+        int threads = 0;
+        if (di_env_num_threads(&threads) != 0) return -1;
+        DiThreadPool *pool = di_pool_create(threads);
+        if (!pool) return di_error_wrap("expert rank %d: thread pool", w->rank);
+        if (!(w->m = model_load(dir, (NumericsMode)mode))) {
+            di_pool_destroy(pool);
+            return di_error_wrap("expert rank %d: loading %s", w->rank, dir);
+        }
+        w->m->pool = pool;
+        w->own_model = true;
+    }
+    if (w->m->mode != (NumericsMode)mode) return di_errorf("expert rank %d: model mode differs from rank 0's", w->rank);
+    return w->m->ws && w->m->ws->rows >= rows ? 0 : model_reserve_rows(w->m, rows);
+}
+
+/* Give back the pages of one expert's three matrices (data and scales). */
+static int64_t release_expert(const Model *m, const ExpertWeights *ex) {
+    const DiMatrix *mats[3] = {&ex->w1, &ex->w2, &ex->w3};
+    int64_t sum = 0;
+    for (int i = 0; i < 3; i++) {
+        int64_t a = di_checkpoint_release_pages(m->ck, mats[i]->data, (size_t)di_matrix_data_bytes(mats[i]));
+        int64_t b = mats[i]->scale ? di_checkpoint_release_pages(m->ck, mats[i]->scale, (size_t)di_matrix_scale_bytes(mats[i])) : 0;
+        if (a < 0 || b < 0) return -1;
+        sum += a + b;
+    }
+    return sum;
+}
+
+/* PLAN payload: int32 L, E, R, P, first_rank, then phy2log[L][R] and phy_rank[L][R]. */
+static int handle_plan(EpWorker *w, const EpHeader *h, const uint8_t *p) {
+    if (!w->m) return di_errorf("PLAN before INIT");
+    int32_t dims[5];
+    if (h->bytes < 20) return di_errorf("PLAN message of %lld bytes", (long long)h->bytes);
+    memcpy(dims, p, sizeof dims);
+    int64_t LR = (int64_t)dims[0] * dims[2];
+    if (dims[0] != w->m->d.n_layers || dims[1] != w->m->d.n_experts || dims[0] <= 0 || dims[2] <= 0 || h->bytes != 20 + 8 * LR)
+        return di_errorf("PLAN for %d layers of %d experts (%lld bytes); the model has %d of %d", dims[0], dims[1],
+                         (long long)h->bytes, w->m->d.n_layers, w->m->d.n_experts);
+    int32_t *arr = di_malloc((size_t)(2 * LR) * sizeof *arr, "plan");
+    if (!arr) return -1;
+    memcpy(arr, p + 20, (size_t)(8 * LR));
+    EpPlacement pl;
+    int rc = ep_placement_build(dims[0], dims[1], dims[2], dims[3], dims[4], arr, arr + LR, &pl);
+    free(arr);
+    if (rc != 0) return -1;
+    for (int l = 0; w->pl.nrep && l < pl.n_layers; l++)
+        for (int e = 0; e < pl.n_experts; e++)
+            if (ep_placement_holds(&w->pl, w->rank, l, e) && !ep_placement_holds(&pl, w->rank, l, e)) {
+                int64_t b = release_expert(w->m, &w->m->w.layers[l].experts[e]);
+                if (b < 0) {
+                    ep_placement_free(&pl);
+                    return -1;
+                }
+                w->stats.released_bytes += b;
+            }
+    ep_placement_free(&w->pl);
+    w->pl = pl;
+    return 0;
+}
+
+static int reply_room(EpWorker *w, int64_t bytes) {
+    if (bytes < 0) return di_errorf("reply of %lld bytes", (long long)bytes);
+    size_t n = (size_t)(bytes + 3) / 4;
+    if (n <= w->cap_reply) return 0;
+    float *r = realloc(w->reply, n * sizeof *r);
+    if (!r) return di_errorf("out of memory for a reply of %lld bytes", (long long)bytes);
+    w->reply = r;
+    w->cap_reply = n;
+    return 0;
+}
+
+int ep_worker_handle(EpWorker *w, const EpHeader *h, const uint8_t *payload, const void **reply, bool *stop) {
+    if (!w || !h || !reply || !stop || (h->bytes > 0 && !payload) || h->bytes < 0)
+        return di_errorf("ep_worker_handle: invalid arguments");
+    *reply = NULL;
+    *stop = false;
+    if (reply_room(w, h->reply_bytes) != 0) return -1;
+    *reply = w->reply;
+    int64_t word = 0;
+    switch (h->cmd) {
+    case EP_CMD_INIT:
+        return handle_init(w, h, payload);
+    case EP_CMD_PLAN:
+        if (h->reply_bytes != 8 || handle_plan(w, h, payload) != 0) return di_error_wrap("expert rank %d: new plan", w->rank);
+        word = w->stats.released_bytes;
+        memcpy(w->reply, &word, 8);
+        return 0;
+    case EP_CMD_LAYER:
+        if (!w->pl.nrep) return di_errorf("expert rank %d: LAYER before any PLAN", w->rank);
+        if (h->reply_bytes != 4 * h->n_asg * (w->m ? w->m->d.dim : 0)) return di_errorf("LAYER reply of %lld bytes", (long long)h->reply_bytes);
+        if (ep_serve_layer(&w->sv, w->m, &w->pl, w->rank, h, payload, w->reply) != 0)
+            return di_error_wrap("expert rank %d", w->rank);
+        w->stats.layers_served++;
+        return 0;
+    case EP_CMD_STOP:
+        if (h->reply_bytes != (int64_t)sizeof w->stats) return di_errorf("STOP reply of %lld bytes", (long long)h->reply_bytes);
+        if (ep_self_memory(&w->stats.hwm_kb, &w->stats.rss_kb) != 0) return -1;
+        memcpy(w->reply, &w->stats, sizeof w->stats);
+        *stop = true;
+        return 0;
+    default:
+        return di_errorf("expert rank %d: unknown command %lld", w->rank, (long long)h->cmd);
+    }
+}
