@@ -31,6 +31,24 @@ int di_ep_apply_plan(DiEp *ep, const DiEplbPlan *plan);
 /* The number of ranks that serve experts: the P of a plan for this job (1 when N = 1). */
 int di_ep_expert_ranks(const DiEp *ep);
 
+/* ---- the MPI job (`mpirun -n N deepinfer generate|serve --expert-parallel`) ---------------- */
+
+/* Initialise MPI (MPI_Init_thread, funneled: only the engine's stepping thread talks to the
+ * other ranks) and return this process's context.  timeout_s (> 0): the longest rank 0 waits for
+ * an expert rank's answer before it names the rank and ends the job.  Run without mpirun, the
+ * job is one rank and everything stays local. */
+DiEp *di_ep_mpi_init(double timeout_s);
+int di_ep_rank(const DiEp *ep);
+int di_ep_size(const DiEp *ep);
+/* An expert rank (rank >= 1): answer rank 0 until it stops the job.  0 then; on an error the
+ * rank prints it and aborts the whole job (MPI_Abort), since rank 0 cannot go on without it. */
+int di_ep_serve(DiEp *ep);
+/* Rank 0, at the end: with failed = 0, stop the expert ranks and print each rank's memory and the
+ * traffic to stderr; with failed != 0 (the command failed, e.g. a rank did not answer) abort the
+ * job (MPI_Abort) so no rank is left waiting.  Then finalize MPI and free ep.  Returns 0, or -1
+ * when stopping failed (the job is aborted then too). */
+int di_ep_finish(DiEp *ep, int failed);
+
 #ifdef __cplusplus
 }
 #endif

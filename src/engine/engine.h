@@ -7,9 +7,16 @@
 #include "engine/kvcache/kv_cache.h"
 #include "engine/runner.h"
 #include "engine/step.h"
+#include "model/model.h"
 
 /* Takes ownership of the runner (destroyed with the engine, or on failure). */
 DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *opts);
+
+/* di_engine_create with `hook` (may be NULL) called on the loaded model, with its resolved
+ * directory, before the engine runs anything on it: what must be set once at load (the MoE
+ * executor of expert parallelism, src/ep) is set there.  A hook's -1 fails the creation. */
+typedef int (*DiModelHook)(Model *m, const char *dir, void *ctx);
+DiEngine *di_engine_create_hooked(const char *model_dir, const DiEngineOptions *opts, DiModelHook hook, void *ctx);
 
 /* Record the model directory (di_engine_model_dir). */
 int di_engine_set_model_dir(DiEngine *engine, const char *dir);

@@ -60,13 +60,18 @@ static int setup_engram_map(Model *m, const char *dir, int builtin, const DiEngi
 }
 
 DiEngine *di_engine_create(const char *model_dir, const DiEngineOptions *opts) {
+    return di_engine_create_hooked(model_dir, opts, NULL, NULL);
+}
+
+DiEngine *di_engine_create_hooked(const char *model_dir, const DiEngineOptions *opts, DiModelHook hook, void *ctx) {
     char builtin_dir[4096];
     int builtin;
     if (di_env_check() != 0) return NULL; /* embedders (Python, C API) get the CLI's checks too */
     const char *dir = resolve_model_dir(model_dir, builtin_dir, sizeof builtin_dir, &builtin);
     if (!dir) return NULL;
     Model *model = model_load(dir, MODE_REF);
-    if (!model || setup_engram_map(model, dir, builtin, opts) != 0 || model_prefill_replay_from_env(model) != 0) {
+    if (!model || setup_engram_map(model, dir, builtin, opts) != 0 || model_prefill_replay_from_env(model) != 0 ||
+        (hook && hook(model, dir, ctx) != 0)) {
         model_free(model);
         di_error_wrap("creating the engine");
         return NULL;

@@ -188,6 +188,7 @@ int ep_attach(DiEp *ep, Model *m, const char *dir) {
     di_eplb_plan_free(&plan);
     if (rc != 0) return -1;
     ep->tr.plans = 0;
+    ep->tr.hidden = m->d.dim;
     if (ep->n_ranks == 1) return 0; /* everything local, as without expert parallelism */
     ep->exec = (MoeExecutor){ep_dispatch, ep_combine, ep};
     return model_set_moe_executor(m, &ep->exec);

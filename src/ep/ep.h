@@ -46,6 +46,7 @@ typedef struct {
     int64_t remote_asg;             /* (token, expert) rows computed on another rank */
     int64_t dispatch_bytes, combine_bytes; /* headers + payloads out, replies in */
     int64_t plans;                  /* plans applied */
+    int64_t hidden;                 /* the model's hidden size (floats per row) */
 } EpTraffic;
 
 /* ---- rank 0 ----------------------------------------------------------------------------- */
@@ -55,6 +56,8 @@ DiEp *ep_create(int rank, int n_ranks, const EpLink *link);
 /* Rank 0: tell every expert rank to load `dir` (INIT), place the experts by ep_default_plan and
  * install the executor in m (N >= 2).  m must not be running a forward. */
 int ep_attach(DiEp *ep, Model *m, const char *dir);
+/* engine.h DiModelHook form of ep_attach (ctx: the DiEp), for di_engine_create_hooked. */
+int ep_model_hook(Model *m, const char *dir, void *ctx);
 /* Rank 0: stop every expert rank and collect its figures into stats[n_ranks] (may be NULL). */
 int ep_stop(DiEp *ep, EpRankStats *stats);
 const EpTraffic *ep_traffic(const DiEp *ep);

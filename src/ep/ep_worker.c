@@ -1,9 +1,9 @@
 /* ep_worker.c — an expert rank's answers to rank 0's messages (ep.h EpWorker).
  *
- * INIT loads the model the way rank 0 did (model_load maps the shards; binding reads no expert
- * bytes: FP4 experts need no load-time preparation, and the only per-matrix precomputation, the
- * FP8 subnormal map, covers FP8 matrices, which no routed expert of V4.1 is), so the pages an
- * expert rank has resident are those of the experts it runs: each is faulted in on first use.
+ * INIT loads the model (model_load_expert_rank maps the shards and binds every tensor, reading
+ * no weight bytes: the one per-matrix load-time pass, the FP8 subnormal map, a speed hint, is
+ * skipped there, and FP4 experts need none), so the pages an expert rank has resident are those
+ * of the experts it runs: each is faulted in on first use.
  * PLAN swaps the placement and gives back (MADV_DONTNEED) the pages of every expert the rank no
  * longer holds; an expert it newly holds is faulted in by the next LAYER that uses it, so moving
  * experts needs no copy and no pause.  LAYER runs the experts (ep_dispatch.h).  STOP answers
@@ -52,7 +52,7 @@ static int handle_init(EpWorker *w, const EpHeader *h, const uint8_t *p) {
         if (di_env_num_threads(&threads) != 0) return -1;
         DiThreadPool *pool = di_pool_create(threads);
         if (!pool) return di_error_wrap("expert rank %d: thread pool", w->rank);
-        if (!(w->m = model_load(dir, (NumericsMode)mode))) {
+        if (!(w->m = model_load_expert_rank(dir, (NumericsMode)mode))) {
             di_pool_destroy(pool);
             return di_error_wrap("expert rank %d: loading %s", w->rank, dir);
         }

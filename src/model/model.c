@@ -110,7 +110,12 @@ static int load_engram_layout(Model *m) {
     return 0;
 }
 
-Model *model_load(const char *dir, NumericsMode mode) {
+static Model *load(const char *dir, NumericsMode mode, bool prepare);
+
+Model *model_load(const char *dir, NumericsMode mode) { return load(dir, mode, true); }
+Model *model_load_expert_rank(const char *dir, NumericsMode mode) { return load(dir, mode, false); }
+
+static Model *load(const char *dir, NumericsMode mode, bool prepare) {
     if (!dir) {
         di_errorf("model: no directory");
         return NULL;
@@ -125,7 +130,7 @@ Model *model_load(const char *dir, NumericsMode mode) {
     if (!m->ck) goto fail;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (weights_bind(&m->w, m->ck, &m->d, m->be) != 0) goto fail;
+    if (weights_bind(&m->w, m->ck, &m->d, m->be, prepare) != 0) goto fail;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (m->w.prepared_bytes > 0) /* this CPU's FP8 GEMV keeps subnormal maps, which read the weights once */
         DI_INFO("weights: bound in %.2f s, with FP8 subnormal maps over %.1f MB of them (FP8 GEMV route %s)",

@@ -73,6 +73,10 @@ typedef struct {
 
 /* Load config.json and the checkpoint of `dir`, bind the weights.  NULL with an error. */
 Model *model_load(const char *dir, NumericsMode mode);
+/* The same for an expert-parallel expert rank (src/ep), which runs only routed experts: nothing
+ * is readied at load (no FP8 subnormal map reads the dense weights), so the rank's resident
+ * pages are those of the experts it runs.  Results are the same bits (the maps are hints). */
+Model *model_load_expert_rank(const char *dir, NumericsMode mode);
 /* Size the workspace for `rows` rows per forward call (the engine's max batch tokens; default
  * WORKSPACE_DEFAULT_ROWS): a longer call runs in chunks of that many rows.  Not during a forward. */
 int model_reserve_rows(Model *m, int64_t rows);

@@ -37,6 +37,7 @@ static int bind_vec(Weights *w, DiCheckpoint *ck, const char *name, int64_t n, f
  * CPUs slow on float32 subnormals, an FP8 matrix's subnormal map, which reads its bytes once). */
 static int bind_mat(Weights *w, DiCheckpoint *ck, const char *name, int64_t rows, int64_t cols, DiMatrix *out) {
     if (di_checkpoint_matrix(ck, name, rows, cols, out) != 0) return -1;
+    if (!w->prepare) return 0;
     void *prepared;
     if (w->be->matrix_prepare(w->be, out, &prepared) != 0) return di_error_wrap("'%s'", name);
     if (prepared && own(w, prepared) != 0) {
@@ -123,10 +124,11 @@ static int bind_layer(Weights *w, DiCheckpoint *ck, const ModelDims *d, int L, L
     return 0;
 }
 
-int weights_bind(Weights *w, DiCheckpoint *ck, const ModelDims *d, const DiKernelBackend *be) {
+int weights_bind(Weights *w, DiCheckpoint *ck, const ModelDims *d, const DiKernelBackend *be, bool prepare) {
     if (!w || !ck || !d || !be || !be->matrix_prepare) return di_errorf("weights: invalid arguments");
     memset(w, 0, sizeof *w);
     w->be = be;
+    w->prepare = prepare;
     char n[160];
     int64_t D = d->dim, V = d->vocab;
     if (bind_mat(w, ck, "embed.weight", V, D, &w->embed) || bind_mat(w, ck, "head.weight", V, D, &w->head) ||

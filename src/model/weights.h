@@ -64,11 +64,14 @@ typedef struct {
     size_t n_owned, cap_owned;
     int64_t prepared_bytes; /* weight bytes be->matrix_prepare read (FP8 subnormal maps) */
     const DiKernelBackend *be; /* the kernels the matrices were readied for (weights_bind) */
+    bool prepare;              /* weights_bind's: whether matrices were readied */
 } Weights;
 
 /* Bind all tensors of the text model (and the DSpark drafter when the config has stages). */
-/* be: the model's kernels, whose matrix_prepare readies every matrix the forward multiplies by. */
-int weights_bind(Weights *w, DiCheckpoint *ck, const ModelDims *d, const DiKernelBackend *be);
+/* be: the model's kernels, whose matrix_prepare readies every matrix the forward multiplies by;
+ * with prepare false nothing is readied (an expert rank, which runs only the routed experts and
+ * must not read the other weights: a matrix_prepare is a speed hint, never a result bit). */
+int weights_bind(Weights *w, DiCheckpoint *ck, const ModelDims *d, const DiKernelBackend *be, bool prepare);
 void weights_free(Weights *w);
 
 #endif

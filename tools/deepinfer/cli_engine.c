@@ -8,6 +8,7 @@
 #include "base/file.h"
 #include "base/json.h"
 #include "base/mem.h"
+#include "engine/engine.h"
 #include "model/config.h"
 #include "recipe/parse.h"
 
@@ -138,6 +139,15 @@ static const char *hook_token_bytes(const void *ctx, int32_t id, size_t *len) {
 
 static int hook_is_special(const void *ctx, int32_t id) { return di_tokenizer_is_added(ctx, id) == 1; }
 
+/* cli_set_model_hook's hook for the next engine (expert parallelism, generate and serve). */
+static DiModelHook model_hook;
+static void *model_hook_ctx;
+
+void cli_set_model_hook(DiModelHook hook, void *ctx) {
+    model_hook = hook;
+    model_hook_ctx = ctx;
+}
+
 static int open_engine(CliModel *m, const CliDraft *draft) {
     DiEngineOptions opts;
     di_engine_options_init(&opts);
@@ -149,7 +159,7 @@ static int open_engine(CliModel *m, const CliDraft *draft) {
     opts.enable_prefix_caching = 1; /* chat: a turn that extends the last one starts from its state */
     opts.engram_token_map = m->engram_map;
     opts.engram_token_map_len = m->engram_map_len;
-    if (!(m->engine = di_engine_create(m->dir, &opts))) return -1;
+    if (!(m->engine = di_engine_create_hooked(m->dir, &opts, model_hook, model_hook_ctx))) return -1;
     if (!m->tok) return 0; /* ids only (e.g. a golden checkpoint without tokenizer.json) */
     int32_t bos = di_tokenizer_special_id(m->tok, "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>");
     if (bos < 0) di_error_clear();

@@ -7,6 +7,7 @@
 #define DI_TOOLS_CLI_ENGINE_H
 
 #include "deepinfer.h"
+#include "engine/engine.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -40,6 +41,9 @@ extern const char cli_draft_help[];
  * want_engine is false, create the engine with the text hooks installed and the draft settings
  * (NULL: defaults).  -1 with the cause. */
 int cli_model_open(CliModel *m, const char *model_opt, const char *engram_opt, bool want_engine, const CliDraft *draft);
+/* A hook every later cli_model_open's engine calls on its model at load (engine.h DiModelHook;
+ * NULL: none): `--expert-parallel` attaches the MPI expert ranks there. */
+void cli_set_model_hook(DiModelHook hook, void *ctx);
 void cli_model_close(CliModel *m);
 
 /* The Engram map of a tokenizer.json as one JSON line {"ids": n, "keys": k, "map": [...]}. */

@@ -19,6 +19,7 @@
 #include "base/mem.h"
 #include "cli_engine.h"
 #include "cli_eplb.h"
+#include "cli_ep.h"
 #include "deepinfer.h"
 
 #include <errno.h>
@@ -35,6 +36,7 @@ typedef struct {
     DiSamplingParams sp;
     CliDraft draft;
     CliEplb eplb;
+    CliEp ep;     /* --expert-parallel */
     int32_t *ids; /* --prompt-ids parsed */
     int n_ids;
 } GenerateArgs;
@@ -49,7 +51,7 @@ static void usage(FILE *out) {
             "                      the reasoning to stderr\n"
             "  --thinking          with --chat: thinking mode (the model reasons first)\n"
             "  --prompt-ids LIST   comma-separated prompt token ids; generated ids are printed\n"
-            "%s%s%s"
+            "%s%s%s%s"
             "  --mode M            numerics: ref (default, the engine); kvq or exact run a greedy loop on the\n"
             "                      model API (--prompt-ids only), for comparison with golden logits\n"
             "  --engram-map F      Engram compressed-token map: JSON array file, or 'synthetic' (t mod C);\n"
@@ -62,7 +64,7 @@ static void usage(FILE *out) {
             "Output streams to stdout as it is generated; a summary (tokens, tokens/s, finish reason; drafts\n"
             "proposed and accepted; with --eplb-ranks, EPLB's replans and moe_lb) to stderr.\n"
             "Defaults: greedy, --max-tokens 16, --seed 0.\n",
-            cli_sampling_help, cli_draft_help, cli_eplb_help);
+            cli_sampling_help, cli_draft_help, cli_eplb_help, cli_ep_help);
 }
 
 /* 0 ok, 1 --help, 2 usage error (message printed) */
@@ -71,6 +73,7 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
     cli_sampling_defaults(&a->sp, 16);
     a->draft = (CliDraft)CLI_DRAFT_DEFAULTS;
     a->eplb = (CliEplb)CLI_EPLB_DEFAULTS;
+    a->ep = (CliEp)CLI_EP_DEFAULTS;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) return 1;
@@ -79,13 +82,15 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
             continue;
         }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int used = 1, bad = 0;
+        if (cli_ep_flag(o, v, &a->ep, &used, &bad) && !used) continue;
         if (!v || strncmp(o, "--", 2) != 0) {
             fprintf(stderr, "deepinfer generate: %s '%s'\n", v ? "unexpected argument" : "missing value for", o);
             return 2;
         }
         i++;
-        int bad = 0;
-        if (strcmp(o, "--model") == 0) a->model_dir = v;
+        if (strncmp(o, "--ep-", 5) == 0 && cli_ep_flag(o, v, &a->ep, &used, &bad)) {
+        } else if (strcmp(o, "--model") == 0) a->model_dir = v;
         else if (strcmp(o, "--prompt") == 0) a->prompt = v;
         else if (strcmp(o, "--prompt-ids") == 0) a->prompt_ids = v;
         else if (strcmp(o, "--engram-map") == 0) a->engram_map = v;
@@ -118,6 +123,8 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
         problem = "--eplb-* counts the engine's steps: --mode ref only";
     else if (a->eplb.any && !a->eplb.ranks)
         problem = "--eplb-phase/--eplb-window/--eplb-period/--eplb-redundant need --eplb-ranks N";
+    else if (a->ep.on && a->mode && strcmp(a->mode, "ref"))
+        problem = "--expert-parallel runs the engine: --mode ref only";
     else if (a->mode && strcmp(a->mode, "ref") && (!a->prompt_ids || a->sp.temperature > 0))
         problem = "--mode kvq|exact runs a greedy loop on --prompt-ids (the engine runs ref numerics only)";
     if (problem) {
@@ -244,7 +251,7 @@ static int set_constraint(GenerateArgs *a, CliModel *m) {
     return 0;
 }
 
-static int run_engine(const GenerateArgs *a, CliModel *m) {
+static int run_engine(GenerateArgs *a, CliModel *m) {
     DiRequestInput in;
     int32_t *owned = NULL;
     CliPrinter pr;
@@ -254,8 +261,8 @@ static int run_engine(const GenerateArgs *a, CliModel *m) {
     if (make_input(a, m, &in, &owned) != 0) goto done;
     double t0 = cli_now_s();
     if (di_engine_add_request(m->engine, &in, &a->sp, cli_printer_on_delta, &pr, &id) != 0) goto done;
-    while (active)
-        if (di_engine_step(m->engine, &active) != 0) goto done;
+    for (int64_t step = 1; active; step++)
+        if (di_engine_step(m->engine, &active) != 0 || cli_ep_after_step(&a->ep, step) != 0) goto done;
     double seconds = cli_now_s() - t0;
     if (cli_printer_finish(&pr, NULL, NULL) != 0) goto done;
     DiRequestOutput out;
@@ -293,6 +300,12 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "deepinfer generate: %s\n", di_last_error());
         return 2;
     }
+    int status, started = cli_ep_start(&a.ep, &status);
+    if (started != 0) { /* an expert rank has served the job, or the start failed */
+        if (started < 0) fprintf(stderr, "deepinfer generate: %s\n", di_last_error());
+        free(a.ids);
+        return started < 0 ? 1 : status;
+    }
     bool loop = a.mode && strcmp(a.mode, "ref") != 0;
     CliModel m;
     int rc = cli_model_open(&m, a.model_dir, a.engram_map, !loop, &a.draft);
@@ -302,6 +315,7 @@ int cmd_generate(int argc, char **argv) {
     if (rc) fprintf(stderr, "deepinfer generate: %s\n", di_last_error());
     cli_model_close(&m);
     cli_eplb_stop(&a.eplb); /* after the engine, whose steps feed it */
+    cli_ep_finish(&a.ep, rc != 0);
     free(a.ids);
     free(a.constraint);
     return rc ? 1 : 0;
