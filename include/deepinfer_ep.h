@@ -33,8 +33,9 @@ int di_ep_expert_ranks(const DiEp *ep);
 
 /* ---- the MPI job (`mpirun -n N deepinfer generate|serve --expert-parallel`) ---------------- */
 
-/* Initialise MPI (MPI_Init_thread, funneled: only the engine's stepping thread talks to the
- * other ranks) and return this process's context.  timeout_s (> 0): the longest rank 0 waits for
+/* Initialise MPI (MPI_Init_thread, serialized: one thread at a time talks to the other ranks,
+ * the engine's stepping thread, which in `serve` is not the main one) and return this
+ * process's context.  timeout_s (> 0): the longest rank 0 waits for
  * an expert rank's answer before it names the rank and ends the job.  Run without mpirun, the
  * job is one rank and everything stays local. */
 DiEp *di_ep_mpi_init(double timeout_s);

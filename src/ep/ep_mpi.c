@@ -133,9 +133,14 @@ DiEp *di_ep_mpi_init(double timeout_s) {
         di_errorf("expert-parallel: MPI is already initialised in this process");
         return NULL;
     }
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
         di_errorf("expert-parallel: MPI_Init_thread failed");
         return NULL;
+    }
+    if (provided < MPI_THREAD_SERIALIZED) {
+        di_errorf("expert-parallel: this MPI gives thread level %d, serialized calls from the engine thread need %d", provided,
+                  MPI_THREAD_SERIALIZED);
+        MPI_Abort(MPI_COMM_WORLD, 1);
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &job.rank);

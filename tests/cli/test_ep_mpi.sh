@@ -61,6 +61,42 @@ grep -Eq "[1-9][0-9.]* MB given back" "$TMP/errN" && ok || bad "medium replans g
 [ $rc -eq 1 ] && grep -q "needs --expert-parallel" "$TMP/e" && ok || bad "replan flag without --expert-parallel: exit $rc $(cat "$TMP/e")"
 "$BIN" generate --prompt-ids 1 --expert-parallel --ep-timeout 0 >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "--ep-timeout 0 must exit 2"
 
+# serve: the same completion from a 3-rank job as from one process; SIGTERM to rank 0 ends the job
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+complete() { # port -> the completion's text, waiting up to 30 s for the server
+    python3 - "$1" <<'PY'
+import json, sys, time, urllib.request
+url = "http://127.0.0.1:%s/v1/completions" % sys.argv[1]
+body = json.dumps({"model": "DeepSeek-V4.1-Flash", "prompt": "Hello there", "max_tokens": 8, "temperature": 0}).encode()
+for _ in range(300):
+    try:
+        r = urllib.request.urlopen(urllib.request.Request(url, body, {"Content-Type": "application/json"}), timeout=20)
+        print(json.load(r)["choices"][0]["text"]); break
+    except OSError:
+        time.sleep(0.1)
+PY
+}
+P1=$(free_port)
+"$BIN" serve --port "$P1" 2>/dev/null &
+S1=$!
+want=$(complete "$P1")
+kill -TERM "$S1"; wait "$S1"
+P2=$(free_port)
+mpirun -n 3 --oversubscribe "$BIN" serve --expert-parallel --port "$P2" 2>"$TMP/serve" &
+JOB=$!
+got=$(complete "$P2")
+[ -n "$want" ] && [ "$got" = "$want" ] && ok || bad "serve, 3 ranks: '$got' != '$want' $(grep -v 'deepinfer info' "$TMP/serve" | tail -3)"
+root=""
+for p in $(pgrep -f "$BIN serve --expert-parallel"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=0" && root=$p
+done
+[ -n "$root" ] && kill -TERM "$root"
+for _ in $(seq 1 300); do kill -0 "$JOB" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$JOB" 2>/dev/null && kill -9 "$JOB"
+wait "$JOB"; rc=$?
+JOB=""
+[ $rc -eq 0 ] && grep -q "expert-parallel: rank 2: .* [1-9][0-9]* layers served" "$TMP/serve" && ok || bad "serve shutdown: exit $rc $(grep -v 'deepinfer info' "$TMP/serve" | tail -4)"
+
 # the pid of rank $2 among mpirun $1's children (Open MPI puts the rank in the environment)
 rank_pid() {
     local p

@@ -7,6 +7,8 @@
 #include "ep/ep.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +50,13 @@ int cli_ep_start(CliEp *e, int *status) {
     }
     if (!(e->ep = di_ep_mpi_init(e->timeout_s))) return -1;
     if (di_ep_rank(e->ep) != 0) {
+        /* rank 0 ends the job (its STOP, or its MPI_Abort): a Ctrl-C that mpirun forwards to every
+         * rank must not kill an expert rank under a serving rank 0 */
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
         *status = di_ep_serve(e->ep) == 0 ? 0 : 1; /* a failing rank aborts the job inside */
         e->ep = NULL;
         return 1;

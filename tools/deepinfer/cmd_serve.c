@@ -8,6 +8,8 @@
  * model that cannot load exits 1 with the cause, after the options were checked. */
 #include "cli_engine.h"
 #include "cli_eplb.h"
+#include "cli_ep.h"
+#include "ep/ep.h"
 #include "commands.h"
 
 #include "base/env.h"
@@ -50,6 +52,10 @@ static void usage(FILE *out) {
             "  --draft-max N            speculative decoding: drafts per step and request at most, 0..16, 0 = off\n"
             "                           (default $DEEPINFER_USE_NEXTN_DECODE, else 5, for a model with a drafter)\n"
             "  --draft-schedule S       fixed or confidence (default $DEEPINFER_ENABLE_MTP_VARLEN, else confidence)\n"
+            "  --expert-parallel        under `mpirun -n N`: rank 0 serves, ranks 1..N-1 hold and run the routed\n"
+            "                           experts (EPLB placement; the same outputs as one process)\n"
+            "  --ep-timeout S           seconds rank 0 waits for an expert rank before it names it and ends the\n"
+            "                           job (default 120)\n"
             "  --port N                 TCP port (default 8000)\n"
             "  --api-key KEY            require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
             "                           (default: $DEEPINFER_API_KEY; none: no authentication)\n"
@@ -142,6 +148,7 @@ typedef struct {
     long kv_block_tokens;
     CliDraft draft;
     CliEplb eplb; /* the live EPLB driver, started on the engine (cli_eplb.h) */
+    CliEp ep; /* --expert-parallel: the job's rank 0 attaches its expert ranks to the engine */
 } EngineFlags;
 
 /* Whether a --kv-* flag asks for the KV block cache (then the linear prefix cache is off). */
@@ -177,7 +184,7 @@ static DiEngineBackend *open_backend(const char *model_dir, const char *served_n
     opts.max_prefill_chunk = (int)ef->max_prefill_chunk;
     opts.draft_max = ef->draft.max;
     opts.draft_schedule = ef->draft.schedule;
-    DiEngine *engine = di_engine_create(model_dir, &opts);
+    DiEngine *engine = di_engine_create_hooked(model_dir, &opts, ef->ep.ep ? ep_model_hook : NULL, ef->ep.ep);
     free(engram_map);
     if (!engine) return NULL;
     const char *dir = di_engine_model_dir(engine);
@@ -202,10 +209,11 @@ static DiEngineBackend *open_backend(const char *model_dir, const char *served_n
 int cmd_serve(int argc, char **argv) {
     DiServerConfig cfg;
     di_server_config_defaults(&cfg);
+    int status = 0;
     const char *model = di_env_hf_model_dir();
     const char *served_name = "DeepSeek-V4.1-Flash";
     long context_limit = 1L << 20; /* V4.1-Flash contexts up to 1M tokens (serving.md §3) */
-    EngineFlags ef = {.prefix_cache = true, .draft = CLI_DRAFT_DEFAULTS, .eplb = CLI_EPLB_DEFAULTS};
+    EngineFlags ef = {.prefix_cache = true, .draft = CLI_DRAFT_DEFAULTS, .eplb = CLI_EPLB_DEFAULTS, .ep = CLI_EP_DEFAULTS};
     bool workers_given = false;
     const char *env_key = di_env_api_key();
     if (env_key) cfg.api_key = env_key;
@@ -215,6 +223,8 @@ int cmd_serve(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
+        int used = 1, bad = 0;
+        if (strcmp(a, "--expert-parallel") == 0 && cli_ep_flag(a, NULL, &ef.ep, &used, &bad)) continue;
         if (i + 1 >= argc || strncmp(a, "--", 2) != 0) {
             fprintf(stderr, "deepinfer serve: %s '%s'\n\n", strncmp(a, "--", 2) ? "unexpected argument" : "missing value for", a);
             usage(stderr);
@@ -222,8 +232,10 @@ int cmd_serve(int argc, char **argv) {
         }
         const char *v = argv[++i];
         long n = 0;
-        int rc = 0, bad = 0;
-        if (strcmp(a, "--model") == 0) model = v;
+        int rc = 0;
+        if (strcmp(a, "--ep-timeout") == 0 && cli_ep_flag(a, v, &ef.ep, &used, &bad))
+            rc = bad ? di_errorf("%s: invalid value '%s'", a, v) : 0;
+        else if (strcmp(a, "--model") == 0) model = v;
         else if (strcmp(a, "--served-model-name") == 0) served_name = v;
         else if (strcmp(a, "--context-limit") == 0) rc = parse_long(a, v, 16, 1L << 30, &context_limit);
         else if (strcmp(a, "--host") == 0) cfg.host = v;
@@ -280,11 +292,17 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "deepinfer serve: --served-model-name must not be empty\n");
         return 2;
     }
+    int started = cli_ep_start(&ef.ep, &status);
+    if (started != 0) { /* an expert rank has served the job, or the start failed */
+        if (started < 0) fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
+        return started < 0 ? 1 : status;
+    }
     DiServeText *text = NULL;
     DiEngineBackend *eb = open_backend(model && *model ? model : NULL, served_name, context_limit, &ef, &text);
     if (!eb) {
         fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
         cli_eplb_stop(&ef.eplb);
+        cli_ep_finish(&ef.ep, 1);
         return 1;
     }
     if (ef.eplb.live) {
@@ -304,6 +322,7 @@ int cmd_serve(int argc, char **argv) {
         di_engine_backend_destroy(eb);
         di_serve_text_close(text);
         cli_eplb_stop(&ef.eplb);
+        cli_ep_finish(&ef.ep, 1);
         return 1;
     }
     fprintf(stderr, "deepinfer serve: listening on http://%s:%d (model %s, role %s)\n", cfg.host, di_server_port(srv),
@@ -316,5 +335,6 @@ int cmd_serve(int argc, char **argv) {
     di_engine_backend_destroy(eb);
     di_serve_text_close(text);
     cli_eplb_stop(&ef.eplb); /* after the engine, whose steps feed it */
+    cli_ep_finish(&ef.ep, 0);
     return 0;
 }
