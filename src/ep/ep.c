@@ -21,7 +21,12 @@ struct DiEp {
     EpHeader *ctl;    /* [n_ranks] control headers */
     int64_t *answer;  /* [n_ranks][4] control answers */
     uint8_t *msg;     /* control payload */
+    bool prefault;
 };
+
+void ep_set_prefault(DiEp *ep, bool on) {
+    if (ep) ep->prefault = on;
+}
 
 DiEp *ep_create(int rank, int n_ranks, const EpLink *link) {
     if (n_ranks <= 0 || rank < 0 || rank >= n_ranks || (n_ranks > 1 && (!link || !link->post || !link->wait))) {
@@ -175,11 +180,11 @@ int ep_attach(DiEp *ep, Model *m, const char *dir) {
     if (ep->rank != 0 || ep->m) return di_errorf("ep_attach: only rank 0 attaches, once");
     size_t len = strlen(dir);
     if (len == 0 || len > 4096) return di_errorf("ep_attach: model directory of %zu bytes", len);
-    if (!(ep->msg = di_malloc(16 + len, "INIT message"))) return -1;
-    int64_t words[2] = {(int64_t)m->mode, m->ws ? m->ws->rows : 1};
-    memcpy(ep->msg, words, 16);
-    memcpy(ep->msg + 16, dir, len);
-    EpHeader h = {EP_CMD_INIT, 0, 0, 0, (int64_t)(16 + len), 0};
+    if (!(ep->msg = di_malloc(24 + len, "INIT message"))) return -1;
+    int64_t words[3] = {(int64_t)m->mode, m->ws ? m->ws->rows : 1, ep->prefault};
+    memcpy(ep->msg, words, 24);
+    memcpy(ep->msg + 24, dir, len);
+    EpHeader h = {EP_CMD_INIT, 0, 0, 0, (int64_t)(24 + len), 0};
     if (broadcast(ep, &h) != 0) return di_error_wrap("starting the expert ranks");
     ep->m = m;
     DiEplbPlan plan;
@@ -189,7 +194,12 @@ int ep_attach(DiEp *ep, Model *m, const char *dir) {
     if (rc != 0) return -1;
     ep->tr.plans = 0;
     ep->tr.hidden = m->d.dim;
-    if (ep->n_ranks == 1) return 0; /* everything local, as without expert parallelism */
+    if (ep->n_ranks == 1) { /* everything local, as without expert parallelism */
+        for (int l = 0; ep->prefault && l < m->d.n_layers; l++)
+            for (int e = 0; e < m->d.n_experts; e++)
+                if (ep_expert_pages(m, &m->w.layers[l].experts[e], true) < 0) return -1;
+        return 0;
+    }
     ep->exec = (MoeExecutor){ep_dispatch, ep_combine, ep};
     return model_set_moe_executor(m, &ep->exec);
 }

@@ -78,6 +78,7 @@ typedef struct {
     bool own_model;
     EpPlacement pl;
     EpServe sv;
+    bool prefault;       /* INIT's: make held experts resident when a plan gives them */
     float *reply;        /* the current answer */
     size_t cap_reply;
     EpRankStats stats;
@@ -90,6 +91,11 @@ void ep_worker_init(EpWorker *w, int rank, Model *m);
  * next call; *stop is set by STOP. */
 int ep_worker_handle(EpWorker *w, const EpHeader *h, const uint8_t *payload, const void **reply, bool *stop);
 void ep_worker_free(EpWorker *w);
+/* Make one expert's pages resident (resident true) or give them back; the bytes, -1 on error. */
+int64_t ep_expert_pages(const Model *m, const ExpertWeights *ex, bool resident);
+/* Rank 0, before ep_attach: expert ranks fault in the experts a plan gives them at once (and with
+ * N = 1 this process all experts), instead of on first use. */
+void ep_set_prefault(DiEp *ep, bool on);
 
 /* ---- the in-process link ---------------------------------------------------------------- */
 

@@ -5,8 +5,9 @@
  * skipped there, and FP4 experts need none), so the pages an expert rank has resident are those
  * of the experts it runs: each is faulted in on first use.
  * PLAN swaps the placement and gives back (MADV_DONTNEED) the pages of every expert the rank no
- * longer holds; an expert it newly holds is faulted in by the next LAYER that uses it, so moving
- * experts needs no copy and no pause.  LAYER runs the experts (ep_dispatch.h).  STOP answers
+ * longer holds; an expert it newly holds is faulted in by the next LAYER that uses it (or at
+ * once with --ep-prefault: no page fault on the serving path), so moving experts needs no copy
+ * and no pause.  LAYER runs the experts (ep_dispatch.h).  STOP answers
  * with the rank's memory figures and ends the loop. */
 #include "ep/ep.h"
 
@@ -15,6 +16,7 @@
 #include "base/mem.h"
 #include "base/threadpool.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,16 +39,19 @@ void ep_worker_free(EpWorker *w) {
     memset(w, 0, sizeof *w);
 }
 
-/* INIT payload: int64 mode, int64 rows, the model directory (bytes, no terminator). */
+/* INIT payload: int64 mode, rows, prefault (0/1), the model directory (bytes, no terminator). */
 static int handle_init(EpWorker *w, const EpHeader *h, const uint8_t *p) {
-    if (h->bytes < 17 || h->bytes > 4096 + 16) return di_errorf("INIT message of %lld bytes", (long long)h->bytes);
-    int64_t mode, rows;
+    if (h->bytes < 25 || h->bytes > 4096 + 24) return di_errorf("INIT message of %lld bytes", (long long)h->bytes);
+    int64_t mode, rows, prefault;
     memcpy(&mode, p, 8);
     memcpy(&rows, p + 8, 8);
+    memcpy(&prefault, p + 16, 8);
     char dir[4097];
-    memcpy(dir, p + 16, (size_t)h->bytes - 16);
-    dir[h->bytes - 16] = 0;
-    if (mode < MODE_REF || mode > MODE_EXACT || rows <= 0) return di_errorf("INIT: mode %lld, %lld rows", (long long)mode, (long long)rows);
+    memcpy(dir, p + 24, (size_t)h->bytes - 24);
+    dir[h->bytes - 24] = 0;
+    if (mode < MODE_REF || mode > MODE_EXACT || rows <= 0 || (prefault != 0 && prefault != 1))
+        return di_errorf("INIT: mode %lld, %lld rows, prefault %lld", (long long)mode, (long long)rows, (long long)prefault);
+    w->prefault = prefault == 1;
     if (!w->m) {
         int threads = 0;
         if (di_env_num_threads(&threads) != 0) return -1;
@@ -63,17 +68,37 @@ static int handle_init(EpWorker *w, const EpHeader *h, const uint8_t *p) {
     return w->m->ws && w->m->ws->rows >= rows ? 0 : model_reserve_rows(w->m, rows);
 }
 
-/* Give back the pages of one expert's three matrices (data and scales). */
-static int64_t release_expert(const Model *m, const ExpertWeights *ex) {
+int64_t ep_expert_pages(const Model *m, const ExpertWeights *ex, bool resident) {
+    int64_t (*op)(const DiCheckpoint *, const void *, size_t) = resident ? di_checkpoint_prefault_pages : di_checkpoint_release_pages;
     const DiMatrix *mats[3] = {&ex->w1, &ex->w2, &ex->w3};
     int64_t sum = 0;
     for (int i = 0; i < 3; i++) {
-        int64_t a = di_checkpoint_release_pages(m->ck, mats[i]->data, (size_t)di_matrix_data_bytes(mats[i]));
-        int64_t b = mats[i]->scale ? di_checkpoint_release_pages(m->ck, mats[i]->scale, (size_t)di_matrix_scale_bytes(mats[i])) : 0;
+        int64_t a = op(m->ck, mats[i]->data, (size_t)di_matrix_data_bytes(mats[i]));
+        int64_t b = mats[i]->scale ? op(m->ck, mats[i]->scale, (size_t)di_matrix_scale_bytes(mats[i])) : 0;
         if (a < 0 || b < 0) return -1;
         sum += a + b;
     }
     return sum;
+}
+
+/* With prefault: give back every page of layer `layer`'s tensors (layer -1: of the tensors outside
+ * the layers) that is not a held expert's.  The kernel maps whole page-cache folios around each
+ * page faulted in (tens of KiB), so prefaulting the held experts also maps their neighbours in
+ * the file, which this rank never reads; done layer by layer, the peak stays near the share. */
+static int release_unheld(const EpWorker *w, const EpPlacement *pl, int layer) {
+    const DiCheckpoint *ck = w->m->ck;
+    for (size_t i = 0; i < di_checkpoint_n_tensors(ck); i++) {
+        const DiTensorInfo *t = di_checkpoint_tensor_at(ck, i);
+        int l = -1, e = -1, used = 0;
+        bool in_layer = sscanf(t->name, "layers.%d.%n", &l, &used) == 1 && used > 0;
+        if (in_layer ? l != layer : layer != -1) continue;
+        used = 0;
+        if (in_layer && sscanf(t->name, "layers.%d.ffn.experts.%d.%n", &l, &e, &used) == 2 && used > 0 &&
+            ep_placement_holds(pl, w->rank, l, e))
+            continue;
+        if (di_checkpoint_release_pages(ck, t->data, t->nbytes) < 0) return -1;
+    }
+    return 0;
 }
 
 /* PLAN payload: int32 L, E, R, P, first_rank, then phy2log[L][R] and phy_rank[L][R]. */
@@ -93,16 +118,22 @@ static int handle_plan(EpWorker *w, const EpHeader *h, const uint8_t *p) {
     int rc = ep_placement_build(dims[0], dims[1], dims[2], dims[3], dims[4], arr, arr + LR, &pl);
     free(arr);
     if (rc != 0) return -1;
-    for (int l = 0; w->pl.nrep && l < pl.n_layers; l++)
-        for (int e = 0; e < pl.n_experts; e++)
-            if (ep_placement_holds(&w->pl, w->rank, l, e) && !ep_placement_holds(&pl, w->rank, l, e)) {
-                int64_t b = release_expert(w->m, &w->m->w.layers[l].experts[e]);
-                if (b < 0) {
-                    ep_placement_free(&pl);
-                    return -1;
-                }
-                w->stats.released_bytes += b;
+    for (int l = 0; l <= pl.n_layers; l++) {
+        for (int e = 0; l < pl.n_layers && e < pl.n_experts; e++) {
+            bool had = w->pl.nrep && ep_placement_holds(&w->pl, w->rank, l, e), has = ep_placement_holds(&pl, w->rank, l, e);
+            if (had == has || (has && !w->prefault)) continue;
+            int64_t b = ep_expert_pages(w->m, &w->m->w.layers[l].experts[e], has);
+            if (b < 0) {
+                ep_placement_free(&pl);
+                return -1;
             }
+            if (!has) w->stats.released_bytes += b;
+        }
+        if (w->prefault && release_unheld(w, &pl, l < pl.n_layers ? l : -1) != 0) {
+            ep_placement_free(&pl);
+            return -1;
+        }
+    }
     ep_placement_free(&w->pl);
     w->pl = pl;
     return 0;

@@ -490,19 +490,40 @@ int64_t di_checkpoint_mapped_bytes(const DiCheckpoint *ck) {
     return sum;
 }
 
-int64_t di_checkpoint_release_pages(const DiCheckpoint *ck, const void *p, size_t n) {
-    if (!ck || (!p && n)) return di_errorf("di_checkpoint_release_pages: invalid arguments");
+/* The pages of [p, p + n) inside one of ck's shard maps: whole pages only (*lo, *hi), or the
+ * pages it touches at all (outer).  False when the range is not in a map. */
+static bool map_pages(const DiCheckpoint *ck, const void *p, size_t n, bool outer, uintptr_t *lo, uintptr_t *hi) {
     uintptr_t a = (uintptr_t)p, page = (uintptr_t)sysconf(_SC_PAGESIZE);
     for (size_t i = 0; i < ck->n_files; i++) {
         const DiMappedFile *f = &ck->files[i].map;
         uintptr_t base = (uintptr_t)f->data;
         if (!f->data || a < base || n > f->size || a - base > f->size - n) continue;
-        uintptr_t lo = (a + page - 1) / page * page, hi = (a + n) / page * page; /* whole pages only */
-        if (hi <= lo) return 0;
-        if (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) return di_errorf("madvise(MADV_DONTNEED): %s", strerror(errno));
-        return (int64_t)(hi - lo);
+        *lo = outer ? a / page * page : (a + page - 1) / page * page;
+        *hi = outer ? (a + n + page - 1) / page * page : (a + n) / page * page;
+        return *hi > *lo;
     }
-    return 0;
+    return false;
+}
+
+int64_t di_checkpoint_release_pages(const DiCheckpoint *ck, const void *p, size_t n) {
+    if (!ck || (!p && n)) return di_errorf("di_checkpoint_release_pages: invalid arguments");
+    uintptr_t lo, hi;
+    if (!map_pages(ck, p, n, false, &lo, &hi)) return 0; /* whole pages only: a neighbour's stay */
+    if (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) return di_errorf("madvise(MADV_DONTNEED): %s", strerror(errno));
+    return (int64_t)(hi - lo);
+}
+
+int64_t di_checkpoint_prefault_pages(const DiCheckpoint *ck, const void *p, size_t n) {
+    if (!ck || (!p && n)) return di_errorf("di_checkpoint_prefault_pages: invalid arguments");
+    uintptr_t lo, hi, page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (!map_pages(ck, p, n, true, &lo, &hi)) return 0;
+#ifdef MADV_POPULATE_READ
+    if (madvise((void *)lo, hi - lo, MADV_POPULATE_READ) == 0) return (int64_t)(hi - lo);
+#endif
+    volatile uint8_t sink = 0; /* an older kernel: read one byte per page */
+    for (uintptr_t q = lo; q < hi; q += page) sink ^= *(const volatile uint8_t *)q;
+    (void)sink;
+    return (int64_t)(hi - lo);
 }
 
 int64_t di_checkpoint_tensor_bytes(const DiCheckpoint *ck) {

@@ -88,6 +88,9 @@ const char *di_checkpoint_dir(const DiCheckpoint *ck);
  * copy) is left alone.  The next read faults the pages in again from the file.  The bytes given
  * back (0 outside the maps), or -1 with the cause. */
 int64_t di_checkpoint_release_pages(const DiCheckpoint *ck, const void *p, size_t n);
+/* The reverse: fault this process's pages of [p, p + n) in now (MADV_POPULATE_READ, else a read
+ * of every page) when the range lies in a shard map.  The bytes made resident (0 outside). */
+int64_t di_checkpoint_prefault_pages(const DiCheckpoint *ck, const void *p, size_t n);
 
 /* Warnings found at open (unknown tensors that the text model does not use). */
 size_t di_checkpoint_n_warnings(const DiCheckpoint *ck);

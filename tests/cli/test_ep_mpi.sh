@@ -51,14 +51,14 @@ if [ ! -f "$MED/config.json" ]; then
 fi
 same_for_all "medium greedy" --model "$MED" --prompt-ids 11,12,13,14,15,16 --max-tokens 3
 want=$(run1 --model "$MED" --prompt-ids 3,1,4,1,5 --max-tokens 3 --temperature 0.9 --seed 5)
-got=$(runN 3 --model "$MED" --prompt-ids 3,1,4,1,5 --max-tokens 3 --temperature 0.9 --seed 5 --ep-test-replan-steps 1)
-[ "$got" = "$want" ] && ok || bad "medium seeded with replans, 3 ranks: '$got' != '$want'"
+got=$(runN 3 --model "$MED" --prompt-ids 3,1,4,1,5 --max-tokens 3 --temperature 0.9 --seed 5 --ep-test-replan-steps 1 --ep-prefault)
+[ "$got" = "$want" ] && ok || bad "medium seeded with replans and --ep-prefault, 3 ranks: '$got' != '$want'"
 grep -Eq "[1-9][0-9.]* MB given back" "$TMP/errN" && ok || bad "medium replans gave back no expert pages: $(grep 'given back' "$TMP/errN")"
 
 # flags
 "$BIN" generate --help | grep -q -- "--expert-parallel" && ok || bad "--help documents --expert-parallel"
 "$BIN" generate --prompt-ids 1 --ep-test-replan-steps 2 >/dev/null 2>"$TMP/e"; rc=$?
-[ $rc -eq 1 ] && grep -q "needs --expert-parallel" "$TMP/e" && ok || bad "replan flag without --expert-parallel: exit $rc $(cat "$TMP/e")"
+[ $rc -eq 1 ] && grep -q "need --expert-parallel" "$TMP/e" && ok || bad "replan flag without --expert-parallel: exit $rc $(cat "$TMP/e")"
 "$BIN" generate --prompt-ids 1 --expert-parallel --ep-timeout 0 >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "--ep-timeout 0 must exit 2"
 
 # serve: the same completion from a 3-rank job as from one process; SIGTERM to rank 0 ends the job

@@ -17,6 +17,8 @@ const char cli_ep_help[] =
     "                      routed experts (EPLB placement, bit-identical results for any N)\n"
     "  --ep-timeout S      seconds rank 0 waits for an expert rank before it names it and ends the job\n"
     "                      (default 120)\n"
+    "  --ep-prefault        make each rank's experts resident when it gets them (MADV_POPULATE_READ),\n"
+    "                      not on first use: no page fault on the serving path (with N = 1: all experts)\n"
     "  --ep-test-replan-steps N   test only: every N engine steps apply a new EPLB plan (pseudo-random\n"
     "                      load, one redundant expert per rank), moving experts mid-generation\n";
 
@@ -24,8 +26,8 @@ int cli_ep_flag(const char *o, const char *v, CliEp *e, int *used_value, int *ba
     *used_value = 1;
     *bad = 0;
     char *end = NULL;
-    if (strcmp(o, "--expert-parallel") == 0) {
-        e->on = true;
+    if (strcmp(o, "--expert-parallel") == 0 || strcmp(o, "--ep-prefault") == 0) {
+        *(o[2] == 'e' && o[3] == 'x' ? &e->on : &e->prefault) = true;
         *used_value = 0;
     } else if (strcmp(o, "--ep-timeout") == 0) {
         errno = 0;
@@ -45,10 +47,11 @@ int cli_ep_flag(const char *o, const char *v, CliEp *e, int *used_value, int *ba
 int cli_ep_start(CliEp *e, int *status) {
     *status = 0;
     if (!e->on) {
-        if (e->replan_steps) return di_errorf("--ep-test-replan-steps needs --expert-parallel");
+        if (e->replan_steps || e->prefault) return di_errorf("--ep-test-replan-steps and --ep-prefault need --expert-parallel");
         return 0;
     }
     if (!(e->ep = di_ep_mpi_init(e->timeout_s))) return -1;
+    ep_set_prefault(e->ep, e->prefault);
     if (di_ep_rank(e->ep) != 0) {
         /* rank 0 ends the job (its STOP, or its MPI_Abort): a Ctrl-C that mpirun forwards to every
          * rank must not kill an expert rank under a serving rank 0 */

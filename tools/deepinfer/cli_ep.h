@@ -13,13 +13,14 @@ typedef struct {
     bool on;             /* --expert-parallel */
     double timeout_s;    /* --ep-timeout S */
     int64_t replan_steps; /* --ep-test-replan-steps N (0: never) */
+    bool prefault;       /* --ep-prefault */
     DiEp *ep;            /* the job, once started */
 } CliEp;
 
-#define CLI_EP_DEFAULTS {false, 120.0, 0, NULL}
+#define CLI_EP_DEFAULTS {false, 120.0, 0, false, NULL}
 
-/* --expert-parallel (no value: returns 1 and *used_value 0), --ep-timeout S, --ep-test-replan-steps
- * N.  Returns 1 when `opt` is one of them (*bad set when the value is invalid), else 0. */
+/* --expert-parallel and --ep-prefault (no value: return 1 and *used_value 0), --ep-timeout S,
+ * --ep-test-replan-steps N.  Returns 1 when `opt` is one of them (*bad set when the value is invalid), else 0. */
 int cli_ep_flag(const char *opt, const char *val, CliEp *e, int *used_value, int *bad);
 extern const char cli_ep_help[];
 

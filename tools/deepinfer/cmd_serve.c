@@ -56,6 +56,7 @@ static void usage(FILE *out) {
             "                           experts (EPLB placement; the same outputs as one process)\n"
             "  --ep-timeout S           seconds rank 0 waits for an expert rank before it names it and ends the\n"
             "                           job (default 120)\n"
+            "  --ep-prefault            make each rank's experts resident when it gets them, not on first use\n"
             "  --port N                 TCP port (default 8000)\n"
             "  --api-key KEY            require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
             "                           (default: $DEEPINFER_API_KEY; none: no authentication)\n"
@@ -224,7 +225,8 @@ int cmd_serve(int argc, char **argv) {
             return 0;
         }
         int used = 1, bad = 0;
-        if (strcmp(a, "--expert-parallel") == 0 && cli_ep_flag(a, NULL, &ef.ep, &used, &bad)) continue;
+        if ((strcmp(a, "--expert-parallel") == 0 || strcmp(a, "--ep-prefault") == 0) && cli_ep_flag(a, NULL, &ef.ep, &used, &bad))
+            continue;
         if (i + 1 >= argc || strncmp(a, "--", 2) != 0) {
             fprintf(stderr, "deepinfer serve: %s '%s'\n\n", strncmp(a, "--", 2) ? "unexpected argument" : "missing value for", a);
             usage(stderr);
