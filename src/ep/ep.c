@@ -204,6 +204,8 @@ int ep_attach(DiEp *ep, Model *m, const char *dir) {
     return model_set_moe_executor(m, &ep->exec);
 }
 
+_Static_assert(sizeof(EpRankStats) == 4 * sizeof(int64_t), "a STOP answer is the four words of EpRankStats");
+
 int ep_stop(DiEp *ep, EpRankStats *stats) {
     if (!ep || ep->rank != 0) return di_errorf("ep_stop: only rank 0 stops the job");
     EpHeader h = {EP_CMD_STOP, 0, 0, 0, 0, (int64_t)sizeof(EpRankStats)};

@@ -251,13 +251,13 @@ int di_ep_finish(DiEp *ep, int failed) {
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     EpRankStats *st = di_calloc((size_t)ep_n_ranks(ep), sizeof *st, "rank figures");
-    int rc = st && ep_plan(ep) ? ep_stop(ep, st) : 0;
+    int rc = st ? ep_stop(ep, st) : -1; /* even before any INIT: a STOP ends an expert rank's loop */
     if (rc != 0) {
         fprintf(stderr, "deepinfer: %s\n", di_error_message());
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    if (st && ep_plan(ep)) print_figures(ep, st);
+    if (ep_plan(ep)) print_figures(ep, st);
     free(st);
     ep_destroy(ep);
     free(job.link.req);

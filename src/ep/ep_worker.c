@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/threadpool.h"
+#include "model/workspace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,15 @@ static int handle_plan(EpWorker *w, const EpHeader *h, const uint8_t *p) {
     return 0;
 }
 
+/* Rank 0 may size its engine for more rows after INIT (the engine's max batch tokens).  A layer
+ * message of n_tok tokens needs a workspace of n_tok rows: an expert may get every token (the
+ * kernels' scratch is per row of one expert's call), and n_asg <= n_tok x top-k. */
+static int grow_rows(EpWorker *w, int64_t n_tok) {
+    const Workspace *ws = w->m ? w->m->ws : NULL;
+    if (!ws) return di_errorf("expert rank %d: no workspace", w->rank);
+    return n_tok <= ws->rows ? 0 : model_reserve_rows(w->m, n_tok);
+}
+
 static int reply_room(EpWorker *w, int64_t bytes) {
     if (bytes < 0) return di_errorf("reply of %lld bytes", (long long)bytes);
     size_t n = (size_t)(bytes + 3) / 4;
@@ -169,6 +179,7 @@ int ep_worker_handle(EpWorker *w, const EpHeader *h, const uint8_t *payload, con
     case EP_CMD_LAYER:
         if (!w->pl.nrep) return di_errorf("expert rank %d: LAYER before any PLAN", w->rank);
         if (h->reply_bytes != 4 * h->n_asg * (w->m ? w->m->d.dim : 0)) return di_errorf("LAYER reply of %lld bytes", (long long)h->reply_bytes);
+        if (grow_rows(w, h->n_tok) != 0) return -1;
         if (ep_serve_layer(&w->sv, w->m, &w->pl, w->rank, h, payload, w->reply) != 0)
             return di_error_wrap("expert rank %d", w->rank);
         w->stats.layers_served++;

@@ -203,8 +203,11 @@ int moe_run_routed(const Model *m, const LayerWeights *lw, const WsExpertSlot *s
     if (workspace_acquire(m) != 0) return -1;
     const Workspace *ws = m->ws;
     int rc = 0;
-    if (rows > ws->rows * ws->moe.max_top_k || n_slots > ws->moe.max_experts)
-        rc = di_errorf("moe_run_routed: %lld rows of %d experts exceed the workspace", (long long)rows, n_slots);
+    int64_t most = 0; /* an expert's rows are one kernel call, whose scratch holds ws->rows */
+    for (int i = 0; i < n_slots; i++) most = slots[i].cnt > most ? slots[i].cnt : most;
+    if (rows > ws->rows * ws->moe.max_top_k || most > ws->rows || n_slots > ws->moe.max_experts)
+        rc = di_errorf("moe_run_routed: %lld rows (%lld for one expert) of %d experts exceed the workspace of %lld rows",
+                       (long long)rows, (long long)most, n_slots, (long long)ws->rows);
     ExpertJob j = {.m = m, .D = m->d.dim, .F = m->d.moe_inter, .hidden = ws->moe.hidden, .ga = ws->moe.gate, .ua = ws->moe.up,
                    .ob = y, .obs = ws->moe.y_task, .slots = slots, .xb = x, .rw = w};
     if (rc == 0 && run_experts(m, &j, n_slots) != 0) rc = di_error_wrap("routed experts");

@@ -220,6 +220,27 @@ TEST(rank_refuses_an_expert_it_does_not_hold) {
     job_close(&j);
 }
 
+/* Rank 0 sized for more rows than the expert ranks were told at INIT (the engine reserves its
+ * batch after load): a rank grows its workspace for a bigger layer. */
+TEST(expert_rank_grows_for_a_bigger_call) {
+    const ModelDims *d = &engine_model->d;
+    int64_t D = d->dim, n = 1024;
+    float *f = malloc((size_t)(n * D) * 4), *want = malloc((size_t)(n * D) * 4), *got = malloc((size_t)(n * D) * 4);
+    Job j;
+    CHECK_MSG(job_open(&j, 2) == 0, "%s", di_error_message());
+    const MoeExecutor *ep_exec = engine_model->moe_exec;
+    CHECK_MSG(model_reserve_rows(engine_model, n) == 0, "%s", di_error_message());
+    fill(f, n * D);
+    CHECK(forward(NULL, 1, f, n, want, NULL) == 0);
+    CHECK_MSG(forward(ep_exec, 1, f, n, got, NULL) == 0, "%s", di_error_message());
+    CHECK(memcmp(got, want, (size_t)(n * D) * 4) == 0);
+    CHECK(worker_model->ws->rows >= n);
+    job_close(&j);
+    free(f);
+    free(want);
+    free(got);
+}
+
 TEST(single_rank_installs_no_executor) {
     Job j;
     CHECK_MSG(job_open(&j, 1) == 0, "%s", di_error_message());
@@ -243,6 +264,7 @@ int main(void) {
     RUN_TEST(replan_between_calls_keeps_results);
     RUN_TEST(plan_that_does_not_fit_is_refused);
     RUN_TEST(rank_refuses_an_expert_it_does_not_hold);
+    RUN_TEST(expert_rank_grows_for_a_bigger_call);
     RUN_TEST(single_rank_installs_no_executor);
     model_free(engine_model);
     model_free(worker_model);

@@ -83,13 +83,15 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
         }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = 1, bad = 0;
-        if (cli_ep_flag(o, v, &a->ep, &used, &bad) && !used) continue;
+        if ((strcmp(o, "--expert-parallel") == 0 || strcmp(o, "--ep-prefault") == 0) && cli_ep_flag(o, v, &a->ep, &used, &bad))
+            continue;
         if (!v || strncmp(o, "--", 2) != 0) {
             fprintf(stderr, "deepinfer generate: %s '%s'\n", v ? "unexpected argument" : "missing value for", o);
             return 2;
         }
         i++;
-        if (strncmp(o, "--ep-", 5) == 0 && cli_ep_flag(o, v, &a->ep, &used, &bad)) {
+        if (cli_ep_flag(o, v, &a->ep, &used, &bad)) {
+            /* --ep-timeout, --ep-test-replan-steps */
         } else if (strcmp(o, "--model") == 0) a->model_dir = v;
         else if (strcmp(o, "--prompt") == 0) a->prompt = v;
         else if (strcmp(o, "--prompt-ids") == 0) a->prompt_ids = v;
