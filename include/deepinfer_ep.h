@@ -30,6 +30,9 @@ int di_ep_apply_plan(DiEp *ep, const DiEplbPlan *plan);
 
 /* The number of ranks that serve experts: the P of a plan for this job (1 when N = 1). */
 int di_ep_expert_ranks(const DiEp *ep);
+/* The plan in use on rank 0 (owned by ep, valid until the next di_ep_apply_plan), NULL before
+ * the engine's model is attached or on an expert rank. */
+const DiEplbPlan *di_ep_current_plan(const DiEp *ep);
 
 /* ---- the MPI job (`mpirun -n N deepinfer generate|serve --expert-parallel`) ---------------- */
 

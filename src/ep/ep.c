@@ -65,7 +65,7 @@ int ep_rank(const DiEp *ep) { return ep ? ep->rank : -1; }
 int ep_n_ranks(const DiEp *ep) { return ep ? ep->n_ranks : 0; }
 int di_ep_expert_ranks(const DiEp *ep) { return ep ? ep->n_gpus : 0; }
 const EpTraffic *ep_traffic(const DiEp *ep) { return ep ? &ep->tr : NULL; }
-const DiEplbPlan *ep_plan(const DiEp *ep) { return ep && ep->plan.phy2log ? &ep->plan : NULL; }
+const DiEplbPlan *di_ep_current_plan(const DiEp *ep) { return ep && ep->plan.phy2log ? &ep->plan : NULL; }
 
 /* Send every expert rank the same control message (header h, payload ep->msg) and wait for
  * their answers (h->reply_bytes each, into ep->answer[rank]). */

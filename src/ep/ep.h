@@ -63,8 +63,6 @@ int ep_stop(DiEp *ep, EpRankStats *stats);
 const EpTraffic *ep_traffic(const DiEp *ep);
 int ep_rank(const DiEp *ep);
 int ep_n_ranks(const DiEp *ep);
-/* The plan in use (rank 0, after ep_attach). */
-const DiEplbPlan *ep_plan(const DiEp *ep);
 void ep_destroy(DiEp *ep);
 
 /* This process's VmHWM / VmRSS in KiB (/proc/self/status). */

@@ -257,7 +257,7 @@ int di_ep_finish(DiEp *ep, int failed) {
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    if (ep_plan(ep)) print_figures(ep, st);
+    if (di_ep_current_plan(ep)) print_figures(ep, st);
     free(st);
     ep_destroy(ep);
     free(job.link.req);

@@ -196,7 +196,7 @@ TEST(rank_refuses_an_expert_it_does_not_hold) {
     const ModelDims *d = &engine_model->d;
     Job j;
     CHECK_MSG(job_open(&j, 3) == 0, "%s", di_error_message());
-    const DiEplbPlan *plan = ep_plan(j.ep);
+    const DiEplbPlan *plan = di_ep_current_plan(j.ep);
     CHECK(plan != NULL);
     int e = plan->phy2log[plan->num_replicas - 1]; /* a slot of rank 2 ... */
     int e1 = -1;

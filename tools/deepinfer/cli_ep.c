@@ -78,7 +78,7 @@ static uint64_t next(uint64_t *s) {
 
 int cli_ep_after_step(CliEp *e, int64_t step) {
     if (!e->ep || !e->replan_steps || step % e->replan_steps) return 0;
-    const DiEplbPlan *cur = ep_plan(e->ep);
+    const DiEplbPlan *cur = di_ep_current_plan(e->ep);
     if (!cur) return 0;
     int L = cur->num_layers, E = cur->num_logical, P = cur->num_gpus, R = (E + P - 1) / P * P + P;
     float *w = di_malloc((size_t)L * (size_t)E * sizeof *w, "test load");
