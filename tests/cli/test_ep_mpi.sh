@@ -2,7 +2,8 @@
 # test_ep_mpi.sh — `mpirun -n N deepinfer generate --expert-parallel` (include/deepinfer_ep.h)
 # against the single-process engine as the reference: greedy and seeded outputs (ids) identical
 # for 1, 2, 3 and 4 ranks on the built-in tiny model and on the medium checkpoint, identical
-# again with replans forced mid-generation (--ep-test-replan-steps), and a rank that is killed
+# again with replans forced mid-generation (--ep-test-replan-steps, and the live EPLB driver's
+# plans with --eplb-ranks), serve answering as one process does, and a rank that is killed
 # (SIGKILL) or hangs (SIGSTOP) ends the job with an error naming it, in bounded time.
 set -u
 cd "$(dirname "$0")/../.."
@@ -43,6 +44,14 @@ for n in 3 4; do
     [ "$got" = "$want" ] && ok || bad "replan, $n ranks: '$got' != '$want' $(tail -3 "$TMP/errN")"
     grep -Eq "; [1-9][0-9]* replans" "$TMP/errN" && ok || bad "replan, $n ranks: no replan counted: $(tail -2 "$TMP/errN")"
 done
+
+# the live EPLB driver (--eplb-ranks) applies its plans through di_ep_apply_plan: same ids
+got=$(runN 3 --prompt-ids 5,6,7 --max-tokens 16 --temperature 0.7 --seed 3 --eplb-ranks 2 --eplb-window 2 --eplb-period 2)
+[ "$got" = "$want" ] && ok || bad "live EPLB, 3 ranks: '$got' != '$want' $(tail -3 "$TMP/errN")"
+grep -Eq "eplb: steps [0-9]+ replans [1-9]" "$TMP/errN" && grep -Eq "; [1-9][0-9]* replans" "$TMP/errN" && ok ||
+    bad "live EPLB, 3 ranks: no plan applied: $(grep -E 'eplb:|replans' "$TMP/errN")"
+runN 3 --prompt-ids 5 --eplb-ranks 3 >/dev/null
+grep -q -- "--eplb-ranks 3: this job has 2 expert ranks" "$TMP/errN" && ok || bad "--eplb-ranks must match the expert ranks: $(grep -v 'deepinfer info' "$TMP/errN" | head -3)"
 
 # the medium checkpoint (short generations: 4 ranks on a loaded 2-core machine)
 MED=${XDG_CACHE_HOME:-$HOME/.cache}/deepinfer/ep-medium

@@ -58,7 +58,7 @@ static int forward(const MoeExecutor *exec, int L, const float *f, int64_t n, fl
     if (model_set_moe_executor(engine_model, exec) != 0 || workspace_acquire(engine_model) != 0) return -1;
     /* NaN in the expert output rows, so a row combine did not fill cannot pass for the last call's */
     memset(engine_model->ws->moe.y, 0xff, (size_t)(n * (engine_model->d.top_k + 1) * engine_model->d.dim) * sizeof(float));
-    int rc = moe_forward(engine_model, &engine_model->w.layers[L], engine_model->d.top_k, f, n, y, sel);
+    int rc = moe_forward(engine_model, &engine_model->w.layers[L], engine_model->d.top_k, f, n, y, sel, NULL);
     workspace_release(engine_model);
     model_set_moe_executor(engine_model, saved);
     return rc;

@@ -93,6 +93,17 @@ int cli_ep_after_step(CliEp *e, int64_t step) {
     return rc == 0 ? 0 : di_error_wrap("--ep-test-replan-steps: replan at step %lld", (long long)step);
 }
 
+static int apply_plan(void *ep, const DiEplbPlan *plan) { return di_ep_apply_plan(ep, plan); }
+
+int cli_ep_eplb_start(CliEp *e, CliEplb *c, DiEngine *engine) {
+    if (!e->ep || di_ep_size(e->ep) < 2) return cli_eplb_start(c, engine, NULL, NULL);
+    int P = di_ep_expert_ranks(e->ep);
+    if (c->ranks && c->ranks != P)
+        return di_errorf("--eplb-ranks %ld: this job has %d expert ranks (mpirun -n %d), the plans must place on them", c->ranks, P,
+                         P + 1);
+    return cli_eplb_start(c, engine, apply_plan, e->ep);
+}
+
 void cli_ep_finish(CliEp *e, int failed) {
     if (!e->ep) return;
     cli_set_model_hook(NULL, NULL);

@@ -4,6 +4,7 @@
 #ifndef DI_TOOLS_CLI_EP_H
 #define DI_TOOLS_CLI_EP_H
 
+#include "cli_eplb.h"
 #include "deepinfer_ep.h"
 
 #include <stdbool.h>
@@ -32,6 +33,10 @@ int cli_ep_start(CliEp *e, int *status);
  * new EPLB plan (di_ep_apply_plan) made from a pseudo-random load, with one redundant expert per
  * rank, so experts move between ranks mid-generation. */
 int cli_ep_after_step(CliEp *e, int64_t step);
+/* Start live EPLB (cli_eplb_start) on the engine: under a job of N >= 2 ranks its plans are
+ * applied (di_ep_apply_plan) and --eplb-ranks must be the expert ranks, N - 1; otherwise plans
+ * are only scored, as without expert parallelism. */
+int cli_ep_eplb_start(CliEp *e, CliEplb *c, DiEngine *engine);
 /* Rank 0 at the end (failed: the command failed): di_ep_finish.  Nothing without a job. */
 void cli_ep_finish(CliEp *e, int failed);
 

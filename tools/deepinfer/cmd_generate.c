@@ -312,7 +312,7 @@ int cmd_generate(int argc, char **argv) {
     CliModel m;
     int rc = cli_model_open(&m, a.model_dir, a.engram_map, !loop, &a.draft);
     if (rc == 0 && !loop) rc = set_constraint(&a, &m);
-    if (rc == 0 && !loop) rc = cli_eplb_start(&a.eplb, m.engine, NULL, NULL);
+    if (rc == 0 && !loop) rc = cli_ep_eplb_start(&a.ep, &a.eplb, m.engine);
     if (rc == 0) rc = loop ? run_model_loop(&a, &m, a.ids, a.n_ids) : run_engine(&a, &m);
     if (rc) fprintf(stderr, "deepinfer generate: %s\n", di_last_error());
     cli_model_close(&m);

@@ -189,7 +189,7 @@ static DiEngineBackend *open_backend(const char *model_dir, const char *served_n
     free(engram_map);
     if (!engine) return NULL;
     const char *dir = di_engine_model_dir(engine);
-    if (cli_eplb_start(&ef->eplb, engine, NULL, NULL) != 0 || !(*text = di_serve_text_open(dir)) ||
+    if (cli_ep_eplb_start(&ef->ep, &ef->eplb, engine) != 0 || !(*text = di_serve_text_open(dir)) ||
         di_serve_text_install(*text, engine) != 0) {
         di_error_wrap("model %s", dir ? dir : "(none)");
         di_engine_destroy(engine);
