@@ -12,8 +12,11 @@ $XDG_CACHE_HOME/deepinfer/bench-medium, else ~/.cache/deepinfer/bench-medium), i
    touches; the synthetic router uses a fraction of the experts, so this ratio is workload
    dependent and printed for reference).
 3. Bytes moved per token per layer: dispatch (counts + payload, each token's row once per
-   destination rank) and combine (one row back per remote (token, expert) pair), against the
-   minimum of tokens x chosen remote experts x hidden x 4 bytes.
+   destination rank) with rows sent as FP8 (the default under the ref numerics: E4M3 codes and a
+   UE8M0 scale byte per 32 values, hidden x 33/32 bytes a row) and as float32 (--ep-dispatch
+   f32), and combine (one float32 row back per remote (token, expert) pair), against the minimum
+   of tokens x chosen remote experts x hidden x 4 bytes (float32) or x 33/32 bytes (FP8).  Both
+   formats must give the same ids.
 """
 import os
 import re
@@ -51,9 +54,11 @@ def run(n, model, prompt, extra):
         sys.exit("bench_ep: %s failed (exit %d):\n%s" % (" ".join(cmd), p.returncode, p.stderr[-2000:]))
     peaks = {int(m.group(1)): float(m.group(2))
              for m in re.finditer(r"expert-parallel: rank (\d+): peak RSS ([\d.]+) MB", p.stderr)}
-    traffic = re.search(r"(\d+) tokens, (\d+) remote .*dispatch ([\d.]+), combine ([\d.]+); minimum .*? ([\d.]+): "
-                        r"dispatch ([\d.]+)x, combine ([\d.]+)x", p.stderr)
-    if len(peaks) != n:
+    traffic = re.search(r"(?P<tokens>\d+) tokens, (?P<rows>\d+) remote .*?dispatch format (?P<wire>\w+) .*?"
+                        r"bytes per token per layer: dispatch (?P<disp>[\d.]+), combine (?P<comb>[\d.]+); "
+                        r"minimum .*? (?P<min>[\d.]+): dispatch (?P<disp_x>[\d.]+)x, combine (?P<comb_x>[\d.]+)x; "
+                        r"fp8 minimum .*? (?P<min8>[\d.]+): dispatch (?P<disp_x8>[\d.]+)x", p.stderr)
+    if len(peaks) != n or (n > 1 and not traffic):
         sys.exit("bench_ep: no per-rank figures in:\n" + p.stderr[-2000:])
     return peaks, traffic, p.stdout.split()
 
@@ -78,9 +83,16 @@ def main():
     prompt64 = ",".join(str((i * 37) % 250 + 1) for i in range(64))
     memory("all held experts resident (--ep-prefault)", model, "1,2,3,4", ["--ep-prefault"], True)
     t = memory("first touch, 64-token prompt", model, prompt64, [], False)
-    print("bytes per token per layer (4 ranks, 64-token prompt + 2 tokens, %s tokens x layers, %s remote rows): "
-          "dispatch %s (%sx the minimum %s), combine %s (%sx)" % (t.group(1), t.group(2), t.group(3), t.group(6),
-                                                                  t.group(5), t.group(4), t.group(7)))
+    _, t32, ids32 = run(4, model, prompt64, ["--ep-dispatch", "f32"])
+    _, _, ids8 = run(4, model, prompt64, [])
+    if t["wire"] != "fp8" or t32["wire"] != "f32" or ids8 != ids32:
+        sys.exit("bench_ep: formats %s / %s, ids %s / %s" % (t["wire"], t32["wire"], ids8, ids32))
+    print("bytes per token per layer (4 ranks, 64-token prompt + 2 tokens, %s tokens x layers, %s remote rows): minimum "
+          "%s as float32, %s as FP8" % (t["tokens"], t["rows"], t["min"], t["min8"]))
+    print("  dispatch fp8: %s (%sx the float32 minimum, %sx the FP8 minimum)" % (t["disp"], t["disp_x"], t["disp_x8"]))
+    print("  dispatch f32: %s (%sx the float32 minimum); fp8 / f32 = %.3fx" % (
+        t32["disp"], t32["disp_x"], float(t["disp"]) / float(t32["disp"])))
+    print("  combine (float32 either way): %s (%sx the float32 minimum)" % (t["comb"], t["comb_x"]))
 
 
 if __name__ == "__main__":

@@ -22,10 +22,19 @@ struct DiEp {
     int64_t *answer;  /* [n_ranks][4] control answers */
     uint8_t *msg;     /* control payload */
     bool prefault;
+    bool wire_given; /* ep_set_wire, else the default at ep_attach */
 };
 
 void ep_set_prefault(DiEp *ep, bool on) {
     if (ep) ep->prefault = on;
+}
+
+int ep_set_wire(DiEp *ep, EpWire wire) {
+    if (!ep || (wire != EP_WIRE_F32 && wire != EP_WIRE_FP8)) return di_errorf("ep_set_wire: no context or an unknown format");
+    if (ep->m) return di_errorf("ep_set_wire: the dispatch format is fixed once the model is attached");
+    ep->tr.wire = wire;
+    ep->wire_given = true;
+    return 0;
 }
 
 DiEp *ep_create(int rank, int n_ranks, const EpLink *link) {
@@ -82,7 +91,7 @@ static int broadcast(DiEp *ep, const EpHeader *h) {
 static int ep_dispatch(void *ctx, const Model *m, const MoeRouted *r) {
     DiEp *ep = ctx;
     int64_t D = m->d.dim;
-    if (ep_pack_build(&ep->pk, &ep->pl, r, D, ep->n_ranks) != 0) return -1;
+    if (ep_pack_build(&ep->pk, &ep->pl, r, D, ep->n_ranks, ep->tr.wire) != 0) return -1;
     ep->tr.calls++;
     int64_t rows = r->n_slots ? r->slots[r->n_slots - 1].off + r->slots[r->n_slots - 1].cnt : 0, n_tok = 0;
     for (int64_t g = 0; g < rows; g++) /* every token has top-k rows: the call's tokens are 0 .. max */
@@ -180,11 +189,13 @@ int ep_attach(DiEp *ep, Model *m, const char *dir) {
     if (ep->rank != 0 || ep->m) return di_errorf("ep_attach: only rank 0 attaches, once");
     size_t len = strlen(dir);
     if (len == 0 || len > 4096) return di_errorf("ep_attach: model directory of %zu bytes", len);
-    if (!(ep->msg = di_malloc(24 + len, "INIT message"))) return -1;
-    int64_t words[3] = {(int64_t)m->mode, m->ws ? m->ws->rows : 1, ep->prefault};
-    memcpy(ep->msg, words, 24);
-    memcpy(ep->msg + 24, dir, len);
-    EpHeader h = {EP_CMD_INIT, 0, 0, 0, (int64_t)(24 + len), 0};
+    if (!ep->wire_given) ep->tr.wire = ep_wire_default(m->mode, m->d.dim);
+    if (ep_wire_check(ep->tr.wire, m->mode, m->d.dim) != 0) return di_error_wrap("ep_attach");
+    int64_t words[EP_INIT_WORDS] = {(int64_t)m->mode, m->ws ? m->ws->rows : 1, ep->prefault, ep->tr.wire};
+    if (!(ep->msg = di_malloc(sizeof words + len, "INIT message"))) return -1;
+    memcpy(ep->msg, words, sizeof words);
+    memcpy(ep->msg + sizeof words, dir, len);
+    EpHeader h = {EP_CMD_INIT, 0, 0, 0, (int64_t)(sizeof words + len), 0};
     if (broadcast(ep, &h) != 0) return di_error_wrap("starting the expert ranks");
     ep->m = m;
     DiEplbPlan plan;

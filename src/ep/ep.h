@@ -47,7 +47,11 @@ typedef struct {
     int64_t dispatch_bytes, combine_bytes; /* headers + payloads out, replies in */
     int64_t plans;                  /* plans applied */
     int64_t hidden;                 /* the model's hidden size (floats per row) */
+    EpWire wire;                    /* how dispatched rows travel */
 } EpTraffic;
+
+/* INIT's leading int64 words: mode, rows, prefault, dispatch format (then the directory). */
+#define EP_INIT_WORDS 4
 
 /* ---- rank 0 ----------------------------------------------------------------------------- */
 
@@ -77,6 +81,7 @@ typedef struct {
     EpPlacement pl;
     EpServe sv;
     bool prefault;       /* INIT's: make held experts resident when a plan gives them */
+    EpWire wire;         /* INIT's: how LAYER payloads carry the rows */
     float *reply;        /* the current answer */
     size_t cap_reply;
     EpRankStats stats;
@@ -94,6 +99,9 @@ int64_t ep_expert_pages(const Model *m, const ExpertWeights *ex, bool resident);
 /* Rank 0, before ep_attach: expert ranks fault in the experts a plan gives them at once (and with
  * N = 1 this process all experts), instead of on first use. */
 void ep_set_prefault(DiEp *ep, bool on);
+/* Rank 0, before ep_attach: send rows in `wire` form instead of the default (ep_wire_default of
+ * the model's numerics); ep_attach refuses a format that is not exact for the model. */
+int ep_set_wire(DiEp *ep, EpWire wire);
 
 /* ---- the in-process link ---------------------------------------------------------------- */
 

@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "kernels/numformats.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,22 @@ static int reserve(void *pp, size_t *cap, size_t n, size_t size, const char *wha
     *cap = want;
     return 0;
 }
+
+int64_t ep_wire_row_bytes(EpWire wire, int64_t D) { return wire == EP_WIRE_FP8 ? D + D / 32 : 4 * D; }
+
+const char *ep_wire_name(EpWire wire) { return wire == EP_WIRE_FP8 ? "fp8" : wire == EP_WIRE_F32 ? "f32" : "unknown"; }
+
+int ep_wire_check(EpWire wire, NumericsMode mode, int64_t D) {
+    if (wire != EP_WIRE_F32 && wire != EP_WIRE_FP8) return di_errorf("dispatch format %d: neither f32 nor fp8", (int)wire);
+    if (wire == EP_WIRE_FP8 && mode != MODE_REF)
+        return di_errorf("fp8 dispatch is exact only under the ref numerics (the %s numerics multiply by unquantised rows)",
+                         numerics_mode_name(mode));
+    if (wire == EP_WIRE_FP8 && (D <= 0 || D % 32))
+        return di_errorf("fp8 dispatch needs a hidden size that is a multiple of 32, not %lld", (long long)D);
+    return 0;
+}
+
+EpWire ep_wire_default(NumericsMode mode, int64_t D) { return ep_wire_check(EP_WIRE_FP8, mode, D) == 0 ? EP_WIRE_FP8 : EP_WIRE_F32; }
 
 static int pack_ranks(EpPack *pk, int n_ranks) {
     if (pk->n_ranks == n_ranks) return 0;
@@ -70,8 +87,9 @@ static int layout(EpPack *pk, const EpPlacement *pl, const MoeRouted *r, int64_t
 }
 
 /* Pass 2: rank k's payload (see the header for the layout) and its assignments' rows. */
-static void fill_rank(EpPack *pk, const MoeRouted *r, int64_t rows, int64_t n_tok, int64_t D, int k) {
+static int fill_rank(EpPack *pk, const MoeRouted *r, int64_t rows, int64_t n_tok, int64_t D, int k, EpWire wire) {
     EpHeader *h = &pk->hdr[k];
+    int64_t rb = ep_wire_row_bytes(wire, D);
     uint8_t *p = pk->buf + pk->pay_off[k];
     int64_t na = h->n_asg, j = 0, e_slot = 0, slot_end = r->n_slots ? r->slots[0].cnt : 0;
     for (int64_t t = 0; t < n_tok; t++) pk->tok_idx[t] = -1;
@@ -81,9 +99,10 @@ static void fill_rank(EpPack *pk, const MoeRouted *r, int64_t rows, int64_t n_to
         if (pk->dst[g] != k) continue;
         int64_t tok = r->token[g];
         if (pk->tok_idx[tok] < 0) {
-            pk->tok_idx[tok] = n_seen;
-            memcpy(p + (size_t)(12 * na) + (size_t)(n_seen * D) * 4, r->x + g * D, (size_t)D * sizeof(float));
-            n_seen++;
+            uint8_t *row = p + (size_t)(12 * na + n_seen * rb);
+            pk->tok_idx[tok] = n_seen++;
+            if (wire == EP_WIRE_F32) memcpy(row, r->x + g * D, (size_t)D * sizeof(float));
+            else if (di_quant_fp8_block32(r->x + g * D, (size_t)D, row, row + D) != 0) return di_error_wrap("dispatch row %lld", (long long)g);
         }
         int32_t ti = pk->tok_idx[tok], ex = (int32_t)((const ExpertWeights *)r->slots[e_slot].ex - r->lw->experts);
         memcpy(p + (size_t)(4 * j), &ti, 4);
@@ -92,11 +111,14 @@ static void fill_rank(EpPack *pk, const MoeRouted *r, int64_t rows, int64_t n_to
         pk->asg_row[pk->asg_off[k] + j] = g;
         j++;
     }
+    return 0;
 }
 
-int ep_pack_build(EpPack *pk, const EpPlacement *pl, const MoeRouted *r, int64_t D, int n_ranks) {
+int ep_pack_build(EpPack *pk, const EpPlacement *pl, const MoeRouted *r, int64_t D, int n_ranks, EpWire wire) {
     if (!pk || !pl || !r || !r->lw || (r->n_slots > 0 && (!r->slots || !r->x || !r->weight || !r->token)) || D <= 0 || n_ranks <= 0)
         return di_errorf("ep_pack_build: invalid arguments");
+    if ((wire != EP_WIRE_F32 && wire != EP_WIRE_FP8) || (wire == EP_WIRE_FP8 && D % 32))
+        return di_errorf("ep_pack_build: dispatch format %d for hidden size %lld", (int)wire, (long long)D);
     if (r->layer < 0 || r->layer >= pl->n_layers || r->lw->n_experts != pl->n_experts)
         return di_errorf("dispatch: layer %d of %d experts is not in the plan (%d layers of %d experts)", r->layer, r->lw->n_experts,
                          pl->n_layers, pl->n_experts);
@@ -112,14 +134,14 @@ int ep_pack_build(EpPack *pk, const EpPlacement *pl, const MoeRouted *r, int64_t
     pk->pay_off[0] = 0;
     for (int k = 0; k < n_ranks; k++) {
         EpHeader *h = &pk->hdr[k];
-        h->bytes = h->n_asg ? 12 * h->n_asg + 4 * h->n_tok * D : 0;
+        h->bytes = h->n_asg ? 12 * h->n_asg + h->n_tok * ep_wire_row_bytes(wire, D) : 0;
         h->reply_bytes = 4 * h->n_asg * D;
         pk->asg_off[k + 1] = pk->asg_off[k] + h->n_asg;
         pk->pay_off[k + 1] = pk->pay_off[k] + (size_t)h->bytes;
     }
     if (reserve(&pk->buf, &pk->cap_buf, pk->pay_off[n_ranks] ? pk->pay_off[n_ranks] : 1, 1, "dispatch payload") != 0) return -1;
     for (int k = 0; k < n_ranks; k++)
-        if (pk->hdr[k].n_asg) fill_rank(pk, r, rows, n_tok, D, k);
+        if (pk->hdr[k].n_asg && fill_rank(pk, r, rows, n_tok, D, k, wire) != 0) return -1;
     return 0;
 }
 
@@ -161,13 +183,14 @@ static int unpack(EpServe *sv, const EpPlacement *pl, int rank, const EpHeader *
     return 0;
 }
 
-int ep_serve_layer(EpServe *sv, const Model *m, const EpPlacement *pl, int rank, const EpHeader *h, const uint8_t *payload,
-                   float *y) {
+int ep_serve_layer(EpServe *sv, const Model *m, const EpPlacement *pl, int rank, EpWire wire, const EpHeader *h,
+                   const uint8_t *payload, float *y) {
     if (!sv || !m || !pl || !h || h->cmd != EP_CMD_LAYER || h->n_asg < 0 || h->n_tok < 0 || h->n_tok > h->n_asg ||
         (h->n_asg && (!payload || !y)))
         return di_errorf("ep_serve_layer: invalid arguments");
-    int64_t D = m->d.dim, na = h->n_asg;
-    if (h->layer < 0 || h->layer >= m->d.n_layers || h->bytes != 12 * na + 4 * h->n_tok * D)
+    int64_t D = m->d.dim, na = h->n_asg, rb = ep_wire_row_bytes(wire, D);
+    if (ep_wire_check(wire, m->mode, D) != 0) return -1;
+    if (h->layer < 0 || h->layer >= m->d.n_layers || h->bytes != 12 * na + h->n_tok * rb)
         return di_errorf("layer message: layer %lld, %lld bytes for %lld assignments of %lld tokens", (long long)h->layer,
                          (long long)h->bytes, (long long)na, (long long)h->n_tok);
     const LayerWeights *lw = &m->w.layers[h->layer];
@@ -182,11 +205,13 @@ int ep_serve_layer(EpServe *sv, const Model *m, const EpPlacement *pl, int rank,
     const uint8_t *xs = payload + 12 * na;
     int n_slots = 0;
     for (int64_t j = 0; j < na; j++) {
-        memcpy(sv->x + j * D, xs + (size_t)(sv->tok[j] * D) * 4, (size_t)D * sizeof(float));
+        const uint8_t *row = xs + (size_t)(sv->tok[j] * rb);
+        if (wire == EP_WIRE_F32) memcpy(sv->x + j * D, row, (size_t)D * sizeof(float));
+        else if (di_dequant_fp8_block32(row, row + D, (size_t)D, sv->x + j * D) != 0) return -1;
         if (j == 0 || sv->expert[j] != sv->expert[j - 1]) sv->slots[n_slots++] = (WsExpertSlot){&lw->experts[sv->expert[j]], j, 0};
         sv->slots[n_slots - 1].cnt++;
     }
-    return moe_run_routed(m, lw, sv->slots, n_slots, sv->x, sv->w, y);
+    return moe_run_routed(m, lw, sv->slots, n_slots, sv->x, wire == EP_WIRE_FP8, sv->w, y);
 }
 
 void ep_serve_free(EpServe *sv) {

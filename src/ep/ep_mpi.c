@@ -232,14 +232,16 @@ static void print_figures(const DiEp *ep, const EpRankStats *st) {
                 (double)st[k].hwm_kb / 1024, (double)st[k].rss_kb / 1024, k == 0 ? " (engine)" : "", (long long)st[k].layers_served,
                 (double)st[k].released_bytes / 1e6);
     const EpTraffic *t = ep_traffic(ep);
-    double min = (double)t->remote_asg * (double)t->hidden * 4;
+    double rows = (double)t->remote_asg, tok = t->tokens ? (double)t->tokens : 1;
+    double min = rows * (double)t->hidden * 4, min8 = rows * (double)ep_wire_row_bytes(EP_WIRE_FP8, t->hidden);
     fprintf(stderr,
-            "expert-parallel: %lld MoE layer calls, %lld tokens, %lld remote (token, expert) rows; bytes per token per layer: "
-            "dispatch %.0f, combine %.0f; minimum (remote rows x hidden x 4) %.0f: dispatch %.3fx, combine %.3fx; %lld replans\n",
-            (long long)t->calls, (long long)t->tokens, (long long)t->remote_asg,
-            t->tokens ? (double)t->dispatch_bytes / (double)t->tokens : 0, t->tokens ? (double)t->combine_bytes / (double)t->tokens : 0,
-            t->tokens ? min / (double)t->tokens : 0, min > 0 ? (double)t->dispatch_bytes / min : 0, min > 0 ? (double)t->combine_bytes / min : 0,
-            (long long)t->plans);
+            "expert-parallel: %lld MoE layer calls, %lld tokens, %lld remote (token, expert) rows; dispatch format %s (%lld bytes a "
+            "row); bytes per token per layer: dispatch %.0f, combine %.0f; minimum (remote rows x hidden x 4) %.0f: dispatch %.3fx, "
+            "combine %.3fx; fp8 minimum (remote rows x hidden x 33/32) %.0f: dispatch %.3fx; %lld replans\n",
+            (long long)t->calls, (long long)t->tokens, (long long)t->remote_asg, ep_wire_name(t->wire),
+            (long long)ep_wire_row_bytes(t->wire, t->hidden), (double)t->dispatch_bytes / tok, (double)t->combine_bytes / tok,
+            min / tok, min > 0 ? (double)t->dispatch_bytes / min : 0, min > 0 ? (double)t->combine_bytes / min : 0, min8 / tok,
+            min8 > 0 ? (double)t->dispatch_bytes / min8 : 0, (long long)t->plans);
 }
 
 int di_ep_finish(DiEp *ep, int failed) {

@@ -40,19 +40,22 @@ void ep_worker_free(EpWorker *w) {
     memset(w, 0, sizeof *w);
 }
 
-/* INIT payload: int64 mode, rows, prefault (0/1), the model directory (bytes, no terminator). */
+/* INIT payload: int64 mode, rows, prefault (0/1), dispatch format (EpWire), the model directory
+ * (bytes, no terminator). */
 static int handle_init(EpWorker *w, const EpHeader *h, const uint8_t *p) {
-    if (h->bytes < 25 || h->bytes > 4096 + 24) return di_errorf("INIT message of %lld bytes", (long long)h->bytes);
-    int64_t mode, rows, prefault;
-    memcpy(&mode, p, 8);
-    memcpy(&rows, p + 8, 8);
-    memcpy(&prefault, p + 16, 8);
+    if (h->bytes < EP_INIT_WORDS * 8 + 1 || h->bytes > 4096 + EP_INIT_WORDS * 8)
+        return di_errorf("INIT message of %lld bytes", (long long)h->bytes);
+    int64_t word[EP_INIT_WORDS];
+    memcpy(word, p, sizeof word);
+    int64_t mode = word[0], rows = word[1], prefault = word[2], wire = word[3];
     char dir[4097];
-    memcpy(dir, p + 24, (size_t)h->bytes - 24);
-    dir[h->bytes - 24] = 0;
-    if (mode < MODE_REF || mode > MODE_EXACT || rows <= 0 || (prefault != 0 && prefault != 1))
-        return di_errorf("INIT: mode %lld, %lld rows, prefault %lld", (long long)mode, (long long)rows, (long long)prefault);
+    memcpy(dir, p + sizeof word, (size_t)h->bytes - sizeof word);
+    dir[h->bytes - (int64_t)sizeof word] = 0;
+    if (mode < MODE_REF || mode > MODE_EXACT || rows <= 0 || (prefault != 0 && prefault != 1) || (wire != EP_WIRE_F32 && wire != EP_WIRE_FP8))
+        return di_errorf("INIT: mode %lld, %lld rows, prefault %lld, dispatch format %lld", (long long)mode, (long long)rows,
+                         (long long)prefault, (long long)wire);
     w->prefault = prefault == 1;
+    w->wire = (EpWire)wire;
     if (!w->m) {
         int threads = 0;
         if (di_env_num_threads(&threads) != 0) return -1;
@@ -66,6 +69,7 @@ static int handle_init(EpWorker *w, const EpHeader *h, const uint8_t *p) {
         w->own_model = true;
     }
     if (w->m->mode != (NumericsMode)mode) return di_errorf("expert rank %d: model mode differs from rank 0's", w->rank);
+    if (ep_wire_check(w->wire, w->m->mode, w->m->d.dim) != 0) return di_error_wrap("expert rank %d", w->rank);
     return w->m->ws && w->m->ws->rows >= rows ? 0 : model_reserve_rows(w->m, rows);
 }
 
@@ -180,7 +184,7 @@ int ep_worker_handle(EpWorker *w, const EpHeader *h, const uint8_t *payload, con
         if (!w->pl.nrep) return di_errorf("expert rank %d: LAYER before any PLAN", w->rank);
         if (h->reply_bytes != 4 * h->n_asg * (w->m ? w->m->d.dim : 0)) return di_errorf("LAYER reply of %lld bytes", (long long)h->reply_bytes);
         if (grow_rows(w, h->n_tok) != 0) return -1;
-        if (ep_serve_layer(&w->sv, w->m, &w->pl, w->rank, h, payload, w->reply) != 0)
+        if (ep_serve_layer(&w->sv, w->m, &w->pl, w->rank, w->wire, h, payload, w->reply) != 0)
             return di_error_wrap("expert rank %d", w->rank);
         w->stats.layers_served++;
         return 0;

@@ -106,12 +106,34 @@ static float block_amax(const float *x, size_t n) {
     return amax;
 }
 
+/* §4.3's scale byte of one block of 32: 2^ceil(log2(max(amax, 1e-4) / 448)). */
+static uint8_t fp8_block32_scale(const float *x) { return di_ue8m0_ceil(fmaxf(block_amax(x, 32), 1e-4f) * (1.0f / 448.0f)); }
+
 int di_roundtrip_fp8_block32(float *x, size_t n) {
     if (!x || n % 32) return di_errorf("fp8 round trip: length %zu is not a multiple of 32", n);
     for (size_t b = 0; b < n; b += 32) {
-        float a = fmaxf(block_amax(x + b, 32), 1e-4f);
-        float s = di_ue8m0_to_f32(di_ue8m0_ceil(a * (1.0f / 448.0f)));
+        float s = di_ue8m0_to_f32(fp8_block32_scale(x + b));
         for (int j = 0; j < 32; j++) x[b + j] = di_e4m3_to_f32(di_f32_to_e4m3(x[b + j] / s)) * s;
+    }
+    return 0;
+}
+
+int di_quant_fp8_block32(const float *x, size_t n, uint8_t *codes, uint8_t *scales) {
+    if (!x || !codes || !scales || n % 32) return di_errorf("fp8 quantisation: length %zu is not a multiple of 32", n);
+    for (size_t b = 0; b < n; b += 32) {
+        uint8_t sb = fp8_block32_scale(x + b);
+        float s = di_ue8m0_to_f32(sb);
+        scales[b / 32] = sb;
+        for (int j = 0; j < 32; j++) codes[b + j] = di_f32_to_e4m3(x[b + j] / s);
+    }
+    return 0;
+}
+
+int di_dequant_fp8_block32(const uint8_t *codes, const uint8_t *scales, size_t n, float *x) {
+    if (!x || !codes || !scales || n % 32) return di_errorf("fp8 dequantisation: length %zu is not a multiple of 32", n);
+    for (size_t b = 0; b < n; b += 32) {
+        float s = di_ue8m0_to_f32(scales[b / 32]);
+        for (int j = 0; j < 32; j++) x[b + j] = di_e4m3_to_f32(codes[b + j]) * s;
     }
     return 0;
 }

@@ -42,6 +42,11 @@ uint16_t di_f32_to_bf16(float x); /* round to nearest even; NaN stays NaN */
 /* This is the scalar definition through the E4M3 byte code; the SIMD backend tables' op
  * (cpu/roundtrip_avx2.c) gives its bits, faster: the model calls its table's, chosen once. */
 int di_roundtrip_fp8_block32(float *x, size_t n);
+/* The same round trip split in two, for sending FP8 rows (expert-parallel dispatch): codes[n]
+ * receives the E4M3 codes and scales[n / 32] the UE8M0 scale bytes; decoding them
+ * (e4m3(code) * 2^(scale-127)) gives di_roundtrip_fp8_block32's result bit for bit. */
+int di_quant_fp8_block32(const float *x, size_t n, uint8_t *codes, uint8_t *scales);
+int di_dequant_fp8_block32(const uint8_t *codes, const uint8_t *scales, size_t n, float *x);
 /* §4.5(a): FP4 with a UE8M0 scale per 32: a = max(amax, 6*2^-126), s = 2^ceil(log2(a * fp32(1/6))),
  * x = e2m1(x / s) * s.  Index keys and index queries. */
 int di_roundtrip_fp4_ue8m0_block32(float *x, size_t n);

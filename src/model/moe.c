@@ -52,6 +52,7 @@ typedef struct {
     const float *xb, *rw; /* gathered inputs [total][D], routing weight per gathered row */
     float *hidden, *ga, *ua; /* [total][F]; ga/ua: per-task scratch of the same size */
     float *ob, *obs;         /* [total][D] outputs and per-task scratch */
+    bool xb_quantised;       /* xb already went through the FP8 round trip (moe_run_routed) */
     _Atomic int failed;
 } ExpertJob;
 
@@ -152,7 +153,8 @@ static int run_experts(const Model *m, ExpertJob *j, int n_slots) {
     /* §4.3: the FP8 round trip of each GEMM input row (cols are multiples of 32, so the flat
      * block-32 round trip is the per-row one model_linear applies) */
     int64_t first = j->slots[0].off, end = j->slots[n_slots - 1].off + j->slots[n_slots - 1].cnt;
-    if (aq && m->be->roundtrip_fp8_block32((float *)j->xb + first * j->D, (size_t)((end - first) * j->D)) != 0) return -1;
+    if (aq && !j->xb_quantised && m->be->roundtrip_fp8_block32((float *)j->xb + first * j->D, (size_t)((end - first) * j->D)) != 0)
+        return -1;
     int target = TASKS_PER_THREAD * (m->pool ? di_pool_threads(m->pool) : 1);
     ExpertTask *tasks = m->ws->moe.tasks; /* room for 2 x (E + 1 + TASKS_PER_THREAD x threads) */
     int n_a = plan_tasks(j->slots, n_slots, j->F, target, tasks), n_b = plan_tasks(j->slots, n_slots, j->D, target, tasks + n_slots + target);
@@ -189,8 +191,8 @@ int model_set_moe_executor(Model *m, const MoeExecutor *exec) {
     return 0;
 }
 
-int moe_run_routed(const Model *m, const LayerWeights *lw, const WsExpertSlot *slots, int n_slots, float *x, const float *w,
-                   float *y) {
+int moe_run_routed(const Model *m, const LayerWeights *lw, const WsExpertSlot *slots, int n_slots, float *x, bool x_quantised,
+                   const float *w, float *y) {
     if (!m || !lw || (n_slots > 0 && (!slots || !x || !w || !y)) || n_slots < 0)
         return di_errorf("moe_run_routed: invalid arguments");
     int64_t rows = 0;
@@ -209,7 +211,7 @@ int moe_run_routed(const Model *m, const LayerWeights *lw, const WsExpertSlot *s
         rc = di_errorf("moe_run_routed: %lld rows (%lld for one expert) of %d experts exceed the workspace of %lld rows",
                        (long long)rows, (long long)most, n_slots, (long long)ws->rows);
     ExpertJob j = {.m = m, .D = m->d.dim, .F = m->d.moe_inter, .hidden = ws->moe.hidden, .ga = ws->moe.gate, .ua = ws->moe.up,
-                   .ob = y, .obs = ws->moe.y_task, .slots = slots, .xb = x, .rw = w};
+                   .ob = y, .obs = ws->moe.y_task, .slots = slots, .xb = x, .rw = w, .xb_quantised = x_quantised};
     if (rc == 0 && run_experts(m, &j, n_slots) != 0) rc = di_error_wrap("routed experts");
     workspace_release(m);
     return rc;

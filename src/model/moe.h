@@ -8,6 +8,8 @@
 #include "model/model.h"
 #include "model/workspace.h"
 
+#include <stdbool.h>
+
 /* y[n][D] = MoE(f[n][D]) with the layer's experts and top_k.  selected (may be NULL) receives
  * [n][top_k] expert ids, best (highest biased score) first.  load (may be NULL) is the layer's
  * row of expert load counts: load[e] grows by the rows routed to expert e (n x top_k in all). */
@@ -44,8 +46,10 @@ int model_set_moe_executor(Model *m, const MoeExecutor *exec);
 
 /* Run routed experts of layer lw here, as moe_forward does: slots over x[rows][D] with routing
  * weights w[rows], outputs (weight applied) into y[rows][D].  x is FP8 round-tripped in place
- * under the `ref` numerics.  Claims the workspace (expert-serving ranks, tests). */
-int moe_run_routed(const Model *m, const LayerWeights *lw, const WsExpertSlot *slots, int n_slots, float *x, const float *w,
-                   float *y);
+ * under the `ref` numerics, unless x_quantised says it already was (rows decoded from the FP8
+ * wire form, numformats.h di_dequant_fp8_block32, are the round trip's result).  Claims the
+ * workspace (expert-serving ranks, tests). */
+int moe_run_routed(const Model *m, const LayerWeights *lw, const WsExpertSlot *slots, int n_slots, float *x, bool x_quantised,
+                   const float *w, float *y);
 
 #endif

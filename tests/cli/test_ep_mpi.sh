@@ -4,7 +4,8 @@
 # for 1, 2, 3 and 4 ranks on the built-in tiny model and on the medium checkpoint, identical
 # again with replans forced mid-generation (--ep-test-replan-steps, and the live EPLB driver's
 # plans with --eplb-ranks), serve answering as one process does, and a rank that is killed
-# (SIGKILL) or hangs (SIGSTOP) ends the job with an error naming it, in bounded time.
+# (SIGKILL) or hangs (SIGSTOP) ends the job with an error naming it, in bounded time.  Rows are
+# dispatched as FP8 by default (exact under the ref numerics) and as float32 with --ep-dispatch f32.
 set -u
 cd "$(dirname "$0")/../.."
 BIN=build/deepinfer
@@ -59,6 +60,18 @@ if [ ! -f "$MED/config.json" ]; then
     "$BIN" make-tiny --config medium --out "$MED" >/dev/null 2>&1 || bad "make-tiny --config medium"
 fi
 same_for_all "medium greedy" --model "$MED" --prompt-ids 11,12,13,14,15,16 --max-tokens 3
+# rows sent as FP8 (the default: exact under the ref numerics) and as float32: the same ids, and
+# FP8 moves under a third of float32's dispatch bytes for the same routing
+med_ids="--model $MED --prompt-ids 21,22,23,24,25,26,27,28 --max-tokens 3"
+want=$(run1 $med_ids)
+dispatch_bytes() { sed -n 's/.*dispatch format \([a-z0-9]*\) .*bytes per token per layer: dispatch \([0-9]*\),.*/\1 \2/p' "$TMP/errN"; }
+for n in 2 4; do
+    got=$(runN "$n" $med_ids); fp8=$(dispatch_bytes)
+    [ "$got" = "$want" ] && [ "${fp8%% *}" = fp8 ] && ok || bad "medium fp8 rows, $n ranks: '$got' != '$want' ($fp8)"
+    got=$(runN "$n" $med_ids --ep-dispatch f32); f32=$(dispatch_bytes)
+    [ "$got" = "$want" ] && [ "${f32%% *}" = f32 ] && ok || bad "medium f32 rows, $n ranks: '$got' != '$want' ($f32)"
+    [ -n "$fp8" ] && [ -n "$f32" ] && [ $((3 * ${fp8#* })) -lt "${f32#* }" ] && ok || bad "fp8 rows: $fp8 bytes vs $f32"
+done
 want=$(run1 --model "$MED" --prompt-ids 3,1,4,1,5 --max-tokens 3 --temperature 0.9 --seed 5)
 got=$(runN 3 --model "$MED" --prompt-ids 3,1,4,1,5 --max-tokens 3 --temperature 0.9 --seed 5 --ep-test-replan-steps 1 --ep-prefault)
 [ "$got" = "$want" ] && ok || bad "medium seeded with replans and --ep-prefault, 3 ranks: '$got' != '$want'"
@@ -69,6 +82,9 @@ grep -Eq "[1-9][0-9.]* MB given back" "$TMP/errN" && ok || bad "medium replans g
 "$BIN" generate --prompt-ids 1 --ep-test-replan-steps 2 >/dev/null 2>"$TMP/e"; rc=$?
 [ $rc -eq 1 ] && grep -q "need --expert-parallel" "$TMP/e" && ok || bad "replan flag without --expert-parallel: exit $rc $(cat "$TMP/e")"
 "$BIN" generate --prompt-ids 1 --expert-parallel --ep-timeout 0 >/dev/null 2>&1; [ $? -eq 2 ] && ok || bad "--ep-timeout 0 must exit 2"
+"$BIN" generate --prompt-ids 1 --expert-parallel --ep-dispatch bf16 >/dev/null 2>"$TMP/e"; rc=$?
+[ $rc -eq 2 ] && grep -q "invalid value 'bf16' for --ep-dispatch" "$TMP/e" && ok || bad "--ep-dispatch bf16: exit $rc $(cat "$TMP/e")"
+"$BIN" generate --help | grep -q -- "--ep-dispatch" && ok || bad "--help documents --ep-dispatch"
 
 # serve: the same completion from a 3-rank job as from one process; SIGTERM to rank 0 ends the job
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }

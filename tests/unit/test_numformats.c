@@ -130,13 +130,8 @@ static float f32_of(uint32_t bits) {
  * half-way between neighbouring codes (ties, both parities), just either side of a half-way
  * point, across the subnormal/normal boundary 2^-6, above 448 (saturation), on zeros of both
  * signs, infinities, NaN and random bit patterns. */
-TEST(fp8_roundtrip_simd_equals_the_scalar_definition) {
-    if (!di_simd_available()) return; /* nothing to compare on a CPU without AVX2 */
-    enum { BLOCKS = 20000 };
-    float *a = malloc(sizeof(float) * 32 * BLOCKS), *b = malloc(sizeof(float) * 32 * BLOCKS);
-    CHECK(a && b);
-    if (!a || !b) return;
-    for (int blk = 0; blk < BLOCKS; blk++) {
+static void fp8_adversarial_blocks(float *a, int blocks) {
+    for (int blk = 0; blk < blocks; blk++) {
         float *x = a + 32 * blk;
         int k = (int)(test_rand32() % 60) - 30;           /* scale 2^k of the block's codes */
         float s = ldexpf(1.0f, k);
@@ -161,6 +156,15 @@ TEST(fp8_roundtrip_simd_equals_the_scalar_definition) {
         if (blk % 89 == 0) x[test_rand32() % 32] = NAN;
         if (blk % 83 == 0) memset(x, 0, 32 * sizeof *x);                 /* amax 0: the 1e-4 floor */
     }
+}
+
+TEST(fp8_roundtrip_simd_equals_the_scalar_definition) {
+    if (!di_simd_available()) return; /* nothing to compare on a CPU without AVX2 */
+    enum { BLOCKS = 20000 };
+    float *a = malloc(sizeof(float) * 32 * BLOCKS), *b = malloc(sizeof(float) * 32 * BLOCKS);
+    CHECK(a && b);
+    if (!a || !b) return;
+    fp8_adversarial_blocks(a, BLOCKS);
     memcpy(b, a, sizeof(float) * 32 * BLOCKS);
     CHECK_EQ_INT(di_roundtrip_fp8_block32(a, 32 * BLOCKS), 0);
     di_simd_roundtrip_fp8_block32(b, 32 * BLOCKS);
@@ -169,6 +173,50 @@ TEST(fp8_roundtrip_simd_equals_the_scalar_definition) {
     CHECK_EQ_INT(differ, 0);
     free(a);
     free(b);
+}
+
+/* The wire form of the FP8 round trip (expert-parallel dispatch): a hand-derived block, then
+ * decode(encode(x)) against the scalar round trip (and the SIMD one the model calls) bit for bit
+ * on the adversarial blocks above. */
+TEST(fp8_quant_dequant_equals_the_roundtrip) {
+    float x[32];
+    uint8_t codes[32], scale[1];
+    for (int j = 0; j < 32; j++) x[j] = (float)(j - 16) * 0.37f;
+    x[5] = 10.0f; /* s = 2^-5: scale byte 127 - 5; 10 / s = 320 = 1.25 * 2^8: code (15 << 3) | 2 */
+    CHECK_EQ_INT(di_quant_fp8_block32(x, 32, codes, scale), 0);
+    CHECK_EQ_INT(scale[0], 122);
+    CHECK_EQ_INT(codes[5], 0x7A);
+    CHECK_EQ_INT(codes[16], 0x00);
+    CHECK_EQ_INT(di_quant_fp8_block32(x, 31, codes, scale), -1);
+    CHECK_EQ_INT(di_dequant_fp8_block32(codes, scale, 16, x), -1);
+    enum { BLOCKS = 20000 };
+    size_t n = 32 * BLOCKS;
+    float *a = malloc(sizeof(float) * n), *want = malloc(sizeof(float) * n), *simd = malloc(sizeof(float) * n),
+          *got = malloc(sizeof(float) * n);
+    uint8_t *c = malloc(n), *sc = malloc(BLOCKS);
+    CHECK(a && want && simd && got && c && sc);
+    if (!a || !want || !simd || !got || !c || !sc) return;
+    fp8_adversarial_blocks(a, BLOCKS);
+    memcpy(want, a, sizeof(float) * n);
+    memcpy(simd, a, sizeof(float) * n);
+    CHECK_EQ_INT(di_roundtrip_fp8_block32(want, n), 0);
+    if (di_simd_available()) di_simd_roundtrip_fp8_block32(simd, n);
+    else memcpy(simd, want, sizeof(float) * n);
+    CHECK_EQ_INT(di_quant_fp8_block32(a, n, c, sc), 0);
+    CHECK_EQ_INT(di_dequant_fp8_block32(c, sc, n, got), 0);
+    int differ = 0, differ_simd = 0;
+    for (size_t i = 0; i < n; i++) {
+        differ += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+        differ_simd += memcmp(&got[i], &simd[i], sizeof(float)) != 0;
+    }
+    CHECK_EQ_INT(differ, 0);
+    CHECK_EQ_INT(differ_simd, 0);
+    free(a);
+    free(want);
+    free(simd);
+    free(got);
+    free(c);
+    free(sc);
 }
 
 TEST(fp4_roundtrips_follow_4_5) {
@@ -201,6 +249,7 @@ int main(void) {
     RUN_TEST(bf16_round_to_nearest_even);
     RUN_TEST(fp8_roundtrip_block32_follows_4_3);
     RUN_TEST(fp8_roundtrip_simd_equals_the_scalar_definition);
+    RUN_TEST(fp8_quant_dequant_equals_the_roundtrip);
     RUN_TEST(fp4_roundtrips_follow_4_5);
     return TEST_SUMMARY();
 }

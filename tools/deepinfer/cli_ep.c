@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,9 @@ const char cli_ep_help[] =
     "                      routed experts (EPLB placement, bit-identical results for any N)\n"
     "  --ep-timeout S      seconds rank 0 waits for an expert rank before it names it and ends the job\n"
     "                      (default 120)\n"
+    "  --ep-dispatch F     how rank 0 sends the experts' input rows: fp8 (E4M3 codes + a power-of-two scale\n"
+    "                      per 32 values, the default: bit-exact, since the ref numerics quantise them so)\n"
+    "                      or f32 (4 bytes a value)\n"
     "  --ep-prefault        make each rank's experts resident when it gets them (MADV_POPULATE_READ),\n"
     "                      not on first use: no page fault on the serving path (with N = 1: all experts)\n"
     "  --ep-test-replan-steps N   test only: every N engine steps apply a new EPLB plan (pseudo-random\n"
@@ -33,6 +37,9 @@ int cli_ep_flag(const char *o, const char *v, CliEp *e, int *used_value, int *ba
         errno = 0;
         e->timeout_s = v ? strtod(v, &end) : 0;
         *bad = !v || errno || end == v || *end || !(e->timeout_s > 0 && e->timeout_s <= 1e6);
+    } else if (strcmp(o, "--ep-dispatch") == 0) {
+        *bad = !v || (strcmp(v, "fp8") != 0 && strcmp(v, "f32") != 0);
+        e->dispatch = *bad ? -1 : strcmp(v, "fp8") == 0 ? EP_WIRE_FP8 : EP_WIRE_F32;
     } else if (strcmp(o, "--ep-test-replan-steps") == 0) {
         errno = 0;
         long long n = v ? strtoll(v, &end, 10) : -1;
@@ -47,7 +54,8 @@ int cli_ep_flag(const char *o, const char *v, CliEp *e, int *used_value, int *ba
 int cli_ep_start(CliEp *e, int *status) {
     *status = 0;
     if (!e->on) {
-        if (e->replan_steps || e->prefault) return di_errorf("--ep-test-replan-steps and --ep-prefault need --expert-parallel");
+        if (e->replan_steps || e->prefault || e->dispatch >= 0)
+            return di_errorf("--ep-test-replan-steps, --ep-prefault and --ep-dispatch need --expert-parallel");
         return 0;
     }
     if (!(e->ep = di_ep_mpi_init(e->timeout_s))) return -1;
@@ -63,6 +71,12 @@ int cli_ep_start(CliEp *e, int *status) {
         *status = di_ep_serve(e->ep) == 0 ? 0 : 1; /* a failing rank aborts the job inside */
         e->ep = NULL;
         return 1;
+    }
+    if (e->dispatch >= 0 && ep_set_wire(e->ep, (EpWire)e->dispatch) != 0) {
+        fprintf(stderr, "deepinfer: %s\n", di_last_error());
+        di_ep_finish(e->ep, 1); /* ends the whole job */
+        e->ep = NULL;
+        return -1;
     }
     cli_set_model_hook(ep_model_hook, e->ep);
     return 0;

@@ -91,7 +91,7 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
         }
         i++;
         if (cli_ep_flag(o, v, &a->ep, &used, &bad)) {
-            /* --ep-timeout, --ep-test-replan-steps */
+            /* --ep-timeout, --ep-test-replan-steps, --ep-dispatch */
         } else if (strcmp(o, "--model") == 0) a->model_dir = v;
         else if (strcmp(o, "--prompt") == 0) a->prompt = v;
         else if (strcmp(o, "--prompt-ids") == 0) a->prompt_ids = v;

@@ -56,6 +56,8 @@ static void usage(FILE *out) {
             "                           experts (EPLB placement; the same outputs as one process)\n"
             "  --ep-timeout S           seconds rank 0 waits for an expert rank before it names it and ends the\n"
             "                           job (default 120)\n"
+            "  --ep-dispatch F          fp8 (default, bit-exact under the ref numerics: E4M3 + a scale per 32\n"
+            "                           values) or f32: how rank 0 sends the experts' input rows\n"
             "  --ep-prefault            make each rank's experts resident when it gets them, not on first use\n"
             "  --port N                 TCP port (default 8000)\n"
             "  --api-key KEY            require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
@@ -235,7 +237,7 @@ int cmd_serve(int argc, char **argv) {
         const char *v = argv[++i];
         long n = 0;
         int rc = 0;
-        if (strcmp(a, "--ep-timeout") == 0 && cli_ep_flag(a, v, &ef.ep, &used, &bad))
+        if ((strcmp(a, "--ep-timeout") == 0 || strcmp(a, "--ep-dispatch") == 0) && cli_ep_flag(a, v, &ef.ep, &used, &bad))
             rc = bad ? di_errorf("%s: invalid value '%s'", a, v) : 0;
         else if (strcmp(a, "--model") == 0) model = v;
         else if (strcmp(a, "--served-model-name") == 0) served_name = v;
