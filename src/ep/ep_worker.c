@@ -17,6 +17,7 @@
 #include "base/threadpool.h"
 #include "model/workspace.h"
 
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,20 @@ void ep_worker_free(EpWorker *w) {
     ep_serve_free(&w->sv);
     free(w->reply);
     memset(w, 0, sizeof *w);
+}
+
+static int release_unheld(const EpWorker *w, const EpPlacement *pl, int layer);
+#define ALL_LAYERS (-2) /* release_unheld's layer: every tensor */
+
+/* What loading left behind that an expert rank never uses: the file pages of every tensor read at
+ * load (the norms, biases and other vectors copied to float32, ~2.6 MB on the medium checkpoint)
+ * and the heap pages the parse of the safetensors headers freed (~2.5 MB), which glibc keeps
+ * resident until trimmed.  Only for a model INIT loaded (the in-process link shares its model). */
+static int trim_after_load(EpWorker *w) {
+    if (!w->own_model) return 0;
+    if (release_unheld(w, NULL, ALL_LAYERS) != 0) return di_error_wrap("expert rank %d: giving back load-time pages", w->rank);
+    malloc_trim(0);
+    return 0;
 }
 
 /* INIT payload: int64 mode, rows, prefault (0/1), dispatch format (EpWire), the model directory
@@ -67,6 +82,7 @@ static int handle_init(EpWorker *w, const EpHeader *h, const uint8_t *p) {
         }
         w->m->pool = pool;
         w->own_model = true;
+        if (trim_after_load(w) != 0) return -1;
     }
     if (w->m->mode != (NumericsMode)mode) return di_errorf("expert rank %d: model mode differs from rank 0's", w->rank);
     if (ep_wire_check(w->wire, w->m->mode, w->m->d.dim) != 0) return di_error_wrap("expert rank %d", w->rank);
@@ -86,19 +102,20 @@ int64_t ep_expert_pages(const Model *m, const ExpertWeights *ex, bool resident) 
     return sum;
 }
 
-/* With prefault: give back every page of layer `layer`'s tensors (layer -1: of the tensors outside
- * the layers) that is not a held expert's.  The kernel maps whole page-cache folios around each
- * page faulted in (tens of KiB), so prefaulting the held experts also maps their neighbours in
- * the file, which this rank never reads; done layer by layer, the peak stays near the share. */
+/* Give back every page of layer `layer`'s tensors (layer -1: of the tensors outside the layers;
+ * ALL_LAYERS: of every tensor) that is not an expert pl places here (pl NULL: none).  With
+ * prefault: the kernel maps whole page-cache folios around each page faulted in (tens of KiB), so
+ * prefaulting the held experts also maps their neighbours in the file, which this rank never
+ * reads; done layer by layer, the peak stays near the share. */
 static int release_unheld(const EpWorker *w, const EpPlacement *pl, int layer) {
     const DiCheckpoint *ck = w->m->ck;
     for (size_t i = 0; i < di_checkpoint_n_tensors(ck); i++) {
         const DiTensorInfo *t = di_checkpoint_tensor_at(ck, i);
         int l = -1, e = -1, used = 0;
         bool in_layer = sscanf(t->name, "layers.%d.%n", &l, &used) == 1 && used > 0;
-        if (in_layer ? l != layer : layer != -1) continue;
+        if (layer != ALL_LAYERS && (in_layer ? l != layer : layer != -1)) continue;
         used = 0;
-        if (in_layer && sscanf(t->name, "layers.%d.ffn.experts.%d.%n", &l, &e, &used) == 2 && used > 0 &&
+        if (pl && in_layer && sscanf(t->name, "layers.%d.ffn.experts.%d.%n", &l, &e, &used) == 2 && used > 0 &&
             ep_placement_holds(pl, w->rank, l, e))
             continue;
         if (di_checkpoint_release_pages(ck, t->data, t->nbytes) < 0) return -1;
