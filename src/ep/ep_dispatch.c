@@ -102,7 +102,8 @@ static int fill_rank(EpPack *pk, const MoeRouted *r, int64_t rows, int64_t n_tok
             uint8_t *row = p + (size_t)(12 * na + n_seen * rb);
             pk->tok_idx[tok] = n_seen++;
             if (wire == EP_WIRE_F32) memcpy(row, r->x + g * D, (size_t)D * sizeof(float));
-            else if (di_quant_fp8_block32(r->x + g * D, (size_t)D, row, row + D) != 0) return di_error_wrap("dispatch row %lld", (long long)g);
+            else if (di_quant_fp8_block32(r->x + g * D, (size_t)D, row, row + D) != 0)
+                return di_error_wrap("dispatch row %lld", (long long)g);
         }
         int32_t ti = pk->tok_idx[tok], ex = (int32_t)((const ExpertWeights *)r->slots[e_slot].ex - r->lw->experts);
         memcpy(p + (size_t)(4 * j), &ti, 4);

@@ -71,8 +71,9 @@ typedef struct {
 } EpPack;
 
 /* Lay out and pack the routed rows of r (layer r->layer of a model with hidden size D) for
- * n_ranks ranks by placement pl, rows in `wire` form (ep_wire_check must have passed).  Afterwards hdr[k] is rank k's header (n_asg 0: nothing to
- * send), its payload at buf + pay_off[k]. */
+ * n_ranks ranks by placement pl, rows in `wire` form (ep_wire_check must have passed).
+ * Afterwards hdr[k] is rank k's header (n_asg 0: nothing to send), its payload at
+ * buf + pay_off[k]. */
 int ep_pack_build(EpPack *pk, const EpPlacement *pl, const MoeRouted *r, int64_t D, int n_ranks, EpWire wire);
 /* Put rank k's reply rows (reply + asg_off[k] * D) back at their gathered rows of r->y. */
 void ep_pack_combine(const EpPack *pk, const MoeRouted *r, int64_t D);

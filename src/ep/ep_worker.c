@@ -2,8 +2,10 @@
  *
  * INIT loads the model (model_load_expert_rank maps the shards and binds every tensor, reading
  * no weight bytes: the one per-matrix load-time pass, the FP8 subnormal map, a speed hint, is
- * skipped there, and FP4 experts need none), so the pages an expert rank has resident are those
- * of the experts it runs: each is faulted in on first use.
+ * skipped there, and FP4 experts need none), then gives back what loading left resident (the
+ * vectors it read, the freed header-parse heap), so the pages an expert rank has resident are
+ * those of the experts it runs: each is faulted in on first use.  INIT also fixes the dispatch
+ * format (ep_dispatch.h EpWire) the LAYER payloads use.
  * PLAN swaps the placement and gives back (MADV_DONTNEED) the pages of every expert the rank no
  * longer holds; an expert it newly holds is faulted in by the next LAYER that uses it (or at
  * once with --ep-prefault: no page fault on the serving path), so moving experts needs no copy
@@ -66,7 +68,8 @@ static int handle_init(EpWorker *w, const EpHeader *h, const uint8_t *p) {
     char dir[4097];
     memcpy(dir, p + sizeof word, (size_t)h->bytes - sizeof word);
     dir[h->bytes - (int64_t)sizeof word] = 0;
-    if (mode < MODE_REF || mode > MODE_EXACT || rows <= 0 || (prefault != 0 && prefault != 1) || (wire != EP_WIRE_F32 && wire != EP_WIRE_FP8))
+    if (mode < MODE_REF || mode > MODE_EXACT || rows <= 0 || (prefault != 0 && prefault != 1) ||
+        (wire != EP_WIRE_F32 && wire != EP_WIRE_FP8))
         return di_errorf("INIT: mode %lld, %lld rows, prefault %lld, dispatch format %lld", (long long)mode, (long long)rows,
                          (long long)prefault, (long long)wire);
     w->prefault = prefault == 1;

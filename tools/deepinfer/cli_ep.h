@@ -22,7 +22,8 @@ typedef struct {
 #define CLI_EP_DEFAULTS {false, 120.0, 0, false, -1, NULL}
 
 /* --expert-parallel and --ep-prefault (no value: return 1 and *used_value 0), --ep-timeout S,
- * --ep-test-replan-steps N, --ep-dispatch fp8|f32.  Returns 1 when `opt` is one of them (*bad set when the value is invalid), else 0. */
+ * --ep-test-replan-steps N, --ep-dispatch fp8|f32.  Returns 1 when `opt` is one of them (*bad set
+ * when the value is invalid), else 0. */
 int cli_ep_flag(const char *opt, const char *val, CliEp *e, int *used_value, int *bad);
 extern const char cli_ep_help[];
 
