@@ -47,7 +47,8 @@ int di_ep_size(const DiEp *ep);
 /* An expert rank (rank >= 1): answer rank 0 until it stops the job.  0 then; on an error the
  * rank prints it and aborts the whole job (MPI_Abort), since rank 0 cannot go on without it. */
 int di_ep_serve(DiEp *ep);
-/* Rank 0, at the end: with failed = 0, stop the expert ranks and print each rank's memory and the
+/* Rank 0, at the end, after the engine the job's model belongs to is destroyed (that model is not
+ * touched here): with failed = 0, stop the expert ranks and print each rank's memory and the
  * traffic to stderr; with failed != 0 (the command failed, e.g. a rank did not answer) abort the
  * job (MPI_Abort) so no rank is left waiting.  Then finalize MPI and free ep.  Returns 0, or -1
  * when stopping failed (the job is aborted then too). */

@@ -70,6 +70,10 @@ void ep_destroy(DiEp *ep) {
     free(ep);
 }
 
+void ep_forget_model(DiEp *ep) {
+    if (ep) ep->m = NULL;
+}
+
 int ep_rank(const DiEp *ep) { return ep ? ep->rank : -1; }
 int ep_n_ranks(const DiEp *ep) { return ep ? ep->n_ranks : 0; }
 int di_ep_expert_ranks(const DiEp *ep) { return ep ? ep->n_gpus : 0; }

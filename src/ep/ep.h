@@ -68,6 +68,9 @@ const EpTraffic *ep_traffic(const DiEp *ep);
 int ep_rank(const DiEp *ep);
 int ep_n_ranks(const DiEp *ep);
 void ep_destroy(DiEp *ep);
+/* Forget the attached model without touching it (it was freed with its engine), so that
+ * ep_destroy does not remove the executor from it. */
+void ep_forget_model(DiEp *ep);
 
 /* This process's VmHWM / VmRSS in KiB (/proc/self/status). */
 int ep_self_memory(int64_t *hwm_kb, int64_t *rss_kb);

@@ -261,6 +261,7 @@ int di_ep_finish(DiEp *ep, int failed) {
     }
     if (di_ep_current_plan(ep)) print_figures(ep, st);
     free(st);
+    ep_forget_model(ep); /* freed with the engine before this call */
     ep_destroy(ep);
     free(job.link.req);
     free(job.link.req_rank);
