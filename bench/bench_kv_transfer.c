@@ -59,7 +59,7 @@ static double transfer_gbps(DiKvSend *s, DiKvRecv *r, const uint8_t *src, uint64
             DiKvKey key = {++*next_key * 0x9E3779B97F4A7C15ull, 77};
             if (di_kv_send_block(s, id, key, src + (size_t)b * BLOCK_BYTES, BLOCK_BYTES, t0 + 60) != 0) return -1;
         }
-        if (di_kv_send_done(s, id, BLOCKS, t0 + 60) != 0 || di_kv_recv_wait(r, id, t0 + 60, NULL, NULL) != DI_ROOM_DONE)
+        if (di_kv_send_done(s, id, BLOCKS, 0, t0 + 60) != 0 || di_kv_recv_wait(r, id, t0 + 60, NULL, NULL) != DI_ROOM_DONE)
             return -1;
         di_kv_recv_release(r, id);
     }

@@ -226,7 +226,8 @@ typedef struct {
      * (LRU) and, with kv_cache_dir, in segment files there (shared by every engine using the
      * directory, kv_cache_disk_bytes cap with 0 none, kv_cache_ttl_s retention with 0 none).  On
      * when kv_cache_ram_bytes > 0 or kv_cache_dir is set (RAM then 1 GiB); needs a runner that
-     * exports blocks; excludes enable_prefix_caching.  kv_block_tokens: 0 is 256, else a
+     * exports blocks.  With enable_prefix_caching too, requests restore blocks and
+     * only DiRequestInput.exact_state requests use (and feed) the prefix cache (PD workers).  kv_block_tokens: 0 is 256, else a
      * positive multiple of 128. */
     const char *kv_cache_dir;
     size_t kv_cache_ram_bytes;
@@ -339,6 +340,11 @@ typedef struct {
     /* KV block cache tenant salt (NUL-terminated, at most 256 bytes; NULL or "": none): requests
      * with different salts never share cached blocks. */
     const char *cache_salt;
+    /* Nonzero: the request's state must be exact, a function of its tokens alone (PD workers,
+     * issue 24).  Its admission restores only the prefix cache's exact states (or prefills
+     * from 0), never KV blocks with a bounded replay; with the block cache on, only such
+     * requests' states are kept in the prefix cache. */
+    int exact_state;
 } DiRequestInput;
 
 /* Logprobs of one generated token: the sampled token's, then the n best (descending; ties by id). */

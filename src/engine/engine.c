@@ -509,6 +509,7 @@ int di_engine_add_request(DiEngine *e, const DiRequestInput *in, const DiSamplin
     free(ids);
     if (!req) return di_error_wrap("add request");
     req->reproducible = params->has_seed || e->seeded;
+    req->exact_state = in->exact_state != 0;
     if (di_kv_blocks_set_salt(req, in->cache_salt) != 0) {
         di_request_free(req);
         return di_error_wrap("add request");
@@ -532,6 +533,45 @@ int di_engine_prepare_constraint(DiEngine *e, int type, const char *constraint) 
     if (!e) return di_errorf("prepare constraint: NULL engine");
     return di_constraints_prepare(e->constraints, &e->text, type, constraint);
 }
+
+/* ---- exact states between engines (PD, prefix_cache.h) ---------------------------------------- */
+
+/* Whether the step in flight computes for req (its pages are being written). */
+static bool computing(const DiEngine *e, const DiRequest *req) {
+    for (int i = 0; e->inflight && i < e->inflight->n_seqs; i++)
+        if (e->inflight->seqs[i].req == req) return true;
+    return false;
+}
+
+int di_engine_export_state(DiEngine *e, uint64_t id, void **blob, size_t *len) {
+    if (!e || !blob || !len) return di_errorf("export state: NULL argument");
+    DiRequest *req = find_request(e, id);
+    if (!req) return di_errorf("export state: no request with id %llu", (unsigned long long)id);
+    if (req->state != DI_REQ_FINISHED || req->finish_reason == DI_FINISH_ABORT || req->state_unreliable ||
+        !di_scheduler_keeps_state(&e->sched, req) || req->n_computed <= 0)
+        return di_errorf("export state: request %llu has no exact state (unfinished, aborted, failed, restored "
+                         "from KV blocks without exact_state, or empty)", (unsigned long long)id);
+    if (e->runner->release_state)
+        return di_errorf("export state: the model (%s) keeps request state outside its pages", e->runner->name ? e->runner->name : "runner");
+    if (computing(e, req)) return di_errorf("export state: request %llu is still being computed", (unsigned long long)id);
+    if (req->pages.n > 0) /* inside its FINISH callback: the pages hold tokens[0, n_computed) */
+        return di_prefix_state_write(&e->sched.cache, req->tokens, req->n_computed, req->pages.pages, req->pages.n, blob, len);
+    int hit = di_prefix_cache_find(&e->sched.cache, req->tokens, req->n_computed);
+    if (hit < 0 || e->sched.cache.entries[hit].n_tokens != req->n_computed)
+        return di_errorf("export state: request %llu's state is no longer held (the prefix cache is off or evicted it)",
+                         (unsigned long long)id);
+    const DiPrefixEntry *en = &e->sched.cache.entries[hit];
+    return di_prefix_state_write(&e->sched.cache, en->tokens, en->n_tokens, en->pages.pages, en->pages.n, blob, len);
+}
+
+int di_engine_import_state(DiEngine *e, const void *blob, size_t len, int64_t *n_tokens) {
+    if (!e || !blob || !n_tokens) return di_errorf("import state: NULL argument");
+    if (e->runner->release_state)
+        return di_errorf("import state: the model (%s) keeps request state outside its pages", e->runner->name ? e->runner->name : "runner");
+    return di_prefix_cache_import(&e->sched.cache, blob, len, n_tokens);
+}
+
+size_t di_engine_page_bytes(const DiEngine *e) { return e ? di_page_pool_page_bytes(e->pool) : 0; }
 
 /* ---- output processing -------------------------------------------------------------------- */
 

@@ -44,6 +44,20 @@ int di_engine_spec_cost_points(const DiEngine *engine, double *rows, double *sec
  * when the block cache is off. */
 DiKvCache *di_engine_kv_cache(const DiEngine *engine, DiKvKey *fingerprint, int *block_tokens, size_t *block_bytes);
 
+/* Exact request states between engines (a PD prefill worker's to its decode worker; the
+ * serialised form is prefix_cache.h's).  Export: the state of finished request `id`'s
+ * tokens[0, n_computed) (for a prompt run with max_tokens 1, the prompt), from inside its FINISH
+ * callback (its own pages) or later from the prefix cache entry that kept it; the request must
+ * not have been restored from KV blocks (DiRequestInput.exact_state with the block cache on).
+ * A fresh heap buffer in *blob.  Import: keep a state as a prefix cache entry (the cache must be
+ * on), so that a request extending its tokens starts there, exactly; refused when the pool has
+ * no room besides running requests.  Both on the thread that drives the engine; -1 with the
+ * cause. */
+int di_engine_export_state(DiEngine *engine, uint64_t id, void **blob, size_t *len);
+int di_engine_import_state(DiEngine *engine, const void *blob, size_t len, int64_t *n_tokens);
+/* The bytes of one state page (fixed at creation): what an exported state's pages hold. */
+size_t di_engine_page_bytes(const DiEngine *engine);
+
 /* Resolve the DEEPINFER_BATCH_INVARIANT setting: opt (-1: the environment), -1 with an error on a
  * bad environment value. */
 int di_engine_resolve_batch_invariant(int opt);

@@ -20,9 +20,6 @@ static int check_options(const DiEngineOptions *o) {
     if (!di_kv_blocks_wanted(o) && o->kv_block_tokens)
         return di_errorf("engine options: kv_block_tokens is set but the KV block cache is off "
                          "(set kv_cache_ram_bytes or kv_cache_dir)");
-    if (di_kv_blocks_wanted(o) && o->enable_prefix_caching == 1)
-        return di_errorf("engine options: enable_prefix_caching and the KV block cache (kv_cache_*) are two "
-                         "prompt caches; choose one");
     if (o->kv_cache_dir && !o->kv_cache_dir[0]) return di_errorf("engine options: kv_cache_dir is empty");
     return 0;
 }

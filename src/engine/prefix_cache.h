@@ -70,4 +70,20 @@ int64_t di_prefix_cache_take(DiPrefixCache *c, int index, DiPageTable *pages);
  * and keep the entry for later requests; returns the number of positions the state holds. */
 int64_t di_prefix_cache_copy(DiPrefixCache *c, int index, DiPageTable *pages);
 
+/* ---- serialised states (a PD prefill worker hands its state to a decode worker) ----------------
+ * A state as bytes: a 40-byte header {"DIPS", version, page_bytes, n_tokens, n_pages}, the
+ * tokens (int32, padded to 8 bytes), then the pages' bytes in page-table order.  Nothing else
+ * is needed: the state of tokens[0, n) lives entirely in its pages (runner.h), the drafter's
+ * context and the Engram history included; the reader checks page size and page count against
+ * its own runner (the PD registration has already matched the model fingerprint). */
+
+/* Serialise the state of tokens[0, n_tokens) held by `pages` (at least pages_for_tokens(n_tokens)
+ * of them) into a fresh heap buffer.  -1 with the cause. */
+int di_prefix_state_write(const DiPrefixCache *c, const int32_t *tokens, int64_t n_tokens, uint8_t *const *pages,
+                          size_t n_pages, void **blob, size_t *len);
+/* Keep a serialised state as an entry (pages from the pool, evicting older entries; never a
+ * running request's pages).  -1 with the cause: a malformed or foreign state, the cache off,
+ * or no room for it; *n_tokens is the positions it holds. */
+int di_prefix_cache_import(DiPrefixCache *c, const void *blob, size_t len, int64_t *n_tokens);
+
 #endif

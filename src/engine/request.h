@@ -58,6 +58,7 @@ typedef struct DiRequest {
     int n_preemptions;
     int n_cached_tokens;       /* prompt positions restored from the prefix cache at admission */
     bool state_unreliable;     /* a step with this request failed: its state must not be cached */
+    bool exact_state;          /* DiRequestInput.exact_state: never restored from KV blocks */
     bool snapshot_planned;     /* the prefix cache's copy before the last prompt token is planned */
     uint64_t planned_epoch;    /* the scheduler step that last planned it */
     int prefill_grant;         /* tokens of prefill the step being planned may give it ... */

@@ -74,6 +74,12 @@ static void remove_from(DiRequest **list, int *n, const DiRequest *req) {
         }
 }
 
+/* With the KV block cache on, a request may hold a restored (bounded-replay) state, which is not
+ * the exact state of its tokens: only exact_state requests feed the prefix cache then. */
+bool di_scheduler_keeps_state(const DiScheduler *s, const DiRequest *req) {
+    return !(s->kv && s->kv->cache) || req->exact_state;
+}
+
 void di_scheduler_return_pages(DiScheduler *s, DiRequest *req) {
     if (req->pages.n > 0 && s->runner->release_state) {
         s->runner->release_state((DiRunner *)s->runner, req->pages.pages, req->pages.n);
@@ -82,7 +88,7 @@ void di_scheduler_return_pages(DiScheduler *s, DiRequest *req) {
     }
     /* A finished request is idle here, so its pages hold the state of exactly tokens[0, n_computed)
      * (every planned position was computed, from inputs that were all sampled by then). */
-    if (req->state == DI_REQ_FINISHED && !req->state_unreliable)
+    if (req->state == DI_REQ_FINISHED && !req->state_unreliable && di_scheduler_keeps_state(s, req))
         di_prefix_cache_store(&s->cache, req->tokens, req->n_computed, &req->pages);
     else
         di_page_table_release(s->pool, &req->pages);
@@ -167,7 +173,7 @@ static PageOutcome secure_pages(DiScheduler *s, int index, int64_t n_tokens) {
 
 static bool cut_for_snapshot(const DiScheduler *s, const DiRequest *req, int64_t start, int64_t *chunk) {
     int64_t at = req->n_prompt - 1;
-    if (s->cache.max_pages == 0 || req->snapshot_planned || at < SNAPSHOT_MIN_TOKENS || start >= at || start + *chunk <= at)
+    if (s->cache.max_pages == 0 || !di_scheduler_keeps_state(s, req) || req->snapshot_planned || at < SNAPSHOT_MIN_TOKENS || start >= at || start + *chunk <= at)
         return false;
     *chunk = at - start;
     return true;
@@ -314,7 +320,7 @@ static int admit(DiScheduler *s, DiStep *step, int *budget, bool by_grant) {
         int64_t known = di_request_known_tokens(req), end = prefill_end(s, req), start = 0, chunk = 0;
         int grant = by_grant ? req->prefill_grant : INT_MAX;
         bool snapshot = false;
-        int claimed = s->kv && s->kv->cache ? claim_from_blocks(s, req, end, *budget, grant, &start, &chunk)
+        int claimed = s->kv && s->kv->cache && !req->exact_state ? claim_from_blocks(s, req, end, *budget, grant, &start, &chunk)
                                             : claim_from_prefix_cache(s, req, end, *budget, grant, &start, &chunk, &snapshot);
         if (claimed < 0) return -1;
         if (claimed == 0) break;

@@ -91,6 +91,9 @@ void di_scheduler_settle(DiScheduler *s, DiRequest *req);
 /* Give a request's pages back to the pool now (the runner's release hook first); a finished
  * request's state goes to the prefix cache instead when the cache is on. */
 void di_scheduler_return_pages(DiScheduler *s, DiRequest *req);
+/* Whether the request's states may go to the prefix cache: exact ones only (with the KV block
+ * cache on, a restored state is a bounded replay's approximation). */
+bool di_scheduler_keeps_state(const DiScheduler *s, const DiRequest *req);
 /* Split `budget` prefill tokens over n candidates, wants[0] the oldest: grant[i] tokens to
  * candidate i.  The oldest gets min(want, budget / n, at least 1); the rest goes to the smallest
  * `remaining` first (ties: the older), each up to its want.  wants is reordered (scratch). */

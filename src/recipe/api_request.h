@@ -94,6 +94,18 @@ typedef struct {
     /* vLLM's structured_outputs extra: a DiConstraintType (0: none) and its text. */
     int so_type;
     char *so_text;
+    /* PD workers (issue 24; set by the server, never parsed from a body, not owned, not freed).
+     * pd_exact: the request's state must be exact (engine DiRequestInput.exact_state).
+     * pd_export (a prefill worker's run): run the prompt less its last token, one output token,
+     * and hand the exact state to pd_export(pd_user, blob, len, error) on the backend's thread
+     * before FINISH (blob a heap buffer the callee owns; NULL with the cause in error).
+     * pd_state (a decode worker's request): a state received for it, imported into the engine
+     * before the request is added; it must stay valid until FINISH. */
+    bool pd_exact;
+    void (*pd_export)(void *user, void *blob, size_t len, const char *error);
+    void *pd_user;
+    const void *pd_state;
+    size_t pd_state_len;
 } DiApiRequest;
 
 /* Parse and validate a request body of `protocol`.  On failure returns -1 with the message

@@ -40,6 +40,9 @@ typedef struct {
      * drafts accepted, and verify steps by accepted drafts */
     uint64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;
     uint64_t spec_accepted_hist[DI_MAX_DRAFT + 1];
+    /* PD decode: received states imported into the engine (DiApiRequest.pd_state), and those
+     * refused (no room, a foreign layout: the request then prefilled locally) */
+    uint64_t pd_states_imported, pd_state_import_failures;
 } DiBackendStats;
 
 /* The phases of a finished request as the backend saw them (seconds; vLLM's definitions):
@@ -56,6 +59,7 @@ typedef struct {
     DiKvKey fingerprint;
     int block_tokens;
     size_t block_bytes;
+    size_t page_bytes; /* one state page (an exact state's layout, DiApiRequest.pd_export) */
 } DiBackendKv;
 
 typedef struct {

@@ -36,6 +36,8 @@ typedef struct Job {
     DiOutputEvents *out;         /* text -> parsed output events (backend_parse.h) */
     DiBackendTimes times;        /* its phases so far (the engine's clock), for the metrics */
     bool has_times;
+    void *pd_state;              /* a received exact state to import (DiApiRequest.pd_state), copied */
+    size_t pd_state_len;
     struct Job *next;
 } Job;
 
@@ -106,6 +108,12 @@ static void on_delta(void *user, const DiStreamDelta *d) {
     DiApiFinish f = d->finish_reason == DI_FINISH_LENGTH  ? DI_API_FINISH_LENGTH
                     : d->finish_reason == DI_FINISH_ABORT ? DI_API_FINISH_ABORT
                                                           : DI_API_FINISH_STOP;
+    if (j->req.pd_export && f != DI_API_FINISH_ABORT) { /* a PD prefill: its state, while its pages hold it */
+        void *blob = NULL;
+        size_t len = 0;
+        int rc = di_engine_export_state(j->engine, j->engine_id, &blob, &len);
+        j->req.pd_export(j->req.pd_user, rc == 0 ? blob : NULL, rc == 0 ? len : 0, rc == 0 ? NULL : di_error_message());
+    }
     const char *stop = NULL;
     if (j->req.protocol == DI_API_COMPLETIONS && f == DI_API_FINISH_STOP && di_engine_get_output(j->engine, j->engine_id, &out) == 0 &&
         out.stop_string >= 0 && (size_t)out.stop_string < j->req.n_stop)
@@ -121,6 +129,7 @@ static void free_job(Job *j) {
     free(j->ids);
     free(j->logit_bias);
     di_api_request_free(&j->req);
+    free(j->pd_state);
     free(j);
 }
 
@@ -161,11 +170,27 @@ static void sampling_of(const Job *j, int64_t max_tokens, DiSamplingParams *p) {
     }
 }
 
+/* A PD decode request's received state into the engine's prefix cache, where its admission finds
+ * it; refused (no room, ...) the request prefills locally, which is exact too. */
+static void import_state(DiEngineBackend *b, Job *j) {
+    int64_t n = 0;
+    int rc = di_engine_import_state(b->engine, j->pd_state, j->pd_state_len, &n);
+    if (rc != 0) DI_WARN("engine backend: a received state was not imported, prefilling locally: %s", di_error_message());
+    free(j->pd_state);
+    j->pd_state = NULL;
+    pthread_mutex_lock(&b->lock);
+    if (rc == 0) b->stats.pd_states_imported++;
+    else b->stats.pd_state_import_failures++;
+    pthread_mutex_unlock(&b->lock);
+}
+
 /* Add a job to the engine; on refusal its FINISH carries the cause (400: the client's input). */
 static void add_job(DiEngineBackend *b, Job *j) {
     j->engine = b->engine;
+    if (j->pd_state) import_state(b, j);
     if (j->ids) { /* rendered at submit, its limit already resolved */
-        DiRequestInput in = {.prompt_ids = j->ids, .n_prompt_ids = (int)j->n_ids, .cache_salt = j->req.cache_salt};
+        DiRequestInput in = {.prompt_ids = j->ids, .n_prompt_ids = (int)j->n_ids, .cache_salt = j->req.cache_salt,
+                             .exact_state = j->req.pd_exact};
         DiSamplingParams sp;
         sampling_of(j, j->max_tokens, &sp);
         if (di_engine_add_request(b->engine, &in, &sp, on_delta, j, &j->engine_id) != 0) {
@@ -177,7 +202,8 @@ static void add_job(DiEngineBackend *b, Job *j) {
         return;
     }
     DiRequestInput in = {
-        .prompt_text = j->chat_json ? NULL : j->req.prompt, .chat_json = j->chat_json, .cache_salt = j->req.cache_salt};
+        .prompt_text = j->chat_json ? NULL : j->req.prompt, .chat_json = j->chat_json, .cache_salt = j->req.cache_salt,
+        .exact_state = j->req.pd_exact};
     DiSamplingParams sp;
     /* The prompt length is known only once the engine has rendered and tokenized it: add with
      * the requested (or default) limit, then re-add with the limit resolved against the
@@ -340,6 +366,18 @@ static int prepare_prompt(DiEngineBackend *b, const DiApiRequest *req, Job *j, i
     return 0;
 }
 
+/* A PD prefill runs the prompt less its last token, one output token: the state it leaves is the
+ * one a decode worker continues from by computing that last token itself (and sampling from it
+ * as a cold run does). */
+static int pd_prefix(DiEngineBackend *b, Job *j, int *http_status) {
+    *http_status = !b->cfg.text ? 501 : 400;
+    if (!b->cfg.text) return di_errorf("a PD prefill needs the model's tokenizer (this engine is the test mock)");
+    if (j->n_ids < 2) return di_errorf("a PD prefill needs a prompt of at least 2 tokens, this one has %zu", j->n_ids);
+    j->n_ids--;
+    j->max_tokens = 1;
+    return 0;
+}
+
 /* Compile the constraint the engine enforces (here, not in the step loop) and record it. */
 static int resolve_prepared(DiEngineBackend *b, const DiApiRequest *req, Job *j, int type, const char *text) {
     if (di_engine_prepare_constraint(b->engine, type, text) != 0) return -1;
@@ -410,6 +448,9 @@ static int copy_request(DiEngineBackend *b, const DiApiRequest *req, Job *j, int
     j->req.min_tokens = req->min_tokens;
     j->req.ignore_eos = req->ignore_eos;
     j->req.thinking_budget_tokens = req->thinking_budget_tokens;
+    j->req.pd_exact = req->pd_exact || req->pd_export || req->pd_state;
+    j->req.pd_export = req->pd_export;
+    j->req.pd_user = req->pd_user;
     *http_status = 400;
     if (req->logprobs >= 0 && !b->cfg.text)
         return di_errorf("Invalid logprobs: this backend has no tokenizer to spell the tokens");
@@ -427,6 +468,11 @@ static int copy_request(DiEngineBackend *b, const DiApiRequest *req, Job *j, int
             return di_errorf("Invalid stop_token_ids: token id %d is outside the vocabulary [0, %d)",
                              req->stop_token_ids[i], vocab);
     *http_status = 500;
+    if (req->pd_state && req->pd_state_len) {
+        if (!(j->pd_state = di_malloc(req->pd_state_len, "received state"))) return -1;
+        memcpy(j->pd_state, req->pd_state, req->pd_state_len);
+        j->pd_state_len = req->pd_state_len;
+    }
     if (req->cache_salt && !(j->req.cache_salt = di_strdup(req->cache_salt))) return -1;
     if (req->n_stop_token_ids) {
         size_t bytes = req->n_stop_token_ids * sizeof *j->req.stop_token_ids;
@@ -460,7 +506,7 @@ static int be_submit(void *self, const DiApiRequest *req, DiBackendEmit emit, vo
         free_job(j);
         return di_error_wrap("engine backend: preparing the request");
     }
-    if (prepare_prompt(b, req, j, http_status) != 0) {
+    if (prepare_prompt(b, req, j, http_status) != 0 || (req->pd_export && pd_prefix(b, j, http_status) != 0)) {
         free_job(j);
         return -1;
     }
@@ -531,6 +577,7 @@ static int be_kv(void *self, DiBackendKv *out) {
     DiEngineBackend *b = self;
     memset(out, 0, sizeof *out);
     out->cache = di_engine_kv_cache(b->engine, &out->fingerprint, &out->block_tokens, &out->block_bytes);
+    out->page_bytes = di_engine_page_bytes(b->engine);
     return out->cache ? 0 : di_errorf("the engine's KV block cache is off");
 }
 

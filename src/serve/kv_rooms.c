@@ -40,6 +40,9 @@ typedef struct {
     Partial *part;           /* blocks being assembled */
     int n_part;
     size_t cap_part;
+    uint8_t *blob;           /* the request's exact state (STATE), being assembled or complete */
+    uint64_t blob_total, blob_got;
+    int64_t expect_state;    /* DONE's state_bytes, -1 before DONE */
 } Room;
 
 struct DiKvRooms {
@@ -48,6 +51,7 @@ struct DiKvRooms {
     DiKvCache *cache;
     uint64_t block_bytes;
     double lease_s, grace_s;
+    uint64_t max_state_bytes;
     Room *rooms;
     int n_rooms;
     DiKvRecvStats st;
@@ -96,7 +100,18 @@ DiKvRooms *di_kv_rooms_create(DiKvCache *cache, uint64_t block_bytes, double lea
     t->lease_s = lease_s;
     t->grace_s = grace_s;
     t->n_rooms = max_rooms;
+    t->max_state_bytes = (uint64_t)1 << 32;
     return t;
+}
+
+void di_kv_rooms_set_max_state(DiKvRooms *t, uint64_t bytes) {
+    if (t && bytes) t->max_state_bytes = bytes;
+}
+
+static void drop_state(Room *r) {
+    free(r->blob);
+    r->blob = NULL;
+    r->blob_total = r->blob_got = 0;
 }
 
 static void drop_parts(Room *r) {
@@ -115,10 +130,12 @@ static void unpin_all(DiKvRooms *t, Room *r) {
     t->st.pinned_blocks -= r->n_pins;
     r->n_pins = 0;
     drop_parts(r);
+    drop_state(r);
     r->released = true;
 }
 
 static void forget(Room *r) {
+    drop_state(r);
     free(r->pins);
     free(r->part);
     memset(r, 0, sizeof *r);
@@ -146,6 +163,7 @@ static void set_state(DiKvRooms *t, Room *r, DiRoomState s, double now) {
     if (final_state(s)) {
         r->finished_at = now;
         drop_parts(r);
+        if (s != DI_ROOM_DONE) drop_state(r);
         pthread_cond_broadcast(&t->cv);
     }
 }
@@ -176,13 +194,16 @@ static Room *get(DiKvRooms *t, uint64_t id, double now) {
     victim->id = id;
     victim->state = DI_ROOM_NEW;
     victim->expect = -1;
+    victim->expect_state = -1;
     victim->lease = now + t->lease_s;
     t->st.rooms[DI_ROOM_NEW]++;
     return victim;
 }
 
 static void check_done(DiKvRooms *t, Room *r, double now) {
-    if (r->expect >= 0 && r->settled >= r->expect) set_state(t, r, DI_ROOM_DONE, now);
+    if (r->expect >= 0 && r->settled >= r->expect && r->expect_state >= 0 && r->blob_got == (uint64_t)r->expect_state &&
+        r->blob_total == r->blob_got)
+        set_state(t, r, DI_ROOM_DONE, now);
 }
 
 static bool has_pin(const Room *r, DiKvKey key) {
@@ -221,6 +242,16 @@ static Partial *partial_of(Room *r, DiKvKey key, uint64_t total) {
     return p;
 }
 
+/* The room a message from `conn` may add to (created when unknown, now TRANSFERRING), or NULL
+ * when it is finished or released or no slot is free.  Under t->mu. */
+static Room *transferring(DiKvRooms *t, const void *conn, uint64_t room, double now) {
+    Room *r = get(t, room, now);
+    if (!r || final_state(r->state) || r->released) return NULL;
+    r->conn = conn;
+    set_state(t, r, DI_ROOM_TRANSFERRING, now);
+    return r;
+}
+
 int di_kv_rooms_chunk(DiKvRooms *t, const void *conn, uint64_t room, DiKvKey key, uint64_t total, uint64_t offset,
                       const void *data, size_t len) {
     if (!t || (len && !data)) return di_errorf("kv rooms: bad arguments");
@@ -231,10 +262,8 @@ int di_kv_rooms_chunk(DiKvRooms *t, const void *conn, uint64_t room, DiKvKey key
     double now = di_kv_now();
     int rc = 0;
     pthread_mutex_lock(&t->mu);
-    Room *r = get(t, room, now);
-    if (r && !final_state(r->state) && !r->released) {
-        r->conn = conn;
-        set_state(t, r, DI_ROOM_TRANSFERRING, now);
+    Room *r = transferring(t, conn, room, now);
+    if (r) {
         Partial *p = partial_of(r, key, total);
         if (!p) {
             rc = -1;
@@ -257,22 +286,64 @@ void di_kv_rooms_begin(DiKvRooms *t, const void *conn, uint64_t room) {
     if (!t) return;
     double now = di_kv_now();
     pthread_mutex_lock(&t->mu);
-    Room *r = get(t, room, now);
-    if (r && !final_state(r->state) && !r->released) {
-        r->conn = conn;
-        set_state(t, r, DI_ROOM_TRANSFERRING, now);
-    }
+    transferring(t, conn, room, now);
     pthread_mutex_unlock(&t->mu);
 }
 
-void di_kv_rooms_done(DiKvRooms *t, const void *conn, uint64_t room, uint32_t n_blocks) {
+/* A STATE chunk into room r (under t->mu). */
+static int add_state(DiKvRooms *t, Room *r, uint64_t total, uint64_t offset, const void *data, size_t len, double now) {
+    if (!r->blob && (r->blob_total = total, !(r->blob = di_malloc(total, "received state")))) return -1;
+    if (r->blob_total != total || len > total - r->blob_got)
+        return di_errorf("kv transfer: room %llu: state chunks disagree on the size (%llu, %llu) or overrun it",
+                         (unsigned long long)r->id, (unsigned long long)r->blob_total, (unsigned long long)total);
+    memcpy(r->blob + offset, data, len);
+    r->blob_got += len;
+    if (r->blob_got == total) {
+        t->st.states_received++;
+        t->st.state_bytes_received += total;
+    }
+    check_done(t, r, now);
+    return 0;
+}
+
+int di_kv_rooms_state_chunk(DiKvRooms *t, const void *conn, uint64_t room, uint64_t total, uint64_t offset,
+                            const void *data, size_t len) {
+    if (!t || !data || len == 0) return di_errorf("kv rooms: bad arguments");
+    if (total == 0 || total > t->max_state_bytes || offset > total || len > total - offset)
+        return di_errorf("kv transfer: room %llu: a state chunk [%llu, +%zu) of %llu bytes (at most %llu accepted)",
+                         (unsigned long long)room, (unsigned long long)offset, len, (unsigned long long)total,
+                         (unsigned long long)t->max_state_bytes);
+    pthread_mutex_lock(&t->mu);
+    double now = di_kv_now();
+    Room *r = transferring(t, conn, room, now);
+    int rc = r ? add_state(t, r, total, offset, data, len, now) : 0;
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+int di_kv_rooms_take_state(DiKvRooms *t, uint64_t room, void **blob, size_t *len) {
+    if (!t || !blob || !len) return di_errorf("kv rooms: bad arguments");
+    *blob = NULL;
+    *len = 0;
+    pthread_mutex_lock(&t->mu);
+    Room *r = find(t, room);
+    if (r && r->state == DI_ROOM_DONE && r->blob && r->blob_got == r->blob_total) {
+        *blob = r->blob;
+        *len = (size_t)r->blob_total;
+        r->blob = NULL;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return 0;
+}
+
+void di_kv_rooms_done(DiKvRooms *t, const void *conn, uint64_t room, uint32_t n_blocks, uint64_t state_bytes) {
     if (!t) return;
     double now = di_kv_now();
     pthread_mutex_lock(&t->mu);
     Room *r = get(t, room, now);
     if (r && !final_state(r->state)) {
         r->conn = conn;
-        if (r->expect < 0) r->expect = n_blocks;
+        if (r->expect < 0) r->expect = n_blocks, r->expect_state = (int64_t)state_bytes;
         check_done(t, r, now);
     }
     pthread_mutex_unlock(&t->mu);
@@ -374,5 +445,7 @@ void di_kv_rooms_stats(DiKvRooms *t, DiKvRecvStats *out) {
     out->blocks_received = t->st.blocks_received;
     out->rooms_waiting = t->st.rooms_waiting;
     out->pinned_blocks = t->st.pinned_blocks;
+    out->states_received = t->st.states_received;
+    out->state_bytes_received = t->st.state_bytes_received;
     pthread_mutex_unlock(&t->mu);
 }

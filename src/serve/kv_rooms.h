@@ -1,5 +1,5 @@
 /* kv_rooms.h — the decode side's per-room state of KV transfers (kv_transfer.h), without UCX:
- * chunk assembly, storing and pinning received blocks in the KV block cache, the state machine
+ * chunk assembly, the request's exact state (STATE) held until its waiter takes it, storing and pinning received blocks in the KV block cache, the state machine
  * NEW -> TRANSFERRING -> DONE | ABORTED | EXPIRED (monotonic; a message for a finished room is
  * ignored), leases, waiters.  Thread-safe (one mutex; a condition variable wakes waiters).
  * `conn` identifies the connection a room's messages came from (opaque), so a broken
@@ -21,7 +21,15 @@ int di_kv_rooms_chunk(DiKvRooms *t, const void *conn, uint64_t room, DiKvKey key
                       const void *data, size_t len);
 /* BEGIN: the room's messages come from `conn` (its loss aborts the room). */
 void di_kv_rooms_begin(DiKvRooms *t, const void *conn, uint64_t room);
-void di_kv_rooms_done(DiKvRooms *t, const void *conn, uint64_t room, uint32_t n_blocks);
+/* DONE: the room is complete once n_blocks blocks and a state of state_bytes (0: none) are in. */
+void di_kv_rooms_done(DiKvRooms *t, const void *conn, uint64_t room, uint32_t n_blocks, uint64_t state_bytes);
+/* A chunk [offset, offset + len) of the room's state of `total` bytes (at most the set maximum,
+ * default 4 GiB).  -1 with the cause on a malformed chunk. */
+int di_kv_rooms_state_chunk(DiKvRooms *t, const void *conn, uint64_t room, uint64_t total, uint64_t offset,
+                            const void *data, size_t len);
+void di_kv_rooms_set_max_state(DiKvRooms *t, uint64_t bytes);
+/* A DONE room's state, moved to the caller (*blob NULL when it has none or it was taken). */
+int di_kv_rooms_take_state(DiKvRooms *t, uint64_t room, void **blob, size_t *len);
 void di_kv_rooms_abort(DiKvRooms *t, uint64_t room);
 /* The connection broke: its rooms not yet DONE are aborted. */
 void di_kv_rooms_conn_lost(DiKvRooms *t, const void *conn);

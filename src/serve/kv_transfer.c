@@ -33,10 +33,10 @@
 #include <ucp/api/ucp.h>
 
 #define MAGIC 0x44494b56u /* "DIKV" */
-#define PROTO_VERSION 1u
+#define PROTO_VERSION 2u /* 2: STATE, page_bytes in the registration, state_bytes in DONE */
 #define MAX_CONNS 256
 
-enum { AM_REGISTER = 1, AM_REG_REPLY, AM_BLOCK, AM_DONE, AM_ABORT, AM_BEGIN };
+enum { AM_REGISTER = 1, AM_REG_REPLY, AM_BLOCK, AM_DONE, AM_ABORT, AM_BEGIN, AM_STATE };
 
 typedef struct {
     uint32_t magic, version;
@@ -44,6 +44,7 @@ typedef struct {
     int32_t block_tokens;
     uint32_t pad;
     uint64_t block_bytes;
+    uint64_t page_bytes;
 } RegMsg;
 
 typedef struct {
@@ -51,6 +52,7 @@ typedef struct {
     char message[400];
 } RegReply;
 
+/* A chunk of a BLOCK (key = the block's) or of a STATE (key zero). */
 typedef struct {
     uint64_t room, key_lo, key_hi, total, offset;
 } BlockHdr;
@@ -58,6 +60,7 @@ typedef struct {
 typedef struct {
     uint64_t room;
     uint32_t n_blocks, pad;
+    uint64_t state_bytes;
 } DoneMsg;
 
 /* ---- the process's UCX context ------------------------------------------------------------ */
@@ -157,10 +160,11 @@ int di_kv_check_address(const char *address) {
 
 void di_kv_identity_hex(const DiKvIdentity *id, char out[33]) { di_kv_key_hex(id->fingerprint, out); }
 
-static void describe(char *out, size_t cap, uint64_t lo, uint64_t hi, int b, uint64_t bytes) {
+static void describe(char *out, size_t cap, uint64_t lo, uint64_t hi, int b, uint64_t bytes, uint64_t page) {
     char hex[33];
     di_kv_key_hex((DiKvKey){lo, hi}, hex);
-    snprintf(out, cap, "fingerprint %s, %d tokens/block, %llu bytes/block", hex, b, (unsigned long long)bytes);
+    snprintf(out, cap, "fingerprint %s, %d tokens/block, %llu bytes/block, %llu bytes/state page", hex, b,
+             (unsigned long long)bytes, (unsigned long long)page);
 }
 
 /* ---- the receiver ------------------------------------------------------------------------- */
@@ -239,15 +243,15 @@ static ucs_status_t on_register(void *arg, const void *header, size_t header_len
     if (header_length == sizeof msg) memcpy(&msg, header, sizeof msg);
     const RegMsg *m = &msg;
     const DiKvIdentity *id = &r->o.identity;
-    char mine[120], theirs[120];
-    describe(mine, sizeof mine, id->fingerprint.lo, id->fingerprint.hi, id->block_tokens, id->block_bytes);
+    char mine[160], theirs[160];
+    describe(mine, sizeof mine, id->fingerprint.lo, id->fingerprint.hi, id->block_tokens, id->block_bytes, id->page_bytes);
     memset(&c->reply, 0, sizeof c->reply);
     if (header_length != sizeof *m || m->magic != MAGIC || m->version != PROTO_VERSION) {
         snprintf(c->reply.message, sizeof c->reply.message,
                  "not a deepinfer KV transfer registration (protocol version %u expected)", PROTO_VERSION);
     } else if (m->fp_lo != id->fingerprint.lo || m->fp_hi != id->fingerprint.hi || m->block_tokens != id->block_tokens ||
-               m->block_bytes != id->block_bytes) {
-        describe(theirs, sizeof theirs, m->fp_lo, m->fp_hi, m->block_tokens, m->block_bytes);
+               m->block_bytes != id->block_bytes || m->page_bytes != id->page_bytes) {
+        describe(theirs, sizeof theirs, m->fp_lo, m->fp_hi, m->block_tokens, m->block_bytes, m->page_bytes);
         snprintf(c->reply.message, sizeof c->reply.message,
                  "KV identity mismatch: the sender has %s, this decode worker %s", theirs, mine);
     } else {
@@ -271,18 +275,31 @@ static Conn *registered_conn(DiKvRecv *r, const ucp_am_recv_param_t *param) {
     return c && c->registered ? c : NULL;
 }
 
-static ucs_status_t on_block(void *arg, const void *header, size_t header_length, void *data, size_t length,
-                             const ucp_am_recv_param_t *param) {
+/* A chunk of a BLOCK or of a STATE: into its room (a malformed one aborts the room). */
+static ucs_status_t on_chunk(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                             const ucp_am_recv_param_t *param, bool state) {
     DiKvRecv *r = arg;
     Conn *c = registered_conn(r, param);
     if (!c || header_length != sizeof(BlockHdr)) return UCS_OK;
     BlockHdr h;
     memcpy(&h, header, sizeof h);
-    if (di_kv_rooms_chunk(r->rooms, c->ep, h.room, (DiKvKey){h.key_lo, h.key_hi}, h.total, h.offset, data, length) != 0) {
+    int rc = state ? di_kv_rooms_state_chunk(r->rooms, c->ep, h.room, h.total, h.offset, data, length)
+                   : di_kv_rooms_chunk(r->rooms, c->ep, h.room, (DiKvKey){h.key_lo, h.key_hi}, h.total, h.offset, data, length);
+    if (rc != 0) {
         DI_WARN("%s; the room is aborted", di_error_message());
         di_kv_rooms_abort(r->rooms, h.room);
     }
     return UCS_OK;
+}
+
+static ucs_status_t on_block(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                             const ucp_am_recv_param_t *param) {
+    return on_chunk(arg, header, header_length, data, length, param, false);
+}
+
+static ucs_status_t on_state(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                             const ucp_am_recv_param_t *param) {
+    return on_chunk(arg, header, header_length, data, length, param, true);
 }
 
 /* BEGIN, DONE and ABORT: the room (and DONE's block count) from the header. */
@@ -293,7 +310,7 @@ static ucs_status_t on_control(void *arg, const void *header, size_t header_leng
     DoneMsg m = {0};
     if (!c || header_length != (kind == AM_DONE ? sizeof m : sizeof m.room)) return UCS_OK;
     memcpy(&m, header, header_length);
-    if (kind == AM_DONE) di_kv_rooms_done(r->rooms, c->ep, m.room, m.n_blocks);
+    if (kind == AM_DONE) di_kv_rooms_done(r->rooms, c->ep, m.room, m.n_blocks, m.state_bytes);
     else if (kind == AM_BEGIN) di_kv_rooms_begin(r->rooms, c->ep, m.room);
     else di_kv_rooms_abort(r->rooms, m.room);
     return UCS_OK;
@@ -398,10 +415,11 @@ static int recv_setup(DiKvRecv *r) {
                                         r->o.grace_s ? r->o.grace_s : 10.0,
                                         r->o.max_rooms ? r->o.max_rooms : 4096)))
         return -1;
+    di_kv_rooms_set_max_state(r->rooms, r->o.max_state_bytes);
     if (!(r->worker = worker_create()) || event_fd(r->worker, &r->efd) != 0) return -1;
     if (set_handler(r->worker, AM_REGISTER, on_register, r) != 0 || set_handler(r->worker, AM_BLOCK, on_block, r) != 0 ||
         set_handler(r->worker, AM_DONE, on_done, r) != 0 || set_handler(r->worker, AM_ABORT, on_abort, r) != 0 ||
-        set_handler(r->worker, AM_BEGIN, on_begin, r) != 0)
+        set_handler(r->worker, AM_BEGIN, on_begin, r) != 0 || set_handler(r->worker, AM_STATE, on_state, r) != 0)
         return -1;
     if (listen_on(r) != 0) return -1;
     if (pthread_create(&r->thread, NULL, recv_main, r) != 0) return di_errorf("kv transfer: cannot start the receiver thread");
@@ -461,6 +479,11 @@ DiRoomState di_kv_recv_wait(DiKvRecv *r, uint64_t room, double deadline, bool (*
 
 void di_kv_recv_release(DiKvRecv *r, uint64_t room) {
     if (r) di_kv_rooms_release(r->rooms, room);
+}
+
+int di_kv_recv_take_state(DiKvRecv *r, uint64_t room, void **blob, size_t *len) {
+    if (!r) return di_errorf("kv transfer: no receiver");
+    return di_kv_rooms_take_state(r->rooms, room, blob, len);
 }
 
 void di_kv_recv_reap(DiKvRecv *r) {
@@ -576,7 +599,7 @@ static int connect_ep(DiKvSend *s, const struct sockaddr_in *sa) {
 
 static int do_register(DiKvSend *s, const DiKvIdentity *id, double deadline) {
     RegMsg m = {.magic = MAGIC, .version = PROTO_VERSION, .fp_lo = id->fingerprint.lo, .fp_hi = id->fingerprint.hi,
-                .block_tokens = id->block_tokens, .block_bytes = id->block_bytes};
+                .block_tokens = id->block_tokens, .block_bytes = id->block_bytes, .page_bytes = id->page_bytes};
     if (send_one(s, AM_REGISTER, &m, sizeof m, deadline, "registering") != 0) return -1;
     while (!s->replied && s->failed == UCS_OK && di_kv_now() < deadline) progress_or_sleep(s->worker, s->efd, 5);
     if (s->replied && !s->reply.ok)
@@ -616,30 +639,41 @@ DiKvSend *di_kv_send_connect(const char *address, const DiKvIdentity *id, double
 
 #define WINDOW 16 /* chunks in flight */
 
-int di_kv_send_block(DiKvSend *s, uint64_t room, DiKvKey key, const void *data, size_t len, double deadline) {
-    if (!s || !data || len == 0) return di_errorf("kv transfer: send_block needs a sender and a non-empty block");
+/* BLOCK or STATE: the bytes cut into chunks, WINDOW of them in flight. */
+static int send_chunks(DiKvSend *s, unsigned am, uint64_t room, DiKvKey key, const void *data, size_t len, double deadline,
+                       const char *what) {
     BlockHdr hdr[WINDOW];
     void *reqs[WINDOW] = {0};
     int n = 0;
     for (size_t off = 0; off < len; off += DI_KV_CHUNK_BYTES) {
         size_t c = len - off < DI_KV_CHUNK_BYTES ? len - off : DI_KV_CHUNK_BYTES;
         if (n == WINDOW) {
-            if (wait_requests(s, reqs, n, deadline, "sending a block") != 0) return -1;
+            if (wait_requests(s, reqs, n, deadline, what) != 0) return -1;
             n = 0;
         }
         hdr[n] = (BlockHdr){.room = room, .key_lo = key.lo, .key_hi = key.hi, .total = len, .offset = off};
-        if (post(s, AM_BLOCK, &hdr[n], sizeof hdr[n], (const uint8_t *)data + off, c, &reqs[n], "sending a block") != 0) {
-            wait_requests(s, reqs, n, deadline, "sending a block");
+        if (post(s, am, &hdr[n], sizeof hdr[n], (const uint8_t *)data + off, c, &reqs[n], what) != 0) {
+            wait_requests(s, reqs, n, deadline, what);
             return -1;
         }
         n++;
     }
-    return wait_requests(s, reqs, n, deadline, "sending a block");
+    return wait_requests(s, reqs, n, deadline, what);
 }
 
-int di_kv_send_done(DiKvSend *s, uint64_t room, uint32_t n_blocks, double deadline) {
+int di_kv_send_block(DiKvSend *s, uint64_t room, DiKvKey key, const void *data, size_t len, double deadline) {
+    if (!s || !data || len == 0) return di_errorf("kv transfer: send_block needs a sender and a non-empty block");
+    return send_chunks(s, AM_BLOCK, room, key, data, len, deadline, "sending a block");
+}
+
+int di_kv_send_state(DiKvSend *s, uint64_t room, const void *data, size_t len, double deadline) {
+    if (!s || !data || len == 0) return di_errorf("kv transfer: send_state needs a sender and a non-empty state");
+    return send_chunks(s, AM_STATE, room, (DiKvKey){0, 0}, data, len, deadline, "sending the state");
+}
+
+int di_kv_send_done(DiKvSend *s, uint64_t room, uint32_t n_blocks, uint64_t state_bytes, double deadline) {
     if (!s) return di_errorf("kv transfer: no sender");
-    DoneMsg m = {.room = room, .n_blocks = n_blocks};
+    DoneMsg m = {.room = room, .n_blocks = n_blocks, .state_bytes = state_bytes};
     return send_one(s, AM_DONE, &m, sizeof m, deadline, "sending DONE");
 }
 

@@ -1,16 +1,22 @@
-/* kv_transfer.h — moving a prompt's KV blocks from a prefill worker to a decode worker over UCX
- * (serving.md §5.3, the PD contract of issue 24).
+/* kv_transfer.h — moving a request's exact state (and KV blocks) from a prefill worker to a
+ * decode worker over UCX (serving.md §5.3, the PD contract of issue 24).
  *
  * The decode worker runs a receiver (DiKvRecv): a UCX listener on host:port and one progress
  * thread that owns the UCX worker.  A prefill worker opens a sender (DiKvSend) to it for each
  * request: the connection first registers the KV identity (model fingerprint, block_tokens,
- * block byte size); a receiver whose identity differs refuses the registration and the sender's
+ * block byte size, state page byte size); a receiver whose identity differs refuses the registration and the sender's
  * connect fails with both identities named, before any block moves.  Then, all tagged with the
  * request's 64-bit room id:
  *   BEGIN(room)              the room is this connection's (sent before the prefill runs, so a
  *                            sender that dies while prefilling aborts the room at once);
- *   BLOCK(room, key, bytes)  one cache block, cut into chunks of at most DI_KV_CHUNK_BYTES;
- *   DONE(room, n_blocks)     the room is complete once n_blocks blocks have arrived;
+ *   STATE(room, bytes)       the request's exact state (engine.h di_engine_export_state: the
+ *                            prompt less its last token, tokens and state pages), chunked;
+ *                            held for the room's waiter (di_kv_recv_take_state), who imports it
+ *                            into its engine, so the decode continues exactly as a cold run;
+ *   BLOCK(room, key, bytes)  one cache block, cut into chunks of at most DI_KV_CHUNK_BYTES
+ *                            (the prefill worker sends the state instead; blocks stay for tools);
+ *   DONE(room, n_blocks, state_bytes)  the room is complete once n_blocks blocks and a state of
+ *                            state_bytes (0: none) have arrived;
  *   ABORT(room)              the prefill failed or its client left.
  * Each received block goes into the decode worker's KV block cache (kv_cache.h) and is pinned
  * there, so the engine's prefix lookup finds it and eviction cannot take it while the request
@@ -39,6 +45,7 @@ typedef struct {
     DiKvKey fingerprint; /* the engine's model fingerprint (block keys are derived from it) */
     int block_tokens;    /* B */
     uint64_t block_bytes; /* one block's payload */
+    uint64_t page_bytes;  /* one state page (the layout of a STATE's pages) */
 } DiKvIdentity;
 
 typedef enum {
@@ -65,12 +72,14 @@ typedef struct {
     double grace_s;        /* a waited-for room's lease ends this long after its waiter's deadline;
                               0: 10 s */
     int max_rooms;         /* rooms tracked at once (older finished ones are forgotten); 0: 4096 */
+    uint64_t max_state_bytes; /* the largest STATE accepted (a larger one aborts its room); 0: 4 GiB */
 } DiKvRecvOptions;
 
 typedef struct {
     uint64_t rooms[DI_ROOM_STATES]; /* rooms that reached each state (NEW: rooms created) */
     uint64_t bytes_received;        /* block payload bytes stored */
     uint64_t blocks_received;
+    uint64_t states_received, state_bytes_received; /* complete STATEs and their bytes */
     uint64_t refused;               /* registrations refused (identity mismatch, bad message) */
     int connections;                /* registered senders connected now */
     int rooms_waiting;              /* requests inside di_kv_recv_wait */
@@ -97,6 +106,9 @@ void di_kv_recv_release(DiKvRecv *r, uint64_t room);
 /* Expire rooms whose lease has run out (the progress thread calls this every 100 ms too). */
 void di_kv_recv_reap(DiKvRecv *r);
 DiRoomState di_kv_recv_state(DiKvRecv *r, uint64_t room);
+/* A DONE room's state, moved to the caller (a heap buffer; *blob NULL when the room sent none or
+ * it was taken).  -1 on bad arguments. */
+int di_kv_recv_take_state(DiKvRecv *r, uint64_t room, void **blob, size_t *len);
 void di_kv_recv_stats(DiKvRecv *r, DiKvRecvStats *out);
 
 /* ---- the sender (prefill worker) ---- */
@@ -110,7 +122,9 @@ DiKvSend *di_kv_send_connect(const char *address, const DiKvIdentity *id, double
 int di_kv_send_begin(DiKvSend *s, uint64_t room, double deadline);
 /* One block (chunked); 0, or -1 with the cause (connection lost, deadline). */
 int di_kv_send_block(DiKvSend *s, uint64_t room, DiKvKey key, const void *data, size_t len, double deadline);
-int di_kv_send_done(DiKvSend *s, uint64_t room, uint32_t n_blocks, double deadline);
+/* The request's exact state (chunked); 0, or -1 with the cause. */
+int di_kv_send_state(DiKvSend *s, uint64_t room, const void *data, size_t len, double deadline);
+int di_kv_send_done(DiKvSend *s, uint64_t room, uint32_t n_blocks, uint64_t state_bytes, double deadline);
 int di_kv_send_abort(DiKvSend *s, uint64_t room, double deadline);
 /* Flush and close (bounded by 2 s), free.  NULL is a no-op. */
 void di_kv_send_close(DiKvSend *s);

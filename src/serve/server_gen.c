@@ -44,6 +44,7 @@ void di_srv_exchange_release(Exchange *x) {
     di_api_buf_free(&x->out);
     free(x->prep_error);
     free(x->reply);
+    free(x->pd_state);
     pthread_mutex_destroy(&x->lock);
     free(x);
 }

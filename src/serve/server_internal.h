@@ -99,6 +99,7 @@ struct Exchange {
     bool has_room, room_held;      /* decode: X-DI-Room given; its blocks are pinned for us */
     uint64_t room;
     double room_deadline_ms;
+    void *pd_state;                /* decode: the room's exact state (x->req.pd_state points here) */
     Exchange *prev, *next;         /* in srv->live */
 };
 

@@ -5,10 +5,15 @@
  * Decode: a client request carrying `X-DI-Room: <u64>` waits (on its preparation worker,
  * bounded by `X-DI-Room-Deadline-Ms`, default 30000, and abandoned at once if its client leaves
  * or the server stops)
- * until the room's transfer is DONE, ABORTED or EXPIRED, then is submitted as usual: the
- * engine's block-cache lookup finds the received blocks (pinned, so nothing evicts them) and
- * recomputes only the tail.  After anything but DONE the request prefills locally (counted in
- * deepinfer_pd_local_prefills_total); the output is the same either way.  The room's pins are
+ * until the room's transfer is DONE, ABORTED or EXPIRED, then is submitted as usual with the
+ * room's exact state (the prompt less its last token, STATE in kv_transfer.h): the backend
+ * imports it into the engine's prefix cache just before adding the request, whose admission
+ * then starts from it and computes only the last prompt position, so the output is bit-identical
+ * to a cold single server's (deepinfer_pd_states_imported_total).  The request is exact_state,
+ * so it never restores KV blocks with a bounded replay.  After anything but DONE, or when the
+ * engine has no room for the state, the request prefills locally (counted in
+ * deepinfer_pd_local_prefills_total / _state_import_failures_total); the output is the same,
+ * only slower.  The room's pins (of BLOCKs, which the prefill worker no longer sends) are
  * released when the request's first token (or its end) shows it was admitted. */
 #include "serve/server_internal.h"
 
@@ -51,7 +56,7 @@ int di_srv_pd_start(DiServer *srv) {
         .host = cfg->transfer_host ? cfg->transfer_host : cfg->host,
         .port = cfg->transfer_port,
         .identity = {.fingerprint = srv->kv.fingerprint, .block_tokens = srv->kv.block_tokens,
-                     .block_bytes = srv->kv.block_bytes},
+                     .block_bytes = srv->kv.block_bytes, .page_bytes = srv->kv.page_bytes},
         .cache = srv->kv.cache,
     };
     if (!(srv->recv = di_kv_recv_start(&o))) return di_error_wrap("server: the decode role's KV transfer listener");
@@ -105,7 +110,11 @@ int di_srv_pd_wait_room(Exchange *x) {
     DiServer *srv = x->srv;
     double deadline = di_kv_now() + x->room_deadline_ms / 1000.0;
     DiRoomState s = di_kv_recv_wait(srv->recv, x->room, deadline, give_up, x);
-    if (s == DI_ROOM_DONE) {
+    x->req.pd_exact = true; /* from the received state or a local prefill, never a block replay */
+    size_t len = 0;
+    if (s == DI_ROOM_DONE && di_kv_recv_take_state(srv->recv, x->room, &x->pd_state, &len) == 0 && x->pd_state) {
+        x->req.pd_state = x->pd_state;
+        x->req.pd_state_len = len;
         x->room_held = true;
         return 0;
     }
@@ -113,8 +122,10 @@ int di_srv_pd_wait_room(Exchange *x) {
     if (di_srv_peer_closed(x->fd)) return di_errorf("the client left while its KV transfer was awaited");
     atomic_fetch_add(&srv->pd_local_prefills, 1);
     DI_INFO("room %" PRIu64 ": the KV transfer ended %s; prefilling locally", x->room,
-            s == DI_ROOM_NONE ? "in an error" : s == DI_ROOM_NEW || s == DI_ROOM_TRANSFERRING ? "unfinished (deadline or stop)"
-                                                                                                : di_room_state_name(s));
+            s == DI_ROOM_NONE                                   ? "in an error"
+            : s == DI_ROOM_NEW || s == DI_ROOM_TRANSFERRING     ? "unfinished (deadline or stop)"
+            : s == DI_ROOM_DONE                                 ? "without a state (a one-token prompt)"
+                                                                : di_room_state_name(s));
     return 0;
 }
 
@@ -130,6 +141,8 @@ int di_srv_pd_metrics(DiServer *srv, DiApiBuf *out) {
     if (srv->cfg.role == DI_ROLE_BOTH) return 0;
     DiKvRecvStats st = {0};
     di_kv_recv_stats(srv->recv, &st);
+    DiBackendStats bs = {0};
+    srv->backend.stats(srv->backend.self, &bs);
     int rc = di_api_buf_printf(out, "# HELP deepinfer_pd_rooms_total KV transfer rooms that reached each state "
                                     "(decode role).\n# TYPE deepinfer_pd_rooms_total counter\n");
     for (int s = 0; s < DI_ROOM_STATES && rc == 0; s++)
@@ -140,15 +153,24 @@ int di_srv_pd_metrics(DiServer *srv, DiApiBuf *out) {
             out,
             "# HELP deepinfer_pd_local_prefills_total Room requests prefilled locally (transfer aborted or late).\n"
             "# TYPE deepinfer_pd_local_prefills_total counter\ndeepinfer_pd_local_prefills_total %" PRIu64 "\n"
-            "# HELP deepinfer_pd_bytes_received_total KV block bytes received from prefill workers.\n"
+            "# HELP deepinfer_pd_bytes_received_total KV block and state bytes received from prefill workers.\n"
             "# TYPE deepinfer_pd_bytes_received_total counter\ndeepinfer_pd_bytes_received_total %" PRIu64 "\n"
+            "# HELP deepinfer_pd_states_received_total Exact request states received from prefill workers.\n"
+            "# TYPE deepinfer_pd_states_received_total counter\ndeepinfer_pd_states_received_total %" PRIu64 "\n"
+            "# HELP deepinfer_pd_states_imported_total Received states imported into the engine (the request "
+            "continued from them).\n"
+            "# TYPE deepinfer_pd_states_imported_total counter\ndeepinfer_pd_states_imported_total %" PRIu64 "\n"
+            "# HELP deepinfer_pd_state_import_failures_total Received states the engine had no room for "
+            "(prefilled locally).\n"
+            "# TYPE deepinfer_pd_state_import_failures_total counter\ndeepinfer_pd_state_import_failures_total %" PRIu64 "\n"
             "# HELP deepinfer_pd_rooms_waiting Requests waiting for their room's transfer.\n"
             "# TYPE deepinfer_pd_rooms_waiting gauge\ndeepinfer_pd_rooms_waiting %d\n"
             "# HELP deepinfer_pd_pinned_blocks KV blocks pinned for rooms.\n"
             "# TYPE deepinfer_pd_pinned_blocks gauge\ndeepinfer_pd_pinned_blocks %d\n"
             "# HELP deepinfer_pd_transfer_connections Prefill workers connected to the KV transfer listener.\n"
             "# TYPE deepinfer_pd_transfer_connections gauge\ndeepinfer_pd_transfer_connections %d\n",
-            (uint64_t)atomic_load(&srv->pd_local_prefills), st.bytes_received, st.rooms_waiting, st.pinned_blocks,
+            (uint64_t)atomic_load(&srv->pd_local_prefills), st.bytes_received + st.state_bytes_received, st.states_received,
+            bs.pd_states_imported, bs.pd_state_import_failures, st.rooms_waiting, st.pinned_blocks,
             st.connections);
     return rc;
 }

@@ -2,19 +2,23 @@
  *
  * Body: {"room": "<u64>", "decode": "HOST:PORT", "path": "/v1/chat/completions" | ...,
  *        "body": <the client's request>, "deadline_ms": n (default 30000)}.
- * On a preparation worker: parse the client's request as its own endpoint would, connect to the
- * decode worker's transfer listener (registration checks the KV identity before any work), run
- * the request through the engine with one output token (the prefill; the engine's block cache
- * captures every full block of the prompt, and a prefix it already holds is restored, not
- * recomputed), then read the prompt's full blocks from the cache by key and send them, then
- * DONE.  Any failure after connecting sends ABORT(room); so does a client that leaves (the
- * prefill is aborted too).  Reply: {"room", "prompt_tokens", "blocks", "bytes", "cached_blocks",
- * "prefill_s", "transfer_s"}, or an OpenAI-style error.
+ * On a preparation worker: parse the client's request as its own endpoint would and tokenize it,
+ * connect to the decode worker's transfer listener (registration checks the KV identity and the
+ * state page size before any work), run the prompt LESS ITS LAST TOKEN through the engine with
+ * one output token as an exact_state request (prefilled from 0 or from an exact prefix-cache
+ * state, never from KV blocks with a bounded replay), take that request's exact state at its
+ * FINISH (engine.h di_engine_export_state: tokens + state pages) and send it as STATE, then DONE.
+ * The decode worker imports it and computes the last prompt position itself, sampling the first
+ * token exactly as a cold single server does, so PD outputs are bit-identical to `serve --role
+ * both`.  (The finished request's own state would cover the whole prompt, which leaves the
+ * decode side no logits row to sample the first token from; the prompt-less-one state does.)
+ * A one-token prompt has no state to send: DONE alone, and the decode worker prefills it.
+ * Any failure after connecting sends ABORT(room); so does a client that leaves (the prefill is
+ * aborted too).  Reply: {"room", "prompt_tokens", "state_tokens", "blocks" (0), "bytes" (the
+ * state's), "cached_blocks", "prefill_s", "transfer_s"}, or an OpenAI-style error.
  *
- * Departures from serving.md §5.2 (first cut): blocks are sent after the prefill, not streamed
- * per layer group while it runs, and the first sampled token is not sent: the decode worker
- * recomputes the tail (< one block) and samples it itself, which gives the same output because
- * the engine is exact and batch-invariant. */
+ * Departure from serving.md §5.2: the state is sent after the prefill, not streamed per layer
+ * group while it runs. */
 #include "serve/server_internal.h"
 
 #include "base/error.h"
@@ -38,6 +42,9 @@ typedef struct {
     int http_status;
     char error[512];
     int64_t cache_hit_tokens;
+    void *state; /* the exact state handed over before FINISH (DiApiRequest.pd_export) */
+    size_t state_len;
+    char state_error[512];
 } Run;
 
 static void run_unref(Run *r) {
@@ -47,7 +54,18 @@ static void run_unref(Run *r) {
     if (left) return;
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
+    free(r->state);
     free(r);
+}
+
+static void on_run_state(void *user, void *blob, size_t len, const char *error) {
+    Run *r = user;
+    pthread_mutex_lock(&r->mu);
+    free(r->state);
+    r->state = blob;
+    r->state_len = len;
+    snprintf(r->state_error, sizeof r->state_error, "%s", error ? error : "");
+    pthread_mutex_unlock(&r->mu);
 }
 
 static void on_run_event(void *user, const DiApiEvent *ev) {
@@ -76,8 +94,8 @@ typedef struct {
     size_t n_ids;
     DiKvSend *send;
     int64_t cache_hit_tokens;
-    int blocks;
-    uint64_t bytes;
+    void *state;
+    size_t state_len;
 } Prefill;
 
 static int refuse(int status, const char *msg) {
@@ -139,7 +157,8 @@ static int parse_envelope(Exchange *x, json_t *env, Prefill *p) {
     return 0;
 }
 
-/* Run the prefill: the request with one output token.  0, or a status with the cause. */
+/* Run the prefill: the prompt less its last token with one output token, its exact state kept in
+ * p->state.  0, or a status with the cause. */
 static int run_prefill(Exchange *x, Prefill *p) {
     DiServer *srv = x->srv;
     Run *r = di_calloc(1, sizeof *r, "prefill run");
@@ -149,6 +168,8 @@ static int run_prefill(Exchange *x, Prefill *p) {
     r->refs = 2; /* this worker and the backend (until FINISH) */
     p->req.max_tokens = 1;
     p->req.stream = false;
+    p->req.pd_export = on_run_state;
+    p->req.pd_user = r;
     uint64_t id = 0;
     int status = 500;
     if (srv->backend.submit(srv->backend.self, &p->req, on_run_event, r, &id, &status) != 0) {
@@ -175,51 +196,35 @@ static int run_prefill(Exchange *x, Prefill *p) {
     DiApiFinish finish = r->finish;
     int http = r->http_status;
     p->cache_hit_tokens = r->cache_hit_tokens;
-    char err[sizeof r->error];
+    char err[sizeof r->error + sizeof r->state_error];
     snprintf(err, sizeof err, "%s", r->error);
+    p->state = r->state;
+    p->state_len = r->state_len;
+    r->state = NULL;
+    if (finish != DI_API_FINISH_ERROR && finish != DI_API_FINISH_ABORT && !p->state)
+        snprintf(err, sizeof err, "the prefill kept no exact state to send: %s", r->state_error);
     pthread_mutex_unlock(&r->mu);
     run_unref(r);
     if (finish == DI_API_FINISH_ERROR) return refuse(http ? http : 500, err);
     if (finish == DI_API_FINISH_ABORT)
         return refuse(di_srv_peer_closed(x->fd) ? 499 : atomic_load(&srv->stopping) ? 503 : 504,
                       "the prefill was aborted (deadline, client gone or server stopping)");
+    if (!p->state) return refuse(500, err);
     return 0;
 }
 
-/* Send the prompt's full blocks that the cache holds (a leading run), then DONE. */
-static int send_blocks(DiServer *srv, Prefill *p) {
-    const DiBackendKv *kv = &srv->kv;
-    int status = 500;
-    if (srv->backend.tokenize(srv->backend.self, &p->req, true, &p->ids, &p->n_ids, &status) != 0) return status;
-    DiKvKeyCtx ctx;
-    int n = (int)(p->n_ids / (size_t)kv->block_tokens);
-    DiKvKey *keys = n ? di_calloc((size_t)n, sizeof *keys, "prefill block keys") : NULL;
-    uint8_t *buf = di_malloc(kv->block_bytes, "prefill block");
-    int rc = 0;
-    if ((n && !keys) || !buf ||
-        di_kv_key_ctx_init(&ctx, kv->fingerprint, kv->block_tokens, p->req.cache_salt,
-                           p->req.cache_salt ? strlen(p->req.cache_salt) : 0) != 0 ||
-        di_kv_keys_for_tokens(&ctx, p->ids, (int64_t)p->n_ids, keys, n) != n)
-        rc = 500;
-    for (int i = 0; rc == 0 && i < n; i++) {
-        size_t len = 0;
-        if (di_kv_cache_read(kv->cache, keys[i], buf, kv->block_bytes, &len) != 1 || len != kv->block_bytes) break;
-        if (di_kv_send_block(p->send, p->room, keys[i], buf, len, p->deadline) != 0) rc = 502;
-        else p->blocks++, p->bytes += len;
-    }
-    if (rc == 0 && p->blocks < n)
-        DI_INFO("room %" PRIu64 ": %d of the prompt's %d blocks were in the cache to send", p->room, p->blocks, n);
-    if (rc == 0 && di_kv_send_done(p->send, p->room, (uint32_t)p->blocks, p->deadline) != 0) rc = 502;
-    free(keys);
-    free(buf);
-    return rc;
+/* The state (none for a one-token prompt), then DONE. */
+static int send_state(Prefill *p) {
+    if (p->state && di_kv_send_state(p->send, p->room, p->state, p->state_len, p->deadline) != 0) return 502;
+    return di_kv_send_done(p->send, p->room, 0, p->state ? p->state_len : 0, p->deadline) != 0 ? 502 : 0;
 }
 
 static json_t *reply_of(const Prefill *p, double prefill_s, double transfer_s, int block_tokens) {
     char room[24];
     snprintf(room, sizeof room, "%" PRIu64, p->room);
-    return json_pack("{s:s, s:I, s:i, s:I, s:I, s:f, s:f}", "room", room, "prompt_tokens", (json_int_t)p->n_ids,
-                     "blocks", p->blocks, "bytes", (json_int_t)p->bytes, "cached_blocks",
+    return json_pack("{s:s, s:I, s:I, s:i, s:I, s:I, s:f, s:f}", "room", room, "prompt_tokens", (json_int_t)p->n_ids,
+                     "state_tokens", (json_int_t)(p->state ? p->n_ids - 1 : 0), "blocks", 0, "bytes",
+                     (json_int_t)(p->state ? p->state_len : 0), "cached_blocks",
                      (json_int_t)(p->cache_hit_tokens / block_tokens), "prefill_s", prefill_s, "transfer_s", transfer_s);
 }
 
@@ -232,14 +237,17 @@ static int prefill_handler(Exchange *x, json_t **reply) {
     json_t *env = json_loadb(x->body.data ? x->body.data : "", x->body.len, 0, &jerr);
     int status = !json_is_object(env) ? refuse(400, "Invalid request body: expected a JSON object") : parse_envelope(x, env, &p);
     DiKvIdentity id = {.fingerprint = srv->kv.fingerprint, .block_tokens = srv->kv.block_tokens,
-                       .block_bytes = srv->kv.block_bytes};
+                       .block_bytes = srv->kv.block_bytes, .page_bytes = srv->kv.page_bytes};
     double t0 = di_kv_now(), t1 = t0;
+    int tokenize_status = 500;
+    if (status == 0 && srv->backend.tokenize(srv->backend.self, &p.req, true, &p.ids, &p.n_ids, &tokenize_status) != 0)
+        status = tokenize_status;
     if (status == 0 && (!(p.send = di_kv_send_connect(p.decode, &id, p.deadline)) ||
                         di_kv_send_begin(p.send, p.room, p.deadline) != 0))
         status = 502;
-    if (status == 0 && (status = run_prefill(x, &p)) == 0) {
+    if (status == 0 && (p.n_ids < 2 || (status = run_prefill(x, &p)) == 0)) {
         t1 = di_kv_now();
-        status = send_blocks(srv, &p);
+        status = send_state(&p);
     }
     if (status == 0 && !(*reply = reply_of(&p, t1 - t0, di_kv_now() - t1, srv->kv.block_tokens))) status = refuse(500, "out of memory");
     if (status != 0 && p.send) {
@@ -251,6 +259,7 @@ static int prefill_handler(Exchange *x, json_t **reply) {
     di_kv_send_close(p.send);
     if (p.have_req) di_api_request_free(&p.req);
     free(p.ids);
+    free(p.state);
     json_decref(env);
     return status ? status : 200;
 }

@@ -320,10 +320,6 @@ TEST(bad_kv_cache_options_are_errors_that_name_them) {
     di_engine_options_init(&o);
     o.kv_block_tokens = 256;
     refused(o, "kv_block_tokens");
-    di_engine_options_init(&o);
-    o.kv_cache_ram_bytes = 1 << 20;
-    o.enable_prefix_caching = 1;
-    refused(o, "enable_prefix_caching");
     /* a salt with no block cache to honour it */
     di_engine_options_init(&o);
     DiEngine *e = di_engine_create_mock(MOCK_VOCAB, MOCK_SEED, &o);

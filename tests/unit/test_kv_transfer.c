@@ -3,7 +3,10 @@
  * Blocks arrive byte-exact in the receiver's KV cache (pinned), a sender of another identity is
  * refused at registration, ABORT ends a room and later messages for it change nothing, an
  * unreleased room expires at its lease and unpins its blocks, a sender's broken connection
- * aborts its room, and a sender to a port nobody listens on fails fast with a clear error. */
+ * aborts its room, and a sender to a port nobody listens on fails fast with a clear error.
+ * A STATE (a request's exact state) arrives byte-exact, completes its room only with DONE's
+ * state_bytes, and is handed to the waiter once; a sender with another state page size is
+ * refused at registration. */
 #include "test.h"
 
 #include "base/error.h"
@@ -19,7 +22,7 @@ enum { BT = 256 };
 
 static DiKvIdentity identity(int block_tokens) {
     DiKvIdentity id = {.fingerprint = di_kv_fingerprint("test-model", 10), .block_tokens = block_tokens,
-                       .block_bytes = BLOCK_BYTES};
+                       .block_bytes = BLOCK_BYTES, .page_bytes = 4096};
     return id;
 }
 
@@ -86,7 +89,7 @@ TEST(blocks_arrive_byte_exact_and_pinned) {
             fill_block(p.blk, BLOCK_BYTES, (uint32_t)i);
             CHECK_EQ_INT(di_kv_send_block(p.s, room, key_of(i), p.blk, BLOCK_BYTES, in(10)), 0);
         }
-        CHECK_EQ_INT(di_kv_send_done(p.s, room, 3, in(10)), 0);
+        CHECK_EQ_INT(di_kv_send_done(p.s, room, 3, 0, in(10)), 0);
         CHECK_EQ_INT(di_kv_recv_wait(p.r, room, in(10), NULL, NULL), DI_ROOM_DONE);
         for (int i = 0; i < 3; i++) {
             size_t len = 0;
@@ -102,7 +105,7 @@ TEST(blocks_arrive_byte_exact_and_pinned) {
         CHECK_EQ_INT(st.bytes_received, 3 * BLOCK_BYTES);
         CHECK_EQ_INT(st.rooms[DI_ROOM_DONE], 1);
         /* idempotent: a duplicate DONE and an ABORT after DONE change nothing */
-        CHECK_EQ_INT(di_kv_send_done(p.s, room, 3, in(10)), 0);
+        CHECK_EQ_INT(di_kv_send_done(p.s, room, 3, 0, in(10)), 0);
         CHECK_EQ_INT(di_kv_send_abort(p.s, room, in(10)), 0);
         usleep(100 * 1000);
         CHECK_EQ_INT(di_kv_recv_state(p.r, room), DI_ROOM_DONE);
@@ -114,6 +117,48 @@ TEST(blocks_arrive_byte_exact_and_pinned) {
     }
     pair_close(&p);
     free(got);
+}
+
+TEST(a_state_arrives_byte_exact_once_and_completes_its_room) {
+    Pair p;
+    const size_t len = 2 * BLOCK_BYTES + 5; /* six chunks, the last one short */
+    uint8_t *state = malloc(len);
+    const uint64_t room = 91;
+    if (state && pair_open(&p, 0) == 0) {
+        fill_block(state, len, 42);
+        CHECK_EQ_INT(di_kv_send_state(p.s, room, state, len, in(10)), 0);
+        usleep(100 * 1000);
+        CHECK_EQ_INT(di_kv_recv_state(p.r, room), DI_ROOM_TRANSFERRING); /* no DONE yet */
+        CHECK_EQ_INT(di_kv_send_done(p.s, room, 0, len, in(10)), 0);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, room, in(10), NULL, NULL), DI_ROOM_DONE);
+        void *got = NULL;
+        size_t got_len = 0;
+        CHECK_EQ_INT(di_kv_recv_take_state(p.r, room, &got, &got_len), 0);
+        CHECK(got && got_len == len && memcmp(got, state, len) == 0);
+        free(got);
+        CHECK_EQ_INT(di_kv_recv_take_state(p.r, room, &got, &got_len), 0);
+        CHECK(got == NULL); /* taken once */
+        DiKvRecvStats st;
+        di_kv_recv_stats(p.r, &st);
+        CHECK_EQ_INT(st.states_received, 1);
+        CHECK_EQ_INT(st.state_bytes_received, len);
+        /* DONE announcing more state than was sent leaves the room unfinished */
+        CHECK_EQ_INT(di_kv_send_state(p.s, room + 1, state, 100, in(10)), 0);
+        CHECK_EQ_INT(di_kv_send_done(p.s, room + 1, 0, 101, in(10)), 0);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, room + 1, in(0.3), NULL, NULL), DI_ROOM_TRANSFERRING);
+        di_kv_recv_release(p.r, room);
+        di_kv_recv_release(p.r, room + 1);
+        /* another state page size is refused at registration */
+        DiKvIdentity other = identity(BT);
+        other.page_bytes = 8192;
+        DiKvSend *s = di_kv_send_connect(di_kv_recv_address(p.r), &other, in(10));
+        CHECK(s == NULL);
+        CHECK_MSG(strstr(di_error_message(), "8192 bytes/state page") && strstr(di_error_message(), "4096 bytes/state page"),
+                  "%s", di_error_message());
+        di_kv_send_close(s);
+    }
+    pair_close(&p);
+    free(state);
 }
 
 TEST(identity_mismatch_is_refused_at_registration) {
@@ -130,7 +175,7 @@ TEST(identity_mismatch_is_refused_at_registration) {
         CHECK_EQ_INT(st.refused, 1);
         di_kv_send_close(s);
         /* the receiver still serves a matching sender afterwards (no sticky failure) */
-        CHECK_EQ_INT(di_kv_send_done(p.s, 3, 0, in(10)), 0);
+        CHECK_EQ_INT(di_kv_send_done(p.s, 3, 0, 0, in(10)), 0);
         CHECK_EQ_INT(di_kv_recv_wait(p.r, 3, in(10), NULL, NULL), DI_ROOM_DONE);
     }
     pair_close(&p);
@@ -144,7 +189,7 @@ TEST(abort_mid_room_then_late_messages_are_ignored) {
         CHECK_EQ_INT(di_kv_send_abort(p.s, room, in(10)), 0);
         CHECK_EQ_INT(di_kv_recv_wait(p.r, room, in(10), NULL, NULL), DI_ROOM_ABORTED);
         CHECK_EQ_INT(di_kv_send_block(p.s, room, key_of(11), p.blk, BLOCK_BYTES, in(10)), 0);
-        CHECK_EQ_INT(di_kv_send_done(p.s, room, 2, in(10)), 0);
+        CHECK_EQ_INT(di_kv_send_done(p.s, room, 2, 0, in(10)), 0);
         usleep(100 * 1000);
         CHECK_EQ_INT(di_kv_recv_state(p.r, room), DI_ROOM_ABORTED);
         CHECK_EQ_INT(stat_pinned(p.r), 1); /* block 10 only, until the waiter lets go */
@@ -240,6 +285,7 @@ TEST(bad_arguments_are_refused) {
 
 int main(void) {
     RUN_TEST(blocks_arrive_byte_exact_and_pinned);
+    RUN_TEST(a_state_arrives_byte_exact_once_and_completes_its_room);
     RUN_TEST(identity_mismatch_is_refused_at_registration);
     RUN_TEST(abort_mid_room_then_late_messages_are_ignored);
     RUN_TEST(lease_expiry_unpins_and_wait_is_bounded);

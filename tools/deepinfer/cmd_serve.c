@@ -72,10 +72,12 @@ static void usage(FILE *out) {
             "                           threads (default 2; 16 with --role prefill or decode, where a worker\n"
             "                           waits for a room's transfer or runs a prefill and its transfer)\n"
             "  --role R                 prefill/decode disaggregation: both (default, a whole server), prefill\n"
-            "                           (also serves POST /internal/prefill: prefill a request, send its KV blocks\n"
-            "                           to a decode worker over UCX) or decode (also listens for KV transfers and\n"
-            "                           honours X-DI-Room); prefill and decode need the KV block cache in RAM,\n"
-            "                           1 GB when no --kv-cache-* flag sizes it\n"
+            "                           (also serves POST /internal/prefill: prefill a request, send its exact\n"
+            "                           state to a decode worker over UCX) or decode (also listens for transfers\n"
+            "                           and honours X-DI-Room, continuing from the received state: outputs equal\n"
+            "                           a single server's); prefill and decode need the KV block cache in RAM,\n"
+            "                           1 GB when no --kv-cache-* flag sizes it, and keep exact states in the\n"
+            "                           state memory (--state-memory-mb) for PD requests\n"
             "  --transfer-host ADDR     decode: IPv4 address of the KV transfer listener (default: --host)\n"
             "  --transfer-port N        decode: its port, 0 = any free one (default 0; /internal/load reports it)\n"
             "  --max-connections N      concurrent connections (default 2048)\n"
@@ -145,6 +147,7 @@ static int parse_on_off(const char *flag, const char *v, bool *out) {
 /* What the engine is sized by (DiEngineOptions; 0 keeps the engine default). */
 typedef struct {
     bool prefix_cache, prefix_cache_given;
+    bool exact_states; /* a PD role: exact request states move between workers (the prefix cache) */
     long state_memory_mb, max_num_seqs, max_batch_tokens, max_prefill_chunk;
     const char *kv_dir;
     double kv_ram_gb, kv_disk_gb, kv_ttl_s;
@@ -165,7 +168,7 @@ static void kv_cache_options(const EngineFlags *ef, DiEngineOptions *o) {
     o->kv_cache_disk_bytes = (uint64_t)(ef->kv_disk_gb * (double)(1 << 30));
     o->kv_cache_ttl_s = (uint64_t)ef->kv_ttl_s;
     o->kv_block_tokens = (int)ef->kv_block_tokens;
-    if (kv_cache_flags(ef)) o->enable_prefix_caching = 0;
+    if (kv_cache_flags(ef)) o->enable_prefix_caching = ef->exact_states ? 1 : 0;
 }
 
 static DiEngineBackend *open_backend(const char *model_dir, const char *served_name, long context_limit,
@@ -286,6 +289,7 @@ int cmd_serve(int argc, char **argv) {
     if (cfg.role != DI_ROLE_BOTH) { /* a PD worker moves KV through the block cache */
         if (!kv_cache_flags(&ef)) ef.kv_ram_gb = 1;
         if (!workers_given) cfg.workers = 16;
+        ef.exact_states = true;
     }
     if (kv_cache_flags(&ef) && ef.prefix_cache_given && ef.prefix_cache) {
         fprintf(stderr, "deepinfer serve: --prefix-cache on and the --kv-cache-* block cache are two prompt caches; "
