@@ -1,15 +1,18 @@
 /* bench_kv_transfer.c — KV transfer throughput on loopback (issue 24's performance item): a
- * prefill-side sender (kv_transfer.h) moves rooms of blocks to a decode-side receiver in the same
- * process (its own progress thread), through UCX, into the receiver's KV block cache (stored and
- * pinned, as a decode worker does), against a plain memcpy of the same bytes on this machine.
- *
- * Blocks are 256 tokens of V4.1-Flash's compressed KV and index keys (890 bytes/token, README):
- * 227,840 bytes.  One run sends ROOMS rooms of BLOCKS blocks each (a room's time ends when the
- * receiver's waiter sees DONE; the room is then released).  Runs alternate with a memcpy of the
- * same bytes; the medians of REPS runs are printed: both rates, their ratio and the process CPU
- * time (both ends, the receiver's thread included) per GB.
- * The receiver copies each block twice (chunk assembly, cache store) besides UCX's own copies, so
- * the ratio is bounded well below 1 on one machine. */
+ * prefill-side sender (kv_transfer.h) moves rooms to a decode-side receiver in the same process
+ * (its own progress thread), through UCX, against a plain memcpy of the same bytes on this
+ * machine.  Two kinds of room:
+ *   state   what a prefill worker sends: one STATE per room (a request's exact state, assembled
+ *           into one buffer and taken by the room's waiter, as a decode worker does before it
+ *           imports it), of BLOCKS x 227,840 bytes: a 16,384-token prompt's compressed KV and
+ *           index keys at V4.1-Flash's 890 bytes/token (README), which is what its state pages
+ *           hold besides a small fixed part;
+ *   blocks  the same bytes as BLOCKS blocks of 256 tokens, each stored and pinned in the
+ *           receiver's KV block cache (two copies on the receiver: chunk assembly, cache store).
+ * One run sends ROOMS rooms (a room's time ends when the receiver's waiter sees DONE; the room is
+ * then released).  Runs alternate with a memcpy of the same bytes; the medians of REPS runs are
+ * printed: the rates, their ratio to memcpy and the process CPU time (both ends, the receiver's
+ * thread included) per GB. */
 #include "base/error.h"
 #include "serve/kv_transfer.h"
 
@@ -49,18 +52,31 @@ static double memcpy_gbps(const uint8_t *src, uint8_t *dst) {
     return (double)ROOMS * BLOCKS * BLOCK_BYTES / (di_kv_now() - t0) / 1e9;
 }
 
-/* One run: ROOMS rooms of BLOCKS blocks; GB/s, *cpu the process CPU seconds per GB. */
-static double transfer_gbps(DiKvSend *s, DiKvRecv *r, const uint8_t *src, uint64_t *next_key, double *cpu) {
+/* One room's messages: one STATE of every block's bytes, or the blocks one by one. */
+static int send_room(DiKvSend *s, uint64_t id, const uint8_t *src, uint64_t *next_key, bool state, double deadline) {
+    if (di_kv_send_begin(s, id, deadline) != 0) return -1;
+    if (state) {
+        size_t len = (size_t)BLOCKS * BLOCK_BYTES;
+        return di_kv_send_state(s, id, src, len, deadline) != 0 || di_kv_send_done(s, id, 0, len, deadline) != 0 ? -1 : 0;
+    }
+    for (int b = 0; b < BLOCKS; b++) {
+        DiKvKey key = {++*next_key * 0x9E3779B97F4A7C15ull, 77};
+        if (di_kv_send_block(s, id, key, src + (size_t)b * BLOCK_BYTES, BLOCK_BYTES, deadline) != 0) return -1;
+    }
+    return di_kv_send_done(s, id, BLOCKS, 0, deadline);
+}
+
+/* One run: ROOMS rooms; GB/s, *cpu the process CPU seconds per GB. */
+static double transfer_gbps(DiKvSend *s, DiKvRecv *r, const uint8_t *src, uint64_t *next_key, bool state, double *cpu) {
     double t0 = di_kv_now(), c0 = cpu_seconds();
     for (int room = 0; room < ROOMS; room++) {
-        uint64_t id = *next_key;
-        if (di_kv_send_begin(s, id, t0 + 60) != 0) return -1;
-        for (int b = 0; b < BLOCKS; b++) {
-            DiKvKey key = {++*next_key * 0x9E3779B97F4A7C15ull, 77};
-            if (di_kv_send_block(s, id, key, src + (size_t)b * BLOCK_BYTES, BLOCK_BYTES, t0 + 60) != 0) return -1;
-        }
-        if (di_kv_send_done(s, id, BLOCKS, 0, t0 + 60) != 0 || di_kv_recv_wait(r, id, t0 + 60, NULL, NULL) != DI_ROOM_DONE)
+        uint64_t id = ++*next_key;
+        void *got = NULL;
+        size_t len = 0;
+        if (send_room(s, id, src, next_key, state, t0 + 60) != 0 || di_kv_recv_wait(r, id, t0 + 60, NULL, NULL) != DI_ROOM_DONE ||
+            di_kv_recv_take_state(r, id, &got, &len) != 0 || (state && len != (size_t)BLOCKS * BLOCK_BYTES))
             return -1;
+        free(got);
         di_kv_recv_release(r, id);
     }
     double t = di_kv_now() - t0;
@@ -83,7 +99,7 @@ int main(void) {
     memset(dst, 0, run_bytes);
     DiKvCacheOptions co = {.ram_bytes = (size_t)4 * BLOCKS * BLOCK_BYTES, .block_tokens = 256};
     DiKvCache *cache = di_kv_cache_open(&co);
-    DiKvIdentity id = {.fingerprint = {1, 2}, .block_tokens = 256, .block_bytes = BLOCK_BYTES};
+    DiKvIdentity id = {.fingerprint = {1, 2}, .block_tokens = 256, .block_bytes = BLOCK_BYTES, .page_bytes = 4096};
     DiKvRecvOptions ro = {.identity = id, .cache = cache};
     DiKvRecv *r = cache ? di_kv_recv_start(&ro) : NULL;
     DiKvSend *s = r ? di_kv_send_connect(di_kv_recv_address(r), &id, di_kv_now() + 10) : NULL;
@@ -92,26 +108,30 @@ int main(void) {
         return 1;
     }
     /* memcpy and transfer alternate, so a busy machine weighs on both alike; medians of REPS */
-    double mem[REPS], xfer[REPS], ratio[REPS], cpu[REPS];
+    double mem[REPS], xfer[2][REPS], ratio[2][REPS], cpu[2][REPS];
     uint64_t next_key = 1;
     for (int rep = 0; rep < REPS; rep++) {
         mem[rep] = memcpy_gbps(src, dst);
-        xfer[rep] = transfer_gbps(s, r, src, &next_key, &cpu[rep]);
-        if (xfer[rep] < 0) {
-            fprintf(stderr, "bench_kv_transfer: %s\n", di_error_message());
-            return 1;
+        for (int k = 0; k < 2; k++) { /* 0: state, 1: blocks */
+            xfer[k][rep] = transfer_gbps(s, r, src, &next_key, k == 0, &cpu[k][rep]);
+            if (xfer[k][rep] < 0) {
+                fprintf(stderr, "bench_kv_transfer: %s\n", di_error_message());
+                return 1;
+            }
+            ratio[k][rep] = xfer[k][rep] / mem[rep];
         }
-        ratio[rep] = xfer[rep] / mem[rep];
     }
     qsort(mem, REPS, sizeof *mem, cmp_double);
-    qsort(xfer, REPS, sizeof *xfer, cmp_double);
-    qsort(ratio, REPS, sizeof *ratio, cmp_double);
-    qsort(cpu, REPS, sizeof *cpu, cmp_double);
-    printf("kv transfer, loopback UCX: %d rooms x %d blocks of %zu bytes (%.0f MB) per run, medians of %d\n", ROOMS,
-           BLOCKS, BLOCK_BYTES, (double)run_bytes / 1e6, REPS);
-    printf("  memcpy   %7.2f GB/s\n", mem[REPS / 2]);
-    printf("  transfer %7.2f GB/s  = %.3fx memcpy  (process CPU %.2f s per GB, both ends)\n", xfer[REPS / 2],
-           ratio[REPS / 2], cpu[REPS / 2]);
+    printf("kv transfer, loopback UCX: %d rooms of %.1f MB (%d x %zu bytes) per run, medians of %d\n", ROOMS,
+           (double)run_bytes / ROOMS / 1e6, BLOCKS, BLOCK_BYTES, REPS);
+    printf("  memcpy          %7.2f GB/s\n", mem[REPS / 2]);
+    for (int k = 0; k < 2; k++) {
+        qsort(xfer[k], REPS, sizeof *xfer[k], cmp_double);
+        qsort(ratio[k], REPS, sizeof *ratio[k], cmp_double);
+        qsort(cpu[k], REPS, sizeof *cpu[k], cmp_double);
+        printf("  %-6s transfer %7.2f GB/s  = %.3fx memcpy  (process CPU %.2f s per GB, both ends)\n",
+               k == 0 ? "state" : "blocks", xfer[k][REPS / 2], ratio[k][REPS / 2], cpu[k][REPS / 2]);
+    }
     di_kv_send_close(s);
     di_kv_recv_stop(r);
     di_kv_cache_close(cache);

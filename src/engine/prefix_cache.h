@@ -11,7 +11,10 @@
  * or a next turn that re-renders the history differently after the assistant tag).  Entries are the
  * finished requests' own pages, handed over without a copy.  A hit copies the state into the
  * new request's pages when the pool has room, so the entry stays for the next request with the
- * same prefix; when memory is short the new request takes the entry's pages instead.
+ * same prefix; when memory is short the new request takes the entry's pages instead.  An entry
+ * can also come from another engine: a PD decode worker imports the exact state a prefill worker
+ * serialised (below), so its request continues as a cold run would.  With the KV block cache on,
+ * only exact_state requests' states are kept (a block restore's state is a replay's approximation).
  *
  * Memory.  Entries hold pages of the engine's pool, at most max_pages of them (least recently
  * stored or used evicted first), and the scheduler evicts entries before it makes a request wait
