@@ -189,8 +189,9 @@ int di_prefix_cache_import(DiPrefixCache *c, const void *blob, size_t len, int64
     memcpy(ids, tokens, (size_t)h.n_tokens * sizeof *ids);
     for (uint64_t i = 0; i < h.n_tokens; i++)
         if (ids[i] < 0 || ids[i] >= c->runner->vocab_size) {
+            di_errorf("prefix state import: token %d at %llu is outside the vocabulary", ids[i], (unsigned long long)i);
             free(ids);
-            return di_errorf("prefix state import: token %d at %llu is outside the vocabulary", ids[i], (unsigned long long)i);
+            return -1;
         }
     DiPageTable pages = {0};
     if (!di_prefix_cache_make_room(c, h.n_pages, NULL) || di_page_table_reserve(c->pool, &pages, h.n_pages) != 0) {

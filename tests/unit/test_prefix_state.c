@@ -158,6 +158,13 @@ TEST(bad_or_unplaceable_states_are_refused_with_their_cause) {
         blob[0] ^= 1;
         refused(b, blob, len, "not a deepinfer state");
         blob[0] ^= 1;
+        int32_t first, bad = -1; /* the first token, after the 32-byte header */
+        memcpy(&first, blob + 32, sizeof first);
+        memcpy(blob + 32, &bad, sizeof bad);
+        refused(b, blob, len, "outside the vocabulary");
+        memcpy(blob + 32, &first, sizeof first);
+        int64_t n = 0;
+        CHECK_MSG(di_engine_import_state(b, blob, len, &n) == 0 && n == N_PROMPT - 1, "%s", di_last_error());
         di_engine_destroy(b);
     }
     DiEngine *off = engine(0, 64u << 20); /* prefix cache off */
