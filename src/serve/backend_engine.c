@@ -36,7 +36,8 @@ typedef struct Job {
     DiOutputEvents *out;         /* text -> parsed output events (backend_parse.h) */
     DiBackendTimes times;        /* its phases so far (the engine's clock), for the metrics */
     bool has_times;
-    void *pd_state;              /* a received exact state to import (DiApiRequest.pd_state), copied */
+    const void *pd_state;        /* a received exact state to import (DiApiRequest.pd_state: the
+                                  * caller's, valid until FINISH; imported before the request is added) */
     size_t pd_state_len;
     struct Job *next;
 } Job;
@@ -129,7 +130,6 @@ static void free_job(Job *j) {
     free(j->ids);
     free(j->logit_bias);
     di_api_request_free(&j->req);
-    free(j->pd_state);
     free(j);
 }
 
@@ -176,7 +176,6 @@ static void import_state(DiEngineBackend *b, Job *j) {
     int64_t n = 0;
     int rc = di_engine_import_state(b->engine, j->pd_state, j->pd_state_len, &n);
     if (rc != 0) DI_WARN("engine backend: a received state was not imported, prefilling locally: %s", di_error_message());
-    free(j->pd_state);
     j->pd_state = NULL;
     pthread_mutex_lock(&b->lock);
     if (rc == 0) b->stats.pd_states_imported++;
@@ -468,11 +467,8 @@ static int copy_request(DiEngineBackend *b, const DiApiRequest *req, Job *j, int
             return di_errorf("Invalid stop_token_ids: token id %d is outside the vocabulary [0, %d)",
                              req->stop_token_ids[i], vocab);
     *http_status = 500;
-    if (req->pd_state && req->pd_state_len) {
-        if (!(j->pd_state = di_malloc(req->pd_state_len, "received state"))) return -1;
-        memcpy(j->pd_state, req->pd_state, req->pd_state_len);
-        j->pd_state_len = req->pd_state_len;
-    }
+    j->pd_state = req->pd_state_len ? req->pd_state : NULL; /* not copied: it may be gigabytes */
+    j->pd_state_len = req->pd_state_len;
     if (req->cache_salt && !(j->req.cache_salt = di_strdup(req->cache_salt))) return -1;
     if (req->n_stop_token_ids) {
         size_t bytes = req->n_stop_token_ids * sizeof *j->req.stop_token_ids;
