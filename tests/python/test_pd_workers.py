@@ -136,6 +136,26 @@ def test_decode_from_the_transferred_state_matches_a_cold_single_server(workers,
     assert d[1]["usage"]["completion_tokens"] == cold["usage"]["completion_tokens"]
 
 
+def test_a_state_for_other_tokens_is_not_used(workers):
+    """A room whose state covers other tokens (a gateway that sent the prefill another body): the
+    state is imported but the request does not extend it, so it prefills from 0, exactly."""
+    ref, pre, dec = workers["ref"], workers["pre"], workers["dec"]
+    path = "/v1/completions"
+    body = {"model": MODEL, "prompt": "Mine. " + FILLER * 12, "max_tokens": 12, "temperature": 0}
+    other = dict(body, prompt="Other. " + FILLER * 12)
+    before = dec.metrics()
+    out = {}
+    t = threading.Thread(target=lambda: out.update(p=post_json(pre, "/internal/prefill", envelope(606, dec, path, other))))
+    t.start()
+    d = post_with_headers(dec, path, body, {"X-DI-Room": "606", "X-DI-Room-Deadline-Ms": "20000"})
+    t.join(timeout=60)
+    assert out["p"][0] == 200 and d[0] == 200, (out, d)
+    assert d[1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert dec.metrics()["deepinfer_pd_states_imported_total"] == before["deepinfer_pd_states_imported_total"] + 1
+    s, cold = post_json(ref, path, body)
+    assert s == 200 and d[1]["choices"][0]["text"] == cold["choices"][0]["text"]
+
+
 def test_prefill_killed_mid_transfer_decode_prefills_locally(workers):
     ref, dec = workers["ref"], workers["dec"]
     victim = workers["start"]("victim", "--role", "prefill")
