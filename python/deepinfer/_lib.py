@@ -49,7 +49,8 @@ class CSamplingParams(Structure):
 
 class RequestInput(Structure):
     _fields_ = [("prompt_ids", POINTER(c_int32)), ("n_prompt_ids", c_int),
-                ("prompt_text", c_char_p), ("chat_json", c_char_p), ("cache_salt", c_char_p)]
+                ("prompt_text", c_char_p), ("chat_json", c_char_p), ("cache_salt", c_char_p),
+                ("exact_state", c_int)]
 
 
 class TokenLogprobs(Structure):

@@ -61,7 +61,7 @@ static const AbiField sampling_params[] = {
 static const AbiField request_input[] = {
     FIELD(DiRequestInput, prompt_ids), FIELD(DiRequestInput, n_prompt_ids),
     FIELD(DiRequestInput, prompt_text), FIELD(DiRequestInput, chat_json),
-    FIELD(DiRequestInput, cache_salt),
+    FIELD(DiRequestInput, cache_salt),  FIELD(DiRequestInput, exact_state),
 };
 
 static const AbiField token_logprobs[] = {

@@ -44,10 +44,11 @@ TEST(layouts_match_hand_derived_lp64) {
     size_t size;
     int n;
     CHECK(di_abi_struct("DiRequestInput", &size, &n) == 0);
-    CHECK_EQ_INT(size, 40); /* ptr 0, int 8 (+4 padding), ptr 16, ptr 24, ptr 32 */
-    CHECK_EQ_INT(n, 5);
+    CHECK_EQ_INT(size, 48); /* ptr 0, int 8 (+4 padding), ptr 16, ptr 24, ptr 32, int 40 (+4 padding) */
+    CHECK_EQ_INT(n, 6);
     expect_field("DiRequestInput", 2, "prompt_text", 16, 8);
     expect_field("DiRequestInput", 4, "cache_salt", 32, 8);
+    expect_field("DiRequestInput", 5, "exact_state", 40, 4);
     CHECK(di_abi_struct("DiTokenLogprobs", &size, &n) == 0);
     CHECK_EQ_INT(size, 172); /* 3 x 4 bytes, then 20 int32 and 20 float */
     expect_field("DiTokenLogprobs", 3, "top_ids", 12, 80);
@@ -68,8 +69,8 @@ TEST(bad_arguments_are_refused_by_name) {
     CHECK(di_abi_struct(NULL, &size, &n) == -1);
     CHECK(strstr(di_last_error(), "type is NULL") != NULL);
     CHECK(di_abi_struct("DiRequestInput", NULL, &n) == -1);
-    CHECK(di_abi_field("DiRequestInput", 5, &name, &off, &size) == -1);
-    CHECK(strstr(di_last_error(), "index 5 is out of range") != NULL);
+    CHECK(di_abi_field("DiRequestInput", 6, &name, &off, &size) == -1);
+    CHECK(strstr(di_last_error(), "index 6 is out of range") != NULL);
     CHECK(di_abi_field("DiRequestInput", -1, &name, &off, &size) == -1);
     CHECK(di_abi_field("DiRequestInput", 0, NULL, &off, &size) == -1);
     CHECK(strstr(di_last_error(), "must not be NULL") != NULL);
