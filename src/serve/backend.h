@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define DI_BACKEND_PREFILL_SAMPLES 16
+
 typedef void (*DiBackendEmit)(void *user, const DiApiEvent *ev);
 
 typedef struct {
@@ -43,6 +45,20 @@ typedef struct {
     /* PD decode: received states imported into the engine (DiApiRequest.pd_state), and those
      * refused (no room, a foreign layout: the request then prefilled locally) */
     uint64_t pd_states_imported, pd_state_import_failures;
+    /* load for a gateway (GET /internal/load, serving.md §6-7): context tokens held by the
+     * running requests (prompt + generated), monotonic prefill / decode token counters and the
+     * wall time of the steps that ran a prefill chunk, the KV block size (0: no block cache), and
+     * the latest per-request prefill samples (new tokens q, cached prefix c, prefill seconds),
+     * prefill_samples_total counting every sample ever taken (the ring keeps the last few) */
+    int64_t kv_tokens;
+    uint64_t prefill_tokens, decode_tokens;
+    double prefill_seconds;
+    int block_tokens;
+    uint64_t prefill_samples_total;
+    struct {
+        int64_t q, c;
+        double seconds;
+    } prefill_samples[DI_BACKEND_PREFILL_SAMPLES];
 } DiBackendStats;
 
 /* The phases of a finished request as the backend saw them (seconds; vLLM's definitions):

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct Job {
     uint64_t id;                 /* the id the server knows */
@@ -39,6 +40,8 @@ typedef struct Job {
     const void *pd_state;        /* a received exact state to import (DiApiRequest.pd_state: the
                                   * caller's, valid until FINISH; imported before the request is added) */
     size_t pd_state_len;
+    int64_t n_prompt, n_cached;  /* as the engine admitted it (from its first delta) */
+    int64_t n_generated;         /* tokens streamed so far */
     struct Job *next;
 } Job;
 
@@ -56,6 +59,10 @@ struct DiEngineBackend {
     bool quit;
     DiBackendStats stats;        /* snapshot written by the engine thread */
     int n_incoming;
+    /* gateway load (engine thread only, copied into stats): wall time of the steps that ran a
+     * prefill chunk, and the prefill-token counter before the step */
+    double prefill_seconds;
+    uint64_t prefill_tokens_seen;
 };
 
 /* ---- output ------------------------------------------------------------------------------ */
@@ -99,7 +106,10 @@ static void on_delta(void *user, const DiStreamDelta *d) {
     if (!j->cache_reported && di_engine_get_output(j->engine, j->engine_id, &out) == 0) {
         di_output_events_cache_hits(j->out, out.n_cached_tokens); /* admitted by now: it has output */
         j->cache_reported = true;
+        j->n_prompt = out.n_prompt_ids;
+        j->n_cached = out.n_cached_tokens;
     }
+    if (d->n_new_tokens > 0) j->n_generated += d->n_new_tokens;
     if (d->new_logprobs && j->req.logprobs >= 0 && pass_logprobs(j, d) != 0) {
         di_output_events_finish(j->out, DI_API_FINISH_ERROR, NULL, di_error_message(), 500);
         return;
@@ -237,10 +247,29 @@ static void add_job(DiEngineBackend *b, Job *j) {
     di_output_events_finish(j->out, DI_API_FINISH_ERROR, NULL, "internal error: the output limit did not settle", 500);
 }
 
+/* A finished job's prefill (q new tokens on a c-token cached prefix, its prefill seconds) into
+ * the stats' sample ring, for a gateway's cost-model fit.  Under b->lock. */
+static void note_prefill_sample(DiEngineBackend *b, const Job *j) {
+    if (!j->has_times || !(j->times.prefill_s > 0) || j->n_prompt <= j->n_cached) return;
+    size_t slot = (size_t)(b->stats.prefill_samples_total % DI_BACKEND_PREFILL_SAMPLES);
+    b->stats.prefill_samples[slot].q = j->n_prompt - j->n_cached;
+    b->stats.prefill_samples[slot].c = j->n_cached;
+    b->stats.prefill_samples[slot].seconds = j->times.prefill_s;
+    b->stats.prefill_samples_total++;
+}
+
 static void refresh_stats(DiEngineBackend *b) {
     DiEngineMetrics m;
     if (di_engine_get_metrics(b->engine, &m) != 0) return;
+    int64_t kv_tokens = 0;
+    for (const Job *j = b->live; j; j = j->next)
+        if (j->added && !job_done(j)) kv_tokens += j->n_prompt + j->n_generated;
     pthread_mutex_lock(&b->lock);
+    b->stats.kv_tokens = kv_tokens;
+    b->stats.prefill_tokens = m.prefill_tokens;
+    b->stats.decode_tokens = m.decode_tokens;
+    b->stats.prefill_seconds = b->prefill_seconds;
+    b->stats.block_tokens = b->cfg.block_tokens;
     b->stats.queued = m.requests_waiting + b->n_incoming;
     b->stats.running = m.requests_running;
     b->stats.steps = m.steps;
@@ -284,8 +313,25 @@ static void reap(DiEngineBackend *b) {
         }
         if (j->added) di_engine_release(b->engine, j->engine_id);
         *p = j->next;
+        pthread_mutex_lock(&b->lock);
+        note_prefill_sample(b, j);
+        pthread_mutex_unlock(&b->lock);
         free_job(j);
     }
+}
+
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A step that ran prefill tokens counts its wall time as prefill time (engine thread). */
+static void note_step_time(DiEngineBackend *b, double seconds) {
+    DiEngineMetrics m;
+    if (di_engine_get_metrics(b->engine, &m) != 0) return;
+    if (m.prefill_tokens > b->prefill_tokens_seen) b->prefill_seconds += seconds;
+    b->prefill_tokens_seen = m.prefill_tokens;
 }
 
 static void *engine_main(void *arg) {
@@ -318,6 +364,7 @@ static void *engine_main(void *arg) {
         if (quit) break;
         active = 0;
         for (Job *j = b->live; j; j = j->next) active += !job_done(j);
+        double t0 = active ? mono_now() : 0;
         if (active && di_engine_step(b->engine, &active) != 0) {
             char msg[DI_ERROR_MAX];
             snprintf(msg, sizeof msg, "engine step failed: %s", di_error_message());
@@ -328,6 +375,7 @@ static void *engine_main(void *arg) {
             }
             active = 0;
         }
+        if (t0 > 0) note_step_time(b, mono_now() - t0);
         reap(b);
         refresh_stats(b);
     }

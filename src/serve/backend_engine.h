@@ -26,6 +26,7 @@ typedef struct {
     int64_t context_limit;    /* prompt + output tokens one request may hold */
     const DiServeText *text;  /* the model's tokenizer + template, or NULL (see above); not owned,
                                * must outlive the backend, hooks already installed on the engine */
+    int block_tokens;         /* the KV block cache's block size, reported to a gateway; 0: none */
 } DiEngineBackendConfig;
 
 /* Takes ownership of `engine` (destroyed with the backend). */

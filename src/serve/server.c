@@ -93,6 +93,7 @@ static const Route k_routes[] = {
     {"/tokenize", "POST", DI_API_CHAT, di_srv_tokenize, false},
     {"/detokenize", "POST", DI_API_CHAT, di_srv_detokenize, false},
     {"/health", "GET", DI_API_CHAT, di_srv_get_health, true},
+    {"/internal/load", "GET", DI_API_CHAT, di_srv_get_load, false},
     {"/metrics", "GET", DI_API_CHAT, di_srv_get_metrics, false},
     {"/openapi.json", "GET", DI_API_CHAT, di_srv_get_openapi, true},
     {"/version", "GET", DI_API_CHAT, di_srv_get_version, true},

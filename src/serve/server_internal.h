@@ -146,6 +146,7 @@ enum MHD_Result di_srv_get_models(Exchange *x);
 enum MHD_Result di_srv_get_model(Exchange *x);
 enum MHD_Result di_srv_get_metrics(Exchange *x);
 enum MHD_Result di_srv_get_health(Exchange *x);
+enum MHD_Result di_srv_get_load(Exchange *x);
 enum MHD_Result di_srv_get_openapi(Exchange *x);
 enum MHD_Result di_srv_get_version(Exchange *x);
 enum MHD_Result di_srv_tokenize(Exchange *x);

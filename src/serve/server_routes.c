@@ -66,6 +66,37 @@ enum MHD_Result di_srv_get_version(Exchange *x) {
     return di_srv_send_json(x, 200, json_pack("{s:s}", "version", di_version()));
 }
 
+/* GET /internal/load: the load a gateway balances on (pd-protocol.md): queue and batch, the KV
+ * tokens of the running requests, monotonic step / prefill / decode counters, and the latest
+ * per-request prefill samples [q, c, seconds] (oldest first) with their running total; the PD
+ * fields (role, block_tokens, kv_identity, transfer, rooms_*) from di_server_pd_load. */
+enum MHD_Result di_srv_get_load(Exchange *x) {
+    DiServer *srv = x->srv;
+    DiBackendStats st = {0};
+    srv->backend.stats(srv->backend.self, &st);
+    json_t *samples = json_array();
+    uint64_t total = st.prefill_samples_total, n = total < DI_BACKEND_PREFILL_SAMPLES ? total : DI_BACKEND_PREFILL_SAMPLES;
+    for (uint64_t i = total - n; samples && i < total; i++) {
+        size_t k = (size_t)(i % DI_BACKEND_PREFILL_SAMPLES);
+        json_array_append_new(samples, json_pack("[I, I, f]", (json_int_t)st.prefill_samples[k].q,
+                                                 (json_int_t)st.prefill_samples[k].c, st.prefill_samples[k].seconds));
+    }
+    json_t *load = json_pack("{s:s, s:s, s:i, s:i, s:I, s:I, s:f, s:I, s:f, s:I, s:i, s:n, s:n, s:i, s:i, s:I, s:o*}",
+                             "role", "both", "model", srv->backend.model_name,
+                             "queued", st.queued, "running", st.running, "kv_tokens", (json_int_t)st.kv_tokens,
+                             "steps", (json_int_t)st.steps, "step_seconds", st.step_seconds, "prefill_tokens",
+                             (json_int_t)st.prefill_tokens, "prefill_seconds", st.prefill_seconds, "decode_tokens",
+                             (json_int_t)st.decode_tokens, "block_tokens", st.block_tokens, "kv_identity", "transfer",
+                             "rooms_waiting", 0, "rooms_pinned_blocks", 0, "prefill_samples_total",
+                             (json_int_t)total, "prefill_samples", samples);
+    if (!load) return di_srv_send_error(x, 500, "out of memory");
+    if (di_server_pd_load(srv, load) != 0) { /* the PD fields: role, block_tokens, kv_identity, ... */
+        json_decref(load);
+        return di_srv_send_error(x, 500, di_error_message());
+    }
+    return di_srv_send_json(x, 200, load);
+}
+
 /* ---- /tokenize and /detokenize (on a worker) ---------------------------------------------- */
 
 /* Set the error message and return `status`: a refusal of a worker handler. */

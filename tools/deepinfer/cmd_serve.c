@@ -202,7 +202,8 @@ static DiEngineBackend *open_backend(const char *model_dir, const char *served_n
         *text = NULL;
         return NULL;
     }
-    DiEngineBackendConfig cfg = {.model_name = served_name, .context_limit = context_limit, .text = *text};
+    DiEngineBackendConfig cfg = {.model_name = served_name, .context_limit = context_limit, .text = *text,
+                                 .block_tokens = !kv_cache_flags(ef) ? 0 : ef->kv_block_tokens ? (int)ef->kv_block_tokens : 256};
     DiEngineBackend *b = di_engine_backend_create(engine, &cfg);
     if (!b) {
         di_engine_destroy(engine);
