@@ -7,6 +7,7 @@
 #   src/cluster/**/*.c    -> build/libdeepinfer_cluster.a  cluster planners: EPLB, load balancers, simulator
 #   src/golden/*.c        -> build/libdeepinfer_golden.a   the golden-set harness (check-golden, tests, benches)
 #   src/ep/*.c            -> build/libdeepinfer_ep.a       expert parallelism over MPI (the CLI, tests/unit/test_ep_*)
+#   src/gateway/*.c       -> build/libdeepinfer_gateway.a  `deepinfer gateway`: routing front of the workers
 #   tools/deepinfer/*.c   -> build/deepinfer             (the CLI)
 #   tests/unit/test_*.c   -> build/tests/test_*          (one binary per file, linked with the library)
 #   bench/bench_*.c       -> build/bench/bench_*         (bench/bench_*.py run with python3 too)
@@ -35,14 +36,20 @@ BENCH_LIBS = -lopenblas
 # --no-undefined, so an engine source calling into them fails to link) and are static libraries
 # that only the CLI, the tests and the benchmarks link; the linker takes from an archive only
 # the objects a program uses.
-LIB_SRC     := $(shell find src -name '*.c' -not -path 'src/cluster/*' -not -path 'src/golden/*' -not -path 'src/ep/*' | sort)
+LIB_SRC     := $(shell find src -name '*.c' -not -path 'src/cluster/*' -not -path 'src/golden/*' -not -path 'src/ep/*' \
+                 -not -path 'src/gateway/*' | sort)
 LIB_OBJ     := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLUSTER_SRC := $(shell find src/cluster -name '*.c' | sort)
 CLUSTER_OBJ := $(CLUSTER_SRC:%.c=$(BUILD)/obj/%.o)
 GOLDEN_SRC  := $(sort $(wildcard src/golden/*.c))
 GOLDEN_OBJ  := $(GOLDEN_SRC:%.c=$(BUILD)/obj/%.o)
+GATEWAY_SRC := $(sort $(wildcard src/gateway/*.c))
+GATEWAY_OBJ := $(GATEWAY_SRC:%.c=$(BUILD)/obj/%.o)
+# libcurl is the gateway's HTTP client: only the programs that link the gateway archive take it.
+GATEWAY_LIBS := -lcurl
 # Archives in link order: the add-on libraries before the engine library they call.
-TOOL_LIBS   := $(BUILD)/libdeepinfer_cluster.a $(BUILD)/libdeepinfer_golden.a $(BUILD)/libdeepinfer.a
+TOOL_LIBS   := $(BUILD)/libdeepinfer_gateway.a $(BUILD)/libdeepinfer_cluster.a $(BUILD)/libdeepinfer_golden.a \
+               $(BUILD)/libdeepinfer.a
 # Expert parallelism (include/deepinfer_ep.h) is the one part that links MPI (Open MPI, with
 # mpicc's own flags), so it is a library of its own that only the CLI and the tests named
 # test_ep_* link; the engine library (and libdeepinfer.so) never does.
@@ -66,7 +73,8 @@ FUZZ_SRC  := $(sort $(wildcard fuzz/fuzz_*.c))
 all: lib cli examples tools unit-tests bench-bins
 
 lib: $(BUILD)/libdeepinfer.a $(BUILD)/libdeepinfer.so $(BUILD)/libdeepinfer_internal.so \
-     $(BUILD)/libdeepinfer_cluster.a $(BUILD)/libdeepinfer_golden.a $(BUILD)/libdeepinfer_ep.a
+     $(BUILD)/libdeepinfer_cluster.a $(BUILD)/libdeepinfer_golden.a $(BUILD)/libdeepinfer_ep.a \
+     $(BUILD)/libdeepinfer_gateway.a
 cli: $(BUILD)/deepinfer
 unit-tests: $(TEST_BIN)
 examples: $(BUILD)/offline_inference
@@ -109,6 +117,9 @@ $(BUILD)/libdeepinfer_cluster.a: $(CLUSTER_OBJ)
 $(BUILD)/libdeepinfer_golden.a: $(GOLDEN_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
+$(BUILD)/libdeepinfer_gateway.a: $(GATEWAY_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
 # The shared library exports the public API of include/deepinfer.h and nothing else: the linker
 # version script lists the functions the header declares (tools/export-map.sh) and makes every
 # other symbol local, so no internal name (model_load, state_create, ...) becomes ABI.
@@ -127,19 +138,19 @@ $(BUILD)/libdeepinfer_internal.so: $(LIB_OBJ)
 	$(CC) -shared $(CFLAGS_ALL) -Wl,--no-undefined -o $@ $(LIB_OBJ) $(LDLIBS_ALL)
 
 $(BUILD)/deepinfer: $(CLI_OBJ) $(EP_LIBS)
-	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(EP_LIBS) $(LDLIBS_ALL) $(MPI_LIBS)
+	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(EP_LIBS) $(LDLIBS_ALL) $(MPI_LIBS) $(GATEWAY_LIBS)
 
 $(BUILD)/tests/test_ep_%: tests/unit/test_ep_%.c $(EP_LIBS) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -Itests/unit -o $@ $< $(EP_LIBS) $(LDLIBS_ALL) $(MPI_LIBS)
+	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -Itests/unit -o $@ $< $(EP_LIBS) $(LDLIBS_ALL) $(MPI_LIBS) $(GATEWAY_LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(TOOL_LIBS) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests/unit -o $@ $< $(TOOL_LIBS) $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -Itests/unit -o $@ $< $(TOOL_LIBS) $(LDLIBS_ALL) $(GATEWAY_LIBS)
 
 $(BUILD)/bench/%: bench/%.c $(TOOL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -O3 -Ibench -o $@ $< $(TOOL_LIBS) $(LDLIBS_ALL) $(BENCH_LIBS)
+	$(CC) $(CFLAGS_ALL) -O3 -Ibench -o $@ $< $(TOOL_LIBS) $(LDLIBS_ALL) $(GATEWAY_LIBS) $(BENCH_LIBS)
 
 # PCRE2 is the pre-tokenizer benchmark's baseline and used nowhere else.
 $(BUILD)/bench/bench_tokenizer_pretok: BENCH_LIBS += -lpcre2-8
@@ -165,13 +176,14 @@ FUZZ_BIN  := $(FUZZ_SRC:fuzz/%.c=build-fuzz/%)
 FUZZ_SECONDS ?= 30
 fuzz:
 	$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT=-O1 SAN="$(FUZZ_SAN)" EXTRA_CFLAGS=-Wno-error \
-	    build-fuzz/libdeepinfer.a build-fuzz/libdeepinfer_cluster.a build-fuzz/libdeepinfer_golden.a
+	    build-fuzz/libdeepinfer.a build-fuzz/libdeepinfer_cluster.a build-fuzz/libdeepinfer_golden.a \
+	    build-fuzz/libdeepinfer_gateway.a
 	$(MAKE) --no-print-directory $(FUZZ_BIN)
 
-FUZZ_LIBS := build-fuzz/libdeepinfer_cluster.a build-fuzz/libdeepinfer_golden.a build-fuzz/libdeepinfer.a
+FUZZ_LIBS := build-fuzz/libdeepinfer_gateway.a build-fuzz/libdeepinfer_cluster.a build-fuzz/libdeepinfer_golden.a build-fuzz/libdeepinfer.a
 build-fuzz/fuzz_%: fuzz/fuzz_%.c $(FUZZ_LIBS)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 $(ARCH) -Iinclude -Isrc -fsanitize=fuzzer,address,undefined \
-	    -pthread -o $@ $< $(FUZZ_LIBS) $(LDLIBS_ALL)
+	    -pthread -o $@ $< $(FUZZ_LIBS) $(LDLIBS_ALL) $(GATEWAY_LIBS)
 
 fuzz-run: fuzz
 	DI_FUZZ_SECONDS=$(FUZZ_SECONDS) DI_TEST_ONLY=fuzz tests/run_tests.sh

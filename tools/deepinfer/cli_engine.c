@@ -13,6 +13,8 @@
 #include "recipe/parse.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -359,4 +361,12 @@ void cli_sampling_defaults(DiSamplingParams *p, int max_tokens) {
     p->temperature = 0;
     p->max_tokens = max_tokens;
     p->has_seed = 1;
+}
+
+void cli_block_stop_signals(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, set, NULL);
+    signal(SIGPIPE, SIG_IGN);
 }

@@ -84,4 +84,9 @@ void cli_printer_free(CliPrinter *p);
 
 double cli_now_s(void);
 
+/* For a server command: block SIGTERM and SIGINT in *set (threads started after inherit the
+ * mask; the command sigwait()s on it) and ignore SIGPIPE. */
+#include <signal.h>
+void cli_block_stop_signals(sigset_t *set);
+
 #endif

@@ -320,11 +320,7 @@ int cmd_serve(int argc, char **argv) {
     }
     DiBackend backend = di_engine_backend_interface(eb);
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set, NULL); /* threads started below inherit the mask */
-    signal(SIGPIPE, SIG_IGN);
+    cli_block_stop_signals(&set); /* threads started below inherit the mask */
     DiServer *srv = di_server_start(&cfg, &backend);
     if (!srv) {
         fprintf(stderr, "deepinfer serve: %s\n", di_error_message());

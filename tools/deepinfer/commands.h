@@ -9,6 +9,7 @@
 int cmd_generate(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_gateway(int argc, char **argv);
 int cmd_make_tiny(int argc, char **argv);
 int cmd_check_golden(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

@@ -19,6 +19,7 @@ static const Command commands[] = {
     {"generate", cmd_generate, "generate text from a prompt (greedy or sampled)"},
     {"chat", cmd_chat, "interactive multi-turn chat"},
     {"serve", cmd_serve, "HTTP API server (OpenAI / Anthropic compatible)"},
+    {"gateway", cmd_gateway, "HTTP front that routes requests over serve workers"},
     {"make-tiny", cmd_make_tiny, "write a tiny V4.1 checkpoint in the official format"},
     {"check-golden", cmd_check_golden, "run a golden test set and compare logits"},
     {"tokenize", cmd_tokenize, "text on stdin -> {\"ids\":[...]}"},

@@ -1,0 +1,32 @@
+/* gw_load.h — a worker's GET /internal/load answer (pd-protocol.md) as the gateway reads it.
+ *
+ * Kept apart from the pool so the parser can be fuzzed on its own (fuzz/fuzz_gw_load.c): any
+ * byte string gives either a checked DiGwLoad or an error naming the field, never a crash. */
+#ifndef DI_GATEWAY_GW_LOAD_H
+#define DI_GATEWAY_GW_LOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#define DI_GW_LOAD_SAMPLES 16 /* the per-request prefill samples a worker reports (its ring) */
+
+typedef struct {
+    char role[16];        /* "prefill", "decode" or "both" */
+    char model[128];
+    char transfer[128];   /* the decode worker's transfer HOST:PORT; "" when null */
+    int64_t queued, running, kv_tokens;
+    int64_t steps, prefill_tokens, decode_tokens, block_tokens;
+    double step_seconds, prefill_seconds;
+    int64_t samples_total;            /* prefill samples the worker ever took */
+    int n_samples;                    /* the latest ones, oldest first */
+    int64_t sample_q[DI_GW_LOAD_SAMPLES], sample_c[DI_GW_LOAD_SAMPLES];
+    double sample_s[DI_GW_LOAD_SAMPLES];
+} DiGwLoad;
+
+/* Parse and check a load answer: counts must be integers >= 0, times finite and >= 0, role one
+ * of the three.  Fields added later are ignored (the gateway may be older than its workers);
+ * samples beyond DI_GW_LOAD_SAMPLES keep the newest.  -1 with the cause. */
+int di_gw_load_parse(const char *data, size_t len, DiGwLoad *out);
+
+#endif

@@ -1,0 +1,311 @@
+/* gw_pool.c — workers, health and the routing decisions of the gateway (see gw_pool.h). */
+#include "gateway/gw_pool.h"
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/mem.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void di_gw_pool_config_defaults(DiGwPoolConfig *cfg) {
+    if (!cfg) return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->max_requests = 1024;
+    cfg->max_kv_tokens = (int64_t)1 << 32;
+    cfg->lookahead_steps = 16;
+    cfg->policy = DI_DECODE_LB_BALANCED;
+    cfg->quota_alpha = 0.3;
+    cfg->quota_horizon_s = 1.0;
+}
+
+/* Prefill workers take tiers in index order: tier 0 the first quota[0], then tier 1... */
+static void assign_tiers(DiGwPool *p) {
+    int t = 0, left = p->have_quota ? p->quota.quota[0] : 0;
+    for (int i = 0; i < p->n; i++) {
+        p->w[i].tier = -1;
+        if (p->w[i].role != DI_GW_PREFILL || !p->have_quota) continue;
+        while (left == 0 && t + 1 < DI_PREFILL_TIERS) left = p->quota.quota[++t];
+        p->w[i].tier = t;
+        if (left > 0) left--;
+    }
+}
+
+int di_gw_pool_init(DiGwPool *p, const DiGwPoolConfig *cfg, const char *const *urls, const DiGwRole *roles, int n,
+                    const char *model) {
+    if (!p || !cfg || !urls || !roles || !model) return di_errorf("gateway pool: NULL argument");
+    memset(p, 0, sizeof *p);
+    if (n <= 0 || n > 4096) return di_errorf("gateway: 1..4096 workers are needed, got %d", n);
+    if (strlen(model) >= sizeof p->model) return di_errorf("gateway: model name longer than %zu bytes", sizeof p->model - 1);
+    if (cfg->max_requests <= 0 || cfg->max_kv_tokens <= 0 || cfg->lookahead_steps < 0)
+        return di_errorf("gateway: decode balancer capacities must be positive");
+    p->w = di_calloc((size_t)n, sizeof *p->w, "gateway workers");
+    p->last_samples_total = di_calloc((size_t)n, sizeof *p->last_samples_total, "gateway samples");
+    p->last_prefill_tokens = di_calloc((size_t)n, sizeof *p->last_prefill_tokens, "gateway counters");
+    p->last_prefill_seconds = di_calloc((size_t)n, sizeof *p->last_prefill_seconds, "gateway counters");
+    if (!p->w || !p->last_samples_total || !p->last_prefill_tokens || !p->last_prefill_seconds) {
+        di_gw_pool_free(p);
+        return -1;
+    }
+    p->n = n;
+    p->cfg = *cfg;
+    snprintf(p->model, sizeof p->model, "%s", model);
+    for (int i = 0; i < n; i++) {
+        if (!urls[i] || strlen(urls[i]) >= sizeof p->w[i].url || (unsigned)roles[i] > DI_GW_BOTH) {
+            di_gw_pool_free(p);
+            return di_errorf("gateway: worker %d: bad URL or role", i);
+        }
+        snprintf(p->w[i].url, sizeof p->w[i].url, "%s", urls[i]);
+        p->w[i].role = roles[i];
+        p->w[i].missed = DI_GW_MISSES_OUT; /* out until its first heartbeat answers */
+        snprintf(p->w[i].why, sizeof p->w[i].why, "no heartbeat answered yet");
+        p->n_prefill += roles[i] == DI_GW_PREFILL;
+    }
+    if (p->n_prefill > 0) {
+        DiPrefillQuotaConfig qc = {.num_instances = p->n_prefill, .ewma_alpha = cfg->quota_alpha,
+                                   .horizon_s = cfg->quota_horizon_s};
+        if (di_prefill_quota_init(&p->quota, &qc) != 0) {
+            di_gw_pool_free(p);
+            return di_error_wrap("gateway: prefill quotas");
+        }
+        p->have_quota = true;
+    }
+    assign_tiers(p);
+    pthread_mutex_init(&p->lock, NULL);
+    return 0;
+}
+
+void di_gw_pool_free(DiGwPool *p) {
+    if (!p) return;
+    if (p->w && p->n > 0) pthread_mutex_destroy(&p->lock);
+    free(p->w);
+    free(p->last_samples_total);
+    free(p->last_prefill_tokens);
+    free(p->last_prefill_seconds);
+    memset(p, 0, sizeof *p);
+}
+
+bool di_gw_pool_pd(const DiGwPool *p) {
+    bool pre = false, dec = false;
+    for (int i = 0; p && i < p->n; i++) {
+        pre |= p->w[i].role == DI_GW_PREFILL;
+        dec |= p->w[i].role == DI_GW_DECODE;
+    }
+    return pre && dec;
+}
+
+static void set_out(DiGwPool *p, int i, const char *why) {
+    DiGwWorker *w = &p->w[i];
+    if (w->healthy) DI_WARN("gateway: worker %s leaves rotation: %s", w->url, why);
+    w->healthy = false;
+    w->pending = w->pending_kv = 0;
+    snprintf(w->why, sizeof w->why, "%s", why);
+}
+
+/* The new prefill samples of a load answer into the fit's ring, and its counter deltas. */
+static void take_samples(DiGwPool *p, int i, const DiGwLoad *l) {
+    int64_t fresh = l->samples_total - p->last_samples_total[i];
+    if (fresh < 0 || !p->w[i].seen) fresh = l->samples_total; /* a restarted worker counts anew */
+    if (fresh > l->n_samples) fresh = l->n_samples;
+    for (int k = l->n_samples - (int)fresh; k < l->n_samples; k++) {
+        size_t slot = (size_t)(p->fit_total % DI_GW_FIT_SAMPLES);
+        p->fit_q[slot] = l->sample_q[k];
+        p->fit_c[slot] = l->sample_c[k];
+        p->fit_ns[slot] = l->sample_s[k] * 1e9;
+        p->fit_total++;
+    }
+    p->last_samples_total[i] = l->samples_total;
+    int64_t dt = l->prefill_tokens - p->last_prefill_tokens[i];
+    double ds = l->prefill_seconds - p->last_prefill_seconds[i];
+    if (p->w[i].seen && dt > 0 && ds > 0) {
+        p->delta_tokens += (double)dt;
+        p->delta_seconds += ds;
+    }
+    p->last_prefill_tokens[i] = l->prefill_tokens;
+    p->last_prefill_seconds[i] = l->prefill_seconds;
+}
+
+static bool role_fits(DiGwRole want, const char *got) {
+    if (strcmp(got, "both") == 0) return true; /* a both worker serves every endpoint */
+    return (want == DI_GW_PREFILL && strcmp(got, "prefill") == 0) || (want == DI_GW_DECODE && strcmp(got, "decode") == 0);
+}
+
+void di_gw_pool_heartbeat(DiGwPool *p, int i, const DiGwLoad *load, const char *why) {
+    if (!p || i < 0 || i >= p->n) return;
+    pthread_mutex_lock(&p->lock);
+    DiGwWorker *w = &p->w[i];
+    char msg[256];
+    if (!load) {
+        if (++w->missed >= DI_GW_MISSES_OUT) set_out(p, i, why ? why : "heartbeat failed");
+    } else if (strcmp(load->model, p->model) != 0) {
+        snprintf(msg, sizeof msg, "serves model '%.100s', not '%.100s'", load->model, p->model);
+        set_out(p, i, msg);
+    } else if (!role_fits(w->role, load->role)) {
+        snprintf(msg, sizeof msg, "reports role '%s', configured as another", load->role);
+        set_out(p, i, msg);
+    } else {
+        take_samples(p, i, load);
+        if (!w->healthy) DI_INFO("gateway: worker %s joins rotation", w->url);
+        w->load = *load;
+        w->healthy = w->seen = true;
+        w->missed = 0;
+        w->pending = w->pending_kv = 0;
+        w->why[0] = 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+void di_gw_pool_refused(DiGwPool *p, int i, const char *why) {
+    if (!p || i < 0 || i >= p->n) return;
+    pthread_mutex_lock(&p->lock);
+    p->w[i].failures++;
+    p->w[i].missed = DI_GW_MISSES_OUT;
+    set_out(p, i, why ? why : "refused");
+    pthread_mutex_unlock(&p->lock);
+}
+
+int di_gw_pool_healthy(DiGwPool *p) {
+    int n = 0;
+    if (!p) return 0;
+    pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < p->n; i++) n += p->w[i].healthy;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+/* ---- decode ------------------------------------------------------------------------------ */
+
+static bool decode_candidate(const DiGwPool *p, int i, bool pd, int exclude) {
+    const DiGwWorker *w = &p->w[i];
+    return i != exclude && w->healthy && (!pd || w->role != DI_GW_PREFILL);
+}
+
+int di_gw_pool_pick_decode(DiGwPool *p, int64_t prompt_tokens, int exclude) {
+    if (!p || !p->w) return di_errorf("gateway pool: not initialised");
+    if (prompt_tokens < 0) return di_errorf("gateway: negative prompt length");
+    pthread_mutex_lock(&p->lock);
+    bool pd = di_gw_pool_pd(p);
+    int *map = malloc((size_t)p->n * sizeof *map), G = 0, pick = -1;
+    for (int i = 0; map && i < p->n; i++)
+        if (decode_candidate(p, i, pd, exclude)) map[G++] = i;
+    DiDecodeLb lb;
+    DiDecodeLbConfig dc = {.num_ranks = G, .lookahead_steps = p->cfg.lookahead_steps,
+                           .max_requests = p->cfg.max_requests, .max_kv_tokens = p->cfg.max_kv_tokens,
+                           .policy = p->cfg.policy};
+    if (!map) {
+        di_errorf("gateway: out of memory");
+    } else if (G == 0) {
+        di_errorf("no %sworker is in rotation", pd ? "decode " : "");
+    } else if (di_decode_lb_init(&lb, &dc) == 0) {
+        for (int g = 0; g < G; g++) {
+            const DiGwWorker *w = &p->w[map[g]];
+            lb.ranks[g] = (DiDecodeRank){.n = w->load.running + w->load.queued, .kv = w->load.kv_tokens,
+                                         .pending = w->pending, .pending_kv = w->pending_kv};
+        }
+        int g = di_decode_lb_pick(&lb, prompt_tokens);
+        di_decode_lb_free(&lb);
+        if (g >= 0) {
+            pick = map[g];
+            p->w[pick].pending++;
+            p->w[pick].pending_kv += prompt_tokens;
+            p->w[pick].routed++;
+        }
+    }
+    free(map);
+    pthread_mutex_unlock(&p->lock);
+    return pick;
+}
+
+void di_gw_pool_decode_done(DiGwPool *p, int i, int64_t prompt_tokens) {
+    if (!p || i < 0 || i >= p->n) return;
+    pthread_mutex_lock(&p->lock);
+    DiGwWorker *w = &p->w[i];
+    if (w->pending > 0) { /* not yet folded into a heartbeat's load */
+        w->pending--;
+        w->pending_kv = w->pending_kv > prompt_tokens ? w->pending_kv - prompt_tokens : 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* ---- prefill ----------------------------------------------------------------------------- */
+
+/* Predicted cost of a prefill: the fitted model, else (no fit yet) the token count as a
+ * unit-less proxy that still orders the choices. */
+static double prefill_cost(const DiGwPool *p, int64_t q, int64_t c) {
+    if (p->fit_kind == DI_GW_FIT_NONE) return (double)q;
+    double ns = di_prefill_cost_ns(&p->cost, q, c);
+    return isfinite(ns) && ns > 0 ? ns : (double)q;
+}
+
+int di_gw_pool_pick_prefill(DiGwPool *p, int64_t q, int64_t c, int exclude, int *tier, double *cost_ns) {
+    if (!p || !p->w || !tier || !cost_ns) return di_errorf("gateway pool: NULL argument");
+    if (q < 0 || c < 0 || q > INT64_MAX - c) return di_errorf("gateway: bad prefill length");
+    int t = di_prefill_tier(q + c);
+    if (t < 0) return -1;
+    pthread_mutex_lock(&p->lock);
+    double cost = prefill_cost(p, q, c);
+    int best = -1;
+    for (int pass = 0; pass < 2 && best < 0; pass++) /* its tier's instances, then any (lending) */
+        for (int i = 0; i < p->n; i++) {
+            const DiGwWorker *w = &p->w[i];
+            if (i == exclude || !w->healthy || w->role != DI_GW_PREFILL || (pass == 0 && w->tier != t)) continue;
+            if (best < 0 || w->prefill_inflight_ns < p->w[best].prefill_inflight_ns ||
+                (w->prefill_inflight_ns == p->w[best].prefill_inflight_ns &&
+                 w->load.queued + w->load.running < p->w[best].load.queued + p->w[best].load.running))
+                best = i;
+        }
+    if (best >= 0) {
+        p->w[best].prefill_inflight_ns += cost;
+        p->w[best].routed++;
+        p->w[best].routed_tier[t]++;
+        p->tier_inflight_ns[t] += cost;
+        p->arrivals[t] += 1;
+        p->tier_cost_sum[t] += cost;
+        p->routed_tier[t]++;
+        *tier = t;
+        *cost_ns = cost;
+    } else {
+        di_errorf("no prefill worker is in rotation");
+    }
+    pthread_mutex_unlock(&p->lock);
+    return best;
+}
+
+void di_gw_pool_prefill_done(DiGwPool *p, int i, int tier, double cost_ns) {
+    if (!p || i < 0 || i >= p->n || tier < 0 || tier >= DI_PREFILL_TIERS) return;
+    pthread_mutex_lock(&p->lock);
+    p->w[i].prefill_inflight_ns = fmax(0.0, p->w[i].prefill_inflight_ns - cost_ns);
+    p->tier_inflight_ns[tier] = fmax(0.0, p->tier_inflight_ns[tier] - cost_ns);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* ---- the period: quotas and the fit -------------------------------------------------------- */
+
+static void refit(DiGwPool *p) {
+    size_t n = p->fit_total < DI_GW_FIT_SAMPLES ? (size_t)p->fit_total : DI_GW_FIT_SAMPLES;
+    DiPrefillCost m;
+    if (n >= 5 && di_prefill_cost_fit(p->fit_q, p->fit_c, p->fit_ns, n, 1, &m) == 0 && m.a >= 0 && m.b >= 0 &&
+        m.d >= 0 && m.e >= 0 && m.f >= 0 && m.a + m.b + m.d + m.e > 0) {
+        p->cost = m;
+        p->fit_kind = DI_GW_FIT_FULL;
+    } else if (p->delta_tokens > 0 && p->delta_seconds > 0) {
+        p->cost = (DiPrefillCost){.d = p->delta_seconds * 1e9 / p->delta_tokens};
+        p->fit_kind = DI_GW_FIT_LINEAR;
+    }
+}
+
+void di_gw_pool_period(DiGwPool *p, double dt_s) {
+    if (!p || !p->w || !(dt_s > 0)) return;
+    pthread_mutex_lock(&p->lock);
+    refit(p);
+    if (p->have_quota) {
+        double mean[DI_PREFILL_TIERS];
+        for (int t = 0; t < DI_PREFILL_TIERS; t++) mean[t] = p->arrivals[t] > 0 ? p->tier_cost_sum[t] / p->arrivals[t] : 0;
+        if (di_prefill_quota_update(&p->quota, p->tier_inflight_ns, p->arrivals, mean, dt_s) == 0) assign_tiers(p);
+        memset(p->arrivals, 0, sizeof p->arrivals);
+        memset(p->tier_cost_sum, 0, sizeof p->tier_cost_sum);
+    }
+    pthread_mutex_unlock(&p->lock);
+}
