@@ -96,6 +96,7 @@ static void proxy_free(void *cls) {
     Proxy *x = cls;
     if (!x) return;
     if (!x->ended && x->up) atomic_fetch_add(&x->g->client_aborts, 1);
+    prefill_finished(x);
     di_gw_upstream_free(x->up); /* aborts a live exchange: the worker frees the request */
     if (x->prefill && !x->prefill_counted) {
         di_gw_upstream_free(x->prefill); /* the prefill worker aborts and sends ABORT(room) */

@@ -142,3 +142,37 @@ def serving(prefix):
         s = Serve(cache)
         yield s
         assert s.stop() == 0
+
+
+class Gateway:
+    """`deepinfer gateway --port 0` over worker URLs (args: the role flags and URLs, options),
+    with the tokenizer of the built-in tiny model under `cache`; its log in a file."""
+
+    def __init__(self, cache, *args):
+        self.log_path = os.path.join(cache, f"gateway-{time.monotonic_ns()}.log")
+        self.log = open(self.log_path, "w")
+        env = dict(os.environ, XDG_CACHE_HOME=cache)
+        env.pop("DEEPINFER_HF_MODEL_DIR", None)
+        self.proc = subprocess.Popen([DEEPINFER, "gateway", "--port", "0", *map(str, args)], env=env,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        port = None
+        end = time.time() + 60
+        while port is None and time.time() < end and self.proc.poll() is None:
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(self.log_path).read())
+            port = int(m.group(1)) if m else time.sleep(0.05)
+        if port is None:
+            self.proc.kill()
+            raise RuntimeError("deepinfer gateway did not start:\n" + open(self.log_path).read())
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    def metrics(self):
+        text = urllib.request.urlopen(self.url + "/metrics", timeout=10).read().decode()
+        return {k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in text.splitlines() if ln and ln[0] != "#")}
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            self.log.close()

@@ -1,0 +1,175 @@
+"""`deepinfer gateway` over `deepinfer serve` workers on loopback (serving.md §5, issue 24):
+outputs through the gateway equal a worker's own (greedy and seeded: the engine is exact and
+batch-invariant, so a single worker is the reference), streaming through the gateway with the
+official OpenAI and Anthropic SDKs, the workers' GET /internal/load, the PD flow's gateway half
+(prefill + decode pools), a client that leaves aborts the worker's request, and kill -9 of a
+worker: the gateway keeps serving with the other, then the restarted worker rejoins."""
+import json
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from server_fixture import MODEL, Gateway, Serve, engine_idle, post_json, wait_until  # noqa: E402
+
+openai = pytest.importorskip("openai")  # required: tools/install-deps.sh installs it
+anthropic = pytest.importorskip("anthropic")
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "tell me about the sea"}], "max_tokens": 12,
+        "temperature": 0, "thinking": {"type": "disabled"}}  # thinking would fix temperature at 1
+SEEDED = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0.9, "seed": 1234}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with tempfile.TemporaryDirectory(prefix="di-gw-") as cache:
+        workers = [Serve(cache), Serve(cache)]
+        gw = None
+        try:
+            gw = Gateway(cache, "--both", workers[0].url, workers[1].url, "--heartbeat-ms", 200)
+            yield cache, workers, gw
+        finally:
+            if gw:
+                assert gw.stop() == 0
+            for w in workers:
+                w.stop()
+
+
+def answer(body):
+    """What must not depend on the route: the generated text, finish reason and token counts."""
+    c = body["choices"][0]
+    text = c["message"]["content"] + (c["message"].get("reasoning_content") or "") if "message" in c else c["text"]
+    return text, c["finish_reason"], body["usage"]["completion_tokens"], body["usage"]["prompt_tokens"]
+
+
+def test_internal_load_reports_the_worker(cluster):
+    _, workers, _ = cluster
+    st, body = post_json(workers[0], "/v1/completions", dict(SEEDED, max_tokens=3))
+    assert st == 200
+    prompt = body["usage"]["prompt_tokens"]
+    load = json.loads(urllib.request.urlopen(workers[0].url + "/internal/load", timeout=10).read())
+    assert load["role"] == "both" and load["model"] == MODEL
+    assert load["running"] == 0 and load["kv_tokens"] == 0 and load["transfer"] is None
+    assert load["prefill_tokens"] >= prompt and load["prefill_seconds"] > 0 and load["decode_tokens"] >= 2
+    q, c, s = load["prefill_samples"][-1]
+    assert q + c == prompt and s > 0 and load["prefill_samples_total"] >= 1
+
+
+def test_greedy_and_seeded_outputs_equal_direct(cluster):
+    _, workers, gw = cluster
+    for path, body in (("/v1/chat/completions", CHAT), ("/v1/completions", SEEDED)):
+        st, direct = post_json(workers[1], path, body)
+        assert st == 200
+        for _ in range(3):  # several routes: either worker answers the same
+            st, via = post_json(gw, path, body)
+            assert st == 200, via
+            assert answer(via) == answer(direct)
+    st, err = post_json(gw, "/v1/chat/completions", dict(CHAT, max_tokens=-1))
+    assert st == 400 and "max_tokens" in err["error"]["message"]  # the worker's own refusal, passed through
+
+
+def test_streaming_through_the_gateway_with_the_sdks(cluster):
+    _, workers, gw = cluster
+    msgs = [{"role": "user", "content": "a short poem"}]
+    direct = openai.OpenAI(base_url=workers[0].url + "/v1", api_key="x", max_retries=0, timeout=30)
+    via = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0, timeout=30)
+
+    def chat_text(client):
+        out = []
+        for ch in client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=10, temperature=0,
+                                                 stream=True, extra_body={"thinking": {"type": "disabled"}}):
+            if ch.choices:
+                d = ch.choices[0].delta
+                out.append((d.content or "") + (d.model_extra.get("reasoning_content") or ""))
+        return "".join(out)
+
+    assert chat_text(via) == chat_text(direct) != ""
+    ant_direct = anthropic.Anthropic(base_url=workers[0].url, api_key="x", max_retries=0, timeout=30)
+    ant_via = anthropic.Anthropic(base_url=gw.url, api_key="x", max_retries=0, timeout=30)
+
+    def messages_events(client):
+        with client.messages.stream(model=MODEL, max_tokens=10, messages=msgs,
+                                    extra_body={"temperature": 0, "thinking": {"type": "disabled"}}) as s:
+            events = [e.type for e in s]
+            return events, s.get_final_message().content
+
+    assert messages_events(ant_via) == messages_events(ant_direct)
+    m = gw.metrics()
+    assert m['deepinfer_gateway_worker_healthy{worker="%s",role="both"}' % workers[0].url] == 1
+    assert m["deepinfer_gateway_tier_requests_total{tier=\"0\"}"] >= 2
+    assert m["deepinfer_gateway_prefill_cost_fit{method=\"none\"}"] == 0  # fitted from the workers' measurements
+    assert m["deepinfer_gateway_prefill_cost_ns{coef=\"d\"}"] > 0
+
+
+def test_client_disconnect_aborts_the_worker_request(cluster):
+    _, workers, gw = cluster
+    aborted = sum(w.metrics()["deepinfer_requests_aborted_total"] for w in workers)
+    body = json.dumps({"model": MODEL, "prompt": "go on", "max_tokens": 100000, "ignore_eos": True,
+                       "stream": True}).encode()
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    got = b""
+    while b"data:" not in got and len(got) < 65536:
+        chunk = s.recv(4096)
+        assert chunk, got
+        got += chunk
+    s.close()
+    assert wait_until(lambda: all(engine_idle(w.metrics) for w in workers), timeout=15)
+    assert sum(w.metrics()["deepinfer_requests_aborted_total"] for w in workers) == aborted + 1
+    assert wait_until(lambda: gw.metrics()["deepinfer_gateway_client_aborts_total"] >= 1, timeout=5)
+
+
+def test_pd_pools_route_prefill_and_decode_halves(cluster):
+    cache, workers, _ = cluster
+    gw = Gateway(cache, "--prefill", workers[0].url, "--decode", workers[1].url, "--heartbeat-ms", 200)
+    try:
+        st, direct = post_json(workers[1], "/v1/chat/completions", CHAT)
+        for _ in range(2):
+            st, via = post_json(gw, "/v1/chat/completions", CHAT)
+            assert st == 200 and answer(via) == answer(direct)
+        m = gw.metrics()
+        assert m["deepinfer_gateway_pd_requests_total"] == 2
+        assert m['deepinfer_gateway_worker_tier_routed_total{worker="%s",tier="0"}' % workers[0].url] == 2
+        assert m['deepinfer_gateway_worker_routed_total{worker="%s",role="decode"}' % workers[1].url] == 2
+    finally:
+        assert gw.stop() == 0
+
+
+def test_kill_a_worker_then_it_rejoins():
+    with tempfile.TemporaryDirectory(prefix="di-gw-kill-") as cache:
+        a, b = Serve(cache), Serve(cache)
+        gw = Gateway(cache, "--both", a.url, b.url, "--heartbeat-ms", 200)
+        try:
+            assert post_json(gw, "/v1/completions", SEEDED)[0] == 200
+            a.proc.send_signal(signal.SIGKILL)
+            a.proc.wait(timeout=10)
+            t0 = time.time()
+            for _ in range(4):  # the first may still be routed to the dead one: retried on b
+                st, body = post_json(gw, "/v1/completions", SEEDED, timeout=30)
+                assert st == 200, body
+            assert time.time() - t0 < 20
+            healthy_a = 'deepinfer_gateway_worker_healthy{worker="%s",role="both"}' % a.url
+            assert wait_until(lambda: gw.metrics()[healthy_a] == 0, timeout=5)
+            a2 = Serve(cache, "--port", a.port)  # the same address again
+            try:
+                assert wait_until(lambda: gw.metrics()[healthy_a] == 1, timeout=10)
+                routed_a = 'deepinfer_gateway_worker_routed_total{worker="%s",role="both"}' % a.url
+                before = gw.metrics()[routed_a]
+                for _ in range(3):
+                    assert post_json(gw, "/v1/completions", SEEDED)[0] == 200
+                assert gw.metrics()[routed_a] > before  # back in rotation (idle ties go to it)
+            finally:
+                a2.stop()
+        finally:
+            assert gw.stop() == 0
+            b.stop()
+            if a.proc.poll() is None:
+                a.proc.kill()
+            a.log.close()
