@@ -98,6 +98,27 @@ def engine_idle(metrics):
             and m["deepinfer_queue_length"] == 0)
 
 
+def start_logged(command, args, env, log, log_path, timeout):
+    """`deepinfer COMMAND --port 0 ARGS` logging to `log`; (process, the port it announced)."""
+    proc = subprocess.Popen([DEEPINFER, command, "--port", "0", *map(str, args)], env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    port = None
+    end = time.time() + timeout
+    while port is None and time.time() < end and proc.poll() is None:
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(log_path).read())
+        port = int(m.group(1)) if m else time.sleep(0.05)
+    if port is None:
+        proc.kill()
+        raise RuntimeError(f"deepinfer {command} did not start:\n" + open(log_path).read())
+    return proc, port
+
+
+def scrape_metrics(url):
+    """GET url/metrics as {series: value}."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    return {k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in text.splitlines() if ln and ln[0] != "#")}
+
+
 class Serve:
     """`deepinfer serve --port 0` on the built-in tiny model cached under `cache` (used as
     XDG_CACHE_HOME; generated on first use), with its log in a file (a pipe could fill and block
@@ -109,23 +130,13 @@ class Serve:
         env = dict(os.environ, XDG_CACHE_HOME=cache)
         env.pop("DEEPINFER_HF_MODEL_DIR", None)
         env.pop("DEEPINFER_API_KEY", None)
-        self.proc = subprocess.Popen([DEEPINFER, "serve", "--port", "0", *map(str, args)], env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        port = None
-        end = time.time() + 120  # first use generates the tiny model
-        while port is None and time.time() < end and self.proc.poll() is None:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(self.log_path).read())
-            port = int(m.group(1)) if m else time.sleep(0.05)
-        if port is None:
-            self.proc.kill()
-            raise RuntimeError("deepinfer serve did not start:\n" + open(self.log_path).read())
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
+        # 120 s: the first use generates the tiny model
+        self.proc, self.port = start_logged("serve", args, env, self.log, self.log_path, 120)
+        self.url = f"http://127.0.0.1:{self.port}"
         self.model_dir = os.path.join(cache, "deepinfer", "tiny-v41")
 
     def metrics(self):
-        text = urllib.request.urlopen(self.url + "/metrics", timeout=10).read().decode()
-        return {k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in text.splitlines() if ln and ln[0] != "#")}
+        return scrape_metrics(self.url)
 
     def stop(self):
         self.proc.terminate()
@@ -153,22 +164,11 @@ class Gateway:
         self.log = open(self.log_path, "w")
         env = dict(os.environ, XDG_CACHE_HOME=cache)
         env.pop("DEEPINFER_HF_MODEL_DIR", None)
-        self.proc = subprocess.Popen([DEEPINFER, "gateway", "--port", "0", *map(str, args)], env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        port = None
-        end = time.time() + 60
-        while port is None and time.time() < end and self.proc.poll() is None:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(self.log_path).read())
-            port = int(m.group(1)) if m else time.sleep(0.05)
-        if port is None:
-            self.proc.kill()
-            raise RuntimeError("deepinfer gateway did not start:\n" + open(self.log_path).read())
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
+        self.proc, self.port = start_logged("gateway", args, env, self.log, self.log_path, 60)
+        self.url = f"http://127.0.0.1:{self.port}"
 
     def metrics(self):
-        text = urllib.request.urlopen(self.url + "/metrics", timeout=10).read().decode()
-        return {k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in text.splitlines() if ln and ln[0] != "#")}
+        return scrape_metrics(self.url)
 
     def stop(self):
         self.proc.terminate()
