@@ -28,7 +28,7 @@ static void usage(FILE *out) {
             "usage: deepinfer serve [options]\n\n"
             "HTTP API server: OpenAI Chat Completions, Completions and Responses, Anthropic Messages,\n"
             "plus GET /v1/models[/ID], /health, /metrics (Prometheus), /openapi.json, /version and\n"
-            "POST /tokenize, /detokenize (vLLM's shapes).\n\n"
+            "POST /tokenize, /detokenize (vLLM's shapes), and GET /internal/load (the load a gateway routes on).\n\n"
             "  --model DIR              model directory (default: $DEEPINFER_HF_MODEL_DIR, else the built-in tiny model)\n"
             "  --served-model-name NAME the model name clients send and /v1/models lists (default DeepSeek-V4.1-Flash)\n"
             "  --context-limit N        prompt + output tokens of one request (default 1048576)\n"
