@@ -107,12 +107,11 @@ def test_streaming_through_the_gateway_with_the_sdks(cluster):
     assert m["deepinfer_gateway_prefill_cost_ns{coef=\"d\"}"] > 0
 
 
-def test_client_disconnect_aborts_the_worker_request(cluster):
-    _, workers, gw = cluster
-    aborted = sum(w.metrics()["deepinfer_requests_aborted_total"] for w in workers)
+def open_stream(port):
+    """A raw HTTP/1.1 streamed completion that runs for long, read until its first data event."""
     body = json.dumps({"model": MODEL, "prompt": "go on", "max_tokens": 100000, "ignore_eos": True,
                        "stream": True}).encode()
-    s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+    s = socket.create_connection(("127.0.0.1", port), timeout=20)
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
     got = b""
@@ -120,7 +119,25 @@ def test_client_disconnect_aborts_the_worker_request(cluster):
         chunk = s.recv(4096)
         assert chunk, got
         got += chunk
+    return s
+
+
+def read_to_end(s):
+    """What is left of a chunked answer up to its last chunk, reading for 30 s at most."""
+    got, end = b"", time.time() + 30
+    while not got.endswith(b"0\r\n\r\n") and time.time() < end:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
     s.close()
+    return got[-4096:]
+
+
+def test_client_disconnect_aborts_the_worker_request(cluster):
+    _, workers, gw = cluster
+    aborted = sum(w.metrics()["deepinfer_requests_aborted_total"] for w in workers)
+    open_stream(gw.port).close()
     assert wait_until(lambda: all(engine_idle(w.metrics) for w in workers), timeout=15)
     assert sum(w.metrics()["deepinfer_requests_aborted_total"] for w in workers) == aborted + 1
     assert wait_until(lambda: gw.metrics()["deepinfer_gateway_client_aborts_total"] >= 1, timeout=5)
@@ -148,8 +165,14 @@ def test_kill_a_worker_then_it_rejoins():
         gw = Gateway(cache, "--both", a.url, b.url, "--heartbeat-ms", 200)
         try:
             assert post_json(gw, "/v1/completions", SEEDED)[0] == 200
+            # a long stream on a (both idle: the balancer's tie goes to the first), then a dies
+            # mid-stream: the client gets an error event and the end of the stream, no hang
+            s = open_stream(gw.port)
             a.proc.send_signal(signal.SIGKILL)
             a.proc.wait(timeout=10)
+            rest = read_to_end(s)
+            assert b"the worker failed in the middle of the answer" in rest and rest.endswith(b"0\r\n\r\n")
+            assert gw.metrics()["deepinfer_gateway_stream_errors_total"] == 1
             t0 = time.time()
             for _ in range(4):  # the first may still be routed to the dead one: retried on b
                 st, body = post_json(gw, "/v1/completions", SEEDED, timeout=30)
