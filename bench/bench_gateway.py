@@ -51,6 +51,13 @@ def ttft(port, i):
     return first
 
 
+def cpu_seconds(pid):
+    """User + system CPU seconds of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wave(port, n, base):
     out = [None] * n
     threads = [threading.Thread(target=lambda k=k: out.__setitem__(k, ttft(port, base + k))) for k in range(n)]
@@ -72,14 +79,17 @@ def main():
             wave(worker.port, 4, 0)  # warm up both paths
             wave(gw.port, 4, 0)
             for streams, rounds in ROUNDS.items():
-                direct, via = [], []
+                direct, via, cpu = [], [], 0.0
                 for r in range(rounds):
                     base = 1000 * streams + 100 * r
                     direct += wave(worker.port, streams, base)
+                    c0 = cpu_seconds(gw.proc.pid)
                     via += wave(gw.port, streams, base)
+                    cpu += cpu_seconds(gw.proc.pid) - c0
                 d, g = statistics.median(direct), statistics.median(via)
                 print(f"{streams:2d} concurrent streams: p50 TTFT direct {d * 1e3:7.2f} ms, gateway {g * 1e3:7.2f} ms, "
-                      f"ratio {g / d:.3f} (target <= 1.1; {len(direct)} requests each)")
+                      f"ratio {g / d:.3f} (target <= 1.1; {len(direct)} requests each; gateway CPU "
+                      f"{cpu / len(via) * 1e3:.2f} ms per request)")
         finally:
             gw.stop()
             worker.stop()

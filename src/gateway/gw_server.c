@@ -428,6 +428,7 @@ void di_gateway_stop(DiGateway *g) {
     if (g->heartbeat_started) pthread_join(g->heartbeat, NULL);
     di_serve_text_close(g->text);
     di_gw_pool_free(&g->pool);
+    di_gw_upstream_global_cleanup();
     pthread_mutex_destroy(&g->quit_lock);
     pthread_cond_destroy(&g->quit_cond);
     free(g);

@@ -37,6 +37,35 @@ struct DiGwUpstream {
     double t_start, t_last;
 };
 
+/* Idle libcurl handles, each keeping its connection to a worker open (HTTP keep-alive), so a
+ * request does not pay a TCP connect; taken by the next exchange, whatever its worker. */
+#define IDLE_HANDLES 128
+static pthread_mutex_t idle_lock = PTHREAD_MUTEX_INITIALIZER;
+static CURL *idle_handles[IDLE_HANDLES];
+static int n_idle;
+
+static CURL *handle_get(void) {
+    pthread_mutex_lock(&idle_lock);
+    CURL *h = n_idle > 0 ? idle_handles[--n_idle] : NULL;
+    pthread_mutex_unlock(&idle_lock);
+    return h ? h : curl_easy_init();
+}
+
+static void handle_put(CURL *h) {
+    if (!h) return;
+    curl_easy_reset(h); /* options cleared; the connection cache stays */
+    pthread_mutex_lock(&idle_lock);
+    if (n_idle < IDLE_HANDLES) idle_handles[n_idle++] = h, h = NULL;
+    pthread_mutex_unlock(&idle_lock);
+    if (h) curl_easy_cleanup(h);
+}
+
+void di_gw_upstream_global_cleanup(void) {
+    pthread_mutex_lock(&idle_lock);
+    while (n_idle > 0) curl_easy_cleanup(idle_handles[--n_idle]);
+    pthread_mutex_unlock(&idle_lock);
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -159,7 +188,7 @@ DiGwUpstream *di_gw_upstream_start(const char *method, const char *url, const ch
     u->t_start = u->t_last = now_s();
     size_t ulen = strlen(url) + strlen(path) + 1;
     char *full = malloc(ulen);
-    u->curl = curl_easy_init();
+    u->curl = handle_get();
     u->body = malloc(body_len + 1);
     if (!full || !u->curl || !u->body) {
         free(full);
@@ -302,7 +331,7 @@ void di_gw_upstream_free(DiGwUpstream *u) {
     if (!u) return;
     atomic_store(&u->abort, true);
     if (u->started) pthread_join(u->thread, NULL);
-    if (u->curl) curl_easy_cleanup(u->curl);
+    handle_put(u->curl);
     curl_slist_free_all(u->headers);
     pthread_mutex_destroy(&u->lock);
     pthread_cond_destroy(&u->cond);

@@ -48,7 +48,9 @@ bool di_gw_upstream_done(DiGwUpstream *u, int *status);
 /* Abort (if still running), join the thread and free. */
 void di_gw_upstream_free(DiGwUpstream *u);
 
-/* The process-wide libcurl set-up; once, before any thread starts a request. */
+/* The process-wide libcurl set-up; once, before any thread starts a request.  The cleanup frees
+ * the idle connections kept for reuse (after the last exchange). */
 int di_gw_upstream_global_init(void);
+void di_gw_upstream_global_cleanup(void);
 
 #endif
