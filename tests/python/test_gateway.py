@@ -196,3 +196,107 @@ def test_kill_a_worker_then_it_rejoins():
             if a.proc.poll() is None:
                 a.proc.kill()
             a.log.close()
+
+
+class FakeWorker:
+    """A scripted worker: answers GET /internal/load as a `role` worker (transfer address
+    127.0.0.1:7777 for decode), records every POST (path, headers, JSON body) and answers it by
+    `mode`: "ok" (a fixed chat completion), "close" (drops the connection, no byte), "hang"
+    (holds it without a byte for 10 s).  A decode worker given `room_from` (the prefill worker)
+    answers only once that one got its POST, as a real one waits for the room's KV."""
+
+    def __init__(self, role="both", mode="ok", room_from=None):
+        import http.server
+        import threading
+        self.role, self.mode, self.posts = role, mode, []
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                if self.path != "/internal/load":
+                    self.send_error(404)
+                    return
+                load = {"role": fake.role, "model": MODEL, "queued": 0, "running": 0, "kv_tokens": 0,
+                        "transfer": "127.0.0.1:7777" if fake.role == "decode" else None}
+                self.reply(200, json.dumps(load).encode())
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.posts.append((self.path, dict(self.headers), body))
+                if fake.mode == "close":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if fake.mode == "hang":
+                    time.sleep(10)
+                    return
+                if room_from is not None:
+                    wait_until(lambda: room_from.posts, timeout=5)
+                self.reply(200, json.dumps({"choices": [{"message": {"content": "fake"}}]}).encode())
+
+            def reply(self, status, data):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("mode", ["close", "hang"])
+def test_a_worker_failing_before_any_byte_is_retried_on_another(cluster, mode):
+    cache, workers, _ = cluster
+    fake = FakeWorker(mode=mode)  # first in the list: the balancer's tie between idle workers picks it
+    gw = Gateway(cache, "--both", fake.url, workers[0].url, "--heartbeat-ms", 200, "--idle-timeout", 1)
+    try:
+        t0 = time.time()
+        st, body = post_json(gw, "/v1/chat/completions", CHAT, timeout=30)
+        assert st == 200 and answer(body) == answer(post_json(workers[0], "/v1/chat/completions", CHAT)[1])
+        assert time.time() - t0 < 15
+        assert len(fake.posts) == 1
+        m = gw.metrics()
+        assert m["deepinfer_gateway_retries_total"] == 1
+        assert m['deepinfer_gateway_worker_failures_total{worker="%s",role="both"}' % fake.url] == 1
+        # it still answers heartbeats: back in rotation at once (no sticky failure)
+        healthy = 'deepinfer_gateway_worker_healthy{worker="%s",role="both"}' % fake.url
+        assert wait_until(lambda: gw.metrics()[healthy] == 1, timeout=5)
+    finally:
+        assert gw.stop() == 0
+        fake.stop()
+
+
+def test_pd_request_carries_the_room_to_both_halves():
+    with tempfile.TemporaryDirectory(prefix="di-gw-pd-") as cache:
+        pre = FakeWorker("prefill")
+        dec = FakeWorker("decode", room_from=pre)
+        gw = None
+        try:
+            # the gateway needs the tiny model's tokenizer: a worker generates it
+            Serve(cache).stop()
+            gw = Gateway(cache, "--prefill", pre.url, "--decode", dec.url, "--heartbeat-ms", 200,
+                         "--room-deadline-ms", 4000)
+            st, body = post_json(gw, "/v1/chat/completions", CHAT)
+            assert st == 200 and body["choices"][0]["message"]["content"] == "fake"
+            assert wait_until(lambda: len(pre.posts) == 1, timeout=5)
+            (ppath, _, pbody), (dpath, dhdr, dbody) = pre.posts[0], dec.posts[0]
+            assert ppath == "/internal/prefill" and dpath == "/v1/chat/completions"
+            assert dbody == CHAT and pbody["body"] == CHAT and pbody["path"] == "/v1/chat/completions"
+            assert pbody["room"] == dhdr["X-DI-Room"] and int(pbody["room"]) >= 0
+            assert pbody["decode"] == "127.0.0.1:7777"  # the decode worker's transfer address
+            assert pbody["deadline_ms"] == 4000 and dhdr["X-DI-Room-Deadline-Ms"] == "4000"
+        finally:
+            if gw:
+                assert gw.stop() == 0
+            pre.stop()
+            dec.stop()
