@@ -175,6 +175,20 @@ int di_gw_pool_healthy(DiGwPool *p) {
     return n;
 }
 
+bool di_gw_worker_splits(const DiGwWorker *w, DiGwRole half) {
+    const char *want = half == DI_GW_PREFILL ? "prefill" : "decode";
+    return w && w->healthy && w->role == half && strcmp(w->load.role, want) == 0;
+}
+
+bool di_gw_pool_decode_split(DiGwPool *p, int i, char *transfer, size_t size) {
+    if (!p || i < 0 || i >= p->n || !transfer || !size) return false;
+    pthread_mutex_lock(&p->lock);
+    bool split = di_gw_pool_pd(p) && di_gw_worker_splits(&p->w[i], DI_GW_DECODE);
+    snprintf(transfer, size, "%s", split ? p->w[i].load.transfer : "");
+    pthread_mutex_unlock(&p->lock);
+    return split;
+}
+
 /* ---- decode ------------------------------------------------------------------------------ */
 
 static bool decode_candidate(const DiGwPool *p, int i, bool pd, int exclude) {
@@ -250,7 +264,7 @@ int di_gw_pool_pick_prefill(DiGwPool *p, int64_t q, int64_t c, int exclude, int 
     for (int pass = 0; pass < 2 && best < 0; pass++) /* its tier's instances, then any (lending) */
         for (int i = 0; i < p->n; i++) {
             const DiGwWorker *w = &p->w[i];
-            if (i == exclude || !w->healthy || w->role != DI_GW_PREFILL || (pass == 0 && w->tier != t)) continue;
+            if (i == exclude || !di_gw_worker_splits(w, DI_GW_PREFILL) || (pass == 0 && w->tier != t)) continue;
             if (best < 0 || w->prefill_inflight_ns < p->w[best].prefill_inflight_ns ||
                 (w->prefill_inflight_ns == p->w[best].prefill_inflight_ns &&
                  w->load.queued + w->load.running < p->w[best].load.queued + p->w[best].load.running))

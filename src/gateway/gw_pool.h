@@ -9,7 +9,7 @@
  *   - decode / whole-request choice: di_decode_lb_pick over the healthy candidates, ranks from
  *     (running + queued, kv_tokens) of the last heartbeat plus the gateway's pending admissions
  *     since (vLLM's optimistic local increment between refreshes);
- *   - prefill choice: the request's tier (di_prefill_tier of its context), the tier's instances
+ *   - prefill choice (only workers reporting role prefill): the request's tier (di_prefill_tier of its context), the tier's instances
  *     from the quota controller (di_prefill_quota_update every period, demand = predicted cost
  *     in flight + arrivals), the least predicted finish time (cost in flight + own cost) among
  *     them; a tier with no healthy instance borrows from the others (work-conserving);
@@ -97,6 +97,15 @@ void di_gw_pool_refused(DiGwPool *p, int i, const char *why);
 
 /* True when both a prefill and a decode worker are configured (the PD flow). */
 bool di_gw_pool_pd(const DiGwPool *p);
+
+/* Whether worker w can take the `half` (DI_GW_PREFILL or DI_GW_DECODE) of a split request: in
+ * rotation, configured for it and reporting that role.  A worker reporting `both` in a prefill or
+ * decode pool (a plain `serve`) takes whole requests only: it has no /internal/prefill and
+ * refuses X-DI-Room. */
+bool di_gw_worker_splits(const DiGwWorker *w, DiGwRole half);
+/* Whether a request picked for worker i is split (PD pools and i reports role decode), with its
+ * KV transfer address ("" when it reported none) into transfer[size]. */
+bool di_gw_pool_decode_split(DiGwPool *p, int i, char *transfer, size_t size);
 
 /* The worker for a whole request or its decode half (roles decode and both in PD mode, every
  * worker otherwise), with a p-token prompt, never `exclude` (-1: none); admits it (pending).

@@ -177,10 +177,11 @@ static int64_t prompt_length(DiGateway *g, DiApiProtocol protocol, const char *b
     return rc == 0 ? (int64_t)n : 0;
 }
 
-/* PD: start POST /internal/prefill for the request on a prefill worker; X-DI-Room lines for the
- * decode request.  0 when started (or no prefill worker: the decode worker prefills itself). */
-static void start_prefill(Proxy *x, const char *path, const char *body, size_t len, const char **hdr, int *nh,
-                          char room_lines[2][128]) {
+/* PD: start POST /internal/prefill for the request on a prefill worker (the decode worker's KV
+ * transfer address: `transfer`), and add the X-DI-Room lines to the decode request's headers.
+ * Without a prefill worker in rotation nothing is added: the decode worker prefills itself. */
+static void start_prefill(Proxy *x, const char *path, const char *body, size_t len, const char *transfer,
+                          const char **hdr, int *nh, char room_lines[2][128]) {
     DiGateway *g = x->g;
     x->prefill_worker = di_gw_pool_pick_prefill(&g->pool, x->prompt_tokens, 0, -1, &x->tier, &x->prefill_cost);
     json_t *client = json_loadb(body, len, 0, NULL);
@@ -194,7 +195,6 @@ static void start_prefill(Proxy *x, const char *path, const char *body, size_t l
     if (getrandom(&room, sizeof room, 0) != (ssize_t)sizeof room) room = (uint64_t)atomic_fetch_add(&g->requests, 0) * 2654435761u;
     char room_s[32];
     snprintf(room_s, sizeof room_s, "%" PRIu64, room);
-    const char *transfer = g->pool.w[x->worker].load.transfer;
     json_t *req = json_pack("{s:s, s:s?, s:s, s:o, s:i}", "room", room_s, "decode", transfer[0] ? transfer : NULL,
                             "path", path, "body", client, "deadline_ms", g->cfg.room_deadline_ms);
     char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
@@ -246,8 +246,9 @@ static enum MHD_Result proxy(DiGateway *g, struct MHD_Connection *c, const char 
             snprintf(why, sizeof why, "%s", di_error_message());
             break;
         }
-        if (generation && di_gw_pool_pd(&g->pool) && g->pool.w[x->worker].role == DI_GW_DECODE)
-            start_prefill(x, path, body, len, hdr, &nh, room_lines);
+        char transfer[128];
+        if (generation && di_gw_pool_decode_split(&g->pool, x->worker, transfer, sizeof transfer))
+            start_prefill(x, path, body, len, transfer, hdr, &nh, room_lines);
         DiGwUpstreamLimits lim = di_gw_limits(g);
         x->up = di_gw_upstream_start(method, g->pool.w[x->worker].url, path, body, len, hdr, &lim);
         if (x->up && di_gw_upstream_head(x->up, &status, ctype, sizeof ctype) == 0 && status != 503) break;

@@ -2,8 +2,9 @@
 outputs through the gateway equal a worker's own (greedy and seeded: the engine is exact and
 batch-invariant, so a single worker is the reference), streaming through the gateway with the
 official OpenAI and Anthropic SDKs, the workers' GET /internal/load, the PD flow's gateway half
-(prefill + decode pools), a client that leaves aborts the worker's request, and kill -9 of a
-worker: the gateway keeps serving with the other, then the restarted worker rejoins."""
+(scripted prefill and decode workers get the same room), a client that leaves aborts the
+worker's request, a worker failing before any byte (retried) or mid-stream (error event), and
+kill -9 of a worker: the gateway keeps serving with the other, then the restarted worker rejoins."""
 import json
 import os
 import signal
@@ -143,7 +144,9 @@ def test_client_disconnect_aborts_the_worker_request(cluster):
     assert wait_until(lambda: gw.metrics()["deepinfer_gateway_client_aborts_total"] >= 1, timeout=5)
 
 
-def test_pd_pools_route_prefill_and_decode_halves(cluster):
+def test_pd_pools_of_plain_workers_take_whole_requests(cluster):
+    """Workers that report role both (plain `serve`) in the prefill and decode pools: no split (they
+    have no /internal/prefill and refuse X-DI-Room); the decode pool serves whole requests."""
     cache, workers, _ = cluster
     gw = Gateway(cache, "--prefill", workers[0].url, "--decode", workers[1].url, "--heartbeat-ms", 200)
     try:
@@ -152,8 +155,8 @@ def test_pd_pools_route_prefill_and_decode_halves(cluster):
             st, via = post_json(gw, "/v1/chat/completions", CHAT)
             assert st == 200 and answer(via) == answer(direct)
         m = gw.metrics()
-        assert m["deepinfer_gateway_pd_requests_total"] == 2
-        assert m['deepinfer_gateway_worker_tier_routed_total{worker="%s",tier="0"}' % workers[0].url] == 2
+        assert m["deepinfer_gateway_pd_requests_total"] == 0
+        assert m['deepinfer_gateway_worker_routed_total{worker="%s",role="prefill"}' % workers[0].url] == 0
         assert m['deepinfer_gateway_worker_routed_total{worker="%s",role="decode"}' % workers[1].url] == 2
     finally:
         assert gw.stop() == 0

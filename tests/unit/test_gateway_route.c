@@ -21,6 +21,16 @@ static DiGwLoad load_of(int64_t running, int64_t kv) {
     return l;
 }
 
+/* An idle heartbeat of every worker, each reporting the role it is configured for. */
+static void feed_roles(DiGwPool *p) {
+    static const char *const names[] = {"prefill", "decode", "both"};
+    for (int i = 0; i < p->n; i++) {
+        DiGwLoad l = load_of(0, 0);
+        strcpy(l.role, names[p->w[i].role]);
+        di_gw_pool_heartbeat(p, i, &l, NULL);
+    }
+}
+
 static void init_pool(DiGwPool *p, const DiGwRole *roles, int n) {
     static const char *const urls[] = {"http://a:1", "http://b:2", "http://c:3", "http://d:4", "http://e:5", "http://f:6"};
     DiGwPoolConfig cfg;
@@ -102,14 +112,21 @@ TEST(prefill_tier_quota_and_least_inflight_cost) {
     DiGwRole roles[] = {DI_GW_PREFILL, DI_GW_PREFILL, DI_GW_PREFILL, DI_GW_PREFILL, DI_GW_DECODE, DI_GW_BOTH};
     init_pool(&p, roles, 6);
     CHECK(di_gw_pool_pd(&p));
-    DiGwLoad l = load_of(0, 0);
-    for (int i = 0; i < 6; i++) di_gw_pool_heartbeat(&p, i, &l, NULL);
+    feed_roles(&p);
     /* PD: the decode pick never lands on a prefill worker */
     for (int k = 0; k < 8; k++) {
         int d = di_gw_pool_pick_decode(&p, 100, -1);
         CHECK(d == 4 || d == 5);
     }
-    /* the quota's instances: workers take tiers in index order, quota[t] each */
+    /* only the worker reporting role decode gets split requests (with its transfer address); the
+     * `both` one in the decode pool takes them whole */
+    char transfer[64];
+    strcpy(p.w[4].load.transfer, "10.0.0.1:99");
+    CHECK(di_gw_pool_decode_split(&p, 4, transfer, sizeof transfer));
+    CHECK_STR(transfer, "10.0.0.1:99");
+    CHECK(!di_gw_pool_decode_split(&p, 5, transfer, sizeof transfer));
+    CHECK_STR(transfer, "");
+        /* the quota's instances: workers take tiers in index order, quota[t] each */
     int want[DI_PREFILL_TIERS] = {0}, first = 0;
     for (int t = 0; t < DI_PREFILL_TIERS; t++) {
         for (int k = 0; k < p.quota.quota[t]; k++) CHECK_EQ_INT(p.w[first + k].tier, t);
@@ -148,6 +165,11 @@ TEST(prefill_tier_quota_and_least_inflight_cost) {
     CHECK(w >= 0 && p.w[w].tier != 0 && p.w[w].healthy);
     for (int i = 0; i < 4; i++) di_gw_pool_refused(&p, i, "down");
     CHECK_EQ_INT(di_gw_pool_pick_prefill(&p, 500, 0, -1, &tier, &ca), -1);
+    /* a prefill worker that answers as a plain `serve` (role both) has no /internal/prefill */
+    DiGwLoad both = load_of(0, 0);
+    di_gw_pool_heartbeat(&p, 0, &both, NULL);
+    CHECK(p.w[0].healthy);
+    CHECK_EQ_INT(di_gw_pool_pick_prefill(&p, 500, 0, -1, &tier, &ca), -1);
     di_gw_pool_free(&p);
 }
 
@@ -155,8 +177,7 @@ TEST(quota_moves_toward_demand) {
     DiGwPool p;
     DiGwRole roles[] = {DI_GW_PREFILL, DI_GW_PREFILL, DI_GW_PREFILL, DI_GW_PREFILL, DI_GW_DECODE};
     init_pool(&p, roles, 5);
-    DiGwLoad l = load_of(0, 0);
-    for (int i = 0; i < 5; i++) di_gw_pool_heartbeat(&p, i, &l, NULL);
+    feed_roles(&p);
     /* only tier-3 requests arrive, period after period: tier 3's quota grows to all 4 */
     for (int period = 0; period < 12; period++) {
         int tier;
@@ -180,6 +201,7 @@ TEST(cost_model_is_fitted_from_measured_samples) {
     init_pool(&p, roles, 2);
     const double a = 0.02, b = 0.01, d = 2000, e = 30, f = 400000;
     DiGwLoad l = load_of(0, 0);
+    strcpy(l.role, "prefill");
     int64_t total = 0;
     for (int round = 0; round < 4; round++) {
         l.n_samples = 0;
