@@ -8,10 +8,11 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A count; an optional one may be missing or null (0). */
 static int get_count(json_t *obj, const char *key, bool required, int64_t *out) {
     json_t *v = json_object_get(obj, key);
     *out = 0;
-    if (!v) return required ? di_errorf("load: missing '%s'", key) : 0;
+    if (!v || (!required && json_is_null(v))) return required ? di_errorf("load: missing '%s'", key) : 0;
     if (!json_is_integer(v) || json_integer_value(v) < 0)
         return di_errorf("load: '%s' must be an integer >= 0", key);
     *out = json_integer_value(v);

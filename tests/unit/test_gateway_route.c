@@ -277,6 +277,12 @@ TEST(load_parser_checks_every_field) {
     CHECK_EQ_INT(l.n_samples, 2);
     CHECK_EQ_INT(l.sample_c[1], 256);
     CHECK_NEAR(l.prefill_seconds, 0.25, 0);
+    /* the pdworker's shape: block_tokens and kv_identity null without a KV cache */
+    const char *pd = "{\"role\":\"prefill\",\"model\":\"M\",\"queued\":0,\"running\":0,\"kv_tokens\":0,"
+                     "\"block_tokens\":null,\"kv_identity\":null,\"transfer\":null}";
+    CHECK(di_gw_load_parse(pd, strlen(pd), &l) == 0);
+    CHECK_EQ_INT(l.block_tokens, 0);
+    CHECK_STR(l.transfer, "");
     const char *bad[] = {"", "[]", "{\"role\":\"x\",\"model\":\"M\",\"queued\":0,\"running\":0,\"kv_tokens\":0}",
                          "{\"role\":\"both\",\"model\":\"M\",\"queued\":-1,\"running\":0,\"kv_tokens\":0}",
                          "{\"role\":\"both\",\"model\":\"M\",\"queued\":0,\"running\":0}",
