@@ -2,8 +2,9 @@
 # test_module_hygiene.sh — what the libraries expose and depend on (issue 20 item 5):
 # libdeepinfer.so exports exactly the functions include/deepinfer.h declares (all di_, no
 # internal name, no data), the internal .so of the A/B tools still exports the internals, the
-# engine sources include nothing of the cluster planners, the golden harness or expert parallelism
-# (data flows one way; MPI stays out of the engine library), the model reaches the kernels only through its backend table, PCRE2 is a dependency of
+# engine sources include nothing of the cluster planners, the golden harness, expert parallelism or
+# the gateway (data flows one way; MPI stays out of the engine library, libcurl is the gateway's
+# alone), the model reaches the kernels only through its backend table, PCRE2 is a dependency of
 # the pre-tokenizer benchmark alone, and no library or CLI source but src/base/env.c reads the
 # environment (issue 20: every knob is parsed once and passed in).
 set -u
@@ -29,15 +30,18 @@ for s in model_load model_forward state_create di_simd_gemv_rows di_pool_create;
 done
 
 # One-way data flow: the engine library does not include the planners' or the harness's headers.
-up=$(grep -rlE '#include "(cluster/|golden/|ep/|deepinfer_cluster\.h|deepinfer_ep\.h|mpi\.h)' src --include='*.[ch]' |
-    grep -vE '^src/(cluster|golden|ep)/')
-[ -z "$up" ] && ok || bad "engine sources include cluster/golden/ep headers: $up"
+# The gateway (src/gateway) sits above both: it routes with the planners, the engine never calls it.
+up=$(grep -rlE '#include "(cluster/|golden/|ep/|gateway/|deepinfer_cluster\.h|deepinfer_ep\.h|mpi\.h)' src --include='*.[ch]' |
+    grep -vE '^src/(cluster|golden|ep|gateway)/')
+[ -z "$up" ] && ok || bad "engine sources include cluster/golden/ep/gateway headers: $up"
 # Expert parallelism (src/ep) is the one part that links MPI: never the engine library.
 ldd build/libdeepinfer.so | grep -q libmpi && bad "libdeepinfer.so links MPI" || ok
 nm build/libdeepinfer.a 2>/dev/null | grep -qE ' U (MPI|PMPI)_' && bad "libdeepinfer.a calls MPI" || ok
 for a in build/libdeepinfer.a; do
-    nm "$a" 2>/dev/null | grep -qE ' [Tt] (di_eplb_rebalance|di_sim_run|golden_open)$' && bad "$a holds planner or harness code" || ok
+    nm "$a" 2>/dev/null | grep -qE ' [Tt] (di_eplb_rebalance|di_sim_run|golden_open|di_gateway_start)$' && bad "$a holds planner, harness or gateway code" || ok
 done
+nm build/libdeepinfer_gateway.a | grep -q ' T di_gateway_start$' && ok || bad "libdeepinfer_gateway.a lacks di_gateway_start"
+nm -D build/libdeepinfer.so | grep -q ' U curl_' && bad "libdeepinfer.so links libcurl" || ok
 nm build/libdeepinfer_cluster.a | grep -q ' T di_eplb_rebalance$' && ok || bad "libdeepinfer_cluster.a lacks di_eplb_rebalance"
 nm build/libdeepinfer_golden.a | grep -q ' T golden_open$' && ok || bad "libdeepinfer_golden.a lacks golden_open"
 
