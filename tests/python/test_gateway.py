@@ -205,13 +205,14 @@ class FakeWorker:
     """A scripted worker: answers GET /internal/load as a `role` worker (transfer address
     127.0.0.1:7777 for decode), records every POST (path, headers, JSON body) and answers it by
     `mode`: "ok" (a fixed chat completion), "close" (drops the connection, no byte), "hang"
-    (holds it without a byte for 10 s).  A decode worker given `room_from` (the prefill worker)
+    (holds it without a byte for 10 s); `hang_load` holds heartbeats without an answer.  A decode worker given `room_from` (the prefill worker)
     answers only once that one got its POST, as a real one waits for the room's KV."""
 
     def __init__(self, role="both", mode="ok", room_from=None):
         import http.server
         import threading
         self.role, self.mode, self.posts = role, mode, []
+        self.hang_load = False  # set: heartbeats get no answer (a hung worker)
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -219,6 +220,9 @@ class FakeWorker:
                 pass
 
             def do_GET(self):
+                if fake.hang_load:
+                    time.sleep(3)
+                    return
                 if self.path != "/internal/load":
                     self.send_error(404)
                     return
@@ -303,3 +307,23 @@ def test_pd_request_carries_the_room_to_both_halves():
                 assert gw.stop() == 0
             pre.stop()
             dec.stop()
+
+
+def test_a_hung_worker_leaves_after_two_missed_heartbeats_and_rejoins(cluster):
+    cache, workers, _ = cluster
+    fake = FakeWorker()
+    gw = Gateway(cache, "--both", fake.url, workers[0].url, "--heartbeat-ms", 200)
+    healthy = 'deepinfer_gateway_worker_healthy{worker="%s",role="both"}' % fake.url
+    try:
+        assert gw.metrics()[healthy] == 1
+        fake.hang_load = True
+        t0 = time.time()
+        assert wait_until(lambda: gw.metrics()[healthy] == 0, timeout=5)
+        assert time.time() - t0 < 2  # two 200 ms periods, each bounded by its own deadline
+        st, body = post_json(gw, "/v1/chat/completions", CHAT)
+        assert st == 200 and not fake.posts  # served by the other
+        fake.hang_load = False
+        assert wait_until(lambda: gw.metrics()[healthy] == 1, timeout=5)
+    finally:
+        assert gw.stop() == 0
+        fake.stop()
