@@ -33,6 +33,8 @@ typedef struct {
     int heartbeat_ms;               /* GET /internal/load period */
     double connect_timeout_s, idle_timeout_s, request_timeout_s;
     int room_deadline_ms;           /* PD: how long a decode worker waits for the KV */
+    const char *api_key;            /* NULL/"": none; else clients must send it (all but /health), and
+                                     * the gateway sends it on its heartbeats (workers share the key) */
     size_t max_body_bytes;
     unsigned max_connections;
     DiGwPoolConfig pool;

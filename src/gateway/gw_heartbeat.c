@@ -48,8 +48,12 @@ void di_gw_heartbeat_round(DiGateway *g) {
     if (!up) return;
     double period = g->cfg.heartbeat_ms / 1000.0;
     DiGwUpstreamLimits lim = {.connect_timeout_s = period, .idle_timeout_s = period, .total_timeout_s = period};
+    char auth[600];
+    const char *headers[] = {auth, NULL};
+    bool key = g->cfg.api_key && *g->cfg.api_key;
+    if (key) snprintf(auth, sizeof auth, "Authorization: Bearer %s", g->cfg.api_key);
     for (int i = 0; i < n; i++)
-        up[i] = di_gw_upstream_start("GET", g->pool.w[i].url, "/internal/load", NULL, 0, NULL, &lim);
+        up[i] = di_gw_upstream_start("GET", g->pool.w[i].url, "/internal/load", NULL, 0, key ? headers : NULL, &lim);
     for (int i = 0; i < n; i++) {
         collect(g, i, up[i]);
         di_gw_upstream_free(up[i]);

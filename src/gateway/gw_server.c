@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 
@@ -329,6 +330,15 @@ static bool generation_path(const char *url, DiApiProtocol *protocol) {
     return false;
 }
 
+static bool authorized(const DiGateway *g, struct MHD_Connection *c) {
+    const char *key = g->cfg.api_key;
+    if (!key || !*key) return true;
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (auth && strncasecmp(auth, "Bearer ", 7) == 0 && strcmp(auth + 7, key) == 0) return true;
+    const char *x_api_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    return x_api_key && strcmp(x_api_key, key) == 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     DiGateway *g = cls;
@@ -349,6 +359,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     bool generation = generation_path(url, &protocol);
     bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
     if (up->too_large) return send_error(g, c, protocol, 413, "The request body is too large");
+    if (strcmp(url, "/health") != 0 && !authorized(g, c))
+        return send_error(g, c, protocol, 401, "Invalid or missing API key (send 'Authorization: Bearer <key>' or 'x-api-key')");
     if (get && (!strcmp(url, "/health") || !strcmp(url, "/v1/models") || !strcmp(url, "/metrics")))
         return own_route(g, c, url);
     if (!get && !post) return send_error(g, c, protocol, 405, "The gateway forwards only GET and POST");
@@ -375,6 +387,8 @@ static int check_config(const DiGatewayConfig *cfg) {
     if (!(cfg->connect_timeout_s > 0) || !(cfg->idle_timeout_s > 0) || !(cfg->request_timeout_s >= 0))
         return di_errorf("gateway: timeouts must be positive");
     if (cfg->room_deadline_ms <= 0 || cfg->max_body_bytes == 0) return di_errorf("gateway: bad room deadline or body limit");
+    if (cfg->api_key && (strlen(cfg->api_key) > 512 || strpbrk(cfg->api_key, "\r\n")))
+        return di_errorf("gateway: the API key must be at most 512 bytes, on one line");
     for (int i = 0; i < cfg->n_workers; i++)
         if (!cfg->urls[i] || strncmp(cfg->urls[i], "http://", 7) != 0 || strlen(cfg->urls[i]) < 8)
             return di_errorf("gateway: worker URL '%s' must be http://HOST:PORT", cfg->urls[i] ? cfg->urls[i] : "");

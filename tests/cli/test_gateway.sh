@@ -30,7 +30,7 @@ usage_error "unknown setting 'colour'" --config "$tmp/bad.json"
 
 help=$($GW gateway --help); [ $? -eq 0 ] && ok || bad "--help must exit 0"
 for flag in --prefill --decode --both --model --served-model-name --host --port --heartbeat-ms --connect-timeout \
-            --idle-timeout --request-timeout --room-deadline-ms --decode-policy --config; do
+            --idle-timeout --request-timeout --room-deadline-ms --decode-policy --api-key --config; do
     case "$help" in *"$flag"*) ok ;; *) bad "--help does not document $flag" ;; esac
 done
 

@@ -327,3 +327,21 @@ def test_a_hung_worker_leaves_after_two_missed_heartbeats_and_rejoins(cluster):
     finally:
         assert gw.stop() == 0
         fake.stop()
+
+
+def test_api_key_is_required_and_sent_on_heartbeats():
+    key = "gw-key-42"
+    with tempfile.TemporaryDirectory(prefix="di-gw-key-") as cache:
+        w = Serve(cache, "--api-key", key)
+        gw = Gateway(cache, "--both", w.url, "--heartbeat-ms", 200, "--api-key", key)
+        try:
+            assert urllib.request.urlopen(gw.url + "/health", timeout=10).status == 200  # open; worker joined
+            st, err = post_json(gw, "/v1/chat/completions", CHAT)
+            assert st == 401 and "API key" in err["error"]["message"]
+            via = openai.OpenAI(base_url=gw.url + "/v1", api_key=key, max_retries=0, timeout=30)
+            r = via.chat.completions.create(model=MODEL, messages=CHAT["messages"], max_tokens=4, temperature=0,
+                                            extra_body={"thinking": {"type": "disabled"}})
+            assert r.usage.completion_tokens == 4  # the client's key reached the worker too
+        finally:
+            assert gw.stop() == 0
+            w.stop()

@@ -50,6 +50,9 @@ static void usage(FILE *out) {
             "  --request-timeout S      a whole proxied exchange, 0 = none (default 600)\n"
             "  --room-deadline-ms N     how long a decode worker waits for a request's KV (default 30000)\n"
             "  --decode-policy P        decode balancer: balanced, round-robin, count, kv (default balanced)\n"
+            "  --api-key KEY            require 'Authorization: Bearer KEY' or 'x-api-key: KEY' from clients (all but\n"
+            "                           /health) and send it on heartbeats: the workers' key (default:\n"
+            "                           $DEEPINFER_API_KEY; none: no authentication)\n"
             "  --config FILE            JSON object with any of: prefill, decode, both (arrays of URLs), model,\n"
             "                           served_model_name, host, port, heartbeat_ms, decode_policy\n"
             "  -h, --help               this help\n");
@@ -160,6 +163,7 @@ static int parse_args(int argc, char **argv, Opts *o, DiGatewayConfig *cfg, json
         else if (!strcmp(a, "--host")) o->host = v;
         else if (!strcmp(a, "--config")) config = v;
         else if (!strcmp(a, "--decode-policy")) o->policy = v;
+        else if (!strcmp(a, "--api-key")) cfg->api_key = v;
         else if (!strcmp(a, "--port")) rc = parse_long(a, v, 0, 65535, &o->port), o->port_set = true;
         else if (!strcmp(a, "--heartbeat-ms")) rc = parse_long(a, v, 50, 60000, &o->heartbeat_ms), o->hb_set = true;
         else if (!strcmp(a, "--connect-timeout")) rc = parse_seconds(a, v, &cfg->connect_timeout_s);
@@ -224,6 +228,7 @@ int cmd_gateway(int argc, char **argv) {
     cfg.model_dir = dir;
     if (o.name) cfg.model_name = o.name;
     if (o.host) cfg.host = o.host;
+    if (!cfg.api_key) cfg.api_key = di_env_api_key();
     cfg.port = (int)o.port;
     cfg.heartbeat_ms = (int)o.heartbeat_ms;
     cfg.urls = o.urls;
