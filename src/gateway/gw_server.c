@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <stdarg.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,6 +377,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
+/* libmicrohttpd's messages (a client that left mid-answer...) are debug lines, as in serve. */
+static void log_mhd(void *cls, const char *fmt, va_list ap) {
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    DI_DEBUG("gateway: libmicrohttpd: %s", msg);
+}
+
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
 static int check_config(const DiGatewayConfig *cfg) {
@@ -421,7 +429,8 @@ DiGateway *di_gateway_start(const DiGatewayConfig *cfg) {
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, g, MHD_OPTION_CONNECTION_TIMEOUT,
                                  (unsigned)(cfg->idle_timeout_s + 1), MHD_OPTION_CONNECTION_LIMIT,
                                  cfg->max_connections ? cfg->max_connections : 1024u,
-                                 MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+                                 MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL,
+                                 MHD_OPTION_END);
     const union MHD_DaemonInfo *info = g->daemon ? MHD_get_daemon_info(g->daemon, MHD_DAEMON_INFO_BIND_PORT) : NULL;
     if (!info) {
         di_gateway_stop(g);
