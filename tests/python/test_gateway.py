@@ -1,8 +1,9 @@
 """`deepinfer gateway` over `deepinfer serve` workers on loopback (serving.md §5, issue 24):
 outputs through the gateway equal a worker's own (greedy and seeded: the engine is exact and
 batch-invariant, so a single worker is the reference), streaming through the gateway with the
-official OpenAI and Anthropic SDKs, the workers' GET /internal/load, the PD flow's gateway half
-(scripted prefill and decode workers get the same room), a client that leaves aborts the
+official OpenAI and Anthropic SDKs, the workers' GET /internal/load, the PD flow (scripted
+prefill and decode workers get the same room; 2 `--role prefill` + 2 `--role decode` workers
+answer as a single server does), a client that leaves aborts the
 worker's request, a worker failing before any byte (retried) or mid-stream (error event), and
 kill -9 of a worker: the gateway keeps serving with the other, then the restarted worker rejoins."""
 import json
@@ -10,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import tempfile
 import time
 import urllib.request
@@ -345,3 +347,52 @@ def test_api_key_is_required_and_sent_on_heartbeats():
         finally:
             assert gw.stop() == 0
             w.stop()
+
+
+def test_pd_two_prefill_two_decode_workers_match_a_single_server():
+    """Gateway + 2 `serve --role prefill` + 2 `serve --role decode`: concurrent requests are split
+    (prefill half, KV over UCX, decode half), every answer equals a single `serve --kv-cache-ram 1`
+    on a hit of the same blocks (a block-cache hit replays the window, so it is the reference for a
+    decode worker that imported the blocks, see test_pd_workers.py), both decode workers take
+    requests, none prefilled locally and no block stays pinned."""
+    filler = "the quick brown fox jumps over the lazy dog "
+    bodies = [{"model": MODEL, "prompt": f"Case {i}. " + filler * (26 + i), "max_tokens": 12, "temperature": 0}
+              for i in range(4)]
+    with tempfile.TemporaryDirectory(prefix="di-gw-pd2-") as cache:
+        procs = [Serve(cache, "--kv-cache-ram", 1)]
+        gw = None
+        try:
+            ref = procs[0]
+            pre = [Serve(cache, "--role", "prefill") for _ in range(2)]
+            dec = [Serve(cache, "--role", "decode") for _ in range(2)]
+            procs += pre + dec
+            gw = Gateway(cache, "--prefill", *[p.url for p in pre], "--decode", *[d.url for d in dec],
+                         "--heartbeat-ms", 200)
+            out = [None] * len(bodies)
+            threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, post_json(gw, "/v1/completions", bodies[i])))
+                       for i in range(len(bodies))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            for i, body in enumerate(bodies):
+                st, via = out[i]
+                assert st == 200, via
+                post_json(ref, "/v1/completions", body)  # cold: stores the blocks
+                st, warm = post_json(ref, "/v1/completions", body)
+                assert via["usage"]["prompt_tokens_details"]["cached_tokens"] == \
+                    warm["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+                assert answer(via) == answer(warm)
+            m = gw.metrics()
+            assert m["deepinfer_gateway_pd_requests_total"] == len(bodies)
+            assert wait_until(lambda: gw.metrics()["deepinfer_gateway_pd_prefill_ok_total"] == len(bodies), timeout=10)
+            for d in dec:
+                assert m['deepinfer_gateway_worker_routed_total{worker="%s",role="decode"}' % d.url] >= 1
+                dm = d.metrics()
+                assert dm["deepinfer_pd_local_prefills_total"] == 0
+                assert wait_until(lambda: d.metrics()["deepinfer_pd_pinned_blocks"] == 0, timeout=10)
+        finally:
+            if gw:
+                assert gw.stop() == 0
+            for p in procs:
+                p.stop()
