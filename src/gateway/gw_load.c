@@ -80,6 +80,7 @@ int di_gw_load_parse(const char *data, size_t len, DiGwLoad *out) {
     if (rc == 0) rc = get_count(obj, "queued", true, &out->queued);
     if (rc == 0) rc = get_count(obj, "running", true, &out->running);
     if (rc == 0) rc = get_count(obj, "kv_tokens", true, &out->kv_tokens);
+    if (rc == 0) rc = get_count(obj, "rooms_waiting", false, &out->rooms_waiting);
     if (rc == 0) rc = get_count(obj, "steps", false, &out->steps);
     if (rc == 0) rc = get_count(obj, "prefill_tokens", false, &out->prefill_tokens);
     if (rc == 0) rc = get_count(obj, "decode_tokens", false, &out->decode_tokens);

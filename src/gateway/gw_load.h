@@ -16,6 +16,7 @@ typedef struct {
     char model[128];
     char transfer[128];   /* the decode worker's transfer HOST:PORT; "" when null */
     int64_t queued, running, kv_tokens;
+    int64_t rooms_waiting;            /* decode: requests waiting for their KV transfer */
     int64_t steps, prefill_tokens, decode_tokens, block_tokens;
     double step_seconds, prefill_seconds;
     int64_t samples_total;            /* prefill samples the worker ever took */

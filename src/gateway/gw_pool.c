@@ -215,8 +215,9 @@ int di_gw_pool_pick_decode(DiGwPool *p, int64_t prompt_tokens, int exclude) {
     } else if (di_decode_lb_init(&lb, &dc) == 0) {
         for (int g = 0; g < G; g++) {
             const DiGwWorker *w = &p->w[map[g]];
+            /* requests waiting for their room's KV are the balancer's pending transfers */
             lb.ranks[g] = (DiDecodeRank){.n = w->load.running + w->load.queued, .kv = w->load.kv_tokens,
-                                         .pending = w->pending, .pending_kv = w->pending_kv};
+                                         .pending = w->pending + w->load.rooms_waiting, .pending_kv = w->pending_kv};
         }
         int g = di_decode_lb_pick(&lb, prompt_tokens);
         di_decode_lb_free(&lb);

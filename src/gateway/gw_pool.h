@@ -7,8 +7,9 @@
  * their prompt tokens, the predicted cost of prefills in flight).  Decisions call the cluster
  * library's balancers, the same code `deepinfer sim` runs:
  *   - decode / whole-request choice: di_decode_lb_pick over the healthy candidates, ranks from
- *     (running + queued, kv_tokens) of the last heartbeat plus the gateway's pending admissions
- *     since (vLLM's optimistic local increment between refreshes);
+ *     (running + queued, kv_tokens) of the last heartbeat, its requests waiting for a room's KV
+ *     and the gateway's admissions since (vLLM's optimistic local increment between refreshes)
+ *     as pending;
  *   - prefill choice (only workers reporting role prefill): the request's tier (di_prefill_tier of its context), the tier's instances
  *     from the quota controller (di_prefill_quota_update every period, demand = predicted cost
  *     in flight + arrivals), the least predicted finish time (cost in flight + own cost) among

@@ -58,9 +58,16 @@ TEST(decode_choice_follows_the_balancer) {
      * test_decode_lb: 41/21 = 1.95 > 1.94) */
     p.w[1].pending = 37;
     CHECK_EQ_INT(di_gw_pool_pick_decode(&p, 1000, -1), 0);
-    /* a heartbeat replaces what was pending by the reported load */
-    di_gw_pool_heartbeat(&p, 1, &l1, NULL);
+    /* a heartbeat replaces what was pending by the reported load; requests waiting for their
+     * room's KV count as pending: 37 of them bind the same way */
+    di_gw_pool_decode_done(&p, 0, 1000); /* the request picked above is over */
+    DiGwLoad l1w = l1;
+    l1w.rooms_waiting = 37;
+    di_gw_pool_heartbeat(&p, 1, &l1w, NULL);
     CHECK_EQ_INT(p.w[1].pending, 0);
+    CHECK_EQ_INT(di_gw_pool_pick_decode(&p, 1000, -1), 0);
+    di_gw_pool_decode_done(&p, 0, 1000);
+    di_gw_pool_heartbeat(&p, 1, &l1, NULL);
     /* exclude (the retry after a failure) takes the other one */
     CHECK_EQ_INT(di_gw_pool_pick_decode(&p, 1000, 1), 0);
     di_gw_pool_decode_done(&p, 0, 1000);
