@@ -298,13 +298,28 @@ void di_gw_pool_prefill_done(DiGwPool *p, int i, int tier, double cost_ns) {
 
 /* ---- the period: quotas and the fit -------------------------------------------------------- */
 
+/* The full fit when the samples determine it with no negative coefficient (a negative one would
+ * make the chunk solver refuse the model); the reason otherwise, at debug level. */
+static bool fit_full(DiGwPool *p, size_t n) {
+    DiPrefillCost m;
+    if (n < 5) return false;
+    if (di_prefill_cost_fit(p->fit_q, p->fit_c, p->fit_ns, n, 1, &m) != 0) {
+        DI_DEBUG("gateway: full prefill cost fit on %zu samples: %s", n, di_error_message());
+        return false;
+    }
+    if (!(m.a >= 0 && m.b >= 0 && m.d >= 0 && m.e >= 0 && m.f >= 0 && m.a + m.b + m.d + m.e > 0)) {
+        DI_DEBUG("gateway: full prefill cost fit on %zu samples has a negative coefficient (a %g, b %g, d %g, "
+                 "e %g, f %g)", n, m.a, m.b, m.d, m.e, m.f);
+        return false;
+    }
+    p->cost = m;
+    p->fit_kind = DI_GW_FIT_FULL;
+    return true;
+}
+
 static void refit(DiGwPool *p) {
     size_t n = p->fit_total < DI_GW_FIT_SAMPLES ? (size_t)p->fit_total : DI_GW_FIT_SAMPLES;
-    DiPrefillCost m;
-    if (n >= 5 && di_prefill_cost_fit(p->fit_q, p->fit_c, p->fit_ns, n, 1, &m) == 0 && m.a >= 0 && m.b >= 0 &&
-        m.d >= 0 && m.e >= 0 && m.f >= 0 && m.a + m.b + m.d + m.e > 0) {
-        p->cost = m;
-        p->fit_kind = DI_GW_FIT_FULL;
+    if (fit_full(p, n)) {
     } else if (p->delta_tokens > 0 && p->delta_seconds > 0) {
         p->cost = (DiPrefillCost){.d = p->delta_seconds * 1e9 / p->delta_tokens};
         p->fit_kind = DI_GW_FIT_LINEAR;
