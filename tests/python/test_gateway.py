@@ -351,15 +351,15 @@ def test_api_key_is_required_and_sent_on_heartbeats():
 
 def test_pd_two_prefill_two_decode_workers_match_a_single_server():
     """Gateway + 2 `serve --role prefill` + 2 `serve --role decode`: concurrent requests are split
-    (prefill half, KV over UCX, decode half), every answer equals a single `serve --kv-cache-ram 1`
-    on a hit of the same blocks (a block-cache hit replays the window, so it is the reference for a
-    decode worker that imported the blocks, see test_pd_workers.py), both decode workers take
-    requests, none prefilled locally and no block stays pinned."""
+    (prefill half, the request's exact state over UCX, decode half), every answer equals a cold
+    single `serve --prefix-cache off` (the decode worker continues from the transferred state and
+    recomputes only the last prompt position), both decode workers take requests, each imports
+    the states it was sent, none prefilled locally and no block stays pinned."""
     filler = "the quick brown fox jumps over the lazy dog "
     bodies = [{"model": MODEL, "prompt": f"Case {i}. " + filler * (26 + i), "max_tokens": 12, "temperature": 0}
               for i in range(4)]
     with tempfile.TemporaryDirectory(prefix="di-gw-pd2-") as cache:
-        procs = [Serve(cache, "--kv-cache-ram", 1)]
+        procs = [Serve(cache, "--prefix-cache", "off")]
         gw = None
         try:
             ref = procs[0]
@@ -378,11 +378,13 @@ def test_pd_two_prefill_two_decode_workers_match_a_single_server():
             for i, body in enumerate(bodies):
                 st, via = out[i]
                 assert st == 200, via
-                post_json(ref, "/v1/completions", body)  # cold: stores the blocks
-                st, warm = post_json(ref, "/v1/completions", body)
-                assert via["usage"]["prompt_tokens_details"]["cached_tokens"] == \
-                    warm["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
-                assert answer(via) == answer(warm)
+                st, cold = post_json(ref, "/v1/completions", body)
+                assert st == 200, cold
+                assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+                prompt = via["usage"]["prompt_tokens"]
+                assert prompt == cold["usage"]["prompt_tokens"]
+                assert via["usage"]["prompt_tokens_details"]["cached_tokens"] == prompt - 1  # from the state
+                assert answer(via) == answer(cold)
             m = gw.metrics()
             assert m["deepinfer_gateway_pd_requests_total"] == len(bodies)
             assert wait_until(lambda: gw.metrics()["deepinfer_gateway_pd_prefill_ok_total"] == len(bodies), timeout=10)
@@ -390,6 +392,7 @@ def test_pd_two_prefill_two_decode_workers_match_a_single_server():
                 assert m['deepinfer_gateway_worker_routed_total{worker="%s",role="decode"}' % d.url] >= 1
                 dm = d.metrics()
                 assert dm["deepinfer_pd_local_prefills_total"] == 0
+                assert dm["deepinfer_pd_states_imported_total"] >= 1
                 assert wait_until(lambda: d.metrics()["deepinfer_pd_pinned_blocks"] == 0, timeout=10)
         finally:
             if gw:
