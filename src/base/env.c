@@ -84,6 +84,57 @@ static int check_fp8_gemv(const char *name, const char *v) {
     return di_errorf("%s='%s': expected auto, f32, fp16 or mapped", name, v);
 }
 
+static const char *const pd_msg_names[] = {"BEGIN", "STATE", "DONE", "ABORT", NULL};
+
+/* One item "drop:MSG", "dup:MSG" or "delay:MSG:Nms" of DEEPINFER_TEST_PD_FAULTS into *out. */
+static int parse_pd_fault(const char *item, size_t len, DiEnvPdFaults *out) {
+    char buf[64], *end;
+    if (len >= sizeof buf) return di_errorf("'%.*s...': too long", 20, item);
+    memcpy(buf, item, len);
+    buf[len] = 0;
+    char *kind = buf, *msg = strchr(buf, ':'), *arg = NULL;
+    if (!msg) return di_errorf("'%s': expected drop:MSG, dup:MSG or delay:MSG:Nms", buf);
+    *msg++ = 0;
+    if ((arg = strchr(msg, ':'))) *arg++ = 0;
+    int m = choice_index(pd_msg_names, msg);
+    if (m < 0) return di_errorf("'%.*s': unknown message '%s' (expected BEGIN, STATE, DONE or ABORT)", (int)len, item, msg);
+    bool delay = strcmp(kind, "delay") == 0;
+    if (!delay && strcmp(kind, "drop") != 0 && strcmp(kind, "dup") != 0)
+        return di_errorf("'%.*s': unknown fault '%s' (expected drop, dup or delay)", (int)len, item, kind);
+    if (delay != (arg != NULL)) return di_errorf("'%.*s': only delay takes a duration (delay:MSG:Nms)", (int)len, item);
+    if (delay) {
+        long ms = strtol(arg, &end, 10);
+        if (end == arg || strcmp(end, "ms") != 0 || ms < 0 || ms > 60000)
+            return di_errorf("'%.*s': expected a duration like 500ms (0 .. 60000 ms)", (int)len, item);
+        out->delay_ms[m] = (int)ms;
+    } else if (strcmp(kind, "drop") == 0) {
+        out->drop[m] = true;
+    } else {
+        out->dup[m] = true;
+    }
+    out->any = true;
+    return 0;
+}
+
+int di_env_parse_pd_faults(const char *spec, DiEnvPdFaults *out) {
+    if (!out) return di_errorf("di_env_parse_pd_faults: no output");
+    memset(out, 0, sizeof *out);
+    if (!spec) return 0;
+    for (const char *p = spec; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len == 0) return di_errorf("DEEPINFER_TEST_PD_FAULTS='%s': an empty item", spec);
+        if (parse_pd_fault(p, len, out) != 0) return di_error_wrap("DEEPINFER_TEST_PD_FAULTS (test-only)");
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
+static int check_pd_faults(const char *name, const char *v) {
+    (void)name;
+    DiEnvPdFaults f;
+    return di_env_parse_pd_faults(v, &f);
+}
+
 static int check_any(const char *name, const char *v) {
     (void)name;
     (void)v;
@@ -108,6 +159,7 @@ static const EnvVar known[] = {
     {"DEEPINFER_KERNELS", check_kernels},
     {"DEEPINFER_FP8_GEMV", check_fp8_gemv},
     {"DEEPINFER_API_KEY", check_any},
+    {"DEEPINFER_TEST_PD_FAULTS", check_pd_faults}, /* test-only fault injection */
     {"DEEPINFER_LIB", check_any}, /* the Python binding's library override */
     {"DEEPINFER_BENCH_DIR", check_any},  /* bench_decode's checkpoint cache */
     {"DEEPINFER_BENCH_ONLY", check_any}, /* bench_decode: one half only */
@@ -213,6 +265,8 @@ int di_env_prefill_replay(DiEnvPrefillReplay *out) {
     if (keep) parse_long(keep, &out->keep);
     return 0;
 }
+
+int di_env_pd_faults(DiEnvPdFaults *out) { return di_env_parse_pd_faults(value_of("DEEPINFER_TEST_PD_FAULTS"), out); }
 
 int di_env_check(void) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {

@@ -10,6 +10,8 @@
 
 #include "base/log.h"
 
+#include <stdbool.h>
+
 /* Checks every DEEPINFER_* variable that is set; -1 with an error naming the first bad one. */
 int di_env_check(void);
 
@@ -60,5 +62,23 @@ typedef struct {
     long keep;
 } DiEnvPrefillReplay;
 int di_env_prefill_replay(DiEnvPrefillReplay *out);
+
+/* DEEPINFER_TEST_PD_FAULTS — TEST-ONLY: faults a PD prefill worker's transfer sender injects into
+ * its own control messages (kv_transfer.h di_kv_send_set_faults), to test the decode side's
+ * deadlines, leases and idempotence.  A comma-separated list of
+ *   drop:MSG          the message is never sent (the sender believes it was);
+ *   dup:MSG           the message (each chunk of a STATE) is sent twice;
+ *   delay:MSG:Nms     the message is held N ms (0 .. 60000) before it is sent;
+ * MSG one of BEGIN, STATE, DONE, ABORT.  Never set it in production.  Unset: no faults. */
+typedef enum { DI_PD_MSG_BEGIN, DI_PD_MSG_STATE, DI_PD_MSG_DONE, DI_PD_MSG_ABORT, DI_PD_MSGS } DiPdMsg;
+typedef struct {
+    bool drop[DI_PD_MSGS], dup[DI_PD_MSGS];
+    int delay_ms[DI_PD_MSGS];
+    bool any;
+} DiEnvPdFaults;
+/* The variable into *out (no faults when unset); -1 with an error naming it when malformed. */
+int di_env_pd_faults(DiEnvPdFaults *out);
+/* The same grammar from a string (tests); -1 with an error quoting the bad item. */
+int di_env_parse_pd_faults(const char *spec, DiEnvPdFaults *out);
 
 #endif

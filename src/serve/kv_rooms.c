@@ -42,6 +42,7 @@ typedef struct {
     size_t cap_part;
     uint8_t *blob;           /* the request's exact state (STATE), being assembled or complete */
     uint64_t blob_total, blob_got;
+    uint8_t *blob_seen;      /* one bit per chunk of the state received (a duplicate is ignored) */
     int64_t expect_state;    /* DONE's state_bytes, -1 before DONE */
 } Room;
 
@@ -110,7 +111,9 @@ void di_kv_rooms_set_max_state(DiKvRooms *t, uint64_t bytes) {
 
 static void drop_state(Room *r) {
     free(r->blob);
+    free(r->blob_seen);
     r->blob = NULL;
+    r->blob_seen = NULL;
     r->blob_total = r->blob_got = 0;
 }
 
@@ -290,12 +293,25 @@ void di_kv_rooms_begin(DiKvRooms *t, const void *conn, uint64_t room) {
     pthread_mutex_unlock(&t->mu);
 }
 
-/* A STATE chunk into room r (under t->mu). */
+/* A STATE chunk into room r (under t->mu).  Chunks sit on the sender's DI_KV_CHUNK_BYTES grid,
+ * so a duplicated one (a resent message) is recognised by its index and ignored. */
 static int add_state(DiKvRooms *t, Room *r, uint64_t total, uint64_t offset, const void *data, size_t len, double now) {
-    if (!r->blob && (r->blob_total = total, !(r->blob = di_malloc(total, "received state")))) return -1;
+    uint64_t chunk = offset / DI_KV_CHUNK_BYTES, want = total - offset < DI_KV_CHUNK_BYTES ? total - offset : DI_KV_CHUNK_BYTES;
+    if (offset % DI_KV_CHUNK_BYTES != 0 || len != want)
+        return di_errorf("kv transfer: room %llu: a state chunk [%llu, +%zu) off the %zu-byte chunk grid", (unsigned long long)r->id,
+                         (unsigned long long)offset, len, DI_KV_CHUNK_BYTES);
+    if (!r->blob) {
+        r->blob_total = total;
+        r->blob = di_malloc(total, "received state");
+        r->blob_seen = di_calloc((size_t)(total / DI_KV_CHUNK_BYTES / 8 + 1), 1, "received state chunks");
+        if (!r->blob || !r->blob_seen) return drop_state(r), -1;
+    }
+    bool dup = r->blob_total == total && (r->blob_seen[chunk / 8] & (1u << (chunk % 8)));
+    if (dup) return 0;
     if (r->blob_total != total || len > total - r->blob_got)
         return di_errorf("kv transfer: room %llu: state chunks disagree on the size (%llu, %llu) or overrun it",
                          (unsigned long long)r->id, (unsigned long long)r->blob_total, (unsigned long long)total);
+    r->blob_seen[chunk / 8] |= (uint8_t)(1u << (chunk % 8));
     memcpy(r->blob + offset, data, len);
     r->blob_got += len;
     if (r->blob_got == total) {

@@ -512,6 +512,7 @@ struct DiKvSend {
     bool replied;
     RegReply reply;
     char address[80];
+    DiEnvPdFaults faults; /* test-only (di_kv_send_set_faults) */
 };
 
 static void on_send_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
@@ -574,10 +575,51 @@ static int post(DiKvSend *s, unsigned id, const void *hdr, size_t hdr_len, const
     return 0;
 }
 
+int di_kv_send_set_faults(DiKvSend *s, const DiEnvPdFaults *f) {
+    if (!s) return di_errorf("kv transfer: set_faults needs a sender");
+    if (f) s->faults = *f;
+    else memset(&s->faults, 0, sizeof s->faults);
+    return 0;
+}
+
+static int msg_of(unsigned am) {
+    switch (am) {
+    case AM_BEGIN: return DI_PD_MSG_BEGIN;
+    case AM_STATE: return DI_PD_MSG_STATE;
+    case AM_DONE: return DI_PD_MSG_DONE;
+    case AM_ABORT: return DI_PD_MSG_ABORT;
+    default: return -1;
+    }
+}
+
+/* The test faults for message `am`: how many copies to send (0 dropped, 2 duplicated), after
+ * holding it for its delay (progressing the worker meanwhile); -1 when the delay ran past the
+ * deadline. */
+static int fault_copies(DiKvSend *s, unsigned am, double deadline, const char *what) {
+    int m = msg_of(am);
+    if (m < 0 || !s->faults.any) return 1;
+    if (s->faults.delay_ms[m] > 0) {
+        double until = di_kv_now() + s->faults.delay_ms[m] * 1e-3;
+        while (di_kv_now() < until && di_kv_now() <= deadline) progress_or_sleep(s->worker, s->efd, 5);
+        if (di_kv_now() > deadline)
+            return di_errorf("kv transfer to %s: %s: deadline passed (a test fault delayed it %d ms)", s->address, what,
+                             s->faults.delay_ms[m]);
+    }
+    if (s->faults.drop[m]) {
+        DI_DEBUG("kv transfer to %s: %s: dropped (test fault)", s->address, what);
+        return 0;
+    }
+    return s->faults.dup[m] ? 2 : 1;
+}
+
 static int send_one(DiKvSend *s, unsigned id, const void *hdr, size_t hdr_len, double deadline, const char *what) {
-    void *req;
-    if (post(s, id, hdr, hdr_len, NULL, 0, &req, what) != 0) return -1;
-    return wait_requests(s, &req, 1, deadline, what);
+    int copies = fault_copies(s, id, deadline, what);
+    if (copies < 0) return -1;
+    for (int k = 0; k < copies; k++) {
+        void *req;
+        if (post(s, id, hdr, hdr_len, NULL, 0, &req, what) != 0 || wait_requests(s, &req, 1, deadline, what) != 0) return -1;
+    }
+    return 0;
 }
 
 static int connect_ep(DiKvSend *s, const struct sockaddr_in *sa) {
@@ -644,19 +686,22 @@ static int send_chunks(DiKvSend *s, unsigned am, uint64_t room, DiKvKey key, con
                        const char *what) {
     BlockHdr hdr[WINDOW];
     void *reqs[WINDOW] = {0};
-    int n = 0;
-    for (size_t off = 0; off < len; off += DI_KV_CHUNK_BYTES) {
+    int n = 0, copies = fault_copies(s, am, deadline, what);
+    if (copies < 0) return -1;
+    for (size_t off = 0; off < len && copies > 0; off += DI_KV_CHUNK_BYTES) {
         size_t c = len - off < DI_KV_CHUNK_BYTES ? len - off : DI_KV_CHUNK_BYTES;
-        if (n == WINDOW) {
-            if (wait_requests(s, reqs, n, deadline, what) != 0) return -1;
-            n = 0;
+        for (int k = 0; k < copies; k++) {
+            if (n == WINDOW) {
+                if (wait_requests(s, reqs, n, deadline, what) != 0) return -1;
+                n = 0;
+            }
+            hdr[n] = (BlockHdr){.room = room, .key_lo = key.lo, .key_hi = key.hi, .total = len, .offset = off};
+            if (post(s, am, &hdr[n], sizeof hdr[n], (const uint8_t *)data + off, c, &reqs[n], what) != 0) {
+                wait_requests(s, reqs, n, deadline, what);
+                return -1;
+            }
+            n++;
         }
-        hdr[n] = (BlockHdr){.room = room, .key_lo = key.lo, .key_hi = key.hi, .total = len, .offset = off};
-        if (post(s, am, &hdr[n], sizeof hdr[n], (const uint8_t *)data + off, c, &reqs[n], what) != 0) {
-            wait_requests(s, reqs, n, deadline, what);
-            return -1;
-        }
-        n++;
     }
     return wait_requests(s, reqs, n, deadline, what);
 }

@@ -31,6 +31,7 @@
 #ifndef DI_SERVE_KV_TRANSFER_H
 #define DI_SERVE_KV_TRANSFER_H
 
+#include "base/env.h"
 #include "engine/kvcache/block_key.h"
 #include "engine/kvcache/kv_cache.h"
 
@@ -126,6 +127,10 @@ int di_kv_send_block(DiKvSend *s, uint64_t room, DiKvKey key, const void *data, 
 int di_kv_send_state(DiKvSend *s, uint64_t room, const void *data, size_t len, double deadline);
 int di_kv_send_done(DiKvSend *s, uint64_t room, uint32_t n_blocks, uint64_t state_bytes, double deadline);
 int di_kv_send_abort(DiKvSend *s, uint64_t room, double deadline);
+/* TEST-ONLY fault injection (DEEPINFER_TEST_PD_FAULTS, env.h): from now on this sender drops,
+ * duplicates or delays its BEGIN, STATE, DONE and ABORT messages as `f` says (a delay counts
+ * against the message's deadline).  NULL f: no faults.  -1 on a NULL sender. */
+int di_kv_send_set_faults(DiKvSend *s, const DiEnvPdFaults *f);
 /* Flush and close (bounded by 2 s), free.  NULL is a no-op. */
 void di_kv_send_close(DiKvSend *s);
 

@@ -21,6 +21,7 @@
  * group while it runs. */
 #include "serve/server_internal.h"
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mem.h"
@@ -242,8 +243,9 @@ static int prefill_handler(Exchange *x, json_t **reply) {
     int tokenize_status = 500;
     if (status == 0 && srv->backend.tokenize(srv->backend.self, &p.req, true, &p.ids, &p.n_ids, &tokenize_status) != 0)
         status = tokenize_status;
-    if (status == 0 && (!(p.send = di_kv_send_connect(p.decode, &id, p.deadline)) ||
-                        di_kv_send_begin(p.send, p.room, p.deadline) != 0))
+    DiEnvPdFaults faults; /* test-only (env.h); a malformed value was refused at startup */
+    if (status == 0 && (di_env_pd_faults(&faults) != 0 || !(p.send = di_kv_send_connect(p.decode, &id, p.deadline)) ||
+                        di_kv_send_set_faults(p.send, &faults) != 0 || di_kv_send_begin(p.send, p.room, p.deadline) != 0))
         status = 502;
     if (status == 0 && (p.n_ids < 2 || (status = run_prefill(x, &p)) == 0)) {
         t1 = di_kv_now();

@@ -122,12 +122,12 @@ def scrape_metrics(url):
 class Serve:
     """`deepinfer serve --port 0` on the built-in tiny model cached under `cache` (used as
     XDG_CACHE_HOME; generated on first use), with its log in a file (a pipe could fill and block
-    it)."""
+    it).  extra_env: variables added to its environment (a test's DEEPINFER_TEST_* knobs)."""
 
-    def __init__(self, cache, *args):
+    def __init__(self, cache, *args, extra_env=None):
         self.log_path = os.path.join(cache, "serve.log")
         self.log = open(self.log_path, "w")
-        env = dict(os.environ, XDG_CACHE_HOME=cache)
+        env = dict(os.environ, XDG_CACHE_HOME=cache, **(extra_env or {}))
         env.pop("DEEPINFER_HF_MODEL_DIR", None)
         env.pop("DEEPINFER_API_KEY", None)
         # 120 s: the first use generates the tiny model

@@ -7,7 +7,9 @@ The prefill worker sends the request's exact state (the prompt less its last tok
 state pages), the decode worker imports it and computes the last position itself, so every PD
 answer must equal a COLD single `deepinfer serve` (role both, no prompt cache): greedy and seeded,
 completions and chat, prompts of several blocks and shorter than one block, and the local-prefill
-fallback after a failed transfer."""
+fallback after a failed transfer.  Prefill workers with test-only faults in their control
+messages (DEEPINFER_TEST_PD_FAULTS): a dropped DONE ends in a local prefill at the deadline, a
+delayed STATE within it is still imported, duplicated messages import once."""
 import json
 import os
 import re
@@ -20,7 +22,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from server_fixture import MODEL, Serve, engine_idle, post_json, wait_until  # noqa: E402
+from server_fixture import DEEPINFER, MODEL, Serve, engine_idle, post_json, wait_until  # noqa: E402
 
 BLOCK = 256  # the engine's default block; the roles' default RAM cache uses it
 FILLER = "the quick brown fox jumps over the lazy dog "
@@ -36,8 +38,8 @@ def transfer_address(srv):
 def workers(tmp_path_factory):
     started = []
 
-    def start(name, *args):
-        s = Serve(str(tmp_path_factory.mktemp(name)), *args)
+    def start(name, *args, extra_env=None):
+        s = Serve(str(tmp_path_factory.mktemp(name)), *args, extra_env=extra_env)
         started.append(s)
         return s
 
@@ -271,3 +273,51 @@ def test_bad_envelopes_and_headers_are_refused(workers):
     assert s == 400 and "X-DI-Room" in e["error"]["message"]
     s, e = post_with_headers(ref, "/v1/completions", body, {"X-DI-Room": "5"})
     assert s == 400 and "--role decode" in e["error"]["message"]
+
+
+# (faults, the decode's deadline in ms, whether the state is imported)
+FAULTS = [("drop:DONE", 2000, False), ("delay:STATE:500ms", 20000, True),
+          ("dup:BEGIN,dup:STATE,dup:DONE", 20000, True)]
+
+
+@pytest.mark.parametrize("case", range(len(FAULTS)))
+def test_faulty_control_messages_still_give_the_cold_answer(workers, case):
+    faults, deadline_ms, imported = FAULTS[case]
+    ref, dec = workers["ref"], workers["dec"]
+    pre = workers["start"](f"faulty{case}", "--role", "prefill", extra_env={"DEEPINFER_TEST_PD_FAULTS": faults})
+    path = "/v1/completions"
+    body = {"model": MODEL, "prompt": f"Fault {case}. " + FILLER * 20, "max_tokens": 12, "temperature": 0.7, "seed": 4}
+    before = dec.metrics()
+    t0 = time.time()
+    p, d = pd_request(pre, dec, 8800 + case, path, body, deadline_ms)
+    took = time.time() - t0
+    assert p[0] == 200, p  # the sender believes every message went out
+    assert d[0] == 200, d
+    s, cold = post_json(ref, path, body)
+    assert s == 200 and d[1]["choices"][0]["text"] == cold["choices"][0]["text"]
+    after = dec.metrics()
+    done = 'deepinfer_pd_rooms_total{state="done"}'
+    assert after[done] == before[done] + imported
+    assert after["deepinfer_pd_states_received_total"] == before["deepinfer_pd_states_received_total"] + 1
+    assert after["deepinfer_pd_states_imported_total"] == before["deepinfer_pd_states_imported_total"] + imported
+    assert after["deepinfer_pd_local_prefills_total"] == before["deepinfer_pd_local_prefills_total"] + (not imported)
+    assert (d[1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 0) == imported
+    # a duplicated chunk is stored once
+    assert after["deepinfer_pd_bytes_received_total"] == before["deepinfer_pd_bytes_received_total"] + p[1]["bytes"]
+    aborted = 'deepinfer_pd_rooms_total{state="aborted"}'
+    assert after[aborted] == before[aborted] + (not imported)
+    # without DONE the room ends when the sender closes its connection (or at the deadline: the
+    # unit test test_kv_transfer keeps the sender connected), then the decode prefills locally
+    assert took < deadline_ms / 1000 + 15
+    assert wait_until(lambda: dec.metrics()["deepinfer_pd_pinned_blocks"] == 0)
+    assert wait_until(lambda: dec.metrics()["deepinfer_pd_rooms_waiting"] == 0)
+    assert wait_until(lambda: engine_idle(dec.metrics)) and wait_until(lambda: engine_idle(pre.metrics))
+    pre.stop()
+
+
+def test_a_malformed_fault_list_is_refused_at_startup():
+    import subprocess
+    env = dict(os.environ, DEEPINFER_TEST_PD_FAULTS="drop:BLOCK")
+    r = subprocess.run([DEEPINFER, "serve", "--port", "0"], env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r
+    assert "DEEPINFER_TEST_PD_FAULTS" in r.stderr and "unknown message 'BLOCK'" in r.stderr, r.stderr

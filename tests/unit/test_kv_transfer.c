@@ -6,7 +6,11 @@
  * aborts its room, and a sender to a port nobody listens on fails fast with a clear error.
  * A STATE (a request's exact state) arrives byte-exact, completes its room only with DONE's
  * state_bytes, and is handed to the waiter once; a sender with another state page size is
- * refused at registration. */
+ * refused at registration.
+ * Test-only faults (DEEPINFER_TEST_PD_FAULTS, di_kv_send_set_faults): duplicated BEGIN, STATE
+ * chunks, DONE and ABORT are idempotent (one state, one DONE); a dropped DONE leaves the waiter
+ * to its deadline; a STATE delayed within the deadline still completes the room; a dropped
+ * ABORT leaves the room to its lease, which unpins it; a malformed fault list is refused. */
 #include "test.h"
 
 #include "base/error.h"
@@ -283,6 +287,148 @@ TEST(bad_arguments_are_refused) {
     di_kv_cache_close(c);
 }
 
+static DiEnvPdFaults faults_of(const char *spec) {
+    DiEnvPdFaults f;
+    int rc = di_env_parse_pd_faults(spec, &f);
+    CHECK_MSG(rc == 0, "%s: %s", spec, di_error_message());
+    return f;
+}
+
+TEST(fault_lists_parse_and_malformed_ones_are_refused) {
+    DiEnvPdFaults f = faults_of("drop:DONE,delay:STATE:500ms,dup:BEGIN");
+    CHECK(f.any && f.drop[DI_PD_MSG_DONE] && f.dup[DI_PD_MSG_BEGIN] && !f.drop[DI_PD_MSG_ABORT]);
+    CHECK_EQ_INT(f.delay_ms[DI_PD_MSG_STATE], 500);
+    f = faults_of(NULL);
+    CHECK(!f.any);
+    static const struct {
+        const char *spec, *says;
+    } bad[] = {
+        {"drop", "expected drop:MSG"},          {"drop:BLOCK", "unknown message 'BLOCK'"},
+        {"lose:DONE", "unknown fault 'lose'"},  {"delay:STATE", "only delay takes a duration"},
+        {"delay:STATE:5s", "like 500ms"},       {"delay:STATE:70000ms", "0 .. 60000"},
+        {"drop:DONE:1ms", "only delay takes"},  {"drop:DONE,,dup:BEGIN", "an empty item"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(di_env_parse_pd_faults(bad[i].spec, &f), -1);
+        CHECK_MSG(strstr(di_error_message(), bad[i].says) && strstr(di_error_message(), "DEEPINFER_TEST_PD_FAULTS"), "%s: %s",
+                  bad[i].spec, di_error_message());
+    }
+}
+
+/* BEGIN, a STATE of several chunks and DONE for `room` on p's sender. */
+static void send_room(Pair *p, uint64_t room, const uint8_t *state, size_t len) {
+    CHECK_EQ_INT(di_kv_send_begin(p->s, room, in(10)), 0);
+    CHECK_EQ_INT(di_kv_send_state(p->s, room, state, len, in(10)), 0);
+    CHECK_EQ_INT(di_kv_send_done(p->s, room, 0, len, in(10)), 0);
+}
+
+static void check_state_once(Pair *p, uint64_t room, const uint8_t *state, size_t len) {
+    void *got = NULL;
+    size_t got_len = 0;
+    CHECK_EQ_INT(di_kv_recv_take_state(p->r, room, &got, &got_len), 0);
+    CHECK(got && got_len == len && memcmp(got, state, len) == 0);
+    free(got);
+    DiKvRecvStats st;
+    di_kv_recv_stats(p->r, &st);
+    CHECK_EQ_INT(st.states_received, 1);
+    CHECK_EQ_INT(st.state_bytes_received, len);
+}
+
+TEST(duplicated_messages_are_idempotent) {
+    Pair p;
+    const size_t len = 2 * BLOCK_BYTES + 5; /* six chunks */
+    uint8_t *state = malloc(len);
+    if (state && pair_open(&p, 0) == 0) {
+        fill_block(state, len, 7);
+        DiEnvPdFaults f = faults_of("dup:BEGIN,dup:STATE,dup:DONE,dup:ABORT");
+        CHECK_EQ_INT(di_kv_send_set_faults(p.s, &f), 0);
+        send_room(&p, 40, state, len);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 40, in(10), NULL, NULL), DI_ROOM_DONE);
+        check_state_once(&p, 40, state, len);
+        CHECK_EQ_INT(di_kv_send_abort(p.s, 41, in(10)), 0);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 41, in(10), NULL, NULL), DI_ROOM_ABORTED);
+        usleep(100 * 1000);
+        DiKvRecvStats st;
+        di_kv_recv_stats(p.r, &st);
+        CHECK_EQ_INT(st.rooms[DI_ROOM_DONE], 1);
+        CHECK_EQ_INT(st.rooms[DI_ROOM_ABORTED], 1);
+        CHECK_EQ_INT(di_kv_recv_state(p.r, 40), DI_ROOM_DONE); /* the duplicated DONE changed nothing */
+        di_kv_recv_release(p.r, 40);
+        di_kv_recv_release(p.r, 41);
+    }
+    pair_close(&p);
+    free(state);
+}
+
+TEST(a_dropped_done_leaves_the_waiter_to_its_deadline) {
+    Pair p;
+    const size_t len = BLOCK_BYTES;
+    uint8_t *state = calloc(1, len);
+    if (state && pair_open(&p, 0) == 0) {
+        DiEnvPdFaults f = faults_of("drop:DONE");
+        CHECK_EQ_INT(di_kv_send_set_faults(p.s, &f), 0);
+        send_room(&p, 50, state, len); /* the sender believes DONE went out */
+        double t0 = di_kv_now();
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 50, t0 + 0.3, NULL, NULL), DI_ROOM_TRANSFERRING);
+        double waited = di_kv_now() - t0;
+        CHECK_MSG(waited >= 0.29 && waited < 1.5, "waited %.2f s", waited);
+        di_kv_recv_release(p.r, 50); /* the decode worker prefills locally */
+        void *got = NULL;
+        size_t got_len = 0;
+        CHECK_EQ_INT(di_kv_recv_take_state(p.r, 50, &got, &got_len), 0);
+        CHECK(got == NULL); /* nothing to import from an unfinished room */
+        CHECK_EQ_INT(di_kv_recv_state(p.r, 50), DI_ROOM_ABORTED);
+    }
+    pair_close(&p);
+    free(state);
+}
+
+TEST(a_state_delayed_within_the_deadline_is_imported) {
+    Pair p;
+    const size_t len = BLOCK_BYTES + 17;
+    uint8_t *state = malloc(len);
+    if (state && pair_open(&p, 0) == 0) {
+        fill_block(state, len, 9);
+        DiEnvPdFaults f = faults_of("delay:STATE:300ms");
+        CHECK_EQ_INT(di_kv_send_set_faults(p.s, &f), 0);
+        double t0 = di_kv_now();
+        send_room(&p, 60, state, len);
+        CHECK_MSG(di_kv_now() - t0 >= 0.3, "the STATE was not held: %.3f s", di_kv_now() - t0);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 60, t0 + 10, NULL, NULL), DI_ROOM_DONE);
+        check_state_once(&p, 60, state, len);
+        di_kv_recv_release(p.r, 60);
+        /* a delay past the sender's deadline fails the send, naming the fault */
+        CHECK_EQ_INT(di_kv_send_state(p.s, 61, state, len, in(0.1)), -1);
+        CHECK_MSG(strstr(di_error_message(), "deadline passed") && strstr(di_error_message(), "test fault"), "%s",
+                  di_error_message());
+    }
+    pair_close(&p);
+    free(state);
+}
+
+TEST(a_dropped_abort_leaves_the_room_to_its_lease) {
+    Pair p;
+    if (pair_open(&p, 0.3) == 0) {
+        DiEnvPdFaults f = faults_of("drop:ABORT");
+        CHECK_EQ_INT(di_kv_send_set_faults(p.s, &f), 0);
+        CHECK_EQ_INT(di_kv_send_block(p.s, 70, key_of(70), p.blk, BLOCK_BYTES, in(10)), 0);
+        CHECK_EQ_INT(di_kv_send_abort(p.s, 70, in(10)), 0);
+        usleep(100 * 1000);
+        CHECK_EQ_INT(di_kv_recv_state(p.r, 70), DI_ROOM_TRANSFERRING); /* the ABORT never came */
+        CHECK_EQ_INT(stat_pinned(p.r), 1);
+        double until = in(5);
+        while (di_kv_recv_state(p.r, 70) != DI_ROOM_EXPIRED && di_kv_now() < until) usleep(20 * 1000);
+        CHECK_EQ_INT(di_kv_recv_state(p.r, 70), DI_ROOM_EXPIRED);
+        CHECK_EQ_INT(stat_pinned(p.r), 0); /* back to idle */
+        size_t len = 0;
+        CHECK_EQ_INT(di_kv_cache_read(p.c, key_of(70), p.blk, BLOCK_BYTES, &len), 0);
+        DiKvRecvStats st;
+        di_kv_recv_stats(p.r, &st);
+        CHECK_EQ_INT(st.rooms_waiting, 0);
+    }
+    pair_close(&p);
+}
+
 int main(void) {
     RUN_TEST(blocks_arrive_byte_exact_and_pinned);
     RUN_TEST(a_state_arrives_byte_exact_once_and_completes_its_room);
@@ -292,5 +438,10 @@ int main(void) {
     RUN_TEST(a_sender_that_goes_away_aborts_its_rooms);
     RUN_TEST(sender_to_a_dead_port_fails_fast);
     RUN_TEST(bad_arguments_are_refused);
+    RUN_TEST(fault_lists_parse_and_malformed_ones_are_refused);
+    RUN_TEST(duplicated_messages_are_idempotent);
+    RUN_TEST(a_dropped_done_leaves_the_waiter_to_its_deadline);
+    RUN_TEST(a_state_delayed_within_the_deadline_is_imported);
+    RUN_TEST(a_dropped_abort_leaves_the_room_to_its_lease);
     return TEST_SUMMARY();
 }
