@@ -5,7 +5,11 @@ official OpenAI and Anthropic SDKs, the workers' GET /internal/load, the PD flow
 prefill and decode workers get the same room; 2 `--role prefill` + 2 `--role decode` workers
 answer as a single server does), a client that leaves aborts the
 worker's request, a worker failing before any byte (retried) or mid-stream (error event), and
-kill -9 of a worker: the gateway keeps serving with the other, then the restarted worker rejoins."""
+kill -9 of a worker: the gateway keeps serving with the other, then the restarted worker rejoins.
+Gateway + 1 prefill + 1 decode (+ a second decode worker): greedy and seeded chat and completions
+equal a cold single server; kill -9 of the decode worker mid-stream ends the client's stream with
+an error event, the prefill worker returns to idle, the other decode worker serves on, and the
+restarted one rejoins with its new transfer address."""
 import json
 import os
 import signal
@@ -399,3 +403,78 @@ def test_pd_two_prefill_two_decode_workers_match_a_single_server():
                 assert gw.stop() == 0
             for p in procs:
                 p.stop()
+
+
+def pd_cases():
+    filler = "the quick brown fox jumps over the lazy dog "
+    chat = {"model": MODEL, "max_tokens": 12}
+    return [("/v1/completions", {"model": MODEL, "prompt": "Greedy. " + filler * 26, "max_tokens": 12, "temperature": 0}),
+            ("/v1/completions", {"model": MODEL, "prompt": "Seeded. " + filler * 22, "max_tokens": 12,
+                                 "temperature": 0.9, "seed": 21}),
+            ("/v1/chat/completions", dict(chat, messages=[{"role": "user", "content": "Greedy chat. " + filler * 24}],
+                                          temperature=0, thinking={"type": "disabled"})),
+            ("/v1/chat/completions", dict(chat, messages=[{"role": "user", "content": "Seeded chat. " + filler * 20}],
+                                          seed=8))]
+
+
+def check_pd_equals_cold(gw, ref):
+    for path, body in pd_cases():
+        st, via = post_json(gw, path, body, timeout=60)
+        assert st == 200, via
+        st, cold = post_json(ref, path, body)
+        assert st == 200 and cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, cold
+        assert via["usage"]["prompt_tokens_details"]["cached_tokens"] == via["usage"]["prompt_tokens"] - 1, via
+        assert answer(via) == answer(cold)
+
+
+def test_pd_one_prefill_one_decode_and_a_decode_killed_mid_stream():
+    with tempfile.TemporaryDirectory(prefix="di-gw-pd1-") as cache:
+        procs = [Serve(cache, "--prefix-cache", "off")]
+        gw = None
+        try:
+            ref = procs[0]
+            pre = Serve(cache, "--role", "prefill")
+            dec = Serve(cache, "--role", "decode")
+            procs += [pre, dec]
+            gw = Gateway(cache, "--prefill", pre.url, "--decode", dec.url, "--heartbeat-ms", 200)
+            check_pd_equals_cold(gw, ref)
+            assert gw.metrics()["deepinfer_gateway_pd_requests_total"] == len(pd_cases())
+            assert dec.metrics()["deepinfer_pd_local_prefills_total"] == 0
+            assert gw.stop() == 0
+            # a second decode worker; the one that takes the stream dies mid-stream
+            procs.append(Serve(cache, "--role", "decode"))
+            gw = Gateway(cache, "--prefill", pre.url, "--decode", dec.url, procs[-1].url, "--heartbeat-ms", 200)
+            pd_before = gw.metrics()["deepinfer_gateway_pd_requests_total"]
+            s = open_stream(gw.port)
+            running = [d for d in (dec, procs[-1]) if d.metrics()["deepinfer_running_requests"] == 1]
+            assert len(running) == 1
+            victim = running[0]
+            spare = procs[-1] if victim is dec else dec
+            assert gw.metrics()["deepinfer_gateway_pd_requests_total"] == pd_before + 1  # a split request
+            victim.proc.send_signal(signal.SIGKILL)
+            victim.proc.wait(timeout=10)
+            rest = read_to_end(s)
+            assert b"the worker failed in the middle of the answer" in rest and rest.endswith(b"0\r\n\r\n")
+            assert gw.metrics()["deepinfer_gateway_stream_errors_total"] == 1
+            assert wait_until(lambda: engine_idle(pre.metrics), timeout=10)  # nothing left on the prefill side
+            healthy = 'deepinfer_gateway_worker_healthy{worker="%s",role="decode"}' % victim.url
+            assert wait_until(lambda: gw.metrics()[healthy] == 0, timeout=5)
+            imported = spare.metrics()["deepinfer_pd_states_imported_total"]
+            check_pd_equals_cold(gw, ref)  # the spare decodes, from transferred states
+            assert spare.metrics()["deepinfer_pd_states_imported_total"] == imported + len(pd_cases())
+            victim.log.close()
+            restarted = Serve(cache, "--role", "decode", "--port", victim.port)  # a new transfer port
+            procs.append(restarted)
+            assert wait_until(lambda: gw.metrics()[healthy] == 1, timeout=10)
+            spare.stop()
+            procs.remove(spare)
+            check_pd_equals_cold(gw, ref)
+            assert restarted.metrics()["deepinfer_pd_states_imported_total"] == len(pd_cases())
+            assert restarted.metrics()["deepinfer_pd_local_prefills_total"] == 0
+            assert wait_until(lambda: engine_idle(pre.metrics) and restarted.metrics()["deepinfer_pd_pinned_blocks"] == 0)
+        finally:
+            if gw:
+                gw.stop()
+            for p in procs:
+                if p.proc.poll() is None:
+                    p.stop()
