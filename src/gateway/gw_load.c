@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A count; an optional one may be missing or null (0). */
@@ -63,6 +64,55 @@ static int parse_samples(json_t *obj, DiGwLoad *out) {
     return 0;
 }
 
+/* n lowercase or uppercase hex digits (n <= 16) into *out; -1 when s is not exactly that. */
+static int parse_hex64(const char *s, size_t n, uint64_t *out) {
+    *out = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        *out = *out << 4 | (uint64_t)d;
+    }
+    return s[n] ? -1 : 0;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* kv_identity (32 hex digits or null) and prefix_keys (16 hex digits each; beyond
+ * DI_GW_LOAD_PREFIX_KEYS the first, hottest, are kept). */
+static int parse_prefix(json_t *obj, DiGwLoad *out) {
+    char hex[40];
+    if (get_string(obj, "kv_identity", true, hex, sizeof hex) != 0) return -1;
+    if (hex[0]) {
+        if (strlen(hex) != 32 || parse_hex64(hex + 16, 16, &out->identity_lo) != 0) /* di_kv_key_hex: hi first */
+            return di_errorf("load: 'kv_identity' must be 32 hex digits");
+        hex[16] = 0;
+        if (parse_hex64(hex, 16, &out->identity_hi) != 0) return di_errorf("load: 'kv_identity' must be 32 hex digits");
+        out->has_identity = true;
+    }
+    json_t *arr = json_object_get(obj, "prefix_keys");
+    if (!arr || json_is_null(arr)) return 0;
+    if (!json_is_array(arr)) return di_errorf("load: 'prefix_keys' must be an array");
+    size_t n = json_array_size(arr);
+    for (size_t i = 0; i < n && out->n_prefix_keys < DI_GW_LOAD_PREFIX_KEYS; i++) {
+        json_t *k = json_array_get(arr, i);
+        if (!json_is_string(k) || json_string_length(k) != 16 ||
+            parse_hex64(json_string_value(k), 16, &out->prefix_keys[out->n_prefix_keys]) != 0)
+            return di_errorf("load: prefix_keys[%zu] must be 16 hex digits", i);
+        out->n_prefix_keys++;
+    }
+    qsort(out->prefix_keys, (size_t)out->n_prefix_keys, sizeof out->prefix_keys[0], cmp_u64);
+    return 0;
+}
+
+bool di_gw_load_has_key(const DiGwLoad *l, uint64_t key_lo) {
+    return l && l->n_prefix_keys > 0 &&
+           bsearch(&key_lo, l->prefix_keys, (size_t)l->n_prefix_keys, sizeof key_lo, cmp_u64) != NULL;
+}
+
 int di_gw_load_parse(const char *data, size_t len, DiGwLoad *out) {
     if (!out || (!data && len)) return di_errorf("load: NULL argument");
     memset(out, 0, sizeof *out);
@@ -88,6 +138,7 @@ int di_gw_load_parse(const char *data, size_t len, DiGwLoad *out) {
     if (rc == 0) rc = get_seconds(obj, "step_seconds", false, &out->step_seconds);
     if (rc == 0) rc = get_seconds(obj, "prefill_seconds", false, &out->prefill_seconds);
     if (rc == 0) rc = parse_samples(obj, out);
+    if (rc == 0) rc = parse_prefix(obj, out);
     json_decref(obj);
     return rc;
 }

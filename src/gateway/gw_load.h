@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #define DI_GW_LOAD_SAMPLES 16 /* the per-request prefill samples a worker reports (its ring) */
+#define DI_GW_LOAD_PREFIX_KEYS 512 /* the block keys of a worker kept (its hottest, serve's bound) */
 
 typedef struct {
     char role[16];        /* "prefill", "decode" or "both" */
@@ -23,11 +24,17 @@ typedef struct {
     int n_samples;                    /* the latest ones, oldest first */
     int64_t sample_q[DI_GW_LOAD_SAMPLES], sample_c[DI_GW_LOAD_SAMPLES];
     double sample_s[DI_GW_LOAD_SAMPLES];
+    bool has_identity;                /* kv_identity reported (a block cache) */
+    uint64_t identity_lo, identity_hi; /* its fingerprint */
+    int n_prefix_keys;                /* prefix_keys: the first 64 bits of its cached blocks' keys, */
+    uint64_t prefix_keys[DI_GW_LOAD_PREFIX_KEYS]; /* sorted ascending (di_gw_load_has_key) */
 } DiGwLoad;
 
 /* Parse and check a load answer: counts must be integers >= 0, times finite and >= 0, role one
  * of the three.  Fields added later are ignored (the gateway may be older than its workers);
  * samples beyond DI_GW_LOAD_SAMPLES keep the newest.  -1 with the cause. */
 int di_gw_load_parse(const char *data, size_t len, DiGwLoad *out);
+/* Whether the worker reported a block whose key begins with these 64 bits. */
+bool di_gw_load_has_key(const DiGwLoad *l, uint64_t key_lo);
 
 #endif

@@ -113,6 +113,10 @@ int di_gw_metrics_render(DiGateway *g, DiApiBuf *out) {
     pthread_mutex_lock(&g->pool.lock);
     rc |= workers(&g->pool, out);
     rc |= fit(&g->pool, out);
+    rc |= di_api_buf_printf(out, "# HELP deepinfer_gateway_cache_aware_picks_total decode / whole-request choices made for "
+                                 "the longest prefix a worker holds\n# TYPE deepinfer_gateway_cache_aware_picks_total counter\n"
+                                 "deepinfer_gateway_cache_aware_picks_total %llu\n",
+                            (unsigned long long)g->pool.cache_picks);
     pthread_mutex_unlock(&g->pool.lock);
     return rc ? di_errorf("gateway metrics: out of memory") : 0;
 }

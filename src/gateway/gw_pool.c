@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,7 @@ void di_gw_pool_config_defaults(DiGwPoolConfig *cfg) {
     cfg->policy = DI_DECODE_LB_BALANCED;
     cfg->quota_alpha = 0.3;
     cfg->quota_horizon_s = 1.0;
+    cfg->cache_slack = 4;
 }
 
 /* Prefill workers take tiers in index order: tier 0 the first quota[0], then tier 1... */
@@ -196,41 +198,103 @@ static bool decode_candidate(const DiGwPool *p, int i, bool pd, int exclude) {
     return i != exclude && w->healthy && (!pd || w->role != DI_GW_PREFILL);
 }
 
-int di_gw_pool_pick_decode(DiGwPool *p, int64_t prompt_tokens, int exclude) {
+/* The decode balancer over the workers map[0, G): an index into map, or -1. */
+static int lb_pick(DiGwPool *p, const int *map, int G, int64_t prompt_tokens) {
+    DiDecodeLb lb;
+    DiDecodeLbConfig dc = {.num_ranks = G, .lookahead_steps = p->cfg.lookahead_steps,
+                           .max_requests = p->cfg.max_requests, .max_kv_tokens = p->cfg.max_kv_tokens,
+                           .policy = p->cfg.policy};
+    if (di_decode_lb_init(&lb, &dc) != 0) return -1;
+    for (int g = 0; g < G; g++) {
+        const DiGwWorker *w = &p->w[map[g]];
+        /* requests waiting for their room's KV are the balancer's pending transfers */
+        lb.ranks[g] = (DiDecodeRank){.n = w->load.running + w->load.queued, .kv = w->load.kv_tokens,
+                                     .pending = w->pending + w->load.rooms_waiting, .pending_kv = w->pending_kv};
+    }
+    int g = di_decode_lb_pick(&lb, prompt_tokens);
+    di_decode_lb_free(&lb);
+    return g;
+}
+
+static int64_t load_of(const DiGwWorker *w) {
+    return w->load.running + w->load.queued + w->pending + w->load.rooms_waiting;
+}
+
+/* Leading blocks of keys[0, n) the worker reported holding. */
+static int prefix_match(const DiGwWorker *w, const uint64_t *keys, int n) {
+    int m = 0;
+    while (m < n && di_gw_load_has_key(&w->load, keys[m])) m++;
+    return m;
+}
+
+/* The cache-aware choice among map[0, G) (see gw_pool.h): a worker index, or -1 when no candidate
+ * holds a prefix or none of the holders within the slack has capacity.  Reorders map. */
+static int cached_pick(DiGwPool *p, int *map, int G, int64_t prompt_tokens, const uint64_t *keys, int n_keys) {
+    int best = 0, holders = 0;
+    int64_t least = INT64_MAX;
+    for (int g = 0; g < G; g++) {
+        int m = prefix_match(&p->w[map[g]], keys, n_keys);
+        best = m > best ? m : best;
+        least = load_of(&p->w[map[g]]) < least ? load_of(&p->w[map[g]]) : least;
+    }
+    if (best == 0) return -1;
+    for (int g = 0; g < G; g++) /* the holders within the slack to the front */
+        if (prefix_match(&p->w[map[g]], keys, n_keys) == best && load_of(&p->w[map[g]]) <= least + p->cfg.cache_slack) {
+            int t = map[holders];
+            map[holders++] = map[g];
+            map[g] = t;
+        }
+    int g = holders ? lb_pick(p, map, holders, prompt_tokens) : -1;
+    return g >= 0 ? map[g] : -1;
+}
+
+int di_gw_pool_pick_decode_cached(DiGwPool *p, int64_t prompt_tokens, int exclude, const uint64_t *keys, int n_keys) {
     if (!p || !p->w) return di_errorf("gateway pool: not initialised");
     if (prompt_tokens < 0) return di_errorf("gateway: negative prompt length");
+    if (n_keys < 0 || (n_keys > 0 && !keys)) return di_errorf("gateway: bad prefix keys (%d)", n_keys);
     pthread_mutex_lock(&p->lock);
     bool pd = di_gw_pool_pd(p);
     int *map = malloc((size_t)p->n * sizeof *map), G = 0, pick = -1;
     for (int i = 0; map && i < p->n; i++)
         if (decode_candidate(p, i, pd, exclude)) map[G++] = i;
-    DiDecodeLb lb;
-    DiDecodeLbConfig dc = {.num_ranks = G, .lookahead_steps = p->cfg.lookahead_steps,
-                           .max_requests = p->cfg.max_requests, .max_kv_tokens = p->cfg.max_kv_tokens,
-                           .policy = p->cfg.policy};
     if (!map) {
         di_errorf("gateway: out of memory");
     } else if (G == 0) {
         di_errorf("no %sworker is in rotation", pd ? "decode " : "");
-    } else if (di_decode_lb_init(&lb, &dc) == 0) {
-        for (int g = 0; g < G; g++) {
-            const DiGwWorker *w = &p->w[map[g]];
-            /* requests waiting for their room's KV are the balancer's pending transfers */
-            lb.ranks[g] = (DiDecodeRank){.n = w->load.running + w->load.queued, .kv = w->load.kv_tokens,
-                                         .pending = w->pending + w->load.rooms_waiting, .pending_kv = w->pending_kv};
-        }
-        int g = di_decode_lb_pick(&lb, prompt_tokens);
-        di_decode_lb_free(&lb);
-        if (g >= 0) {
-            pick = map[g];
-            p->w[pick].pending++;
-            p->w[pick].pending_kv += prompt_tokens;
-            p->w[pick].routed++;
-        }
+    } else if ((pick = n_keys > 0 ? cached_pick(p, map, G, prompt_tokens, keys, n_keys) : -1) >= 0) {
+        p->cache_picks++;
+    } else {
+        int g = lb_pick(p, map, G, prompt_tokens);
+        pick = g >= 0 ? map[g] : -1;
+    }
+    if (pick >= 0) {
+        p->w[pick].pending++;
+        p->w[pick].pending_kv += prompt_tokens;
+        p->w[pick].routed++;
     }
     free(map);
     pthread_mutex_unlock(&p->lock);
     return pick;
+}
+
+int di_gw_pool_pick_decode(DiGwPool *p, int64_t prompt_tokens, int exclude) {
+    return di_gw_pool_pick_decode_cached(p, prompt_tokens, exclude, NULL, 0);
+}
+
+bool di_gw_pool_kv_identity(DiGwPool *p, uint64_t *fp_lo, uint64_t *fp_hi, int *block_tokens) {
+    if (!p || !p->w || !fp_lo || !fp_hi || !block_tokens) return false;
+    bool found = false;
+    pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < p->n && !found; i++) {
+        const DiGwLoad *l = &p->w[i].load;
+        if (!p->w[i].healthy || !l->has_identity || l->block_tokens <= 0 || l->block_tokens > (1 << 20)) continue;
+        *fp_lo = l->identity_lo;
+        *fp_hi = l->identity_hi;
+        *block_tokens = (int)l->block_tokens;
+        found = true;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return found;
 }
 
 void di_gw_pool_decode_done(DiGwPool *p, int i, int64_t prompt_tokens) {

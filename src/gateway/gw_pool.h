@@ -9,7 +9,10 @@
  *   - decode / whole-request choice: di_decode_lb_pick over the healthy candidates, ranks from
  *     (running + queued, kv_tokens) of the last heartbeat, its requests waiting for a room's KV
  *     and the gateway's admissions since (vLLM's optimistic local increment between refreshes)
- *     as pending;
+ *     as pending; cache-aware first: among the candidates holding the longest run of the
+ *     request's leading blocks (their reported prefix_keys) and loaded at most cache_slack
+ *     requests above the least loaded candidate, the same balancer picks (counted in
+ *     cache_picks); otherwise, or when none of them has capacity, over every candidate;
  *   - prefill choice (only workers reporting role prefill): the request's tier (di_prefill_tier of its context), the tier's instances
  *     from the quota controller (di_prefill_quota_update every period, demand = predicted cost
  *     in flight + arrivals), the least predicted finish time (cost in flight + own cost) among
@@ -34,6 +37,7 @@ typedef enum { DI_GW_PREFILL = 0, DI_GW_DECODE = 1, DI_GW_BOTH = 2 } DiGwRole;
 
 #define DI_GW_MISSES_OUT 2     /* heartbeats missed in a row that take a worker out */
 #define DI_GW_FIT_SAMPLES 256  /* the prefill samples the fit keeps (newest) */
+#define DI_GW_PREFIX_BLOCKS 64 /* a request's leading blocks the cache-aware choice matches */
 
 typedef enum { DI_GW_FIT_NONE = 0, DI_GW_FIT_LINEAR, DI_GW_FIT_FULL } DiGwFitKind;
 
@@ -58,6 +62,7 @@ typedef struct {
     int lookahead_steps;     /* decode LB H */
     DiDecodeLbPolicy policy;
     double quota_alpha, quota_horizon_s;
+    int cache_slack;         /* cache-aware choice: requests above the least loaded a hit may take */
 } DiGwPoolConfig;
 
 typedef struct {
@@ -82,6 +87,7 @@ typedef struct {
     double delta_tokens, delta_seconds; /* counter deltas summed over workers */
     int64_t *last_samples_total, *last_prefill_tokens; /* per worker */
     double *last_prefill_seconds;
+    uint64_t cache_picks;    /* decode choices made by the cache-aware rule */
 } DiGwPool;
 
 void di_gw_pool_config_defaults(DiGwPoolConfig *cfg);
@@ -112,6 +118,13 @@ bool di_gw_pool_decode_split(DiGwPool *p, int i, char *transfer, size_t size);
  * worker otherwise), with a p-token prompt, never `exclude` (-1: none); admits it (pending).
  * -1 with an error when no healthy worker has capacity. */
 int di_gw_pool_pick_decode(DiGwPool *p, int64_t prompt_tokens, int exclude);
+/* The same, preferring the workers that hold the longest prefix of the request: keys[0, n_keys)
+ * are the first 64 bits of its leading blocks' keys (block_key.h, hashed with the identity of
+ * di_gw_pool_kv_identity); NULL / 0: no preference. */
+int di_gw_pool_pick_decode_cached(DiGwPool *p, int64_t prompt_tokens, int exclude, const uint64_t *keys, int n_keys);
+/* The KV identity to hash a request's blocks with: the fingerprint and block size of the first
+ * worker in rotation that reports a block cache.  false when none does. */
+bool di_gw_pool_kv_identity(DiGwPool *p, uint64_t *fp_lo, uint64_t *fp_hi, int *block_tokens);
 /* The decode half is over (the worker's next heartbeat counts it). */
 void di_gw_pool_decode_done(DiGwPool *p, int i, int64_t prompt_tokens);
 

@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "engine/kvcache/block_key.h"
 #include "recipe/api_request.h"
 #include "recipe/api_stream.h"
 
@@ -80,6 +81,8 @@ typedef struct {
     int worker, prefill_worker, tier;
     double prefill_cost;
     int64_t prompt_tokens;
+    uint64_t keys[DI_GW_PREFIX_BLOCKS]; /* the first 64 bits of its leading blocks' keys */
+    int n_keys;
     bool sse, ended, prefill_counted;
     DiApiBuf tail;               /* an error event still to send */
     size_t tail_off;
@@ -164,19 +167,39 @@ static int client_headers(struct MHD_Connection *c, char lines[][512], const cha
     return n;
 }
 
-/* Prompt tokens of a generation body (0 when it does not parse: the worker answers the error). */
-static int64_t prompt_length(DiGateway *g, DiApiProtocol protocol, const char *body, size_t len) {
+/* The leading blocks' keys of the prompt ids (block_key.h, with the KV identity the workers
+ * report and the request's cache_salt), for the cache-aware choice; none without an identity. */
+static void prefix_keys(DiGateway *g, const DiApiRequest *req, const int32_t *ids, size_t n, Proxy *x) {
+    DiKvKeyCtx ctx;
+    DiKvKey fp, keys[DI_GW_PREFIX_BLOCKS];
+    int b = 0;
+    const char *salt = req->cache_salt ? req->cache_salt : "";
+    x->n_keys = 0;
+    if (!di_gw_pool_kv_identity(&g->pool, &fp.lo, &fp.hi, &b) || di_kv_key_ctx_init(&ctx, fp, b, salt, strlen(salt)) != 0)
+        return;
+    int m = di_kv_keys_for_tokens(&ctx, ids, (int64_t)n, keys, DI_GW_PREFIX_BLOCKS);
+    for (int i = 0; i < m; i++) x->keys[i] = keys[i].lo;
+    x->n_keys = m > 0 ? m : 0;
+}
+
+/* Prompt tokens of a generation body into x->prompt_tokens (0 when it does not parse: the worker
+ * answers the error), and its leading blocks' keys (tokenized once for both). */
+static void prompt_of(DiGateway *g, DiApiProtocol protocol, const char *body, size_t len, Proxy *x) {
     DiApiRequest req;
     int status = 0;
-    if (di_api_request_parse(protocol, body, len, &req, &status) != 0) return 0;
+    x->prompt_tokens = 0;
+    if (di_api_request_parse(protocol, body, len, &req, &status) != 0) return;
     int32_t *ids = NULL;
     size_t n = 0;
     int rc = req.conversation ? di_serve_text_render(g->text, req.conversation, &ids, &n)
              : req.prompt     ? di_serve_text_encode_prompt(g->text, req.prompt, &ids, &n)
                               : -1;
+    if (rc == 0) {
+        x->prompt_tokens = (int64_t)n;
+        prefix_keys(g, &req, ids, n, x);
+    }
     di_api_request_free(&req);
     free(ids);
-    return rc == 0 ? (int64_t)n : 0;
 }
 
 /* PD: start POST /internal/prefill for the request on a prefill worker (the decode worker's KV
@@ -231,7 +254,7 @@ static enum MHD_Result proxy(DiGateway *g, struct MHD_Connection *c, const char 
     x->g = g;
     x->protocol = protocol;
     x->worker = x->prefill_worker = -1;
-    x->prompt_tokens = generation ? prompt_length(g, protocol, body, len) : 0;
+    if (generation) prompt_of(g, protocol, body, len, x);
     if (generation) {
         int t = di_prefill_tier(x->prompt_tokens);
         if (t >= 0) atomic_fetch_add(&g->tier_requests[t], 1);
@@ -243,7 +266,7 @@ static enum MHD_Result proxy(DiGateway *g, struct MHD_Connection *c, const char 
     int status = 0;
     for (int attempt = 0, exclude = -1; attempt < 2; attempt++) {
         int nh = client_headers(c, lines, hdr, 9);
-        x->worker = di_gw_pool_pick_decode(&g->pool, x->prompt_tokens, exclude);
+        x->worker = di_gw_pool_pick_decode_cached(&g->pool, x->prompt_tokens, exclude, x->keys, x->n_keys);
         if (x->worker < 0) {
             snprintf(why, sizeof why, "%s", di_error_message());
             break;

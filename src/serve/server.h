@@ -57,6 +57,8 @@ const char *di_server_role_name(DiServerRole role);
  * transfer ("HOST:PORT" of a decode worker's listener, else null), rooms_waiting and
  * rooms_pinned_blocks, set on `obj`.  0, or -1 with the cause. */
 int di_server_pd_load(DiServer *srv, json_t *obj);
+/* The most block keys a load answer lists (prefix_keys: the hottest of the RAM tier). */
+#define DI_LOAD_PREFIX_KEYS 512
 /* Graceful stop: refuse new generation requests (503; /health answers 503 too, the listener
  * stays open while draining), let in-flight requests finish for shutdown_grace_s, abort the
  * rest, stop accepting, close everything and free the server. */

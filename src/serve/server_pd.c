@@ -14,7 +14,10 @@
  * engine has no room for the state, the request prefills locally (counted in
  * deepinfer_pd_local_prefills_total / _state_import_failures_total); the output is the same,
  * only slower.  The room's pins (of BLOCKs, which the prefill worker no longer sends) are
- * released when the request's first token (or its end) shows it was admitted. */
+ * released when the request's first token (or its end) shows it was admitted.
+ *
+ * Load (GET /internal/load): the PD fields, and the keys of the blocks the worker's RAM tier
+ * holds (prefix_keys, any role with a block cache) for the gateway's cache-aware choice. */
 #include "serve/server_internal.h"
 
 #include "base/error.h"
@@ -22,6 +25,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +51,10 @@ int di_srv_pd_start(DiServer *srv) {
                          "listener; this worker's role is %s", di_server_role_name(cfg->role));
     if (cfg->transfer_port < 0 || cfg->transfer_port > 65535)
         return di_errorf("server: transfer port %d is out of range 0..65535", cfg->transfer_port);
-    if (cfg->role == DI_ROLE_BOTH) return 0;
+    if (cfg->role == DI_ROLE_BOTH) { /* its block cache, when on, is reported for cache-aware routing */
+        if (srv->backend.kv && srv->backend.kv(srv->backend.self, &srv->kv) != 0) memset(&srv->kv, 0, sizeof srv->kv);
+        return 0;
+    }
     if (!srv->backend.kv || srv->backend.kv(srv->backend.self, &srv->kv) != 0)
         return di_errorf("server: the %s role needs the KV block cache in RAM (--kv-cache-ram)",
                          di_server_role_name(cfg->role));
@@ -175,6 +182,28 @@ int di_srv_pd_metrics(DiServer *srv, DiApiBuf *out) {
     return rc;
 }
 
+/* The first 64 bits of the keys of the blocks the RAM tier holds, hottest first, as 16 hex
+ * digits each (at most DI_LOAD_PREFIX_KEYS: ~10 KB of JSON): a key names its whole prefix
+ * (block_key.h), so a gateway that hashes a request's blocks the same way finds the longest
+ * prefix this worker holds.  An empty array without a block cache. */
+static json_t *prefix_keys(DiServer *srv) {
+    static DiKvKey keys[DI_LOAD_PREFIX_KEYS]; /* one load answer at a time: under keys_mu */
+    static pthread_mutex_t keys_mu = PTHREAD_MUTEX_INITIALIZER;
+    json_t *arr = json_array();
+    pthread_mutex_lock(&keys_mu);
+    int n = srv->kv.cache ? di_kv_cache_ram_keys(srv->kv.cache, keys, DI_LOAD_PREFIX_KEYS) : 0;
+    for (int i = 0; arr && i < n; i++) {
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016" PRIx64, keys[i].lo);
+        if (json_array_append_new(arr, json_string(hex)) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    pthread_mutex_unlock(&keys_mu);
+    return arr;
+}
+
 int di_server_pd_load(DiServer *srv, json_t *obj) {
     if (!srv || !json_is_object(obj)) return di_errorf("server: pd load needs a server and a JSON object");
     DiKvRecvStats st = {0};
@@ -187,5 +216,6 @@ int di_server_pd_load(DiServer *srv, json_t *obj) {
     rc |= json_object_set_new(obj, "transfer", srv->recv ? json_string(di_kv_recv_address(srv->recv)) : json_null());
     rc |= json_object_set_new(obj, "rooms_waiting", json_integer(st.rooms_waiting));
     rc |= json_object_set_new(obj, "rooms_pinned_blocks", json_integer(st.pinned_blocks));
+    rc |= json_object_set_new(obj, "prefix_keys", prefix_keys(srv));
     return rc ? di_errorf("server: out of memory building the load object") : 0;
 }

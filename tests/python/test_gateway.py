@@ -9,7 +9,9 @@ kill -9 of a worker: the gateway keeps serving with the other, then the restarte
 Gateway + 1 prefill + 1 decode (+ a second decode worker): greedy and seeded chat and completions
 equal a cold single server; kill -9 of the decode worker mid-stream ends the client's stream with
 an error event, the prefill worker returns to idle, the other decode worker serves on, and the
-restarted one rejoins with its new transfer address."""
+restarted one rejoins with its new transfer address.  Cache-aware choice over `--both` workers
+with a block cache: a request sharing a long prefix with what one worker holds goes to it, while
+unrelated ones still spread."""
 import json
 import os
 import signal
@@ -353,6 +355,18 @@ def test_api_key_is_required_and_sent_on_heartbeats():
             w.stop()
 
 
+def post_concurrently(srv, path, bodies):
+    """POST every body at once (one thread each); the (status, answer) pairs in order."""
+    out = [None] * len(bodies)
+    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, post_json(srv, path, bodies[i])))
+               for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
+
+
 def test_pd_two_prefill_two_decode_workers_match_a_single_server():
     """Gateway + 2 `serve --role prefill` + 2 `serve --role decode`: concurrent requests are split
     (prefill half, the request's exact state over UCX, decode half), every answer equals a cold
@@ -372,13 +386,7 @@ def test_pd_two_prefill_two_decode_workers_match_a_single_server():
             procs += pre + dec
             gw = Gateway(cache, "--prefill", *[p.url for p in pre], "--decode", *[d.url for d in dec],
                          "--heartbeat-ms", 200)
-            out = [None] * len(bodies)
-            threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, post_json(gw, "/v1/completions", bodies[i])))
-                       for i in range(len(bodies))]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(60)
+            out = post_concurrently(gw, "/v1/completions", bodies)
             for i, body in enumerate(bodies):
                 st, via = out[i]
                 assert st == 200, via
@@ -446,8 +454,12 @@ def test_pd_one_prefill_one_decode_and_a_decode_killed_mid_stream():
             gw = Gateway(cache, "--prefill", pre.url, "--decode", dec.url, procs[-1].url, "--heartbeat-ms", 200)
             pd_before = gw.metrics()["deepinfer_gateway_pd_requests_total"]
             s = open_stream(gw.port)
-            running = [d for d in (dec, procs[-1]) if d.metrics()["deepinfer_running_requests"] == 1]
-            assert len(running) == 1
+            running = []  # the engine's gauge follows its step loop: wait for it
+
+            def one_running():
+                running[:] = [d for d in (dec, procs[-1]) if d.metrics()["deepinfer_running_requests"] == 1]
+                return len(running) == 1
+            assert wait_until(one_running, timeout=10)
             victim = running[0]
             spare = procs[-1] if victim is dec else dec
             assert gw.metrics()["deepinfer_gateway_pd_requests_total"] == pd_before + 1  # a split request
@@ -478,3 +490,45 @@ def test_pd_one_prefill_one_decode_and_a_decode_killed_mid_stream():
             for p in procs:
                 if p.proc.poll() is None:
                     p.stop()
+
+
+def test_cache_aware_choice_sends_a_shared_prefix_to_its_holder():
+    filler = "the quick brown fox jumps over the lazy dog "
+    shared = "Shared context. " + filler * 70  # ~2.5 blocks of 256 tokens
+    with tempfile.TemporaryDirectory(prefix="di-gw-cache-") as cache:
+        a, b = Serve(cache, "--kv-cache-ram", "0.25"), Serve(cache, "--kv-cache-ram", "0.25")
+        gw = None
+        try:
+            gw = Gateway(cache, "--both", a.url, b.url, "--heartbeat-ms", 200)
+            routed = 'deepinfer_gateway_worker_routed_total{worker="%s",role="both"}'
+            # b holds the prefix (a direct request: the balancer's tie would send it to a)
+            st, _ = post_json(b, "/v1/completions", {"model": MODEL, "prompt": shared + "Question one?",
+                                                     "max_tokens": 4, "temperature": 0})
+            assert st == 200
+
+            def b_reports_keys():
+                load = json.loads(urllib.request.urlopen(b.url + "/internal/load", timeout=10).read())
+                return len(load["prefix_keys"]) >= 2 and load["kv_identity"]
+            assert wait_until(b_reports_keys, timeout=10)
+            time.sleep(0.6)  # the gateway's next heartbeats carry them
+            before = gw.metrics()
+            st, via = post_json(gw, "/v1/completions", {"model": MODEL, "prompt": shared + "Question two?",
+                                                        "max_tokens": 4, "temperature": 0})
+            assert st == 200, via
+            after = gw.metrics()
+            assert after[routed % b.url] == before[routed % b.url] + 1
+            assert after["deepinfer_gateway_cache_aware_picks_total"] == before["deepinfer_gateway_cache_aware_picks_total"] + 1
+            assert via["usage"]["prompt_tokens_details"]["cached_tokens"] >= 256  # the prefix was reused
+            # unrelated prompts spread over both workers and are not cache-aware picks
+            bodies = [{"model": MODEL, "prompt": f"Unrelated {i}. " + filler * 30, "max_tokens": 8, "temperature": 0}
+                      for i in range(4)]
+            out = post_concurrently(gw, "/v1/completions", bodies)
+            assert all(o and o[0] == 200 for o in out), out
+            end = gw.metrics()
+            assert end[routed % a.url] > after[routed % a.url] and end[routed % b.url] > after[routed % b.url]
+            assert end["deepinfer_gateway_cache_aware_picks_total"] == after["deepinfer_gateway_cache_aware_picks_total"]
+        finally:
+            if gw:
+                assert gw.stop() == 0
+            a.stop()
+            b.stop()

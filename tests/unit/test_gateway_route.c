@@ -4,7 +4,9 @@
  * gateway's pending admissions), the prefill tier of each request and the quota's instances,
  * the least in-flight cost among them, a dead worker skipped and rejoining (no sticky failure),
  * a model mismatch kept out, the cost model fitted from measured samples (recovering known
- * coefficients) or from counter deltas; and the /internal/load parser. */
+ * coefficients) or from counter deltas; the cache-aware choice (the worker holding the longest
+ * run of the request's leading blocks, unless it is loaded past the slack); and the
+ * /internal/load parser. */
 #include "test.h"
 
 #include "base/error.h"
@@ -298,10 +300,90 @@ TEST(load_parser_checks_every_field) {
                          "{\"role\":\"both\",\"model\":\"M\",\"queued\":0,\"running\":0,\"kv_tokens\":0,"
                          "\"prefill_samples_total\":0,\"prefill_samples\":[[1,0,1]]}"};
     const char *field[] = {"JSON", "JSON", "role", "queued", "kv_tokens", "prefill_samples[0]", "prefill_samples_total"};
+    /* a block cache's identity and the keys it holds, sorted for the lookup */
+    const char *cached = "{\"role\":\"both\",\"model\":\"M\",\"queued\":0,\"running\":0,\"kv_tokens\":0,"
+                         "\"block_tokens\":256,\"kv_identity\":\"00000000000000ab00000000000000CD\","
+                         "\"prefix_keys\":[\"ffffffffffffffff\",\"0000000000000010\",\"00000000000000aa\"]}";
+    CHECK(di_gw_load_parse(cached, strlen(cached), &l) == 0);
+    CHECK(l.has_identity && l.identity_hi == 0xab && l.identity_lo == 0xcd);
+    CHECK_EQ_INT(l.n_prefix_keys, 3);
+    CHECK(l.prefix_keys[0] == 0x10 && l.prefix_keys[2] == UINT64_MAX);
+    CHECK(di_gw_load_has_key(&l, 0xaa) && di_gw_load_has_key(&l, UINT64_MAX) && !di_gw_load_has_key(&l, 0xab));
+    const char *bad_prefix[] = {"{\"role\":\"both\",\"model\":\"M\",\"queued\":0,\"running\":0,\"kv_tokens\":0,"
+                                "\"kv_identity\":\"xyz\"}",
+                                "{\"role\":\"both\",\"model\":\"M\",\"queued\":0,\"running\":0,\"kv_tokens\":0,"
+                                "\"prefix_keys\":[\"00000000000000aa\",\"12\"]}",
+                                "{\"role\":\"both\",\"model\":\"M\",\"queued\":0,\"running\":0,\"kv_tokens\":0,"
+                                "\"prefix_keys\":{}}"};
+    const char *prefix_field[] = {"kv_identity", "prefix_keys[1]", "prefix_keys"};
+    for (size_t i = 0; i < sizeof bad_prefix / sizeof bad_prefix[0]; i++) {
+        CHECK(di_gw_load_parse(bad_prefix[i], strlen(bad_prefix[i]), &l) != 0);
+        CHECK_MSG(strstr(di_error_message(), prefix_field[i]) != NULL, "case %zu: %s", i, di_error_message());
+    }
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(di_gw_load_parse(bad[i], strlen(bad[i]), &l) != 0);
         CHECK_MSG(strstr(di_error_message(), field[i]) != NULL, "case %zu: %s", i, di_error_message());
     }
+}
+
+/* A both worker's idle-ish load holding the blocks keys[0, n) (ascending, as the parser sorts). */
+static DiGwLoad holding(int64_t running, const uint64_t *keys, int n) {
+    DiGwLoad l = load_of(running, running * 100);
+    l.has_identity = true;
+    l.block_tokens = 256;
+    for (int i = 0; i < n; i++) l.prefix_keys[i] = keys[i];
+    l.n_prefix_keys = n;
+    return l;
+}
+
+TEST(cache_aware_choice_prefers_the_longest_prefix_within_the_slack) {
+    DiGwPool p;
+    DiGwRole roles[] = {DI_GW_BOTH, DI_GW_BOTH, DI_GW_BOTH};
+    init_pool(&p, roles, 3); /* cache_slack 4 */
+    const uint64_t k01[] = {0x11, 0x22}, k012[] = {0x11, 0x22, 0x33, 0x99};
+    const uint64_t req[] = {0x11, 0x22, 0x33, 0x44}, other[] = {0x11, 0x55};
+    DiGwLoad l0 = holding(0, NULL, 0), l1 = holding(1, k01, 2), l2 = holding(2, k012, 4);
+    di_gw_pool_heartbeat(&p, 0, &l0, NULL);
+    di_gw_pool_heartbeat(&p, 1, &l1, NULL);
+    di_gw_pool_heartbeat(&p, 2, &l2, NULL);
+    /* the identity to hash with is reported */
+    uint64_t lo = 1, hi = 1;
+    int b = 0;
+    CHECK(di_gw_pool_kv_identity(&p, &lo, &hi, &b) && b == 256 && lo == 0 && hi == 0);
+    /* no keys: the balancer alone, the idle worker 0 */
+    CHECK_EQ_INT(di_gw_pool_pick_decode(&p, 100, -1), 0);
+    di_gw_pool_decode_done(&p, 0, 100);
+    CHECK_EQ_INT(p.cache_picks, 0);
+    /* worker 2 holds 3 leading blocks (the 4th, 0x44, nobody), worker 1 two: 2 it is, although
+     * it is the busiest (2 running <= 0 + 4) */
+    CHECK_EQ_INT(di_gw_pool_pick_decode_cached(&p, 1200, -1, req, 4), 2);
+    di_gw_pool_decode_done(&p, 2, 1200);
+    CHECK_EQ_INT(p.cache_picks, 1);
+    /* a tie on one block between 1 and 2: the balancer among those two, the less loaded 1 */
+    CHECK_EQ_INT(di_gw_pool_pick_decode_cached(&p, 600, -1, other, 2), 1);
+    di_gw_pool_decode_done(&p, 1, 600);
+    CHECK_EQ_INT(p.cache_picks, 2);
+    /* the retry excludes 2: the longest left is 1's */
+    CHECK_EQ_INT(di_gw_pool_pick_decode_cached(&p, 1200, 2, req, 4), 1);
+    di_gw_pool_decode_done(&p, 1, 1200);
+    /* 2 loaded past the slack (5 pending on 2 running > 0 + 4): the balancer over all, worker 0 */
+    p.w[2].pending = 5;
+    CHECK_EQ_INT(di_gw_pool_pick_decode_cached(&p, 1200, -1, req, 4), 0);
+    di_gw_pool_decode_done(&p, 0, 1200);
+    CHECK_EQ_INT(p.cache_picks, 3);
+    p.w[2].pending = 0;
+    /* a holder out of rotation is not chosen: 2 leaves, 1 holds the longest left */
+    di_gw_pool_heartbeat(&p, 2, NULL, "connection refused");
+    di_gw_pool_heartbeat(&p, 2, NULL, "connection refused");
+    CHECK_EQ_INT(di_gw_pool_pick_decode_cached(&p, 1200, -1, req, 4), 1);
+    di_gw_pool_decode_done(&p, 1, 1200);
+    /* keys nobody holds: the balancer */
+    const uint64_t none[] = {0x77};
+    CHECK_EQ_INT(di_gw_pool_pick_decode_cached(&p, 100, -1, none, 1), 0);
+    di_gw_pool_decode_done(&p, 0, 100);
+    CHECK_EQ_INT(p.cache_picks, 4);
+    CHECK(di_gw_pool_pick_decode_cached(&p, 100, -1, NULL, 3) < 0); /* keys promised, none given */
+    di_gw_pool_free(&p);
 }
 
 int main(void) {
@@ -312,5 +394,6 @@ int main(void) {
     RUN_TEST(cost_model_is_fitted_from_measured_samples);
     RUN_TEST(cost_model_falls_back_to_counter_deltas);
     RUN_TEST(load_parser_checks_every_field);
+    RUN_TEST(cache_aware_choice_prefers_the_longest_prefix_within_the_slack);
     return TEST_SUMMARY();
 }

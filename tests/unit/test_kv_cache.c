@@ -1,6 +1,7 @@
 /* test_kv_cache.c — the KV cache's naming and RAM tier (serving.md §4.4): chained block keys
  * (determinism, prefix property, salt and fingerprint isolation, against a one-shot serialisation
- * of the documented format), the block index, L2 LRU order, references and pins, and
+ * of the documented format), the block index, L2 LRU order, references and pins, the keys L2
+ * reports (in use first, then hottest first, bounded), and
  * longest-prefix lookup ("A+B then A+C then A+D", the DeepSeek guide's example). */
 #include "test.h"
 
@@ -192,6 +193,26 @@ TEST(ram_pool_drop_removes_only_unused_blocks) {
     di_kv_ram_free(&p);
 }
 
+TEST(ram_pool_reports_its_keys_in_use_then_hottest_first) {
+    DiKvRamPool p;
+    CHECK_EQ_INT(di_kv_ram_init(&p, 1000), 0);
+    uint8_t buf[100] = {0};
+    for (int i = 1; i <= 4; i++) CHECK_EQ_INT(di_kv_ram_put(&p, K(i), buf, 100), 1);
+    di_kv_ram_touch(&p, K(2));                             /* hottest first: 2 4 3 1 */
+    CHECK_EQ_INT(di_kv_ram_acquire(&p, K(3), NULL, NULL), 1); /* in use: reported first */
+    DiKvKey out[8];
+    CHECK_EQ_INT(di_kv_ram_keys(&p, out, 8), 4);
+    CHECK(di_kv_key_eq(out[0], K(3)) && di_kv_key_eq(out[1], K(2)) && di_kv_key_eq(out[2], K(4)) &&
+          di_kv_key_eq(out[3], K(1)));
+    CHECK_EQ_INT(di_kv_ram_keys(&p, out, 2), 2); /* bounded */
+    CHECK(di_kv_key_eq(out[1], K(2)));
+    CHECK_EQ_INT(di_kv_ram_drop(&p, K(4)), 1); /* a dropped block is not reported */
+    CHECK_EQ_INT(di_kv_ram_keys(&p, out, 8), 3);
+    CHECK_EQ_INT(di_kv_ram_keys(&p, NULL, 1), -1);
+    CHECK_EQ_INT(di_kv_ram_keys(&p, out, -1), -1);
+    di_kv_ram_free(&p);
+}
+
 TEST(ram_pool_release_chain_evicts_deepest_blocks_first) {
     DiKvRamPool p;
     CHECK_EQ_INT(di_kv_ram_init(&p, 400), 0);
@@ -276,6 +297,7 @@ int main(void) {
     RUN_TEST(block_index_agrees_with_a_plain_array);
     RUN_TEST(ram_pool_evicts_least_recently_used_unreferenced_blocks);
     RUN_TEST(ram_pool_drop_removes_only_unused_blocks);
+    RUN_TEST(ram_pool_reports_its_keys_in_use_then_hottest_first);
     RUN_TEST(ram_pool_release_chain_evicts_deepest_blocks_first);
     RUN_TEST(longest_prefix_lookup_a_b_then_a_c_then_a_d);
     return TEST_SUMMARY();

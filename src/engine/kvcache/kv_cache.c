@@ -214,3 +214,11 @@ void di_kv_cache_stats(DiKvCache *c, DiKvCacheStats *out) {
         out->writes_queued = w.queued, out->writes_dropped = w.dropped;
     }
 }
+
+int di_kv_cache_ram_keys(DiKvCache *c, DiKvKey *out, int max) {
+    if (!c) return di_errorf("kv cache: no cache");
+    pthread_mutex_lock(&c->mu);
+    int n = di_kv_ram_keys(&c->ram, out, max);
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}

@@ -73,5 +73,8 @@ int di_kv_cache_refresh(DiKvCache *c);
 void di_kv_cache_flush(DiKvCache *c);
 
 void di_kv_cache_stats(DiKvCache *c, DiKvCacheStats *out);
+/* Up to max keys of the blocks L2 holds, in use and hottest first (what a worker reports to a
+ * gateway for cache-aware routing).  The count written, -1 on bad arguments. */
+int di_kv_cache_ram_keys(DiKvCache *c, DiKvKey *out, int max);
 
 #endif

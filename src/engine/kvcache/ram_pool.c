@@ -166,3 +166,13 @@ void di_kv_ram_touch(DiKvRamPool *p, DiKvKey key) {
     lru_unlink(p, i);
     lru_push_hot(p, i);
 }
+
+int di_kv_ram_keys(const DiKvRamPool *p, DiKvKey *out, int max) {
+    if (!p || !p->e || (!out && max > 0) || max < 0) return di_errorf("kv ram pool: bad arguments to keys");
+    int n = 0;
+    for (uint32_t i = 1; i < p->n_entries && n < max; i++)
+        if (p->e[i].data && !on_lru(&p->e[i])) out[n++] = p->e[i].key;
+    /* the LRU list: e[0].prev is the hottest; a bounded walk (at most every entry once) */
+    for (uint32_t i = p->e[0].prev, k = 0; i != 0 && n < max && k < p->n_entries; i = p->e[i].prev, k++) out[n++] = p->e[i].key;
+    return n;
+}

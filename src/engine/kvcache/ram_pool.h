@@ -52,5 +52,8 @@ int di_kv_ram_drop(DiKvRamPool *p, DiKvKey key);
 int di_kv_ram_contains(const DiKvRamPool *p, DiKvKey key);
 /* Move an unreferenced block to the hot end (a lookup hit). */
 void di_kv_ram_touch(DiKvRamPool *p, DiKvKey key);
+/* Up to max keys of the blocks held: those in use or pinned first, then the LRU list from its
+ * hot end.  The count written, -1 on bad arguments. */
+int di_kv_ram_keys(const DiKvRamPool *p, DiKvKey *out, int max);
 
 #endif
