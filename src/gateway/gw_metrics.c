@@ -94,10 +94,13 @@ static int fit(const DiGwPool *p, DiApiBuf *o) {
     rc |= di_api_buf_printf(o, "# HELP deepinfer_gateway_prefill_cost_samples_total per-request prefill samples taken from workers\n"
                                "# TYPE deepinfer_gateway_prefill_cost_samples_total counter\n"
                                "deepinfer_gateway_prefill_cost_samples_total %llu\n"
+                               "# HELP deepinfer_gateway_prefill_reply_samples_total of them, from /internal/prefill replies\n"
+                               "# TYPE deepinfer_gateway_prefill_reply_samples_total counter\n"
+                               "deepinfer_gateway_prefill_reply_samples_total %llu\n"
                                "# HELP deepinfer_gateway_prefill_measured_tokens_total prefill tokens in the counter deltas\n"
                                "# TYPE deepinfer_gateway_prefill_measured_tokens_total counter\n"
                                "deepinfer_gateway_prefill_measured_tokens_total %.0f\n",
-                            (unsigned long long)p->fit_total, p->delta_tokens);
+                            (unsigned long long)p->fit_total, (unsigned long long)p->reply_samples_total, p->delta_tokens);
     if (p->have_quota) {
         rc |= di_api_buf_puts(o, "# HELP deepinfer_gateway_prefill_quota prefill workers given to each tier\n"
                                  "# TYPE deepinfer_gateway_prefill_quota gauge\n");

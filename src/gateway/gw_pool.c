@@ -107,17 +107,21 @@ static void set_out(DiGwPool *p, int i, const char *why) {
 }
 
 /* The new prefill samples of a load answer into the fit's ring, and its counter deltas. */
+/* One (q, c, ns) into the fit's ring (the newest DI_GW_FIT_SAMPLES are kept). */
+static void add_sample(DiGwPool *p, int64_t q, int64_t c, double ns) {
+    size_t slot = (size_t)(p->fit_total % DI_GW_FIT_SAMPLES);
+    p->fit_q[slot] = q;
+    p->fit_c[slot] = c;
+    p->fit_ns[slot] = ns;
+    p->fit_total++;
+}
+
 static void take_samples(DiGwPool *p, int i, const DiGwLoad *l) {
     int64_t fresh = l->samples_total - p->last_samples_total[i];
     if (fresh < 0 || !p->w[i].seen) fresh = l->samples_total; /* a restarted worker counts anew */
     if (fresh > l->n_samples) fresh = l->n_samples;
-    for (int k = l->n_samples - (int)fresh; k < l->n_samples; k++) {
-        size_t slot = (size_t)(p->fit_total % DI_GW_FIT_SAMPLES);
-        p->fit_q[slot] = l->sample_q[k];
-        p->fit_c[slot] = l->sample_c[k];
-        p->fit_ns[slot] = l->sample_s[k] * 1e9;
-        p->fit_total++;
-    }
+    if (p->w[i].reply_samples && strcmp(l->role, "prefill") == 0) fresh = 0; /* its replies gave them */
+    for (int k = l->n_samples - (int)fresh; k < l->n_samples; k++) add_sample(p, l->sample_q[k], l->sample_c[k], l->sample_s[k] * 1e9);
     p->last_samples_total[i] = l->samples_total;
     int64_t dt = l->prefill_tokens - p->last_prefill_tokens[i];
     double ds = l->prefill_seconds - p->last_prefill_seconds[i];
@@ -350,6 +354,19 @@ int di_gw_pool_pick_prefill(DiGwPool *p, int64_t q, int64_t c, int exclude, int 
     }
     pthread_mutex_unlock(&p->lock);
     return best;
+}
+
+int di_gw_pool_prefill_sample(DiGwPool *p, int i, int64_t q, int64_t c, double seconds) {
+    if (!p || !p->w || i < 0 || i >= p->n) return di_errorf("gateway pool: no worker %d for a prefill sample", i);
+    if (q <= 0 || c < 0 || !(seconds > 0 && seconds < 86400))
+        return di_errorf("gateway: a prefill sample needs q > 0, c >= 0 and 0 < seconds < 86400 (got %lld, %lld, %g)",
+                         (long long)q, (long long)c, seconds);
+    pthread_mutex_lock(&p->lock);
+    add_sample(p, q, c, seconds * 1e9);
+    p->reply_samples_total++;
+    p->w[i].reply_samples = true;
+    pthread_mutex_unlock(&p->lock);
+    return 0;
 }
 
 void di_gw_pool_prefill_done(DiGwPool *p, int i, int tier, double cost_ns) {

@@ -18,7 +18,9 @@
  *     in flight + arrivals), the least predicted finish time (cost in flight + own cost) among
  *     them; a tier with no healthy instance borrows from the others (work-conserving);
  *   - the prefill cost model: fitted from the workers' measured per-request samples
- *     (di_prefill_cost_fit on (q, c, ns)); when the samples cannot determine the five
+ *     (di_prefill_cost_fit on (q, c, ns)): from heartbeats, and from each /internal/prefill
+ *     reply (di_gw_pool_prefill_sample; once a prefill worker's replies feed the fit, its
+ *     heartbeat samples, the same prefills, are no longer taken); when the samples cannot determine the five
  *     coefficients (e.g. no request had a cached prefix), the per-token rate d from the deltas of
  *     the workers' prefill_tokens / prefill_seconds counters (the other coefficients 0).
  * No network here: the heartbeat thread and the proxy feed it, so tests script a cluster.
@@ -54,6 +56,7 @@ typedef struct {
     uint64_t routed, failures;       /* requests sent to it; upstream failures seen */
     uint64_t routed_tier[DI_PREFILL_TIERS];
     int tier;                /* the tier the quota assigns it (prefill workers), else -1 */
+    bool reply_samples;      /* its prefill samples come from its /internal/prefill replies */
 } DiGwWorker;
 
 typedef struct {
@@ -84,6 +87,7 @@ typedef struct {
     int64_t fit_q[DI_GW_FIT_SAMPLES], fit_c[DI_GW_FIT_SAMPLES];
     double fit_ns[DI_GW_FIT_SAMPLES];
     uint64_t fit_total;      /* samples ever taken */
+    uint64_t reply_samples_total; /* of them, from /internal/prefill replies */
     double delta_tokens, delta_seconds; /* counter deltas summed over workers */
     int64_t *last_samples_total, *last_prefill_tokens; /* per worker */
     double *last_prefill_seconds;
@@ -133,6 +137,11 @@ void di_gw_pool_decode_done(DiGwPool *p, int i, int64_t prompt_tokens);
  * -1 with an error when no prefill worker is healthy. */
 int di_gw_pool_pick_prefill(DiGwPool *p, int64_t q, int64_t c, int exclude, int *tier, double *cost_ns);
 void di_gw_pool_prefill_done(DiGwPool *p, int i, int tier, double cost_ns);
+/* The measured sample of a prefill half from worker i's /internal/prefill reply: q new tokens on
+ * c cached took `seconds` (the half's wall time on the worker).  Into the fit's samples; from now
+ * on worker i's heartbeat samples are skipped while it reports role prefill (they are the same
+ * prefills, counted twice otherwise).  -1 with the cause on a bad worker or sample. */
+int di_gw_pool_prefill_sample(DiGwPool *p, int i, int64_t q, int64_t c, double seconds);
 
 /* One quota-controller period of dt_s seconds (the heartbeat thread calls it), and a refit of the
  * cost model from the samples so far. */

@@ -89,11 +89,31 @@ typedef struct {
     int fd;                      /* the client's socket, to notice it leaving */
 } Proxy;
 
+/* A 200 /internal/prefill reply's measured sample into the cost fit: the worker prefilled the
+ * prompt less its last token (state_tokens), cached_tokens of them reused, in prefill_s. */
+static void take_prefill_sample(Proxy *x) {
+    char *body = NULL;
+    size_t len = 0;
+    if (di_gw_upstream_body(x->prefill, 4096, &body, &len) != 0) {
+        DI_DEBUG("gateway: prefill reply: %s", di_error_message());
+        return;
+    }
+    json_t *r = json_loadb(body, len, 0, NULL), *n = json_object_get(r, "state_tokens"),
+           *c = json_object_get(r, "cached_tokens"), *s = json_object_get(r, "prefill_s");
+    if (!json_is_integer(n) || !json_is_integer(c) || !json_is_number(s) ||
+        di_gw_pool_prefill_sample(&x->g->pool, x->prefill_worker, json_integer_value(n) - json_integer_value(c),
+                                  json_integer_value(c), json_number_value(s)) != 0)
+        DI_DEBUG("gateway: a prefill reply without a usable sample (state_tokens, cached_tokens, prefill_s): %.200s", body);
+    json_decref(r);
+    free(body);
+}
+
 static void prefill_finished(Proxy *x) {
     int status = 0;
     if (!x->prefill || x->prefill_counted || !di_gw_upstream_done(x->prefill, &status)) return;
     x->prefill_counted = true;
     atomic_fetch_add(status == 200 ? &x->g->prefill_ok : &x->g->prefill_failed, 1);
+    if (status == 200) take_prefill_sample(x);
     di_gw_pool_prefill_done(&x->g->pool, x->prefill_worker, x->tier, x->prefill_cost);
 }
 

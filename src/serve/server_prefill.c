@@ -15,7 +15,9 @@
  * A one-token prompt has no state to send: DONE alone, and the decode worker prefills it.
  * Any failure after connecting sends ABORT(room); so does a client that leaves (the prefill is
  * aborted too).  Reply: {"room", "prompt_tokens", "state_tokens", "blocks" (0), "bytes" (the
- * state's), "cached_blocks", "prefill_s", "transfer_s"}, or an OpenAI-style error.
+ * state's), "cached_blocks", "cached_tokens" (of the prompt less its last token, reused from the
+ * prefix cache), "prefill_s", "transfer_s"}, or an OpenAI-style error.  A gateway fits its
+ * prefill cost model on (state_tokens - cached_tokens, cached_tokens, prefill_s).
  *
  * Departure from serving.md §5.2: the state is sent after the prefill, not streamed per layer
  * group while it runs. */
@@ -223,10 +225,11 @@ static int send_state(Prefill *p) {
 static json_t *reply_of(const Prefill *p, double prefill_s, double transfer_s, int block_tokens) {
     char room[24];
     snprintf(room, sizeof room, "%" PRIu64, p->room);
-    return json_pack("{s:s, s:I, s:I, s:i, s:I, s:I, s:f, s:f}", "room", room, "prompt_tokens", (json_int_t)p->n_ids,
+    return json_pack("{s:s, s:I, s:I, s:i, s:I, s:I, s:I, s:f, s:f}", "room", room, "prompt_tokens", (json_int_t)p->n_ids,
                      "state_tokens", (json_int_t)(p->state ? p->n_ids - 1 : 0), "blocks", 0, "bytes",
                      (json_int_t)(p->state ? p->state_len : 0), "cached_blocks",
-                     (json_int_t)(p->cache_hit_tokens / block_tokens), "prefill_s", prefill_s, "transfer_s", transfer_s);
+                     (json_int_t)(p->cache_hit_tokens / block_tokens), "cached_tokens", (json_int_t)p->cache_hit_tokens,
+                     "prefill_s", prefill_s, "transfer_s", transfer_s);
 }
 
 static int prefill_handler(Exchange *x, json_t **reply) {

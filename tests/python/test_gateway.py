@@ -447,6 +447,17 @@ def test_pd_one_prefill_one_decode_and_a_decode_killed_mid_stream():
             gw = Gateway(cache, "--prefill", pre.url, "--decode", dec.url, "--heartbeat-ms", 200)
             check_pd_equals_cold(gw, ref)
             assert gw.metrics()["deepinfer_gateway_pd_requests_total"] == len(pd_cases())
+            # every prefill reply's measured sample feeds the cost fit
+            assert wait_until(lambda: gw.metrics()["deepinfer_gateway_prefill_reply_samples_total"] == len(pd_cases()))
+            time.sleep(0.5)  # heartbeats after the replies: the prefill worker's own samples are not taken again
+            m = gw.metrics()
+            own = [json.loads(urllib.request.urlopen(w.url + "/internal/load", timeout=10).read())["prefill_samples_total"]
+                   for w in (pre, dec)]
+            assert own[0] == len(pd_cases())  # the same prefills the replies reported
+            # the decode worker's samples (its one-token tails) come by heartbeat; the prefill
+            # worker's not again, but for at most its first, taken before the first reply came
+            taken = m["deepinfer_gateway_prefill_cost_samples_total"]
+            assert len(pd_cases()) + own[1] <= taken <= len(pd_cases()) + own[1] + 1, (taken, own)
             assert dec.metrics()["deepinfer_pd_local_prefills_total"] == 0
             assert gw.stop() == 0
             # a second decode worker; the one that takes the stream dies mid-stream

@@ -121,6 +121,7 @@ def test_decode_from_the_transferred_state_matches_a_cold_single_server(workers,
     assert n // BLOCK >= min_blocks and (min_blocks > 0 or n < BLOCK) and n % BLOCK != 0, n
     assert p[1]["room"] == str(100 + case)
     assert p[1]["state_tokens"] == n - 1 and p[1]["blocks"] == 0 and p[1]["bytes"] > 0
+    assert p[1]["cached_tokens"] // BLOCK == p[1]["cached_blocks"] and 0 <= p[1]["cached_tokens"] < n
     assert d[1]["usage"]["prompt_tokens"] == n
     assert d[1]["usage"]["prompt_tokens_details"]["cached_tokens"] == n - 1  # only the last position computed
     after = dec.metrics()

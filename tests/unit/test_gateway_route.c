@@ -4,7 +4,8 @@
  * gateway's pending admissions), the prefill tier of each request and the quota's instances,
  * the least in-flight cost among them, a dead worker skipped and rejoining (no sticky failure),
  * a model mismatch kept out, the cost model fitted from measured samples (recovering known
- * coefficients) or from counter deltas; the cache-aware choice (the worker holding the longest
+ * coefficients) or from counter deltas, and from /internal/prefill replies without counting a
+ * prefill twice; the cache-aware choice (the worker holding the longest
  * run of the request's leading blocks, unless it is loaded past the slack); and the
  * /internal/load parser. */
 #include "test.h"
@@ -203,14 +204,38 @@ TEST(quota_moves_toward_demand) {
     di_gw_pool_free(&p);
 }
 
+/* The coefficients the fit tests sample from: cost(q, c) = a q^2 + b q c + d q + e c + f ns. */
+#define COST_A 0.02
+#define COST_B 0.01
+#define COST_D 2000.0
+#define COST_E 30.0
+#define COST_F 400000.0
+
+/* A prefill worker (0) and a decode worker (1); an idle load of the prefill worker to fill. */
+static DiGwLoad pd_pool(DiGwPool *p) {
+    DiGwRole roles[] = {DI_GW_PREFILL, DI_GW_DECODE};
+    init_pool(p, roles, 2);
+    DiGwLoad l = load_of(0, 0);
+    strcpy(l.role, "prefill");
+    return l;
+}
+
+/* A period refits: the five coefficients, recovered to 0.1%. */
+static void check_full_fit(DiGwPool *p, double a, double b, double d, double e, double f) {
+    di_gw_pool_period(p, 0.5);
+    CHECK_EQ_INT(p->fit_kind, DI_GW_FIT_FULL);
+    CHECK_NEAR(p->cost.a, a, a * 1e-3);
+    CHECK_NEAR(p->cost.b, b, b * 1e-3);
+    CHECK_NEAR(p->cost.d, d, d * 1e-3);
+    CHECK_NEAR(p->cost.e, e, e * 1e-3);
+    CHECK_NEAR(p->cost.f, f, f * 1e-3);
+}
+
 /* Samples from cost(q, c) = a q^2 + b q c + d q + e c + f (ns) into worker loads. */
 TEST(cost_model_is_fitted_from_measured_samples) {
     DiGwPool p;
-    DiGwRole roles[] = {DI_GW_PREFILL, DI_GW_DECODE};
-    init_pool(&p, roles, 2);
-    const double a = 0.02, b = 0.01, d = 2000, e = 30, f = 400000;
-    DiGwLoad l = load_of(0, 0);
-    strcpy(l.role, "prefill");
+    DiGwLoad l = pd_pool(&p);
+    const double a = COST_A, b = COST_B, d = COST_D, e = COST_E, f = COST_F;
     int64_t total = 0;
     for (int round = 0; round < 4; round++) {
         l.n_samples = 0;
@@ -228,13 +253,7 @@ TEST(cost_model_is_fitted_from_measured_samples) {
         di_gw_pool_heartbeat(&p, 0, &l, NULL);
     }
     CHECK_EQ_INT(p.fit_total, 40);
-    di_gw_pool_period(&p, 0.5);
-    CHECK_EQ_INT(p.fit_kind, DI_GW_FIT_FULL);
-    CHECK_NEAR(p.cost.a, a, a * 1e-3);
-    CHECK_NEAR(p.cost.b, b, b * 1e-3);
-    CHECK_NEAR(p.cost.d, d, d * 1e-3);
-    CHECK_NEAR(p.cost.e, e, e * 1e-3);
-    CHECK_NEAR(p.cost.f, f, f * 1e-3);
+    check_full_fit(&p, a, b, d, e, f);
     /* the pick's predicted cost is the fitted one */
     int tier;
     double cost;
@@ -386,6 +405,49 @@ TEST(cache_aware_choice_prefers_the_longest_prefix_within_the_slack) {
     di_gw_pool_free(&p);
 }
 
+TEST(prefill_replies_feed_the_cost_fit_once) {
+    DiGwPool p;
+    DiGwLoad l = pd_pool(&p);
+    const double a = COST_A, b = COST_B, d = COST_D, e = COST_E, f = COST_F;
+    l.n_samples = l.samples_total = 1; /* before any reply, a heartbeat's sample is taken */
+    l.sample_q[0] = 512;
+    l.sample_c[0] = 0;
+    l.sample_s[0] = (a * 512 * 512 + d * 512 + f) * 1e-9;
+    di_gw_pool_heartbeat(&p, 0, &l, NULL);
+    CHECK_EQ_INT(p.fit_total, 1);
+    for (int k = 0; k < 40; k++) {
+        int64_t q = 128 << (k % 6), c = (int64_t)(k % 7) * 1024;
+        CHECK_EQ_INT(di_gw_pool_prefill_sample(&p, 0, q, c, (a * q * q + b * q * c + d * q + e * c + f) * 1e-9), 0);
+    }
+    CHECK_EQ_INT(p.fit_total, 41);
+    CHECK_EQ_INT(p.reply_samples_total, 40);
+    /* its next heartbeat reports those prefills again: not taken twice */
+    l.n_samples = 16;
+    l.samples_total = 41;
+    for (int k = 0; k < 16; k++) l.sample_q[k] = 1, l.sample_c[k] = 0, l.sample_s[k] = 1; /* would spoil the fit */
+    di_gw_pool_heartbeat(&p, 0, &l, NULL);
+    CHECK_EQ_INT(p.fit_total, 41);
+    check_full_fit(&p, a, b, d, e, f);
+    /* the decode worker's samples still come by heartbeat */
+    DiGwLoad dl = load_of(0, 0);
+    strcpy(dl.role, "decode");
+    dl.n_samples = dl.samples_total = 1;
+    dl.sample_q[0] = 1;
+    dl.sample_c[0] = 1000;
+    dl.sample_s[0] = (d + e * 1000 + b * 1000 + a + f) * 1e-9;
+    di_gw_pool_heartbeat(&p, 1, &dl, NULL);
+    CHECK_EQ_INT(p.fit_total, 42);
+    /* bad samples are refused, naming the rule */
+    CHECK_EQ_INT(di_gw_pool_prefill_sample(&p, 0, 0, 0, 1), -1);
+    CHECK(strstr(di_error_message(), "q > 0") != NULL);
+    CHECK_EQ_INT(di_gw_pool_prefill_sample(&p, 0, 5, -1, 1), -1);
+    CHECK_EQ_INT(di_gw_pool_prefill_sample(&p, 0, 5, 0, 0.0 / 0.0), -1);
+    CHECK_EQ_INT(di_gw_pool_prefill_sample(&p, 0, 5, 0, 0), -1);
+    CHECK_EQ_INT(di_gw_pool_prefill_sample(&p, 2, 5, 0, 1), -1);
+    CHECK_EQ_INT(p.fit_total, 42);
+    di_gw_pool_free(&p);
+}
+
 int main(void) {
     RUN_TEST(decode_choice_follows_the_balancer);
     RUN_TEST(dead_worker_is_skipped_and_rejoins);
@@ -395,5 +457,6 @@ int main(void) {
     RUN_TEST(cost_model_falls_back_to_counter_deltas);
     RUN_TEST(load_parser_checks_every_field);
     RUN_TEST(cache_aware_choice_prefers_the_longest_prefix_within_the_slack);
+    RUN_TEST(prefill_replies_feed_the_cost_fit_once);
     return TEST_SUMMARY();
 }
