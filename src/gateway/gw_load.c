@@ -9,13 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A count; an optional one may be missing or null (0). */
+/* A count; an optional one may be missing or null (0).  Counts are at most DI_GW_LOAD_MAX_COUNT,
+ * so the pool's sums of a few of them (running + queued + pending + rooms_waiting) cannot
+ * overflow whatever a worker sends. */
 static int get_count(json_t *obj, const char *key, bool required, int64_t *out) {
     json_t *v = json_object_get(obj, key);
     *out = 0;
     if (!v || (!required && json_is_null(v))) return required ? di_errorf("load: missing '%s'", key) : 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 0)
-        return di_errorf("load: '%s' must be an integer >= 0", key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > DI_GW_LOAD_MAX_COUNT)
+        return di_errorf("load: '%s' must be an integer in [0, 2^48]", key);
     *out = json_integer_value(v);
     return 0;
 }
@@ -51,8 +53,9 @@ static int parse_samples(json_t *obj, DiGwLoad *out) {
         json_t *s = json_array_get(arr, i), *q = json_array_get(s, 0), *c = json_array_get(s, 1), *t = json_array_get(s, 2);
         double secs = json_number_value(t);
         if (!json_is_array(s) || json_array_size(s) != 3 || !json_is_integer(q) || !json_is_integer(c) ||
-            json_integer_value(q) <= 0 || json_integer_value(c) < 0 || !json_is_number(t) || !isfinite(secs) || secs <= 0)
-            return di_errorf("load: prefill_samples[%zu] must be [q > 0, c >= 0, seconds > 0]", i);
+            json_integer_value(q) <= 0 || json_integer_value(c) < 0 || json_integer_value(q) > DI_GW_LOAD_MAX_COUNT ||
+            json_integer_value(c) > DI_GW_LOAD_MAX_COUNT || !json_is_number(t) || !isfinite(secs) || secs <= 0)
+            return di_errorf("load: prefill_samples[%zu] must be [0 < q <= 2^48, 0 <= c <= 2^48, seconds > 0]", i);
         out->sample_q[out->n_samples] = json_integer_value(q);
         out->sample_c[out->n_samples] = json_integer_value(c);
         out->sample_s[out->n_samples] = secs;

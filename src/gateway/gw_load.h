@@ -11,6 +11,7 @@
 
 #define DI_GW_LOAD_SAMPLES 16 /* the per-request prefill samples a worker reports (its ring) */
 #define DI_GW_LOAD_PREFIX_KEYS 512 /* the block keys of a worker kept (its hottest, serve's bound) */
+#define DI_GW_LOAD_MAX_COUNT ((int64_t)1 << 48) /* the largest count accepted (sums stay in int64) */
 
 typedef struct {
     char role[16];        /* "prefill", "decode" or "both" */
@@ -30,9 +31,9 @@ typedef struct {
     uint64_t prefix_keys[DI_GW_LOAD_PREFIX_KEYS]; /* sorted ascending (di_gw_load_has_key) */
 } DiGwLoad;
 
-/* Parse and check a load answer: counts must be integers >= 0, times finite and >= 0, role one
- * of the three.  Fields added later are ignored (the gateway may be older than its workers);
- * samples beyond DI_GW_LOAD_SAMPLES keep the newest.  -1 with the cause. */
+/* Parse and check a load answer: counts (and sample lengths) must be integers in
+ * [0, DI_GW_LOAD_MAX_COUNT], times finite and >= 0, role one of the three.  Fields added later
+ * are ignored (the gateway may be older than its workers); samples beyond DI_GW_LOAD_SAMPLES keep the newest.  -1 with the cause. */
 int di_gw_load_parse(const char *data, size_t len, DiGwLoad *out);
 /* Whether the worker reported a block whose key begins with these 64 bits. */
 bool di_gw_load_has_key(const DiGwLoad *l, uint64_t key_lo);

@@ -317,8 +317,13 @@ TEST(load_parser_checks_every_field) {
                          "{\"role\":\"both\",\"model\":\"M\",\"queued\":0,\"running\":0,\"kv_tokens\":0,"
                          "\"prefill_samples_total\":1,\"prefill_samples\":[[0,0,1]]}",
                          "{\"role\":\"both\",\"model\":\"M\",\"queued\":0,\"running\":0,\"kv_tokens\":0,"
-                         "\"prefill_samples_total\":0,\"prefill_samples\":[[1,0,1]]}"};
-    const char *field[] = {"JSON", "JSON", "role", "queued", "kv_tokens", "prefill_samples[0]", "prefill_samples_total"};
+                         "\"prefill_samples_total\":0,\"prefill_samples\":[[1,0,1]]}",
+                         /* a count the pool's sums would overflow on (running + queued + pending) */
+                         "{\"role\":\"both\",\"model\":\"M\",\"queued\":9223372036854775807,\"running\":1,\"kv_tokens\":0}",
+                         "{\"role\":\"both\",\"model\":\"M\",\"queued\":0,\"running\":0,\"kv_tokens\":0,"
+                         "\"prefill_samples_total\":1,\"prefill_samples\":[[1,9223372036854775807,1]]}"};
+    const char *field[] = {"JSON", "JSON", "role", "queued", "kv_tokens", "prefill_samples[0]", "prefill_samples_total",
+                           "queued", "prefill_samples[0]"};
     /* a block cache's identity and the keys it holds, sorted for the lookup */
     const char *cached = "{\"role\":\"both\",\"model\":\"M\",\"queued\":0,\"running\":0,\"kv_tokens\":0,"
                          "\"block_tokens\":256,\"kv_identity\":\"00000000000000ab00000000000000CD\","
