@@ -21,6 +21,7 @@ typedef struct {
     DiKvKey key;
     uint64_t total, got;
     uint8_t *buf;
+    uint8_t *seen; /* one bit per chunk received (a duplicate is ignored) */
 } Partial;
 
 typedef struct {
@@ -118,7 +119,7 @@ static void drop_state(Room *r) {
 }
 
 static void drop_parts(Room *r) {
-    for (int i = 0; i < r->n_part; i++) free(r->part[i].buf);
+    for (int i = 0; i < r->n_part; i++) free(r->part[i].buf), free(r->part[i].seen);
     r->n_part = 0;
 }
 
@@ -209,6 +210,29 @@ static void check_done(DiKvRooms *t, Room *r, double now) {
         set_state(t, r, DI_ROOM_DONE, now);
 }
 
+/* Chunks of a block or a state sit on the sender's DI_KV_CHUNK_BYTES grid (send_chunks), so a
+ * duplicated one (a resent message) is recognised by its index: one bit per chunk. */
+static int check_grid(uint64_t room, const char *what, uint64_t total, uint64_t offset, size_t len) {
+    uint64_t want = total - offset < DI_KV_CHUNK_BYTES ? total - offset : DI_KV_CHUNK_BYTES;
+    if (offset % DI_KV_CHUNK_BYTES != 0 || len != want)
+        return di_errorf("kv transfer: room %llu: a %s chunk [%llu, +%zu) off the %zu-byte chunk grid", (unsigned long long)room,
+                         what, (unsigned long long)offset, len, DI_KV_CHUNK_BYTES);
+    return 0;
+}
+
+static uint8_t *grid_bits(uint64_t total, const char *what) {
+    return di_calloc((size_t)(total / DI_KV_CHUNK_BYTES / 8 + 1), 1, what);
+}
+
+/* Marks the chunk at offset (on the grid, within the bits' total) received; false when it was. */
+static bool grid_mark(uint8_t *bits, uint64_t offset) {
+    uint64_t i = offset / DI_KV_CHUNK_BYTES;
+    uint8_t m = (uint8_t)(1u << (i % 8));
+    if (bits[i / 8] & m) return false;
+    bits[i / 8] |= m;
+    return true;
+}
+
 static bool has_pin(const Room *r, DiKvKey key) {
     for (int i = 0; i < r->n_pins; i++)
         if (di_kv_key_eq(r->pins[i], key)) return true;
@@ -217,8 +241,8 @@ static bool has_pin(const Room *r, DiKvKey key) {
 
 /* A complete block: into the cache, pinned for the room. */
 static void settle(DiKvRooms *t, Room *r, DiKvKey key, const void *data, uint64_t len) {
+    if (has_pin(r, key)) return; /* a duplicate: counted once towards DONE's n_blocks */
     r->settled++;
-    if (has_pin(r, key)) return; /* a duplicate */
     if (di_grow(&r->pins, &r->cap_pins, (size_t)r->n_pins + 1, 16, sizeof *r->pins, "room pins") != 0 ||
         di_kv_cache_store(t->cache, key, data, len) != 0 || di_kv_cache_pin(t->cache, key) != 0) {
         /* The cache is full of pinned or referenced blocks: the engine recomputes this block. */
@@ -238,7 +262,9 @@ static Partial *partial_of(Room *r, DiKvKey key, uint64_t total) {
     if (di_grow(&r->part, &r->cap_part, (size_t)r->n_part + 1, 4, sizeof *r->part, "room blocks") != 0) return NULL;
     Partial *p = &r->part[r->n_part];
     memset(p, 0, sizeof *p);
-    if (!(p->buf = di_malloc(total, "received block"))) return NULL;
+    p->buf = di_malloc(total, "received block");
+    p->seen = grid_bits(total, "received block chunks");
+    if (!p->buf || !p->seen) return free(p->buf), free(p->seen), NULL;
     p->key = key;
     p->total = total;
     r->n_part++;
@@ -262,6 +288,7 @@ int di_kv_rooms_chunk(DiKvRooms *t, const void *conn, uint64_t room, DiKvKey key
         return di_errorf("kv transfer: room %llu: a chunk [%llu, +%zu) of a %llu-byte block, expected blocks of %llu bytes",
                          (unsigned long long)room, (unsigned long long)offset, len, (unsigned long long)total,
                          (unsigned long long)t->block_bytes);
+    if (check_grid(room, "block", total, offset, len) != 0) return -1;
     double now = di_kv_now();
     int rc = 0;
     pthread_mutex_lock(&t->mu);
@@ -270,12 +297,13 @@ int di_kv_rooms_chunk(DiKvRooms *t, const void *conn, uint64_t room, DiKvKey key
         Partial *p = partial_of(r, key, total);
         if (!p) {
             rc = -1;
-        } else {
+        } else if (grid_mark(p->seen, offset)) { /* else a duplicate, ignored */
             memcpy(p->buf + offset, data, len);
             p->got += len;
             if (p->got >= p->total) {
                 settle(t, r, key, p->buf, p->total);
                 free(p->buf);
+                free(p->seen);
                 *p = r->part[--r->n_part];
                 check_done(t, r, now);
             }
@@ -293,25 +321,19 @@ void di_kv_rooms_begin(DiKvRooms *t, const void *conn, uint64_t room) {
     pthread_mutex_unlock(&t->mu);
 }
 
-/* A STATE chunk into room r (under t->mu).  Chunks sit on the sender's DI_KV_CHUNK_BYTES grid,
- * so a duplicated one (a resent message) is recognised by its index and ignored. */
+/* A STATE chunk into room r (under t->mu); a duplicated one (a resent message) is ignored. */
 static int add_state(DiKvRooms *t, Room *r, uint64_t total, uint64_t offset, const void *data, size_t len, double now) {
-    uint64_t chunk = offset / DI_KV_CHUNK_BYTES, want = total - offset < DI_KV_CHUNK_BYTES ? total - offset : DI_KV_CHUNK_BYTES;
-    if (offset % DI_KV_CHUNK_BYTES != 0 || len != want)
-        return di_errorf("kv transfer: room %llu: a state chunk [%llu, +%zu) off the %zu-byte chunk grid", (unsigned long long)r->id,
-                         (unsigned long long)offset, len, DI_KV_CHUNK_BYTES);
+    if (check_grid(r->id, "state", total, offset, len) != 0) return -1;
     if (!r->blob) {
         r->blob_total = total;
         r->blob = di_malloc(total, "received state");
-        r->blob_seen = di_calloc((size_t)(total / DI_KV_CHUNK_BYTES / 8 + 1), 1, "received state chunks");
+        r->blob_seen = grid_bits(total, "received state chunks");
         if (!r->blob || !r->blob_seen) return drop_state(r), -1;
     }
-    bool dup = r->blob_total == total && (r->blob_seen[chunk / 8] & (1u << (chunk % 8)));
-    if (dup) return 0;
+    if (r->blob_total == total && !grid_mark(r->blob_seen, offset)) return 0;
     if (r->blob_total != total || len > total - r->blob_got)
         return di_errorf("kv transfer: room %llu: state chunks disagree on the size (%llu, %llu) or overrun it",
                          (unsigned long long)r->id, (unsigned long long)r->blob_total, (unsigned long long)total);
-    r->blob_seen[chunk / 8] |= (uint8_t)(1u << (chunk % 8));
     memcpy(r->blob + offset, data, len);
     r->blob_got += len;
     if (r->blob_got == total) {

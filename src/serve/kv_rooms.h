@@ -16,7 +16,8 @@ DiKvRooms *di_kv_rooms_create(DiKvCache *cache, uint64_t block_bytes, double lea
 void di_kv_rooms_free(DiKvRooms *t);
 
 /* A chunk [offset, offset + len) of a block of `total` bytes; the block is stored and pinned
- * once all its bytes are in.  -1 (with the cause) on a malformed chunk: wrong total, out of range. */
+ * once all its chunks are in (a duplicated chunk, or a block already held, counts once).  -1
+ * (with the cause) on a malformed chunk: wrong total, out of range, off the sender's chunk grid. */
 int di_kv_rooms_chunk(DiKvRooms *t, const void *conn, uint64_t room, DiKvKey key, uint64_t total, uint64_t offset,
                       const void *data, size_t len);
 /* BEGIN: the room's messages come from `conn` (its loss aborts the room). */

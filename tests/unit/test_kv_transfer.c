@@ -10,10 +10,13 @@
  * Test-only faults (DEEPINFER_TEST_PD_FAULTS, di_kv_send_set_faults): duplicated BEGIN, STATE
  * chunks, DONE and ABORT are idempotent (one state, one DONE); a dropped DONE leaves the waiter
  * to its deadline; a STATE delayed within the deadline still completes the room; a dropped
- * ABORT leaves the room to its lease, which unpins it; a malformed fault list is refused. */
+ * ABORT leaves the room to its lease, which unpins it; a malformed fault list is refused.
+ * A duplicated block chunk is ignored (the block is stored only once all its bytes are in), and
+ * a block sent twice counts once towards DONE's n_blocks. */
 #include "test.h"
 
 #include "base/error.h"
+#include "serve/kv_rooms.h"
 #include "serve/kv_transfer.h"
 
 #include <arpa/inet.h>
@@ -429,6 +432,44 @@ TEST(a_dropped_abort_leaves_the_room_to_its_lease) {
     pair_close(&p);
 }
 
+/* The rooms without UCX: a resent chunk of a block must not count as its missing bytes (the block
+ * would be stored and pinned with uninitialised bytes), and a block sent twice is one block. */
+TEST(duplicated_block_chunks_and_blocks_count_once) {
+    DiKvCache *c = open_cache();
+    DiKvRooms *t = c ? di_kv_rooms_create(c, BLOCK_BYTES, 10, 10, 16) : NULL;
+    uint8_t *blk = malloc(BLOCK_BYTES), *got = malloc(BLOCK_BYTES);
+    const size_t CH = DI_KV_CHUNK_BYTES;
+    int conn = 0;
+    CHECK(t && blk && got);
+    if (t && blk && got) {
+        fill_block(blk, BLOCK_BYTES, 5);
+        for (int k = 0; k < 2; k++) /* chunk 0 twice, then chunk 1: chunk 2 is still missing */
+            CHECK_EQ_INT(di_kv_rooms_chunk(t, &conn, 1, key_of(0), BLOCK_BYTES, 0, blk, CH), 0);
+        CHECK_EQ_INT(di_kv_rooms_chunk(t, &conn, 1, key_of(0), BLOCK_BYTES, CH, blk + CH, CH), 0);
+        di_kv_rooms_done(t, &conn, 1, 1, 0);
+        size_t len = 0;
+        CHECK_EQ_INT(di_kv_rooms_state(t, 1), DI_ROOM_TRANSFERRING);
+        CHECK_EQ_INT(di_kv_cache_read(c, key_of(0), got, BLOCK_BYTES, &len), 0);
+        CHECK_EQ_INT(di_kv_rooms_chunk(t, &conn, 1, key_of(0), BLOCK_BYTES, 2 * CH, blk + 2 * CH, BLOCK_BYTES - 2 * CH), 0);
+        CHECK_EQ_INT(di_kv_rooms_state(t, 1), DI_ROOM_DONE);
+        CHECK_EQ_INT(di_kv_cache_read(c, key_of(0), got, BLOCK_BYTES, &len), 1);
+        CHECK(len == BLOCK_BYTES && memcmp(blk, got, BLOCK_BYTES) == 0);
+        /* room 2: block 1 sent whole twice, DONE says two blocks: block 2 is still missing */
+        for (int k = 0; k < 2; k++)
+            for (size_t off = 0; off < BLOCK_BYTES; off += CH)
+                CHECK_EQ_INT(di_kv_rooms_chunk(t, &conn, 2, key_of(1), BLOCK_BYTES, off, blk + off,
+                                               BLOCK_BYTES - off < CH ? BLOCK_BYTES - off : CH), 0);
+        di_kv_rooms_done(t, &conn, 2, 2, 0);
+        CHECK_EQ_INT(di_kv_rooms_state(t, 2), DI_ROOM_TRANSFERRING);
+        /* off the sender's chunk grid: refused */
+        CHECK(di_kv_rooms_chunk(t, &conn, 3, key_of(2), BLOCK_BYTES, 1, blk, 16) != 0);
+    }
+    di_kv_rooms_free(t);
+    di_kv_cache_close(c);
+    free(blk);
+    free(got);
+}
+
 int main(void) {
     RUN_TEST(blocks_arrive_byte_exact_and_pinned);
     RUN_TEST(a_state_arrives_byte_exact_once_and_completes_its_room);
@@ -443,5 +484,6 @@ int main(void) {
     RUN_TEST(a_dropped_done_leaves_the_waiter_to_its_deadline);
     RUN_TEST(a_state_delayed_within_the_deadline_is_imported);
     RUN_TEST(a_dropped_abort_leaves_the_room_to_its_lease);
+    RUN_TEST(duplicated_block_chunks_and_blocks_count_once);
     return TEST_SUMMARY();
 }
