@@ -651,16 +651,18 @@ static int do_register(DiKvSend *s, const DiKvIdentity *id, double deadline) {
     return di_errorf("kv transfer to %s: no answer to the registration before the deadline", s->address);
 }
 
+/* 0 when deadline is finite and within a day (every wait is bounded; NaN and +inf fail). */
+static int bounded(double deadline, const char *what) {
+    return deadline <= di_kv_now() + 86400 ? 0 : di_errorf("kv transfer: %s needs a finite deadline within a day", what);
+}
+
 DiKvSend *di_kv_send_connect(const char *address, const DiKvIdentity *id, double deadline) {
     struct sockaddr_in sa;
     if (!id || id->block_tokens <= 0 || id->block_bytes == 0) {
         di_errorf("kv transfer: connect needs an identity with a block size");
         return NULL;
     }
-    if (!(deadline <= di_kv_now() + 86400)) {
-        di_errorf("kv transfer: connect needs a finite deadline within a day");
-        return NULL;
-    }
+    if (bounded(deadline, "connect") != 0) return NULL;
     if (parse_address(address, &sa) != 0) return NULL;
     DiKvSend *s = di_calloc(1, sizeof *s, "kv sender");
     if (!s) return NULL;
@@ -708,27 +710,32 @@ static int send_chunks(DiKvSend *s, unsigned am, uint64_t room, DiKvKey key, con
 
 int di_kv_send_block(DiKvSend *s, uint64_t room, DiKvKey key, const void *data, size_t len, double deadline) {
     if (!s || !data || len == 0) return di_errorf("kv transfer: send_block needs a sender and a non-empty block");
+    if (bounded(deadline, "send_block") != 0) return -1;
     return send_chunks(s, AM_BLOCK, room, key, data, len, deadline, "sending a block");
 }
 
 int di_kv_send_state(DiKvSend *s, uint64_t room, const void *data, size_t len, double deadline) {
     if (!s || !data || len == 0) return di_errorf("kv transfer: send_state needs a sender and a non-empty state");
+    if (bounded(deadline, "send_state") != 0) return -1;
     return send_chunks(s, AM_STATE, room, (DiKvKey){0, 0}, data, len, deadline, "sending the state");
 }
 
 int di_kv_send_done(DiKvSend *s, uint64_t room, uint32_t n_blocks, uint64_t state_bytes, double deadline) {
     if (!s) return di_errorf("kv transfer: no sender");
+    if (bounded(deadline, "send_done") != 0) return -1;
     DoneMsg m = {.room = room, .n_blocks = n_blocks, .state_bytes = state_bytes};
     return send_one(s, AM_DONE, &m, sizeof m, deadline, "sending DONE");
 }
 
 int di_kv_send_begin(DiKvSend *s, uint64_t room, double deadline) {
     if (!s) return di_errorf("kv transfer: no sender");
+    if (bounded(deadline, "send_begin") != 0) return -1;
     return send_one(s, AM_BEGIN, &room, sizeof room, deadline, "sending BEGIN");
 }
 
 int di_kv_send_abort(DiKvSend *s, uint64_t room, double deadline) {
     if (!s) return di_errorf("kv transfer: no sender");
+    if (bounded(deadline, "send_abort") != 0) return -1;
     return send_one(s, AM_ABORT, &room, sizeof room, deadline, "sending ABORT");
 }
 

@@ -27,7 +27,8 @@
  * DONE are then dropped from the cache's RAM tier.  A sender that dies mid-room (its
  * connection breaks) aborts its unfinished rooms, so the waiter falls back at once.
  *
- * Every wait is bounded: connect + registration, each send, the close, and di_kv_recv_wait. */
+ * Every wait is bounded: connect + registration, each send, the close, and di_kv_recv_wait (a
+ * deadline that is not finite and within a day is refused). */
 #ifndef DI_SERVE_KV_TRANSFER_H
 #define DI_SERVE_KV_TRANSFER_H
 

@@ -409,6 +409,27 @@ TEST(a_state_delayed_within_the_deadline_is_imported) {
     free(state);
 }
 
+/* Every send's deadline bounds a wait on the peer: an infinite or NaN one is refused, as the
+ * connect's and the wait's are, and the connection stays usable. */
+TEST(sends_refuse_an_unbounded_deadline) {
+    Pair p;
+    if (pair_open(&p, 0) == 0) {
+        const double bad[] = {1.0 / 0.0, 0.0 / 0.0};
+        for (int i = 0; i < 2; i++) {
+            CHECK(di_kv_send_begin(p.s, 5, bad[i]) != 0);
+            CHECK_MSG(strstr(di_error_message(), "deadline") != NULL, "%s", di_error_message());
+            CHECK(di_kv_send_block(p.s, 5, key_of(0), p.blk, BLOCK_BYTES, bad[i]) != 0);
+            CHECK(di_kv_send_state(p.s, 5, p.blk, 16, bad[i]) != 0);
+            CHECK(di_kv_send_done(p.s, 5, 1, 0, bad[i]) != 0);
+            CHECK(di_kv_send_abort(p.s, 5, bad[i]) != 0);
+        }
+        CHECK_EQ_INT(di_kv_recv_state(p.r, 5), DI_ROOM_NONE); /* nothing was sent */
+        CHECK_EQ_INT(di_kv_send_abort(p.s, 5, in(10)), 0);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 5, in(10), NULL, NULL), DI_ROOM_ABORTED);
+    }
+    pair_close(&p);
+}
+
 TEST(a_dropped_abort_leaves_the_room_to_its_lease) {
     Pair p;
     if (pair_open(&p, 0.3) == 0) {
@@ -485,5 +506,6 @@ int main(void) {
     RUN_TEST(a_state_delayed_within_the_deadline_is_imported);
     RUN_TEST(a_dropped_abort_leaves_the_room_to_its_lease);
     RUN_TEST(duplicated_block_chunks_and_blocks_count_once);
+    RUN_TEST(sends_refuse_an_unbounded_deadline);
     return TEST_SUMMARY();
 }
