@@ -100,7 +100,9 @@ static void take_prefill_sample(Proxy *x) {
     }
     json_t *r = json_loadb(body, len, 0, NULL), *n = json_object_get(r, "state_tokens"),
            *c = json_object_get(r, "cached_tokens"), *s = json_object_get(r, "prefill_s");
-    if (!json_is_integer(n) || !json_is_integer(c) || !json_is_number(s) ||
+    /* c <= n checked first: the worker's integers are any int64, n - c must not overflow */
+    if (!json_is_integer(n) || !json_is_integer(c) || !json_is_number(s) || json_integer_value(c) < 0 ||
+        json_integer_value(n) < json_integer_value(c) ||
         di_gw_pool_prefill_sample(&x->g->pool, x->prefill_worker, json_integer_value(n) - json_integer_value(c),
                                   json_integer_value(c), json_number_value(s)) != 0)
         DI_DEBUG("gateway: a prefill reply without a usable sample (state_tokens, cached_tokens, prefill_s): %.200s", body);

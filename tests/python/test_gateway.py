@@ -220,6 +220,8 @@ class FakeWorker:
         import http.server
         import threading
         self.role, self.mode, self.posts = role, mode, []
+        self.reply_body = None  # set: the JSON answer to every POST (e.g. a prefill reply)
+        self.delay = 0  # seconds before answering a POST
         self.hang_load = False  # set: heartbeats get no answer (a hung worker)
         fake = self
 
@@ -250,7 +252,8 @@ class FakeWorker:
                     return
                 if room_from is not None:
                     wait_until(lambda: room_from.posts, timeout=5)
-                self.reply(200, json.dumps({"choices": [{"message": {"content": "fake"}}]}).encode())
+                time.sleep(fake.delay)
+                self.reply(200, json.dumps(fake.reply_body or {"choices": [{"message": {"content": "fake"}}]}).encode())
 
             def reply(self, status, data):
                 self.send_response(status)
@@ -310,6 +313,33 @@ def test_pd_request_carries_the_room_to_both_halves():
             assert pbody["room"] == dhdr["X-DI-Room"] and int(pbody["room"]) >= 0
             assert pbody["decode"] == "127.0.0.1:7777"  # the decode worker's transfer address
             assert pbody["deadline_ms"] == 4000 and dhdr["X-DI-Room-Deadline-Ms"] == "4000"
+        finally:
+            if gw:
+                assert gw.stop() == 0
+            pre.stop()
+            dec.stop()
+
+
+def test_a_prefill_reply_whose_sample_overflows_is_not_taken():
+    """The gateway takes (state_tokens - cached_tokens, cached_tokens, prefill_s) from each
+    /internal/prefill reply into its cost fit; a reply with state_tokens = -2^63 must be refused,
+    not wrapped into a sample of 2^63 - 1 tokens."""
+    with tempfile.TemporaryDirectory(prefix="di-gw-pd-") as cache:
+        pre = FakeWorker("prefill")
+        dec = FakeWorker("decode", room_from=pre)
+        dec.delay = 0.5  # the prefill reply is in before the request ends (else it is not waited for)
+        gw = None
+        try:
+            Serve(cache).stop()  # the gateway needs the tiny model's tokenizer: a worker generates it
+            gw = Gateway(cache, "--prefill", pre.url, "--decode", dec.url, "--heartbeat-ms", 200)
+            pre.reply_body = {"state_tokens": -2**63, "cached_tokens": 1, "prefill_s": 0.5}
+            assert post_json(gw, "/v1/chat/completions", CHAT)[0] == 200
+            pre.reply_body = {"state_tokens": 9, "cached_tokens": 1, "prefill_s": 0.5}  # a good one is taken
+            assert post_json(gw, "/v1/chat/completions", CHAT)[0] == 200
+            samples = "deepinfer_gateway_prefill_reply_samples_total"
+            assert wait_until(lambda: gw.metrics()[samples] >= 1, timeout=5)
+            time.sleep(0.3)
+            assert gw.metrics()[samples] == 1
         finally:
             if gw:
                 assert gw.stop() == 0
