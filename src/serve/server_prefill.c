@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,7 +135,8 @@ static int parse_envelope(Exchange *x, json_t *env, Prefill *p) {
     }
     const char *room = json_string_value(json_object_get(env, "room"));
     char *end = NULL;
-    if (!room || *room < '0' || *room > '9' || (p->room = strtoull(room, &end, 10), *end))
+    errno = 0; /* a room past 2^64 - 1 is ERANGE, not UINT64_MAX */
+    if (!room || *room < '0' || *room > '9' || (p->room = strtoull(room, &end, 10), *end) || errno)
         return refuse(400, "Invalid room: expected a u64 as a decimal string");
     if (!(p->decode = json_string_value(json_object_get(env, "decode"))) || di_kv_check_address(p->decode) != 0)
         return refuse(400, "Invalid decode: expected the decode worker's transfer address, an IPv4 HOST:PORT");

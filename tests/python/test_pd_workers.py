@@ -266,6 +266,9 @@ def test_bad_envelopes_and_headers_are_refused(workers):
     assert s == 502 and "127.0.0.1:1" in e["error"]["message"]  # nobody listens there
     s, e = post_json(pre, "/internal/prefill", {"room": "-1", "decode": "127.0.0.1:1", "path": "/v1/x", "body": body})
     assert s == 400 and "room" in e["error"]["message"]
+    s, e = post_json(pre, "/internal/prefill", {"room": str(2**64), "decode": "127.0.0.1:1", "path": "/v1/completions",
+                                                 "body": body})
+    assert s == 400 and "room" in e["error"]["message"]  # past u64: refused, not taken as 2^64 - 1
     s, e = post_json(pre, "/internal/prefill", dict(envelope(1, dec, "/v1/completions", body), extra=1))
     assert s == 400 and "extra" in e["error"]["message"]
     s, e = post_json(dec, "/internal/prefill", envelope(1, dec, "/v1/completions", body))
