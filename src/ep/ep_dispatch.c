@@ -191,7 +191,9 @@ int ep_serve_layer(EpServe *sv, const Model *m, const EpPlacement *pl, int rank,
         return di_errorf("ep_serve_layer: invalid arguments");
     int64_t D = m->d.dim, na = h->n_asg, rb = ep_wire_row_bytes(wire, D);
     if (ep_wire_check(wire, m->mode, D) != 0) return -1;
-    if (h->layer < 0 || h->layer >= m->d.n_layers || h->bytes != 12 * na + h->n_tok * rb)
+    /* bound the counts before the size product: 2^31 rows is far past any workspace */
+    if (na > INT32_MAX || h->n_tok > INT32_MAX || h->layer < 0 || h->layer >= m->d.n_layers ||
+        h->bytes != 12 * na + h->n_tok * rb)
         return di_errorf("layer message: layer %lld, %lld bytes for %lld assignments of %lld tokens", (long long)h->layer,
                          (long long)h->bytes, (long long)na, (long long)h->n_tok);
     const LayerWeights *lw = &m->w.layers[h->layer];

@@ -138,7 +138,7 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg) {
         u->buf = nb;
         u->cap = cap;
     }
-    memcpy(u->buf + u->len, data, len);
+    if (len) memcpy(u->buf + u->len, data, len); /* u->buf is NULL before the first byte */
     u->len += len;
     pthread_cond_broadcast(&u->cond);
     pthread_mutex_unlock(&u->lock);
