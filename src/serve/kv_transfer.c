@@ -227,6 +227,9 @@ static void on_conn_request(ucp_conn_request_h req, void *arg) {
     memset(c, 0, sizeof *c);
     ucs_status_t st = ucp_ep_create(r->worker, &ep, &c->ep);
     if (st != UCS_OK) {
+        /* No ucp_listener_reject here: a failed ucp_ep_create has already rejected and freed
+         * the request (UCX 1.13 ucp_ep_cm_server_create_connected frees it on every path), so
+         * rejecting it again would touch freed memory; the sender's error handler fires. */
         c->ep = NULL;
         DI_WARN("kv transfer: accepting a sender: %s", ucs_status_string(st));
     }
@@ -239,6 +242,11 @@ static ucs_status_t on_register(void *arg, const void *header, size_t header_len
     DiKvRecv *r = arg;
     Conn *c = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && param->reply_ep ? conn_of(r, param->reply_ep) : NULL;
     if (!c) return UCS_OK;
+    if (c->registered || c->refused) { /* a connection registers once: the first answer stands */
+        DI_WARN("kv transfer: a sender registered twice on one connection; it gets its first answer again");
+        c->reply_pending = true;
+        return UCS_OK;
+    }
     RegMsg msg = {0}; /* UCX's header bytes need not be aligned */
     if (header_length == sizeof msg) memcpy(&msg, header, sizeof msg);
     const RegMsg *m = &msg;
@@ -654,6 +662,13 @@ static int do_register(DiKvSend *s, const DiKvIdentity *id, double deadline) {
 /* 0 when deadline is finite and within a day (every wait is bounded; NaN and +inf fail). */
 static int bounded(double deadline, const char *what) {
     return deadline <= di_kv_now() + 86400 ? 0 : di_errorf("kv transfer: %s needs a finite deadline within a day", what);
+}
+
+int di_kv_send_register_again(DiKvSend *s, const DiKvIdentity *id, double deadline) {
+    if (!s || !id) return di_errorf("kv transfer: register_again needs a sender and an identity");
+    if (bounded(deadline, "register_again") != 0) return -1;
+    s->replied = false;
+    return do_register(s, id, deadline);
 }
 
 DiKvSend *di_kv_send_connect(const char *address, const DiKvIdentity *id, double deadline) {

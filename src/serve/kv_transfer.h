@@ -132,6 +132,9 @@ int di_kv_send_abort(DiKvSend *s, uint64_t room, double deadline);
  * duplicates or delays its BEGIN, STATE, DONE and ABORT messages as `f` says (a delay counts
  * against the message's deadline).  NULL f: no faults.  -1 on a NULL sender. */
 int di_kv_send_set_faults(DiKvSend *s, const DiEnvPdFaults *f);
+/* TEST-ONLY: send REGISTER again on the open connection and wait for the answer (the receiver
+ * repeats its first answer and counts the connection once).  0, or -1 with the cause. */
+int di_kv_send_register_again(DiKvSend *s, const DiKvIdentity *id, double deadline);
 /* Flush and close (bounded by 2 s), free.  NULL is a no-op. */
 void di_kv_send_close(DiKvSend *s);
 

@@ -12,7 +12,8 @@
  * to its deadline; a STATE delayed within the deadline still completes the room; a dropped
  * ABORT leaves the room to its lease, which unpins it; a malformed fault list is refused.
  * A duplicated block chunk is ignored (the block is stored only once all its bytes are in), and
- * a block sent twice counts once towards DONE's n_blocks. */
+ * a block sent twice counts once towards DONE's n_blocks.  A connection that registers twice gets
+ * its first answer again and is counted once. */
 #include "test.h"
 
 #include "base/error.h"
@@ -249,6 +250,34 @@ TEST(a_sender_that_goes_away_aborts_its_rooms) {
         DiKvRecvStats st;
         di_kv_recv_stats(p.r, &st);
         CHECK_EQ_INT(st.connections, 0);
+    }
+    pair_close(&p);
+}
+
+static int connections(DiKvRecv *r) {
+    DiKvRecvStats st;
+    di_kv_recv_stats(r, &st);
+    return st.connections;
+}
+
+/* A connection that registers twice is counted once, so its loss brings the count back to 0. */
+TEST(a_second_register_counts_the_connection_once) {
+    Pair p;
+    if (pair_open(&p, 0) == 0) {
+        DiKvIdentity id = identity(BT);
+        CHECK_EQ_INT(di_kv_send_register_again(p.s, &id, in(10)), 0);
+        DiKvIdentity other = identity(BT * 2); /* the first answer stands */
+        CHECK_EQ_INT(di_kv_send_register_again(p.s, &other, in(10)), 0);
+        CHECK_EQ_INT(connections(p.r), 1);
+        CHECK_EQ_INT(di_kv_send_begin(p.s, 40, in(10)), 0);
+        CHECK_EQ_INT(di_kv_send_done(p.s, 40, 0, 0, in(10)), 0);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 40, in(10), NULL, NULL), DI_ROOM_DONE); /* still registered */
+        di_kv_recv_release(p.r, 40);
+        di_kv_send_close(p.s);
+        p.s = NULL;
+        double until = in(5);
+        while (connections(p.r) != 0 && di_kv_now() < until) usleep(10 * 1000);
+        CHECK_EQ_INT(connections(p.r), 0);
     }
     pair_close(&p);
 }
@@ -507,5 +536,6 @@ int main(void) {
     RUN_TEST(a_dropped_abort_leaves_the_room_to_its_lease);
     RUN_TEST(duplicated_block_chunks_and_blocks_count_once);
     RUN_TEST(sends_refuse_an_unbounded_deadline);
+    RUN_TEST(a_second_register_counts_the_connection_once);
     return TEST_SUMMARY();
 }
