@@ -35,6 +35,9 @@
 #include <string.h>
 
 #define DEFAULT_DEADLINE_MS 30000
+/* How long FINISH may take once a prefill is aborted (it comes within a step) before the handler
+ * gives up on it with a 503. */
+#define ABORT_WAIT_S 30.0
 
 /* The engine's answer to the one-token run, shared with the backend's thread until FINISH. */
 typedef struct {
@@ -183,8 +186,18 @@ static int run_prefill(Exchange *x, Prefill *p) {
         return status;
     }
     bool aborted = false;
+    double aborted_at = 0; /* when it was aborted */
     pthread_mutex_lock(&r->mu);
     while (!r->finished) {
+        if (aborted && di_kv_now() > aborted_at + ABORT_WAIT_S) {
+            /* The backend copied the request at submit and Run is refcounted, so returning
+             * without FINISH is safe: the backend's reference keeps Run alive until it comes. */
+            pthread_mutex_unlock(&r->mu);
+            run_unref(r);
+            DI_ERROR("room %" PRIu64 ": the engine sent no FINISH %g s after the prefill was aborted", p->room,
+                     ABORT_WAIT_S);
+            return refuse(503, "the prefill was aborted and the engine did not finish it in time");
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 50 * 1000 * 1000;
@@ -193,6 +206,7 @@ static int run_prefill(Exchange *x, Prefill *p) {
         if (!aborted && !r->finished &&
             (di_kv_now() > p->deadline || di_srv_peer_closed(x->fd) || atomic_load(&srv->stopping))) {
             aborted = true; /* FINISH(ABORT) comes within a step */
+            aborted_at = di_kv_now();
             pthread_mutex_unlock(&r->mu);
             srv->backend.abort(srv->backend.self, id);
             pthread_mutex_lock(&r->mu);
