@@ -10,9 +10,12 @@
  *   blocks  the same bytes as BLOCKS blocks of 256 tokens, each stored and pinned in the
  *           receiver's KV block cache (two copies on the receiver: chunk assembly, cache store).
  * One run sends ROOMS rooms (a room's time ends when the receiver's waiter sees DONE; the room is
- * then released).  Runs alternate with a memcpy of the same bytes; the medians of REPS runs are
- * printed: the rates, their ratio to memcpy and the process CPU time (both ends, the receiver's
- * thread included) per GB. */
+ * then released).  The state kind runs twice: with fresh receive buffers (the taker frees each
+ * state; the receiver's state pool off) and with reused ones (the taker hands each state back,
+ * di_kv_recv_recycle_state; the default pool), so the cost of faulting in a fresh buffer's pages
+ * shows as the ratio of the two.  Runs alternate with a memcpy of the same bytes; the medians of
+ * REPS runs are printed: the rates, their ratio to memcpy and the process CPU time (both ends, the
+ * receiver's thread included) per GB. */
 #include "base/error.h"
 #include "serve/kv_transfer.h"
 
@@ -22,7 +25,10 @@
 #include <sys/resource.h>
 #include <time.h>
 
-enum { BLOCKS = 64, ROOMS = 24, REPS = 5 };
+enum { BLOCKS = 64, ROOMS = 24, REPS = 5, KINDS = 3 };
+enum { STATE_FRESH, STATE_REUSED, BLOCK_ROOMS }; /* the kinds of run */
+static const char *const kind_name[KINDS] = {"state, fresh buffers ", "state, reused buffers", "blocks               "};
+#define POOL_BYTES ((uint64_t)256 << 20) /* the receiver's default state pool */
 #define BLOCK_BYTES ((size_t)890 * 256)
 
 static double cpu_seconds(void) {
@@ -66,8 +72,10 @@ static int send_room(DiKvSend *s, uint64_t id, const uint8_t *src, uint64_t *nex
     return di_kv_send_done(s, id, BLOCKS, 0, deadline);
 }
 
-/* One run: ROOMS rooms; GB/s, *cpu the process CPU seconds per GB. */
-static double transfer_gbps(DiKvSend *s, DiKvRecv *r, const uint8_t *src, uint64_t *next_key, bool state, double *cpu) {
+/* One run: ROOMS rooms of one kind; GB/s, *cpu the process CPU seconds per GB. */
+static double transfer_gbps(DiKvSend *s, DiKvRecv *r, const uint8_t *src, uint64_t *next_key, int kind, double *cpu) {
+    bool state = kind != BLOCK_ROOMS;
+    di_kv_recv_set_state_pool(r, kind == STATE_REUSED ? POOL_BYTES : 0);
     double t0 = di_kv_now(), c0 = cpu_seconds();
     for (int room = 0; room < ROOMS; room++) {
         uint64_t id = ++*next_key;
@@ -76,7 +84,8 @@ static double transfer_gbps(DiKvSend *s, DiKvRecv *r, const uint8_t *src, uint64
         if (send_room(s, id, src, next_key, state, t0 + 60) != 0 || di_kv_recv_wait(r, id, t0 + 60, NULL, NULL) != DI_ROOM_DONE ||
             di_kv_recv_take_state(r, id, &got, &len) != 0 || (state && len != (size_t)BLOCKS * BLOCK_BYTES))
             return -1;
-        free(got);
+        if (kind == STATE_REUSED) di_kv_recv_recycle_state(r, got, len);
+        else free(got);
         di_kv_recv_release(r, id);
     }
     double t = di_kv_now() - t0;
@@ -108,12 +117,12 @@ int main(void) {
         return 1;
     }
     /* memcpy and transfer alternate, so a busy machine weighs on both alike; medians of REPS */
-    double mem[REPS], xfer[2][REPS], ratio[2][REPS], cpu[2][REPS];
+    double mem[REPS], xfer[KINDS][REPS], ratio[KINDS][REPS], cpu[KINDS][REPS];
     uint64_t next_key = 1;
     for (int rep = 0; rep < REPS; rep++) {
         mem[rep] = memcpy_gbps(src, dst);
-        for (int k = 0; k < 2; k++) { /* 0: state, 1: blocks */
-            xfer[k][rep] = transfer_gbps(s, r, src, &next_key, k == 0, &cpu[k][rep]);
+        for (int k = 0; k < KINDS; k++) {
+            xfer[k][rep] = transfer_gbps(s, r, src, &next_key, k, &cpu[k][rep]);
             if (xfer[k][rep] < 0) {
                 fprintf(stderr, "bench_kv_transfer: %s\n", di_error_message());
                 return 1;
@@ -125,13 +134,14 @@ int main(void) {
     printf("kv transfer, loopback UCX: %d rooms of %.1f MB (%d x %zu bytes) per run, medians of %d\n", ROOMS,
            (double)run_bytes / ROOMS / 1e6, BLOCKS, BLOCK_BYTES, REPS);
     printf("  memcpy          %7.2f GB/s\n", mem[REPS / 2]);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < KINDS; k++) {
         qsort(xfer[k], REPS, sizeof *xfer[k], cmp_double);
         qsort(ratio[k], REPS, sizeof *ratio[k], cmp_double);
         qsort(cpu[k], REPS, sizeof *cpu[k], cmp_double);
-        printf("  %-6s transfer %7.2f GB/s  = %.3fx memcpy  (process CPU %.2f s per GB, both ends)\n",
-               k == 0 ? "state" : "blocks", xfer[k][REPS / 2], ratio[k][REPS / 2], cpu[k][REPS / 2]);
+        printf("  %s %7.2f GB/s  = %.3fx memcpy  (process CPU %.2f s per GB, both ends)\n", kind_name[k],
+               xfer[k][REPS / 2], ratio[k][REPS / 2], cpu[k][REPS / 2]);
     }
+    printf("  reused / fresh state buffers: %.2fx\n", xfer[STATE_REUSED][REPS / 2] / xfer[STATE_FRESH][REPS / 2]);
     di_kv_send_close(s);
     di_kv_recv_stop(r);
     di_kv_cache_close(cache);

@@ -29,6 +29,12 @@ void di_kv_rooms_done(DiKvRooms *t, const void *conn, uint64_t room, uint32_t n_
 int di_kv_rooms_state_chunk(DiKvRooms *t, const void *conn, uint64_t room, uint64_t total, uint64_t offset,
                             const void *data, size_t len);
 void di_kv_rooms_set_max_state(DiKvRooms *t, uint64_t bytes);
+/* The byte budget of the pool of reused state buffers (at most 4 buffers; default 256 MiB; 0
+ * keeps none).  Lowering it frees what no longer fits. */
+void di_kv_rooms_set_state_pool(DiKvRooms *t, uint64_t bytes);
+/* A taken state (blob of len bytes, from di_kv_rooms_take_state) handed back for reuse: pooled
+ * when it fits the budget, else freed.  NULL blob: a no-op. */
+void di_kv_rooms_recycle_state(DiKvRooms *t, void *blob, size_t len);
 /* A DONE room's state, moved to the caller (*blob NULL when it has none or it was taken). */
 int di_kv_rooms_take_state(DiKvRooms *t, uint64_t room, void **blob, size_t *len);
 void di_kv_rooms_abort(DiKvRooms *t, uint64_t room);

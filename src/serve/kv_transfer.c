@@ -494,6 +494,15 @@ int di_kv_recv_take_state(DiKvRecv *r, uint64_t room, void **blob, size_t *len) 
     return di_kv_rooms_take_state(r->rooms, room, blob, len);
 }
 
+void di_kv_recv_recycle_state(DiKvRecv *r, void *blob, size_t len) {
+    if (r) di_kv_rooms_recycle_state(r->rooms, blob, len);
+    else free(blob);
+}
+
+void di_kv_recv_set_state_pool(DiKvRecv *r, uint64_t bytes) {
+    if (r) di_kv_rooms_set_state_pool(r->rooms, bytes);
+}
+
 void di_kv_recv_reap(DiKvRecv *r) {
     if (r) di_kv_rooms_reap(r->rooms, di_kv_now());
 }

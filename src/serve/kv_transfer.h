@@ -111,6 +111,11 @@ DiRoomState di_kv_recv_state(DiKvRecv *r, uint64_t room);
 /* A DONE room's state, moved to the caller (a heap buffer; *blob NULL when the room sent none or
  * it was taken).  -1 on bad arguments. */
 int di_kv_recv_take_state(DiKvRecv *r, uint64_t room, void **blob, size_t *len);
+/* A taken state handed back (instead of free) so a later room reuses its pages: pooled while the
+ * pool holds fewer than 4 buffers within its byte budget, else freed.  NULL blob: a no-op. */
+void di_kv_recv_recycle_state(DiKvRecv *r, void *blob, size_t len);
+/* The pool's byte budget (default 256 MiB; 0 keeps no buffer).  Lowering it frees the excess. */
+void di_kv_recv_set_state_pool(DiKvRecv *r, uint64_t bytes);
 void di_kv_recv_stats(DiKvRecv *r, DiKvRecvStats *out);
 
 /* ---- the sender (prefill worker) ---- */

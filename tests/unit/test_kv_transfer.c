@@ -13,7 +13,7 @@
  * ABORT leaves the room to its lease, which unpins it; a malformed fault list is refused.
  * A duplicated block chunk is ignored (the block is stored only once all its bytes are in), and
  * a block sent twice counts once towards DONE's n_blocks.  A connection that registers twice gets
- * its first answer again and is counted once. */
+ * its first answer again and is counted once.  A state handed back is reused by the next room. */
 #include "test.h"
 
 #include "base/error.h"
@@ -282,6 +282,34 @@ TEST(a_second_register_counts_the_connection_once) {
     pair_close(&p);
 }
 
+/* A state handed back is reused by the next room (its pages already touched), byte-exact for a
+ * state of the same size or smaller; with no pool budget nothing is kept. */
+TEST(recycled_state_buffers_are_reused_byte_exact) {
+    Pair p;
+    const size_t len = 2 * BLOCK_BYTES + 5;
+    uint8_t *state = malloc(len);
+    if (state && pair_open(&p, 0) == 0) {
+        void *got[3] = {0};
+        size_t got_len[3] = {0}, want[3] = {len, len, len - 7};
+        for (int i = 0; i < 3; i++) {
+            fill_block(state, want[i], 70u + (uint32_t)i);
+            CHECK_EQ_INT(di_kv_send_begin(p.s, 70 + (uint64_t)i, in(10)), 0);
+            CHECK_EQ_INT(di_kv_send_state(p.s, 70 + (uint64_t)i, state, want[i], in(10)), 0);
+            CHECK_EQ_INT(di_kv_send_done(p.s, 70 + (uint64_t)i, 0, want[i], in(10)), 0);
+            CHECK_EQ_INT(di_kv_recv_wait(p.r, 70 + (uint64_t)i, in(10), NULL, NULL), DI_ROOM_DONE);
+            CHECK_EQ_INT(di_kv_recv_take_state(p.r, 70 + (uint64_t)i, &got[i], &got_len[i]), 0);
+            CHECK(got[i] && got_len[i] == want[i] && memcmp(got[i], state, want[i]) == 0);
+            if (i == 1) CHECK(got[1] == got[0]); /* the recycled buffer, not a fresh one */
+            di_kv_recv_recycle_state(p.r, got[i], got_len[i]);
+            di_kv_recv_release(p.r, 70 + (uint64_t)i);
+        }
+        di_kv_recv_set_state_pool(p.r, 0); /* frees the pooled buffer */
+        di_kv_recv_recycle_state(p.r, NULL, 0);
+    }
+    free(state);
+    pair_close(&p);
+}
+
 static int dead_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -537,5 +565,6 @@ int main(void) {
     RUN_TEST(duplicated_block_chunks_and_blocks_count_once);
     RUN_TEST(sends_refuse_an_unbounded_deadline);
     RUN_TEST(a_second_register_counts_the_connection_once);
+    RUN_TEST(recycled_state_buffers_are_reused_byte_exact);
     return TEST_SUMMARY();
 }
