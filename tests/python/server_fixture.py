@@ -119,7 +119,21 @@ def scrape_metrics(url):
     return {k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in text.splitlines() if ln and ln[0] != "#")}
 
 
-class Serve:
+class _LoggedProcess:
+    """What Serve and Gateway share: a started `deepinfer` process with .proc, .url and .log."""
+
+    def metrics(self):
+        return scrape_metrics(self.url)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            self.log.close()
+
+
+class Serve(_LoggedProcess):
     """`deepinfer serve --port 0` on the built-in tiny model cached under `cache` (used as
     XDG_CACHE_HOME; generated on first use), with its log in a file (a pipe could fill and block
     it).  extra_env: variables added to its environment (a test's DEEPINFER_TEST_* knobs)."""
@@ -135,16 +149,6 @@ class Serve:
         self.url = f"http://127.0.0.1:{self.port}"
         self.model_dir = os.path.join(cache, "deepinfer", "tiny-v41")
 
-    def metrics(self):
-        return scrape_metrics(self.url)
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            return self.proc.wait(timeout=30)
-        finally:
-            self.log.close()
-
 
 @contextlib.contextmanager
 def serving(prefix):
@@ -155,7 +159,7 @@ def serving(prefix):
         assert s.stop() == 0
 
 
-class Gateway:
+class Gateway(_LoggedProcess):
     """`deepinfer gateway --port 0` over worker URLs (args: the role flags and URLs, options),
     with the tokenizer of the built-in tiny model under `cache`; its log in a file."""
 
@@ -166,13 +170,3 @@ class Gateway:
         env.pop("DEEPINFER_HF_MODEL_DIR", None)
         self.proc, self.port = start_logged("gateway", args, env, self.log, self.log_path, 60)
         self.url = f"http://127.0.0.1:{self.port}"
-
-    def metrics(self):
-        return scrape_metrics(self.url)
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            return self.proc.wait(timeout=30)
-        finally:
-            self.log.close()
