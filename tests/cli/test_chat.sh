@@ -6,18 +6,11 @@
 # in time), usage errors (exit 2).  Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
+. tests/support/cli_test.sh
 . tests/support/wait_for.sh
-BIN=build/deepinfer
-export DEEPINFER_LOG_LEVEL=warn
 unset DEEPINFER_HF_MODEL_DIR
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
 pid=""
 trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
-export XDG_CACHE_HOME="$tmp/cache"
 MODEL="$tmp/cache/deepinfer/tiny-v41"
 # the prompt sizes of the turns, from the per-reply summary lines on stderr
 prompts() { sed -n 's/^\[prompt \([0-9]*\) tokens.*/\1/p' "$1" | tr '\n' ' '; }

@@ -5,17 +5,9 @@
 # model, and usage/input errors (exit 2 / 1 with the cause).  Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
+. tests/support/cli_test.sh
 SHARED_DIR="${SHARED_DIR:-$(cd .. && pwd)/shared}"
-BIN=build/deepinfer
 GOLDEN="$SHARED_DIR/golden-v41/tiny-a"
-export DEEPINFER_LOG_LEVEL=warn
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export XDG_CACHE_HOME="$tmp/cache"
 
 # golden oracle: token map as JSON, prompt prefixes and the expected argmax tokens
 python3 - "$GOLDEN" "$tmp" <<'PY'

@@ -5,16 +5,8 @@
 # the regex, lark for the grammar (the text printed, less the newline that ends it); bad constraints and flag combinations exit 1 / 2 naming the problem.  Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
-BIN=build/deepinfer
-export DEEPINFER_LOG_LEVEL=warn
+. tests/support/cli_test.sh
 unset DEEPINFER_HF_MODEL_DIR
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export XDG_CACHE_HOME="$tmp/cache"
 gen() { "$BIN" generate --prompt "answer:" --temperature 1 --max-tokens 64 "$@"; }
 nl=$'\n'
 # the text a command printed: $(...; echo x) keeps its trailing newline, which ends the output

@@ -7,17 +7,9 @@
 # usage / model errors (exit 2 / 1 with the cause).  Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
+. tests/support/cli_test.sh
 SHARED_DIR="${SHARED_DIR:-$(cd .. && pwd)/shared}"
-BIN=build/deepinfer
-export DEEPINFER_LOG_LEVEL=warn
 unset DEEPINFER_HF_MODEL_DIR
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export XDG_CACHE_HOME="$tmp/cache"
 MODEL="$tmp/cache/deepinfer/tiny-v41"
 # "prompt N tokens; generated M tokens" of the summary line
 field() { sed -n "s/.*$1 \([0-9]*\) tokens.*/\1/p" "$2" | head -n 1; }

@@ -6,15 +6,7 @@
 # numerics of the replay are specified by build/tests/test_replay.  Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
-BIN=build/deepinfer
-export DEEPINFER_LOG_LEVEL=warn
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export XDG_CACHE_HOME="$tmp/cache"
+. tests/support/cli_test.sh
 long=$(seq 10 45 | paste -sd,)
 short=$(seq 60 67 | paste -sd,)
 compact() { DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=compact DEEPINFER_YOCO_PREFILL_KEEP_TOKENS=8 "$@"; }
