@@ -78,8 +78,7 @@ void di_srv_pd_stop(DiServer *srv) {
 
 /* ---- decode: the room of a client request ------------------------------------------------- */
 
-/* A decimal u64 header value (no sign, no spaces); -1 when it is not one. */
-static int parse_u64(const char *s, uint64_t *out) {
+int di_srv_parse_u64(const char *s, uint64_t *out) {
     if (!s || *s < '0' || *s > '9') return -1;
     errno = 0;
     char *end;
@@ -99,8 +98,8 @@ int di_srv_pd_headers(Exchange *x) {
         return di_errorf("X-DI-Room: this worker's role is %s; rooms (a KV transfer from a prefill worker) are for "
                          "--role decode", di_server_role_name(x->srv->cfg.role));
     uint64_t ms = DEFAULT_ROOM_DEADLINE_MS;
-    if (parse_u64(room, &x->room) != 0) return di_errorf("X-DI-Room: expected a decimal u64, got '%.40s'", room);
-    if (deadline && (parse_u64(deadline, &ms) != 0 || ms > MAX_ROOM_DEADLINE_MS))
+    if (di_srv_parse_u64(room, &x->room) != 0) return di_errorf("X-DI-Room: expected a decimal u64, got '%.40s'", room);
+    if (deadline && (di_srv_parse_u64(deadline, &ms) != 0 || ms > MAX_ROOM_DEADLINE_MS))
         return di_errorf("X-DI-Room-Deadline-Ms: expected 0..%d milliseconds, got '%.40s'", MAX_ROOM_DEADLINE_MS, deadline);
     x->has_room = true;
     x->room_deadline_ms = (double)ms;

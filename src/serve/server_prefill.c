@@ -28,7 +28,6 @@
 #include "base/log.h"
 #include "base/mem.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,9 +136,7 @@ static int parse_envelope(Exchange *x, json_t *env, Prefill *p) {
         if (!known[i]) return di_errorf("Unsupported field '%.100s' for /internal/prefill", key), 400;
     }
     const char *room = json_string_value(json_object_get(env, "room"));
-    char *end = NULL;
-    errno = 0; /* a room past 2^64 - 1 is ERANGE, not UINT64_MAX */
-    if (!room || *room < '0' || *room > '9' || (p->room = strtoull(room, &end, 10), *end) || errno)
+    if (di_srv_parse_u64(room, &p->room) != 0)
         return refuse(400, "Invalid room: expected a u64 as a decimal string");
     if (!(p->decode = json_string_value(json_object_get(env, "decode"))) || di_kv_check_address(p->decode) != 0)
         return refuse(400, "Invalid decode: expected the decode worker's transfer address, an IPv4 HOST:PORT");
