@@ -75,6 +75,13 @@ static inline __attribute__((always_inline)) void tile_step(const uint8_t *const
     }
 }
 
+/* Row A's register in the low 256 bits, row B's in the high: the AVX-512F insert (64-bit lanes
+ * of the same bits), since the 32-bit-lane form _mm512_insertf32x8 is AVX-512DQ, which neither
+ * the pragma above nor the run-time check (di_simd_avx512_available) asks for. */
+static inline __attribute__((always_inline)) __m512 join_halves(__m256 lo, __m256 hi) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+
 /* The AVX2 tiles' partial last block (plain decode, unscaled x[t]), two rows a zmm. */
 static inline __attribute__((always_inline)) void partial_block(const DiMatrix *w, int nt, const float *const *x,
                                                                 int64_t r0, int nr, int np, int64_t full,
@@ -90,7 +97,7 @@ static inline __attribute__((always_inline)) void partial_block(const DiMatrix *
             broadcast_block(x[t] + full * BLOCK, xv);
             #pragma GCC unroll 16
             for (int g = 0; g < 4; g++)
-                acc[p][t] = _mm512_fmadd_ps(_mm512_insertf32x8(_mm512_castps256_ps512(a[g]), b[g], 1), xv[g], acc[p][t]);
+                acc[p][t] = _mm512_fmadd_ps(join_halves(a[g], b[g]), xv[g], acc[p][t]);
         }
     }
 }
