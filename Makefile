@@ -18,7 +18,21 @@
 CC       ?= gcc
 BUILD    ?= build
 SHARED_DIR ?= $(shell tools/shared-dir.sh 2>/dev/null) # specs and golden sets, outside the repository
-ARCH     ?= -march=native
+# The default binary runs on every x86-64 CPU with AVX2 (the x86-64-v3 level: Intel Haswell, AMD
+# Zen and newer) and still takes the AVX-512 kernels where the CPU has them: those files enable
+# AVX-512 with their own target pragmas and are chosen at run time from cpuid
+# (src/kernels/cpu/backend_cpu.c).  So a binary built on one machine runs on another, and the
+# build machine's flags never decide whether a kernel route compiles.  `make ARCH=-march=native`
+# builds for this machine alone.  A CPU below the baseline gets a message naming what it lacks
+# (src/base/cpu_check.c, compiled for plain x86-64 by CPU_CHECK_ARCH) instead of a crash.
+HOST_ARCH := $(shell $(CC) -dumpmachine 2>/dev/null | cut -d- -f1)
+ifeq ($(HOST_ARCH),x86_64)
+ARCH     ?= -march=x86-64-v3 -mtune=generic
+CPU_CHECK_ARCH := -march=x86-64 -mtune=generic
+else
+ARCH     ?=
+CPU_CHECK_ARCH :=
+endif
 # gcc 12's -O2 vectorises only loops with a known trip count and no alias check ("very cheap"
 # cost model), which left the model's element-wise loops (mHC expand and collapse, norms)
 # scalar; the dynamic model vectorises them.  No reduction is reordered (no -ffast-math) and
@@ -99,6 +113,12 @@ bench-bins: $(BENCH_BIN)
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+# The baseline check must itself run on a CPU below the baseline: plain x86-64 (after ARCH, so
+# it wins whatever ARCH says).
+$(BUILD)/obj/src/base/cpu_check.o: src/base/cpu_check.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(CPU_CHECK_ARCH) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/src/ep/%.o: src/ep/%.c
 	@mkdir -p $(dir $@)

@@ -11,6 +11,7 @@
  * are the reference's loops in every table (ops_ref.c), which the compiler vectorises as they are. */
 #include "kernels/backend.h"
 
+#include "base/cpu_check.h"
 #include "base/error.h"
 #include "kernels/cpu/attn_simd.h"
 #include "kernels/cpu/matmul_simd.h"
@@ -137,6 +138,10 @@ int di_backend_cpu_select(DiEnvKernelKnobs knobs, const DiKernelBackend **out) {
     if (!out) return di_errorf("backend: no output given");
     if ((unsigned)knobs.fp8_gemv > DI_ENV_FP8_GEMV_MAPPED)
         return di_errorf("backend: DEEPINFER_FP8_GEMV value %d unknown", (int)knobs.fp8_gemv);
+    /* Unreachable where cpu_check.c's constructor ran (it exits first); here for a program that
+     * bypassed it, and so that every program choosing kernels links that check. */
+    const char *missing = di_cpu_missing_features();
+    if (missing[0]) return di_errorf("backend: this CPU lacks %s, which this build's x86-64-v3 baseline needs", missing);
     int tiles = tiles_for(knobs.kernels);
     if (tiles == -1) return -1;
     *out = tiles == -2 ? &cpu_ref : &cpu_simd[tiles][route_index(knobs.fp8_gemv)];
