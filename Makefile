@@ -177,6 +177,8 @@ $(BUILD)/bench/bench_tokenizer_pretok: BENCH_LIBS += -lpcre2-8
 
 # The full test suite: unit tests, the same unit tests under ASan+UBSan, CLI and Python tests.
 test: all unit-tests
+	@echo "make test: the -march=native build must compile too (build-native/)"
+	$(MAKE) --no-print-directory BUILD=build-native ARCH=-march=native lib cli
 	$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" unit-tests cli
 	@if [ -n "$$DI_FUZZ_SECONDS" ]; then $(MAKE) --no-print-directory fuzz; fi
@@ -209,6 +211,6 @@ fuzz-run: fuzz
 	DI_FUZZ_SECONDS=$(FUZZ_SECONDS) DI_TEST_ONLY=fuzz tests/run_tests.sh
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-native
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null) $(wildcard $(BUILD)/*_ab.d)

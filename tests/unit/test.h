@@ -84,6 +84,20 @@ static inline const char *test_shared_dir(void) {
 }
 
 /* A fixed xorshift64 stream: the same test data on every run and machine. */
+/* A variable unset for a check of the default (the kernel route matrix runs the unit tests under
+ * each DEEPINFER_KERNELS value), then given back as it was. */
+static inline char *test_env_unset(const char *name) {
+    const char *v = getenv(name);
+    char *saved = v ? strdup(v) : NULL;
+    unsetenv(name);
+    return saved;
+}
+static inline void test_env_restore(const char *name, char *saved) {
+    if (saved) setenv(name, saved, 1);
+    else unsetenv(name);
+    free(saved);
+}
+
 static uint64_t test_rng_state = 0x9E3779B97F4A7C15ull;
 static inline uint32_t test_rand32(void) {
     test_rng_state ^= test_rng_state << 13;

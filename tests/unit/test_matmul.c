@@ -452,8 +452,10 @@ TEST(backend_choice_follows_env) {
     CHECK(di_matmul_ref(&t.m, x, 1, yr) == 0);
     CHECK(memcmp(y, yr, sizeof y) == 0); /* the reference itself, bit for bit */
     /* the build machine has AVX2+FMA (and on some CPUs AVX-512: test_matmul_avx512) */
+    char *env = test_env_unset("DEEPINFER_KERNELS"); /* the default, auto */
     CHECK(di_backend_cpu_from_env(&be) == 0);
     CHECK_STR(be->name, di_simd_avx512_available() && di_simd_avx512_pays() ? "avx512" : "avx2-fma");
+    test_env_restore("DEEPINFER_KERNELS", env);
     free(x);
     free_matrix(&t);
 }

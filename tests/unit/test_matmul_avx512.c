@@ -59,15 +59,17 @@ static const char *env_table(void) {
 
 TEST(avx512_fp4_gemv_gives_the_avx2_bits) {
     if (!di_simd_available()) return; /* checked by the next test: the CPU lacks even AVX2 */
+    char *env = test_env_unset("DEEPINFER_KERNELS"); /* the default, auto */
     if (!di_simd_avx512_available()) {
         CHECK_STR(env_table(), "avx2-fma");
+        test_env_restore("DEEPINFER_KERNELS", env);
         return;
     }
     /* auto takes the AVX-512 tiles where they pay (not on Zen 4), avx512 demands them */
     CHECK_STR(env_table(), di_simd_avx512_pays() ? "avx512" : "avx2-fma");
     setenv("DEEPINFER_KERNELS", "avx512", 1);
     CHECK_STR(env_table(), "avx512");
-    unsetenv("DEEPINFER_KERNELS");
+    test_env_restore("DEEPINFER_KERNELS", env);
     DiThreadPool *pool = di_pool_create(3);
     const int64_t rows[] = {1, 2, 3, 7, 8, 9, 17, 64, 131};
     const int64_t cols[] = {32, 64, 96, 1024, 2080};
