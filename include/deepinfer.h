@@ -325,9 +325,13 @@ typedef enum {
     DI_FINISH_STOP = 1,   /* EOS, a stop token or a stop string */
     DI_FINISH_LENGTH = 2, /* max_tokens */
     DI_FINISH_ABORT = 3,  /* di_engine_abort */
+    /* This request alone failed inside a step (its constraint masked every token, a sampling
+     * or grammar error): di_engine_request_error says why.  The other requests of the step go
+     * on with the bits they would have had without it. */
+    DI_FINISH_ERROR = 4,
 } DiFinishReason;
 
-const char *di_finish_reason_name(DiFinishReason reason); /* "stop", "length", "abort", NULL */
+const char *di_finish_reason_name(DiFinishReason reason); /* "stop", "length", "abort", "error", NULL */
 
 /* A request's input: exactly one of prompt_ids, prompt_text or chat_json.  Text needs the model's
  * tokenizer and chat the prompt renderer (chat_json is the `render` command's input object);
@@ -472,6 +476,9 @@ int di_engine_step(DiEngine *engine, int *out_active);
 int di_engine_run(DiEngine *engine);
 /* A request's output (running or finished); -1 for an unknown or released id. */
 int di_engine_get_output(DiEngine *engine, uint64_t request_id, DiRequestOutput *out);
+/* Why a request finished with DI_FINISH_ERROR ("" for any other request); NULL with an error for
+ * an unknown id.  Valid until di_engine_release or destroy. */
+const char *di_engine_request_error(DiEngine *engine, uint64_t request_id);
 /* Compile a structured-output constraint (a DiConstraintType and its text, as in
  * DiSamplingParams) into the engine's grammar cache now: 0, or -1 with the problem named.  Safe
  * to call from any thread while the engine steps (a server's request thread), so that a big

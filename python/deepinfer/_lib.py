@@ -15,8 +15,8 @@ from ctypes import (POINTER, Structure, c_char_p, c_double, c_float, c_int, c_in
 MAX_DRAFT = 16  # DI_MAX_DRAFT
 MAX_LOGPROBS = 20
 
-FINISH_NONE, FINISH_STOP, FINISH_LENGTH, FINISH_ABORT = 0, 1, 2, 3
-FINISH_NAMES = {FINISH_STOP: "stop", FINISH_LENGTH: "length", FINISH_ABORT: "abort"}
+FINISH_NONE, FINISH_STOP, FINISH_LENGTH, FINISH_ABORT, FINISH_ERROR = 0, 1, 2, 3, 4
+FINISH_NAMES = {FINISH_STOP: "stop", FINISH_LENGTH: "length", FINISH_ABORT: "abort", FINISH_ERROR: "error"}
 
 
 class EngineOptions(Structure):
@@ -187,6 +187,7 @@ def _load():
         "di_engine_step": (c_int, [c_void_p, POINTER(c_int)]),
         "di_engine_run": (c_int, [c_void_p]),
         "di_engine_get_output": (c_int, [c_void_p, c_uint64, POINTER(RequestOutputC)]),
+        "di_engine_request_error": (c_char_p, [c_void_p, c_uint64]),
         "di_engine_release": (c_int, [c_void_p, c_uint64]),
         "di_engine_get_metrics": (c_int, [c_void_p, POINTER(EngineMetrics)]),
         "di_engine_vocab_size": (c_int32, [c_void_p]),

@@ -389,11 +389,15 @@ class LLM:
                 stop_reason = sp.stop_list()[o.stop_string]
             elif o.stop_token >= 0 and o.stop_token in (sp.stop_token_ids or []):
                 stop_reason = int(o.stop_token)
+            error = None
+            if o.finish_reason == _lib.FINISH_ERROR:
+                why = lib.di_engine_request_error(self._handle(), rid)
+                error = why.decode("utf-8", "replace") if why else "request failed"
             outs.append(CompletionOutput(
                 index=index, text=text, token_ids=list(tokens),
                 cumulative_logprob=o.cumulative_logprob if sp.logprobs is not None else None,
                 logprobs=logprobs, finish_reason=_lib.FINISH_NAMES.get(o.finish_reason),
-                stop_reason=stop_reason, seed=o.seed))
+                stop_reason=stop_reason, seed=o.seed, error=error))
             metrics = {"time_to_first_token_s": o.time_to_first_token_s,
                        "total_time_s": o.total_time_s, "preemptions": o.n_preemptions}
             for key in spec:  # summed over the n samples

@@ -16,9 +16,12 @@ class CompletionOutput:
     token_ids: List[int]
     cumulative_logprob: Optional[float]
     logprobs: Optional[List[Dict[int, Logprob]]]
-    finish_reason: Optional[str]          # "stop", "length", "abort"
+    finish_reason: Optional[str]          # "stop", "length", "abort", "error"
     stop_reason: Union[int, str, None] = None  # the stop string or stop token id; None for EOS / length
     seed: Optional[int] = None            # the seed used (drawn when none was given)
+    # finish_reason "error": why this output alone failed (e.g. its constraint masked every
+    # token); the other outputs of the same generate() call are unaffected.
+    error: Optional[str] = None
 
     def finished(self) -> bool:
         return self.finish_reason is not None

@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "base/log.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,6 +61,15 @@ static int check_log_level(const char *name, const char *v) {
 static int check_threads(const char *name, const char *v) {
     long n;
     if (parse_long(v, &n) != 0 || n < 1 || n > 1024) return di_errorf("%s='%s': expected an integer from 1 to 1024", name, v);
+    return 0;
+}
+
+static int check_seed(const char *name, const char *v) {
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (!*v || *end || errno || v[0] == '-') return di_errorf("%s='%s': expected a seed (an integer >= 0)", name, v);
+    (void)n;
     return 0;
 }
 
@@ -160,6 +170,7 @@ static const EnvVar known[] = {
     {"DEEPINFER_FP8_GEMV", check_fp8_gemv},
     {"DEEPINFER_API_KEY", check_any},
     {"DEEPINFER_TEST_PD_FAULTS", check_pd_faults}, /* test-only fault injection */
+    {"DEEPINFER_TEST_FAIL_SEED", check_seed},      /* test-only: sampling fails for this seed */
     {"DEEPINFER_LIB", check_any}, /* the Python binding's library override */
     {"DEEPINFER_BENCH_DIR", check_any},  /* bench_decode's checkpoint cache */
     {"DEEPINFER_BENCH_ONLY", check_any}, /* bench_decode: one half only */
@@ -263,6 +274,18 @@ int di_env_prefill_replay(DiEnvPrefillReplay *out) {
     if (keep && check_keep_tokens("DEEPINFER_YOCO_PREFILL_KEEP_TOKENS", keep) != 0) return -1;
     out->compact = mode && strcmp(mode, "compact") == 0;
     if (keep) parse_long(keep, &out->keep);
+    return 0;
+}
+
+int di_env_test_fail_seed(bool *set, uint64_t *seed) {
+    if (!set || !seed) return di_errorf("di_env_test_fail_seed: no output");
+    const char *v = value_of("DEEPINFER_TEST_FAIL_SEED");
+    *set = false;
+    *seed = 0;
+    if (!v) return 0;
+    if (check_seed("DEEPINFER_TEST_FAIL_SEED", v) != 0) return -1;
+    *set = true;
+    *seed = strtoull(v, NULL, 10);
     return 0;
 }
 

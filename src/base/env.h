@@ -11,6 +11,7 @@
 #include "base/log.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* Checks every DEEPINFER_* variable that is set; -1 with an error naming the first bad one. */
 int di_env_check(void);
@@ -78,6 +79,9 @@ typedef struct {
 } DiEnvPdFaults;
 /* The variable into *out (no faults when unset); -1 with an error naming it when malformed. */
 int di_env_pd_faults(DiEnvPdFaults *out);
+/* DEEPINFER_TEST_FAIL_SEED (test-only fault injection): sampling fails for every request whose
+ * seed is this one, to prove that one request's failure ends that request alone. */
+int di_env_test_fail_seed(bool *set, uint64_t *seed);
 /* The same grammar from a string (tests); -1 with an error quoting the bad item. */
 int di_env_parse_pd_faults(const char *spec, DiEnvPdFaults *out);
 

@@ -262,7 +262,8 @@ DiEngine *di_engine_create_with_runner(DiRunner *runner, const DiEngineOptions *
     if (e->opts.draft_max > 0 && make_verifiers(e) != 0) goto fail;
     if (e->opts.draft_max > 0 && e->spec.confidence && probe_step_cost(e) != 0) goto fail;
     e->exec = (DiStepExecutor){runner, e->samplers, e->n_samplers > 1 ? e->threads : NULL, invariant == 1,
-                               e->opts.draft_max > 0 ? &e->spec : NULL, e->verifiers, e->draft_logits, NULL, NULL, NULL, NULL};
+                               e->opts.draft_max > 0 ? &e->spec : NULL, e->verifiers, e->draft_logits, NULL, NULL, NULL, NULL, false, 0};
+    if (di_env_test_fail_seed(&e->exec.fail_seed_set, &e->exec.fail_seed) != 0) goto fail;
     if (e->async && di_worker_start(&e->worker, &e->exec) != 0) goto fail;
     e->next_id = 1;
     e->m.page_bytes = di_page_pool_page_bytes(e->pool);
@@ -397,6 +398,7 @@ const char *di_finish_reason_name(DiFinishReason r) {
     case DI_FINISH_STOP: return "stop";
     case DI_FINISH_LENGTH: return "length";
     case DI_FINISH_ABORT: return "abort";
+    case DI_FINISH_ERROR: return "error";
     default: return NULL;
     }
 }
@@ -605,7 +607,7 @@ static void finish(DiEngine *e, DiRequest *req, DiFinishReason reason) {
     req->finish_reason = reason;
     req->t_finish = di_now_seconds();
     di_scheduler_finish(&e->sched, req);
-    if (reason == DI_FINISH_ABORT) e->m.requests_aborted++;
+    if (reason == DI_FINISH_ABORT || reason == DI_FINISH_ERROR) e->m.requests_aborted++;
     else e->m.requests_finished++;
 }
 
@@ -665,7 +667,8 @@ static void forget(DiEngine *e, DiRequest *req) {
 static void capture_blocks(DiEngine *e, const DiStep *step) {
     if (!e->kv.cache || step->status != 0) return;
     for (int i = 0; i < step->n_seqs; i++)
-        di_kv_blocks_capture(&e->kv, step->seqs[i].req, step->seqs[i].start_pos + step->seqs[i].n_tokens);
+        if (!step->seqs[i].failed)
+            di_kv_blocks_capture(&e->kv, step->seqs[i].req, step->seqs[i].start_pos + step->seqs[i].n_tokens);
 }
 
 /* A verify step's accepted drafts are committed positions (the state holds them, even when the
@@ -681,6 +684,15 @@ static void count_verify(DiEngine *e, const DiStepSeq *s) {
     e->m.spec_num_draft_tokens += (uint64_t)s->n_drafts;
     e->m.spec_num_accepted_tokens += (uint64_t)s->n_accepted;
     e->m.spec_accepted_hist[s->n_accepted]++;
+}
+
+/* A request that failed inside a successful step ends alone, with its cause. */
+static void fail_request(DiEngine *e, DiRequest *req, const char *why) {
+    req->state_unreliable = true; /* never cache a state whose step did not complete for it */
+    if (req->state == DI_REQ_FINISHED) return;
+    if (!req->error) req->error = strdup(why ? why : "request failed");
+    finish(e, req, DI_FINISH_ERROR);
+    deliver(req);
 }
 
 static int process_step(DiEngine *e, DiStep *step) {
@@ -702,6 +714,10 @@ static int process_step(DiEngine *e, DiStep *step) {
         for (int i = 0; i < step->n_seqs; i++) {
             const DiStepSeq *s = &step->seqs[i];
             DiRequest *req = s->req;
+            if (s->failed) { /* this request alone: the others go on */
+                fail_request(e, req, s->error);
+                continue;
+            }
             if (s->n_drafts > 0) count_verify(e, s);
             e->m.spec_num_grammar_truncated += s->grammar_truncated;
             if (!s->sample || req->state == DI_REQ_FINISHED) continue; /* a token after a stop is dropped */
@@ -713,7 +729,7 @@ static int process_step(DiEngine *e, DiStep *step) {
     for (int i = 0; i < step->n_seqs; i++) { /* prefix-cache snapshots the step took */
         DiStepSeq *s = &step->seqs[i];
         if (s->snapshot.n == 0) continue;
-        if (step->status == 0)
+        if (step->status == 0 && !s->failed)
             di_prefix_cache_store(&e->sched.cache, s->req->tokens, s->start_pos + s->n_tokens, &s->snapshot);
         di_page_table_release(e->pool, &s->snapshot);
         di_page_table_free(&s->snapshot);
@@ -810,6 +826,14 @@ int di_engine_release(DiEngine *e, uint64_t id) {
     req->released = true;
     if (req->inflight == 0) forget(e, req);
     return 0;
+}
+
+const char *di_engine_request_error(DiEngine *e, uint64_t id) {
+    if (!e) return di_errorf("request error: NULL engine"), NULL;
+    DiRequest *req = find_request(e, id);
+    if (!req) return di_errorf("request error: no request with id %llu", (unsigned long long)id), NULL;
+    if (req->error) return req->error;
+    return req->finish_reason == DI_FINISH_ERROR ? "request failed (no memory for its message)" : "";
 }
 
 int di_engine_get_output(DiEngine *e, uint64_t id, DiRequestOutput *out) {

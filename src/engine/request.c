@@ -75,6 +75,7 @@ fail:
 void di_request_free(DiRequest *req) {
     if (!req) return;
     free(req->cache_salt);
+    free(req->error);
     free(req->kv_keys);
     if (req->stop_copy)
         for (int i = 0; i < req->params.n_stop; i++) free(req->stop_copy[i]);

@@ -79,6 +79,7 @@ typedef struct DiRequest {
     DiTextStream text;
     double cumulative_logprob;
     DiFinishReason finish_reason;
+    char *error;               /* DI_FINISH_ERROR: the cause (heap, set once), else NULL */
     int32_t stop_token;
     int stop_string;
     double t_arrival, t_first_token, t_finish;

@@ -40,7 +40,6 @@ int di_step_init(DiStep *step, int max_seqs, int max_rows, int32_t vocab, int32_
     step->runner_seqs = di_calloc((size_t)max_seqs, sizeof *step->runner_seqs, "step runner sequences");
     step->logits = di_aligned_calloc((size_t)max_rows * (size_t)vocab, sizeof *step->logits, "step logits");
     step->sample_seq = di_calloc((size_t)max_seqs, sizeof *step->sample_seq, "step sample rows");
-    step->row_status = di_calloc((size_t)max_seqs, sizeof *step->row_status, "step row status");
     step->masks = di_calloc((size_t)max_rows * di_constraint_mask_words(vocab), sizeof *step->masks, "step masks");
     step->keep = di_calloc((size_t)max_seqs, sizeof *step->keep, "step keep counts");
     if (draft_block > 0) {
@@ -54,7 +53,7 @@ int di_step_init(DiStep *step, int max_seqs, int max_rows, int32_t vocab, int32_
     }
     bool drafts_ok = draft_block == 0 || (step->draft_tokens && step->draft_conf && step->drafts && step->draft_caps &&
                                           step->draft_lengths && step->picks);
-    if (!step->seqs || !step->runner_seqs || !step->logits || !step->sample_seq || !step->row_status || !step->keep ||
+    if (!step->seqs || !step->runner_seqs || !step->logits || !step->sample_seq || !step->keep ||
         !step->masks || !drafts_ok) {
         di_step_free(step);
         return -1;
@@ -67,7 +66,6 @@ void di_step_free(DiStep *step) {
     free(step->runner_seqs);
     free(step->page_ptrs);
     free(step->sample_seq);
-    free(step->row_status);
     free(step->masks);
     free(step->keep);
     free(step->draft_tokens);
@@ -111,6 +109,8 @@ int di_step_add(DiStep *step, DiRequest *req, int64_t start_pos, int32_t n_token
     s->grammar_truncated = false;
     s->draft_index = -1;
     s->first_row = 0;
+    s->failed = false;
+    s->error[0] = '\0';
     memcpy(step->page_ptrs + step->n_page_ptrs, req->pages.pages, req->pages.n * sizeof *req->pages.pages);
     step->n_page_ptrs = need;
     if (start_pos + n_tokens > req->n_prompt) {
@@ -192,6 +192,8 @@ static int verify_sampled(const DiStepExecutor *exec, DiStep *step, DiSpecVerifi
  * whose token is not the next draft, sampled requests go through the rejection rule. */
 static int sample_seq(const DiStepExecutor *exec, DiStep *step, int thread, int k) {
     DiStepSeq *s = &step->seqs[step->sample_seq[k]];
+    if (exec->fail_seed_set && s->req->seed == exec->fail_seed)
+        return di_errorf("test fault: DEEPINFER_TEST_FAIL_SEED=%llu", (unsigned long long)exec->fail_seed);
     DiSampler *sampler = exec->samplers[thread];
     int64_t pos = s->start_pos + s->n_tokens;
     if (s->n_drafts == 0) return sample_row(exec, step, sampler, s->req, s->first_row, pos);
@@ -211,9 +213,21 @@ typedef struct {
     DiStep *step;
 } SampleJob;
 
+/* Sample sequence k; a failure is that sequence's alone: its cause is kept with it (on the thread
+ * that failed, whose error buffer holds it) and the other sequences are sampled as if it were not
+ * there, so their bits do not change. */
+static void sample_one(const DiStepExecutor *exec, DiStep *step, int thread, int k) {
+    if (sample_seq(exec, step, thread, k) == 0) return;
+    DiStepSeq *s = &step->seqs[step->sample_seq[k]];
+    s->failed = true;
+    s->n_accepted = 0; /* commit keeps the anchor; the request ends here anyway */
+    snprintf(s->error, sizeof s->error, "%s", di_error_message());
+    di_error_clear();
+}
+
 static void sample_task(void *arg, int k, int thread) {
     SampleJob *job = arg;
-    job->step->row_status[k] = sample_seq(job->exec, job->step, thread, k);
+    sample_one(job->exec, job->step, thread, k);
 }
 
 /* Below this many logits (rows x vocabulary) waking the pool costs more than it saves (measured
@@ -222,17 +236,13 @@ static void sample_task(void *arg, int k, int thread) {
 
 /* Sequences are independent (sampling is keyed by each request's seed and position), so they may
  * run on any thread in any order with the same result; one sequence's rows run in order. */
-static int sample_rows(const DiStepExecutor *exec, DiStep *step) {
+static void sample_rows(const DiStepExecutor *exec, DiStep *step) {
     if (!exec->pool || step->n_sampled < 2 || (size_t)step->n_rows * (size_t)step->vocab < PARALLEL_SAMPLING_MIN_LOGITS) {
-        for (int k = 0; k < step->n_sampled; k++)
-            if (sample_seq(exec, step, 0, k) != 0) return -1;
-        return 0;
+        for (int k = 0; k < step->n_sampled; k++) sample_one(exec, step, 0, k);
+        return;
     }
     SampleJob job = {exec, step};
     di_pool_run(exec->pool, step->n_sampled, sample_task, &job);
-    for (int k = 0; k < step->n_sampled; k++)
-        if (step->row_status[k] != 0) return sample_seq(exec, step, 0, k); /* again, for its message */
-    return 0;
 }
 
 static int32_t pick_draft(void *ctx, int row, const float *logits, int32_t vocab_size) {
@@ -327,6 +337,7 @@ static int commit_all(const DiStepExecutor *exec, DiStep *step, const DiRunnerBa
 static void observe_rows(const DiStepExecutor *exec, const DiStep *step) {
     for (int k = 0; k < step->n_sampled; k++) {
         const DiStepSeq *s = &step->seqs[step->sample_seq[k]];
+        if (s->failed) continue;
         for (int32_t j = 0; j <= s->n_accepted; j++)
             exec->observer(exec->observer_user, s->req->id, s->start_pos + s->n_tokens + j,
                            step->logits + (size_t)(s->first_row + j) * (size_t)step->vocab, step->vocab);
@@ -342,7 +353,7 @@ static void report_spec(const DiStepExecutor *exec, const DiStep *step, int32_t 
     if (n_drafted == 0) return;
     for (int i = 0; i < step->n_seqs; i++) {
         const DiStepSeq *s = &step->seqs[i];
-        if (s->draft_index >= 0)
+        if (s->draft_index >= 0 && !s->failed)
             di_spec_control_outcome(exec->spec, step->draft_conf + (size_t)s->draft_index * (size_t)step->draft_block,
                                     s->n_drafts, s->n_accepted);
     }
@@ -385,10 +396,7 @@ static void execute(const DiStepExecutor *exec, DiStep *step) {
         return;
     }
     double t2 = di_now_seconds();
-    if (sample_rows(exec, step) != 0) {
-        fail(step, "sampling");
-        return;
-    }
+    sample_rows(exec, step);
     if (commit_all(exec, step, &batch) != 0) {
         fail(step, exec->runner->name ? exec->runner->name : "commit");
         return;

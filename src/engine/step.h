@@ -39,6 +39,10 @@ typedef struct {
     bool grammar_truncated; /* its grammar refused a draft, which ended the drafts there */
     int draft_index;    /* its record among the step's drafts, -1 when it did not draft */
     int first_row;      /* its first logits row */
+    /* Sampling this sequence failed (every token masked, a grammar error): the step goes on for
+     * the others, and the engine finishes this request alone with DI_FINISH_ERROR and error. */
+    bool failed;
+    char error[256];
 } DiStepSeq;
 
 /* What a sampled request's draft picks need (DiRunnerDraft.pick_ctx): di_spec_draft_pick's
@@ -63,7 +67,6 @@ typedef struct {
     float *logits;      /* [cap_rows][vocab] */
     int cap_rows;
     int *sample_seq;    /* [cap_seqs]: the sequences that sample, in order */
-    int *row_status;    /* [cap_seqs]: sampling result of each of them */
     uint32_t *masks;    /* [cap_rows][mask words]: structured-output mask of each logits row */
     int n_sampled, n_rows;
     /* drafting: [cap_seqs][draft_block] tokens and confidence logits, one record per sequence,
@@ -110,6 +113,8 @@ typedef struct {
     void *observer_user;
     DiExpertLoadObserver load_observer; /* NULL: the counts are only cleared */
     void *load_observer_user;
+    bool fail_seed_set; /* DEEPINFER_TEST_FAIL_SEED: sampling fails for requests with this seed */
+    uint64_t fail_seed;
 } DiStepExecutor;
 
 /* Forward and sample; sets step->status (and step->error) instead of returning.  Then the

@@ -116,6 +116,13 @@ static void on_delta(void *user, const DiStreamDelta *d) {
     }
     if (di_output_events_text(j->out, d->new_text, d->new_text_len, d->n_new_tokens) != 0) return;
     if (d->finish_reason == DI_FINISH_NONE) return;
+    if (d->finish_reason == DI_FINISH_ERROR) { /* this request alone failed: its cause, not "shutting down" */
+        const char *why = di_engine_request_error(j->engine, j->engine_id);
+        char msg[512];
+        snprintf(msg, sizeof msg, "the request failed during generation: %s", why ? why : di_error_message());
+        di_output_events_finish(j->out, DI_API_FINISH_ERROR, NULL, msg, 500);
+        return;
+    }
     DiApiFinish f = d->finish_reason == DI_FINISH_LENGTH  ? DI_API_FINISH_LENGTH
                     : d->finish_reason == DI_FINISH_ABORT ? DI_API_FINISH_ABORT
                                                           : DI_API_FINISH_STOP;

@@ -115,6 +115,10 @@ static DiFinishReason run_reply(DiEngine *e, uint64_t id, DiRequestOutput *summa
     }
     DiRequestOutput out;
     if (di_engine_get_output(e, id, &out) != 0) return DI_FINISH_NONE;
+    if (out.finish_reason == DI_FINISH_ERROR) {
+        di_errorf("the reply failed: %s", di_engine_request_error(e, id));
+        return DI_FINISH_NONE;
+    }
     *summary = out;
     return aborted ? DI_FINISH_ABORT : out.finish_reason;
 }

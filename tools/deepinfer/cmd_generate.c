@@ -269,6 +269,10 @@ static int run_engine(GenerateArgs *a, CliModel *m) {
     if (cli_printer_finish(&pr, NULL, NULL) != 0) goto done;
     DiRequestOutput out;
     if (di_engine_get_output(m->engine, id, &out) != 0) goto done;
+    if (out.finish_reason == DI_FINISH_ERROR) {
+        di_errorf("generation failed: %s", di_engine_request_error(m->engine, id));
+        goto done;
+    }
     summary(out.n_prompt_ids, out.n_tokens, seconds, di_finish_reason_name(out.finish_reason), "ref");
     /* mean-accepted: drafts accepted per verify step */
     fprintf(stderr, "draft: proposed %llu accepted %llu mean-accepted %.2f\n",
