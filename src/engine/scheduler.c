@@ -173,7 +173,9 @@ static PageOutcome secure_pages(DiScheduler *s, int index, int64_t n_tokens) {
 
 static bool cut_for_snapshot(const DiScheduler *s, const DiRequest *req, int64_t start, int64_t *chunk) {
     int64_t at = req->n_prompt - 1;
-    if (s->cache.max_pages == 0 || !di_scheduler_keeps_state(s, req) || req->snapshot_planned || at < SNAPSHOT_MIN_TOKENS || start >= at || start + *chunk <= at)
+    /* a chunk that ends exactly at `at` (a prompt of k * chunk + 1 tokens) needs no cut but
+     * still takes the copy: its last token runs in the next step anyway */
+    if (s->cache.max_pages == 0 || !di_scheduler_keeps_state(s, req) || req->snapshot_planned || at < SNAPSHOT_MIN_TOKENS || start >= at || start + *chunk < at)
         return false;
     *chunk = at - start;
     return true;

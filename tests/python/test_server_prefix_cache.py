@@ -82,3 +82,41 @@ def test_cached_states_give_way_in_a_small_state_pool(tmp_path):
         assert m['deepinfer_requests_total{endpoint="/v1/completions",status="200"}'] == 150
     finally:
         srv.stop()
+
+
+def exact_length_prompt(tok, bos, n_tokens):
+    """Text whose raw prompt is exactly n_tokens ids (BOS + its plain encoding), checked by
+    re-encoding it with the model's own tokenizer (the oracle)."""
+    words = [f" item{i % 97}" for i in range(4 * n_tokens)]
+    text = "Count:"
+    ids = tok.encode(text, add_special_tokens=False).ids
+    for w in words:
+        more = tok.encode(text + w, add_special_tokens=False).ids
+        if 1 + len(more) > n_tokens:
+            break
+        text, ids = text + w, more
+    while 1 + len(ids) < n_tokens:  # pad with single-token characters
+        text += "."
+        ids = tok.encode(text, add_special_tokens=False).ids
+    assert 1 + len(tok.encode(text, add_special_tokens=False).ids) == n_tokens
+    return text
+
+
+@pytest.mark.parametrize("n_tokens", [513, 1025])
+def test_a_prompt_one_token_past_the_prefill_chunk_is_found_again(tmp_path, n_tokens):
+    """The serve budget is 512 tokens a step: a 513- or 1,025-token prompt's chunk before its last
+    token ends exactly there, and the copy kept at that position serves the same prompt again
+    (all but its last token cached)."""
+    srv = Serve(str(tmp_path))
+    try:
+        tok = tokenizers.Tokenizer.from_file(os.path.join(srv.model_dir, "tokenizer.json"))
+        bos = tok.token_to_id("<｜begin▁of▁sentence｜>")
+        prompt = exact_length_prompt(tok, bos, n_tokens)
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused")
+        r1 = client.completions.create(model=MODEL, prompt=prompt, max_tokens=3, temperature=0)
+        assert (r1.usage.prompt_tokens, r1.usage.prompt_tokens_details.cached_tokens) == (n_tokens, 0)
+        r2 = client.completions.create(model=MODEL, prompt=prompt, max_tokens=3, temperature=0, logprobs=1)
+        assert (r2.usage.prompt_tokens, r2.usage.prompt_tokens_details.cached_tokens) == (n_tokens, n_tokens - 1)
+        assert r2.choices[0].text == r1.choices[0].text
+    finally:
+        srv.stop()

@@ -270,6 +270,26 @@ TEST(a_long_prompt_leaves_its_state_before_the_last_token_for_the_same_or_a_dive
     }
 }
 
+/* A prompt of k chunks + 1 token: the chunk before the last token ends exactly there, so the
+ * copy needs no cut of its own (the 513- and 1,025-token prompts at the serve budget of 512). */
+TEST(a_prompt_one_token_past_whole_chunks_leaves_its_state_for_a_repeat) {
+    fill_conv();
+    for (int async = 0; async <= 1; async++) {
+        DiEngine *e = cache_engine(async, 1, 1 << 20, 16);
+        if (!e) continue;
+        const int lengths[] = {33, 49, 65, 34, 48};
+        for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+            int n = lengths[i];
+            const int32_t *prompt = conv + 7 * i; /* distinct prompts: no hit from the previous one */
+            DiSamplingParams p = seeded(4, 30 + i);
+            CHECK_EQ_INT(run_checked(e, prompt, n, &p, NULL), 0);
+            int cached = run_checked(e, prompt, n, &p, NULL);
+            CHECK_MSG(cached == n - 1, "%d-token prompt (async %d): %d cached, %d expected", n, async, cached, n - 1);
+        }
+        di_engine_destroy(e);
+    }
+}
+
 TEST(cached_states_give_way_to_new_requests_without_preemption) {
     fill_conv();
     /* room for about three requests' states: caching many finished requests must not starve
@@ -349,6 +369,7 @@ int main(void) {
     RUN_TEST(the_next_turn_starts_from_the_cached_state_and_generates_the_same_tokens);
     RUN_TEST(an_identical_or_diverging_prompt_does_not_reuse_a_state_it_cannot_extend);
     RUN_TEST(a_long_prompt_leaves_its_state_before_the_last_token_for_the_same_or_a_diverging_prompt);
+    RUN_TEST(a_prompt_one_token_past_whole_chunks_leaves_its_state_for_a_repeat);
     RUN_TEST(cached_states_give_way_to_new_requests_without_preemption);
     RUN_TEST(a_hit_under_memory_pressure_takes_the_entry_instead_of_copying_it);
     RUN_TEST(bad_prefix_cache_options_are_errors);
