@@ -200,6 +200,8 @@ int di_parse_json(const char *json, size_t len, char **result_json);
 
 typedef struct DiEngine DiEngine;
 
+enum { DI_KV_REPLAY_EXACT = 0, DI_KV_REPLAY_APPROX = 1 }; /* DiEngineOptions.kv_cache_replay */
+
 typedef struct {
     int max_num_seqs;          /* requests in one step (default 64) */
     int max_batch_tokens;      /* token budget of one step: decode tokens + prefill chunks (default 512) */
@@ -228,12 +230,17 @@ typedef struct {
      * when kv_cache_ram_bytes > 0 or kv_cache_dir is set (RAM then 1 GiB); needs a runner that
      * exports blocks.  With enable_prefix_caching too, requests restore blocks and
      * only DiRequestInput.exact_state requests use (and feed) the prefix cache (PD workers).  kv_block_tokens: 0 is 256, else a
-     * positive multiple of 128. */
+     * positive multiple of 128.  kv_cache_replay: how a hit at H rebuilds the window state the
+     * blocks do not hold: DI_KV_REPLAY_EXACT (0, the default) recomputes the positions the
+     * window state depends on (the runner's replay_exact_rows before H), so outputs are a cold
+     * prefill's bit for bit; DI_KV_REPLAY_APPROX (1) recomputes only the last window (the
+     * official design, engine-features.md §2.4: cheaper, close to but not a cold run's). */
     const char *kv_cache_dir;
     size_t kv_cache_ram_bytes;
     uint64_t kv_cache_disk_bytes;
     uint64_t kv_cache_ttl_s;
     int kv_block_tokens;
+    int kv_cache_replay;
     /* DSpark speculative decoding, for a model with a drafter: each decode step drafts up to
      * draft_max tokens per request and verifies them in one forward.  Lossless: greedy output,
      * constrained requests, and sampling with a caller's seed under the confidence schedule, are

@@ -27,7 +27,7 @@ class EngineOptions(Structure):
                 ("enable_prefix_caching", c_int), ("prefix_cache_bytes", c_size_t),
                 ("kv_cache_dir", c_char_p), ("kv_cache_ram_bytes", c_size_t),
                 ("kv_cache_disk_bytes", c_uint64), ("kv_cache_ttl_s", c_uint64),
-                ("kv_block_tokens", c_int),
+                ("kv_block_tokens", c_int), ("kv_cache_replay", c_int),
                 ("draft_max", c_int), ("draft_schedule", c_int)]
 
 

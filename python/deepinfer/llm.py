@@ -33,7 +33,7 @@ _GB = 1 << 30
 
 
 def _kv_cache_options(opts, kv_cache_dir=None, kv_cache_ram_gb=None, kv_cache_disk_gb=None,
-                      kv_cache_ttl_s=None, kv_block_tokens=None):
+                      kv_cache_ttl_s=None, kv_block_tokens=None, kv_cache_replay=None):
     """The KV block cache's fields of DiEngineOptions (the engine validates them); returns the
     directory's bytes, which must outlive the engine's creation."""
     for name, v in (("kv_cache_ram_gb", kv_cache_ram_gb), ("kv_cache_disk_gb", kv_cache_disk_gb),
@@ -50,6 +50,11 @@ def _kv_cache_options(opts, kv_cache_dir=None, kv_cache_ram_gb=None, kv_cache_di
         opts.kv_cache_ttl_s = int(kv_cache_ttl_s)
     if kv_block_tokens is not None:
         opts.kv_block_tokens = kv_block_tokens
+    if kv_cache_replay is not None:
+        modes = {"exact": 0, "approx": 1}  # DI_KV_REPLAY_EXACT, DI_KV_REPLAY_APPROX
+        if kv_cache_replay not in modes:
+            raise ValueError(f"kv_cache_replay must be 'exact' or 'approx', got {kv_cache_replay!r}")
+        opts.kv_cache_replay = modes[kv_cache_replay]
     return dir_bytes
 
 
@@ -149,7 +154,8 @@ class LLM:
     enable_prefix_caching=True lets a request that extends a finished one, e.g. the next turn
     of a chat, start from its cached state: RequestOutput.num_cached_tokens).  kv_cache: the KV
     block cache's options (kv_cache_dir, kv_cache_ram_gb, kv_cache_disk_gb, kv_cache_ttl_s,
-    kv_block_tokens; see DiEngineOptions), which shares whole blocks of any common prefix.
+    kv_block_tokens, kv_cache_replay "exact" | "approx"; see DiEngineOptions), which shares whole
+    blocks of any common prefix.
     draft_max (0..16)
     and draft_schedule ('fixed' | 'confidence'): speculative decoding for a model with a drafter
     (None: $DEEPINFER_USE_NEXTN_DECODE / $DEEPINFER_ENABLE_MTP_VARLEN, else 5 and confidence);

@@ -37,6 +37,7 @@ static const AbiField engine_options[] = {
     FIELD(DiEngineOptions, prefix_cache_bytes),   FIELD(DiEngineOptions, kv_cache_dir),
     FIELD(DiEngineOptions, kv_cache_ram_bytes),   FIELD(DiEngineOptions, kv_cache_disk_bytes),
     FIELD(DiEngineOptions, kv_cache_ttl_s),       FIELD(DiEngineOptions, kv_block_tokens),
+    FIELD(DiEngineOptions, kv_cache_replay),
     FIELD(DiEngineOptions, draft_max),            FIELD(DiEngineOptions, draft_schedule),
 };
 

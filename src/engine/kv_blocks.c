@@ -20,6 +20,12 @@ static int check_options(const DiEngineOptions *o) {
     if (!di_kv_blocks_wanted(o) && o->kv_block_tokens)
         return di_errorf("engine options: kv_block_tokens is set but the KV block cache is off "
                          "(set kv_cache_ram_bytes or kv_cache_dir)");
+    if (o->kv_cache_replay != DI_KV_REPLAY_EXACT && o->kv_cache_replay != DI_KV_REPLAY_APPROX)
+        return di_errorf("engine options: kv_cache_replay must be %d (exact) or %d (approx), got %d", DI_KV_REPLAY_EXACT,
+                         DI_KV_REPLAY_APPROX, o->kv_cache_replay);
+    if (!di_kv_blocks_wanted(o) && o->kv_cache_replay != DI_KV_REPLAY_EXACT)
+        return di_errorf("engine options: kv_cache_replay is set but the KV block cache is off "
+                         "(set kv_cache_ram_bytes or kv_cache_dir)");
     if (o->kv_cache_dir && !o->kv_cache_dir[0]) return di_errorf("engine options: kv_cache_dir is empty");
     return 0;
 }
@@ -46,6 +52,10 @@ int di_kv_blocks_open(DiKvBlocks *kb, const DiEngineOptions *o, const DiRunner *
         return di_errorf("engine options: the KV block cache (kv_cache_ram_bytes / kv_cache_dir) needs a runner "
                          "that exports cache blocks and replays its window; %s does not",
                          runner->name ? runner->name : "this runner");
+    if (o->kv_cache_replay == DI_KV_REPLAY_EXACT && runner->replay_exact_rows < runner->replay_window)
+        return di_errorf("engine options: %s has no exact replay for the KV block cache (kv_cache_replay exact); "
+                         "set kv_cache_replay to approx (%d) to accept the official approximate one",
+                         runner->name ? runner->name : "this runner", DI_KV_REPLAY_APPROX);
     size_t bytes = ops->block_bytes(runner, b);
     if (bytes == 0) return di_errorf("engine options: %s cannot cache blocks of %d tokens", runner->name, b);
     DiKvCacheOptions co = {
@@ -65,7 +75,7 @@ int di_kv_blocks_open(DiKvBlocks *kb, const DiEngineOptions *o, const DiRunner *
     }
     kb->runner = runner;
     kb->block_tokens = b;
-    kb->replay_window = runner->replay_window;
+    kb->replay_window = o->kv_cache_replay == DI_KV_REPLAY_APPROX ? runner->replay_window : runner->replay_exact_rows;
     kb->block_bytes = bytes;
     kb->fingerprint = fingerprint_of(runner, bytes);
     return 0;

@@ -8,8 +8,10 @@
  *
  * Restore at admission: the longest run of leading blocks some tier holds, leaving at least one
  * position to compute, is imported into the request's pages; a hit of H positions is adopted only
- * when H > the runner's replay window W, and the request then prefills from H - W with the
- * replay range [H - W, H) (engine-features.md §2.4).  Capture after each processed step: every
+ * when H > R, the positions replayed, and the request then prefills from H - R with the replay
+ * range [H - R, H) (engine-features.md §2.4).  R is the runner's replay_exact_rows by default,
+ * which makes the request's outputs a cold prefill's bit for bit, or its window W with
+ * kv_cache_replay approx (the official design: the replay's state is an approximation).  Capture after each processed step: every
  * block all of whose positions that step (or an earlier one) computed, and that is not already
  * known to be cached, is exported and stored; the store copies it into RAM and queues the disk
  * write, so the step loop never waits for a disk. */
@@ -30,7 +32,7 @@ typedef struct {
     const DiRunner *runner;
     DiKvKey fingerprint;
     int block_tokens;   /* B */
-    int replay_window;  /* W */
+    int replay_window;  /* positions replayed before a hit: the runner's exact rows, or W (approx) */
     size_t block_bytes; /* one block's rows */
     uint8_t *buf;       /* one block (main thread only) */
     uint64_t stored;    /* blocks captured */

@@ -14,7 +14,8 @@
  * same prefix; when memory is short the new request takes the entry's pages instead.  An entry
  * can also come from another engine: a PD decode worker imports the exact state a prefill worker
  * serialised (below), so its request continues as a cold run would.  With the KV block cache on,
- * only exact_state requests' states are kept (a block restore's state is a replay's approximation).
+ * only exact_state requests' states are kept (with kv_cache_replay approx a block restore's state
+ * is a replay's approximation).
  *
  * Memory.  Entries hold pages of the engine's pool, at most max_pages of them (least recently
  * stored or used evicted first), and the scheduler evicts entries before it makes a request wait

@@ -31,8 +31,8 @@
  * the model keeps per token for the prefix, e.g. V4.1's compressed KV and index keys of the
  * KV-source layers; never the window rings) and restore them into another request's pages.  A
  * restored state lacks the fixed rows (window rings, pending compressor rows), so the engine
- * then prefills from H - replay_window with replay_start/replay_end set (engine-features.md
- * §2.4): positions in [replay_start, replay_end) rebuild only the fixed rows, their writes to the
+ * then prefills from H - replay_exact_rows (by default: exact) or H - replay_window (the official
+ * approximation) with replay_start/replay_end set (engine-features.md §2.4): positions in [replay_start, replay_end) rebuild only the fixed rows, their writes to the
  * cached rows are suppressed, and sliding-window attention of rows >= replay_start reads only
  * keys >= replay_start. */
 #ifndef DI_ENGINE_RUNNER_H
@@ -168,9 +168,13 @@ struct DiRunner {
     /* Optional: called just before a request's pages go back to the pool (finish, abort,
      * preemption, engine destroy), for a runner that keeps something outside the pages. */
     void (*release_state)(DiRunner *runner, uint8_t *const *pages, size_t n_pages);
-    /* KV block cache: W, the positions replayed before a hit (> 0 with export_block), and the
-     * bytes naming the model's weights and state format (the cache's model fingerprint). */
+    /* KV block cache: W, the positions the official (approximate) replay recomputes before a hit
+     * (> 0 with export_block); replay_exact_rows, the positions a replay must recompute for the
+     * fixed rows it rebuilds to equal a cold prefill's bit for bit (their dependency cone; 0: no
+     * replay is exact); and the bytes naming the model's weights and state format (the cache's
+     * model fingerprint). */
     int32_t replay_window;
+    int32_t replay_exact_rows;
     const void *identity;
     size_t identity_len;
 };

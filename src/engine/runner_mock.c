@@ -347,6 +347,7 @@ DiRunner *di_mock_runner_create(int32_t vocab_size, uint64_t model_seed) {
     m->base.n_eos_ids = 1;
     m->base.name = "mock runner";
     m->base.replay_window = DI_MOCK_WINDOW;
+    m->base.replay_exact_rows = DI_MOCK_WINDOW; /* one window of tokens is the whole fixed state */
     m->base.identity = &m->seed;
     m->base.identity_len = sizeof m->seed;
     return &m->base;

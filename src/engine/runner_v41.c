@@ -13,6 +13,7 @@
 #include "model/state_undo.h"
 #include "model/workspace.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -270,6 +271,21 @@ static void v41_destroy(DiRunner *base) {
     free(r);
 }
 
+/* The positions before a block-cache hit at H that a replay must recompute for the fixed rows to
+ * be a cold prefill's (engine-features.md §2.6, "dependency-preserving").  Layer l's window ring
+ * holds KV projected from layer l's input, and a query at H reads positions [H - W + 1, H]; a row's
+ * output at layer l is exact once its window [p - W + 1, p] at l's input is, so with the replay
+ * starting at s layer l's input is exact from s + l (W - 1).  The DSpark stages read the top
+ * layer's output (one more W - 1) and attend over their own rings in turn (W - 1 each): the last
+ * ring row a decode step reads is exact when H - W + 1 >= s + (n_layers + n_mtp) (W - 1), so
+ * W + (n_layers + n_mtp)(W - 1) covers it with a row to spare.  The compressor's pending rows are
+ * empty at a block boundary (blocks are whole groups) and the Engram look-back is shorter than a
+ * window. */
+static int32_t v41_exact_replay_rows(const ModelDims *d) {
+    int64_t rows = (int64_t)d->window + (int64_t)(d->n_layers + d->n_mtp) * (d->window - 1);
+    return rows > INT32_MAX ? 0 : (int32_t)rows;
+}
+
 static size_t v41_block_bytes(const DiRunner *base, int block_tokens) {
     return state_block_bytes(&((const V41Runner *)base)->layout, block_tokens);
 }
@@ -346,6 +362,7 @@ DiRunner *di_v41_runner_create(Model *model, int own_model, size_t page_bytes) {
     r->base.name = "DeepSeek-V4.1 model";
     r->base.be = model->be;
     r->base.replay_window = model->d.window;
+    r->base.replay_exact_rows = v41_exact_replay_rows(&model->d);
     if (model_identity(model, r->identity) != 0) {
         r->own_model = 0;
         v41_destroy(&r->base);

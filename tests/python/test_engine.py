@@ -269,6 +269,12 @@ def test_kv_block_cache_shares_a_system_prompt_across_questions(tmp_path):
         mock_llm(vocab_size=512, kv_cache={"kv_cache_ram_gb": 1, "kv_block_tokens": 100})
     with pytest.raises(ValueError, match="kv_cache_ram_gb"):
         mock_llm(vocab_size=512, kv_cache={"kv_cache_ram_gb": 0})
+    with pytest.raises(ValueError, match="kv_cache_replay"):
+        mock_llm(vocab_size=512, kv_cache={"kv_cache_ram_gb": 1, "kv_cache_replay": "fast"})
+    approx = mock_llm(vocab_size=512, model_seed=3, kv_cache=dict(kv, kv_cache_replay="approx"))
+    out = approx.generate({"prompt_token_ids": questions[1]}, params)[0]  # the mock's replay is exact either way
+    assert out.num_cached_tokens == 512 and out.outputs[0].token_ids == expected[1]
+    approx.close()
 
 
 def test_kv_cache_salt_separates_tenants(tmp_path):

@@ -320,6 +320,14 @@ TEST(bad_kv_cache_options_are_errors_that_name_them) {
     di_engine_options_init(&o);
     o.kv_block_tokens = 256;
     refused(o, "kv_block_tokens");
+    /* the replay mode: only exact or approx, and only with a block cache to replay for */
+    di_engine_options_init(&o);
+    o.kv_cache_ram_bytes = 1 << 20;
+    o.kv_cache_replay = 2;
+    refused(o, "kv_cache_replay");
+    di_engine_options_init(&o);
+    o.kv_cache_replay = DI_KV_REPLAY_APPROX;
+    refused(o, "kv_cache_replay");
     /* a salt with no block cache to honour it */
     di_engine_options_init(&o);
     DiEngine *e = di_engine_create_mock(MOCK_VOCAB, MOCK_SEED, &o);

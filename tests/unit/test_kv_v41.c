@@ -235,9 +235,66 @@ TEST(a_hit_under_the_decoder_compact_replay_reads_nothing_below_its_start) {
     free(hit);
 }
 
+/* Greedy decode of `steps` tokens after a prefill whose last logits are `lg`: every step's logits
+ * appended to out ([steps + 1][V], the prefill's first). */
+static int decode_after(Pages *pg, int64_t replay_start, int64_t replay_end, float *lg, int steps, float *out) {
+    int64_t V = model->d.vocab;
+    memcpy(out, lg, sizeof(float) * (size_t)V);
+    for (int t = 0; t < steps; t++) {
+        const float *last = out + (size_t)t * (size_t)V;
+        int32_t best = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (last[v] > last[best]) best = (int32_t)v;
+        DiRunnerSeq seq = {pg->p, pg->n, &best, 1, N_TOK + t, 1, false, replay_start, replay_end};
+        DiRunnerBatch batch = {&seq, 1, false, out + (size_t)(t + 1) * (size_t)V};
+        if (runner->ops->forward(runner, &batch) != 0) return -1;
+    }
+    return 0;
+}
+
+/* The default hit (kv_cache_replay exact): the replay covers the dependency cone of every fixed
+ * row (runner.h replay_exact_rows), so the suffix's logits and those of the decode steps after it
+ * are the cold run's bit for bit, in one chunk or split; the official W-row replay is not. */
+TEST(a_hit_replaying_the_exact_rows_equals_the_cold_run_bit_for_bit) {
+    enum { STEPS = 12 };
+    int64_t V = model->d.vocab, W = model->d.window, R = runner->replay_exact_rows, s = H - R;
+    CHECK_EQ_INT(R, W + (model->d.n_layers + model->d.n_mtp) * (W - 1));
+    CHECK(R > W && R < H); /* the fixture's hit is long enough for an exact replay */
+    size_t all = sizeof(float) * (size_t)V * (STEPS + 1);
+    uint8_t *a = malloc(2 * block_bytes());
+    float *lg = malloc(sizeof(float) * (size_t)V), *cold = malloc(all), *hit = malloc(all), *split = malloc(all);
+    float *approx = malloc(all);
+    Pages pc, ph, ps, pa;
+    CHECK(a && lg && cold && hit && split && approx && cold_blocks(a) == 0);
+    CHECK(pages_new(&pc, N_TOK + STEPS, 0) == 0 && run(&pc, 0, N_TOK, 0, 0, lg) == 0 && decode_after(&pc, 0, 0, lg, STEPS, cold) == 0);
+    CHECK(pages_new(&ph, N_TOK + STEPS, 0xA5) == 0 && import_all(&ph, a) == 0);
+    poison_fixed_rows(&ph);
+    CHECK(run(&ph, s, N_TOK - s, s, H, lg) == 0 && decode_after(&ph, s, H, lg, STEPS, hit) == 0);
+    CHECK(memcmp(cold, hit, all) == 0);
+    CHECK(pages_new(&ps, N_TOK + STEPS, 0x5A) == 0 && import_all(&ps, a) == 0);
+    CHECK(run(&ps, s, R / 3, s, H, lg) == 0 && run(&ps, s + R / 3, H - s - R / 3 + 7, s, H, lg) == 0 &&
+          run(&ps, H + 7, N_TOK - H - 7, s, H, lg) == 0 && decode_after(&ps, s, H, lg, STEPS, split) == 0);
+    CHECK(memcmp(cold, split, all) == 0);
+    /* the official replay of the last W positions: an approximation, visible in the logits */
+    CHECK(pages_new(&pa, N_TOK + STEPS, 0xA5) == 0 && import_all(&pa, a) == 0);
+    CHECK(run(&pa, H - W, N_TOK - H + W, H - W, H, lg) == 0 && decode_after(&pa, H - W, H, lg, STEPS, approx) == 0);
+    CHECK(memcmp(cold, approx, all) != 0);
+    pages_free(&pc);
+    pages_free(&ph);
+    pages_free(&ps);
+    pages_free(&pa);
+    free(a);
+    free(lg);
+    free(cold);
+    free(hit);
+    free(split);
+    free(approx);
+}
+
 TEST(the_runner_names_its_model_and_window) {
     CHECK(runner->identity != NULL && runner->identity_len == 16);
     CHECK_EQ_INT(runner->replay_window, model->d.window);
+    CHECK(runner->replay_exact_rows > runner->replay_window);
     uint64_t again[2];
     CHECK(model_identity(model, again) == 0 && memcmp(again, runner->identity, sizeof again) == 0);
 }
@@ -267,6 +324,7 @@ int main(void) {
     RUN_TEST(a_replay_from_position_zero_equals_the_cold_forward);
     RUN_TEST(a_hit_equals_the_oracle_replaying_the_same_window);
     RUN_TEST(a_hit_under_the_decoder_compact_replay_reads_nothing_below_its_start);
+    RUN_TEST(a_hit_replaying_the_exact_rows_equals_the_cold_run_bit_for_bit);
     RUN_TEST(the_runner_names_its_model_and_window);
     runner->ops->destroy(runner);
     model_free(model);

@@ -44,6 +44,9 @@ static void usage(FILE *out) {
             "  --kv-cache-disk GB       size cap of DIR, oldest segments dropped first (default: none)\n"
             "  --kv-cache-ttl DURATION  retention in DIR: N[s|m|h|d] (default: none)\n"
             "  --kv-block-tokens B      tokens per cached block, a multiple of 128 (default 256)\n"
+            "  --kv-cache-replay MODE   exact (default): a block hit replays the positions the window state\n"
+            "                           depends on, so outputs equal a cold prefill's bit for bit; approx: only\n"
+            "                           the last window (the official design; cheaper, outputs may differ)\n"
             "  --max-num-seqs N         requests batched in one step (default 64)\n"
             "  --max-batch-tokens N     tokens of one step, decodes + prefill chunks (default 512); decodes\n"
             "                           go first, then prefill: the oldest prompt gets an equal share, the\n"
@@ -141,6 +144,13 @@ static int parse_on_off(const char *flag, const char *v, bool *out) {
     return 0;
 }
 
+static int parse_kv_replay(const char *flag, const char *v, int *out) {
+    if (strcmp(v, "exact") == 0) *out = DI_KV_REPLAY_EXACT;
+    else if (strcmp(v, "approx") == 0) *out = DI_KV_REPLAY_APPROX;
+    else return di_errorf("%s: expected exact or approx, got '%s'", flag, v);
+    return 0;
+}
+
 /* The engine behind the server: di_engine_create on the model directory (NULL: the default
  * model), the model's text on the directory it resolved, both wrapped in the engine backend.
  * *text must outlive the backend. */
@@ -152,6 +162,7 @@ typedef struct {
     const char *kv_dir;
     double kv_ram_gb, kv_disk_gb, kv_ttl_s;
     long kv_block_tokens;
+    int kv_replay; /* DI_KV_REPLAY_EXACT or DI_KV_REPLAY_APPROX */
     CliDraft draft;
     CliEplb eplb; /* the live EPLB driver, started on the engine (cli_eplb.h) */
     CliEp ep; /* --expert-parallel: the job's rank 0 attaches its expert ranks to the engine */
@@ -168,6 +179,7 @@ static void kv_cache_options(const EngineFlags *ef, DiEngineOptions *o) {
     o->kv_cache_disk_bytes = (uint64_t)(ef->kv_disk_gb * (double)(1 << 30));
     o->kv_cache_ttl_s = (uint64_t)ef->kv_ttl_s;
     o->kv_block_tokens = (int)ef->kv_block_tokens;
+    o->kv_cache_replay = ef->kv_replay;
     if (kv_cache_flags(ef)) o->enable_prefix_caching = ef->exact_states ? 1 : 0;
 }
 
@@ -253,6 +265,7 @@ int cmd_serve(int argc, char **argv) {
         else if (strcmp(a, "--kv-cache-disk") == 0) rc = parse_gb(a, v, &ef.kv_disk_gb);
         else if (strcmp(a, "--kv-cache-ttl") == 0) rc = parse_duration(a, v, &ef.kv_ttl_s);
         else if (strcmp(a, "--kv-block-tokens") == 0) rc = parse_long(a, v, 128, 1L << 20, &ef.kv_block_tokens);
+        else if (strcmp(a, "--kv-cache-replay") == 0) rc = parse_kv_replay(a, v, &ef.kv_replay);
         else if (strcmp(a, "--state-memory-mb") == 0) rc = parse_long(a, v, 1, 1L << 24, &ef.state_memory_mb);
         else if (strcmp(a, "--max-num-seqs") == 0) rc = parse_long(a, v, 1, 65536, &ef.max_num_seqs);
         else if (strcmp(a, "--max-batch-tokens") == 0) rc = parse_long(a, v, 1, 1L << 20, &ef.max_batch_tokens);
