@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "engine/kvcache/segment_store.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,11 @@ static int check_options(const DiEngineOptions *o) {
         return di_errorf("engine options: kv_cache_replay is set but the KV block cache is off "
                          "(set kv_cache_ram_bytes or kv_cache_dir)");
     if (o->kv_cache_dir && !o->kv_cache_dir[0]) return di_errorf("engine options: kv_cache_dir is empty");
+    if (o->kv_cache_ttl_s && o->kv_cache_ttl_s < DI_KV_SEG_BUCKET_S)
+        return di_errorf("engine options: kv_cache_ttl_s %llu is finer than the disk tier's retention granularity of "
+                         "%d s (one wall-clock hour of records per segment file, dropped whole: a block stays at least "
+                         "the TTL and less than the TTL + 1 h); give at least %d",
+                         (unsigned long long)o->kv_cache_ttl_s, DI_KV_SEG_BUCKET_S, DI_KV_SEG_BUCKET_S);
     return 0;
 }
 

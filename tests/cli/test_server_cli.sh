@@ -33,6 +33,7 @@ expect "kv block tokens multiple of 128" 1 "kv_block_tokens must be 0 (256) or a
 expect "bad kv ttl" 2 "--kv-cache-ttl: expected a duration such as 3600, 90m, 24h or 7d, got '5x'" --kv-cache-ttl 5x
 expect "bad kv ram" 2 "--kv-cache-ram: expected gigabytes > 0, got '0'" --kv-cache-ram 0
 expect "two prompt caches" 2 "two prompt caches; choose one" --kv-cache-ram 1 --prefix-cache on
+expect "kv ttl finer than a segment" 1 "kv_cache_ttl_s 10 is finer than the disk tier's retention granularity of 3600 s" --kv-cache-dir "${TMPDIR:-/tmp}/di-kv-ttl-refused" --kv-cache-ttl 10s --port 0
 expect "bad kv replay mode" 2 "--kv-cache-replay: expected exact or approx, got 'fast'" --kv-cache-replay fast
 expect "kv replay without a block cache" 1 "kv_cache_replay is set but the KV block cache is off" --kv-cache-replay approx --port 0
 expect "draft max range" 2 "--draft-max: invalid value '17'" --draft-max 17

@@ -317,6 +317,8 @@ TEST(bad_kv_cache_options_are_errors_that_name_them) {
     di_engine_options_init(&o);
     o.kv_cache_ttl_s = 60;
     refused(o, "kv_cache_dir");
+    o.kv_cache_dir = "/nonexistent/kv-ttl-refused"; /* refused before the directory is made */
+    refused(o, "kv_cache_ttl_s 60 is finer than the disk tier's retention granularity of 3600 s");
     di_engine_options_init(&o);
     o.kv_block_tokens = 256;
     refused(o, "kv_block_tokens");

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "deepinfer.h"
 #include "engine/kvcache/kv_cache.h"
 #include "engine/kvcache/kv_writer.h"
 #include "engine/kvcache/segment_store.h"
@@ -410,6 +411,12 @@ TEST(a_live_segment_without_its_header_yet_is_retried) {
 
 TEST(ttl_drops_whole_hourly_segments) {
     char *dir = make_dir();
+    /* a TTL finer than the hour a segment spans could not be honoured: refused, naming the hour */
+    DiKvSegOptions fine = {.dir = dir, .ttl_s = 10, .clock = fake_clock};
+    CHECK(di_kv_seg_open(&fine) == NULL);
+    CHECK(strstr(di_last_error(), "granularity of 3600 s") != NULL);
+    fine.ttl_s = DI_KV_SEG_BUCKET_S - 1;
+    CHECK(di_kv_seg_open(&fine) == NULL);
     DiKvSegOptions o = {.dir = dir, .ttl_s = 7200, .clock = fake_clock};
     fake_now = 100 * 3600.0 + 10;
     DiKvSegStore *s = di_kv_seg_open(&o);
@@ -542,6 +549,56 @@ TEST(sigkill_mid_write_then_reopen_serves_only_complete_records) {
         s = open_dir(dir);
         CHECK_EQ_INT(big_ok(s, m - 1), 1);
         CHECK_EQ_INT(served(s, 100009), 1);
+        di_kv_seg_close(s);
+        di_log_set_level(DI_LOG_INFO);
+        remove_dir(dir);
+        free(dir);
+    }
+}
+
+/* Fault injection: a writer killed with SIGKILL inside its last record's write.  The child appends
+ * ten records, then the eleventh, cuts its own segment back into that record (what a kill during
+ * the write leaves on disk: the record's first bytes only) and kills itself, its lock still held.
+ * Reopened, the directory serves the ten whole records, never the torn one, and counts exactly
+ * that one as corrupt (0 before), at each cut: inside the record's header, right after it (no
+ * payload yet), inside its payload and one byte short of its end. */
+TEST(a_writer_killed_inside_a_record_leaves_one_counted_torn_record) {
+    for (int cut_kind = 0; cut_kind < 4; cut_kind++) {
+        char *dir = make_dir();
+        pid_t pid = fork();
+        if (pid == 0) {
+            di_log_set_level(DI_LOG_ERROR);
+            DiKvSegStore *s = open_dir(dir);
+            if (!s || append_range(s, 0, 10) != 0) _exit(1);
+            char *seg = only_file(dir, ".open");
+            struct stat before;
+            if (!seg || stat(seg, &before) != 0) _exit(1);
+            static uint8_t big[20000];
+            memset(big, 0x5A, sizeof big);
+            if (di_kv_seg_append(s, K(10), DI_KV_KIND_BLOCK, big, sizeof big) != 0) _exit(1);
+            off_t at = before.st_size; /* the torn record's header page starts here */
+            off_t cuts[4] = {at + 100, at + ALIGN, at + ALIGN + (off_t)sizeof big / 2, at + ALIGN + (off_t)sizeof big - 1};
+            if (truncate(seg, cuts[cut_kind]) != 0) _exit(1);
+            raise(SIGKILL);
+            _exit(1);
+        }
+        int status;
+        waitpid(pid, &status, 0);
+        CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "cut %d: the writer did not die by SIGKILL", cut_kind);
+        di_log_set_level(DI_LOG_ERROR);
+        DiKvSegStore *s = open_dir(dir);
+        CHECK(s != NULL);
+        if (!s) return;
+        int whole = 0;
+        for (int i = 0; i < 10; i++) whole += served(s, i) == 1;
+        CHECK_EQ_INT(whole, 10);
+        void *d = NULL;
+        size_t n = 0;
+        CHECK_EQ_INT(di_kv_seg_get(s, K(10), &d, &n, NULL), 0);
+        DiKvSegStats st;
+        di_kv_seg_stats(s, &st);
+        CHECK_MSG(st.records_corrupt == 1, "cut %d: %llu corrupt records counted, 1 torn", cut_kind,
+                  (unsigned long long)st.records_corrupt);
         di_kv_seg_close(s);
         di_log_set_level(DI_LOG_INFO);
         remove_dir(dir);
@@ -799,6 +856,7 @@ int main(void) {
     RUN_TEST(ttl_drops_whole_hourly_segments);
     RUN_TEST(size_cap_evicts_oldest_segments_first);
     RUN_TEST(sigkill_mid_write_then_reopen_serves_only_complete_records);
+    RUN_TEST(a_writer_killed_inside_a_record_leaves_one_counted_torn_record);
     RUN_TEST(two_processes_share_one_directory);
     RUN_TEST(cache_tiers_promote_prefetch_and_persist);
     RUN_TEST(an_engine_sees_another_engines_blocks_without_asking);

@@ -407,7 +407,7 @@ static uint64_t disk_bytes(const DiKvSegStore *s) {
 static void enforce_retention(DiKvSegStore *s) {
     double now = now_s(s);
     for (uint32_t i = 0; s->o.ttl_s && i < s->n_segs; i++)
-        if (evictable(s, i) && (double)((s->segs[i].hour + 1) * 3600 + s->o.ttl_s) <= now) {
+        if (evictable(s, i) && (double)((s->segs[i].hour + 1) * DI_KV_SEG_BUCKET_S + s->o.ttl_s) <= now) {
             s->st.segments_expired++;
             drop_seg(s, i, true);
         }
@@ -512,6 +512,13 @@ DiKvSegStore *di_kv_seg_open(const DiKvSegOptions *o) {
         opt.segment_bytes = opt.cap_bytes ? opt.cap_bytes / 8 : (uint64_t)64 << 20;
         if (opt.segment_bytes < (64u << 10)) opt.segment_bytes = 64u << 10;
         if (opt.segment_bytes > ((uint64_t)256 << 20)) opt.segment_bytes = (uint64_t)256 << 20;
+    }
+    if (opt.ttl_s && opt.ttl_s < DI_KV_SEG_BUCKET_S) {
+        di_errorf("kv cache: a TTL of %llu s is finer than the directory's retention granularity of %d s (segment files "
+                  "hold one wall-clock hour of records each and are dropped whole, so a record stays at least the TTL "
+                  "and less than the TTL + 1 h); give 1h or more",
+                  (unsigned long long)opt.ttl_s, DI_KV_SEG_BUCKET_S);
+        return NULL;
     }
     if (opt.cap_bytes && opt.segment_bytes > opt.cap_bytes / 2) {
         di_errorf("kv cache: segment_bytes %llu must be at most half of cap_bytes %llu",
@@ -688,7 +695,7 @@ int di_kv_seg_append(DiKvSegStore *s, DiKvKey key, int kind, const void *data, s
         pthread_mutex_unlock(&s->mu);
         return di_errorf("kv cache: disk tier unavailable after a write error");
     }
-    uint64_t hour = (uint64_t)(now / 3600);
+    uint64_t hour = (uint64_t)(now / DI_KV_SEG_BUCKET_S);
     uint64_t rec_bytes = DI_KV_SEG_ALIGN + align_up(len);
     bool roll = s->mine >= 0 && (s->segs[s->mine].hour != hour || s->mine_off + rec_bytes > s->o.segment_bytes);
     if ((roll && seal_locked(s) != 0) || (s->mine < 0 && start_segment(s, hour) != 0)) {

@@ -23,7 +23,8 @@
  * not check, are skipped, counted and logged once.
  *
  * Retention.  Whole segments go: past the TTL (hour bucket end + ttl <= now), then oldest first
- * while the directory exceeds the size cap.  Any process may drop any sealed or orphaned
+ * while the directory exceeds the size cap.  So a record stays at least ttl and less than ttl +
+ * one hour (DI_KV_SEG_BUCKET_S, the granularity); a TTL finer than that is refused.  Any process may drop any sealed or orphaned
  * segment; unlink is safe under readers (POSIX keeps an open file readable).  A writer's hidden
  * temporary left by a crash is removed once unlocked and ten minutes old.
  *
@@ -38,6 +39,7 @@
 #include <stdint.h>
 
 #define DI_KV_SEG_ALIGN 4096
+#define DI_KV_SEG_BUCKET_S 3600 /* wall-clock seconds of one segment's records: the TTL's granularity */
 #define DI_KV_SEG_MAX_RECORD ((uint64_t)1 << 30) /* payload bytes */
 
 enum { DI_KV_KIND_BLOCK = 1, DI_KV_KIND_UNIT_TAIL = 2 };
@@ -45,7 +47,7 @@ enum { DI_KV_KIND_BLOCK = 1, DI_KV_KIND_UNIT_TAIL = 2 };
 typedef struct {
     const char *dir;        /* created if missing */
     uint64_t cap_bytes;     /* 0: no size cap */
-    uint64_t ttl_s;         /* 0: keep forever */
+    uint64_t ttl_s;         /* 0: keep forever, else >= DI_KV_SEG_BUCKET_S */
     uint64_t segment_bytes; /* roll the open segment past this size; 0: cap/8 (64 KiB..256 MiB), 64 MiB without cap */
     double (*clock)(void *arg); /* wall-clock seconds; NULL: the real clock (tests pass their own) */
     void *clock_arg;
