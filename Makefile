@@ -42,7 +42,7 @@ OPT      ?= -O2 -fvect-cost-model=dynamic
 SAN      ?=
 CFLAGS_ALL = -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter $(OPT) $(ARCH) -g \
              -fPIC -pthread -Iinclude -Isrc $(SAN) $(EXTRA_CFLAGS)
-LDLIBS_ALL = -ljansson -lutf8proc -lxxhash -lisal -lmicrohttpd -lucp -lucs -lmvec -lm -lpthread
+LDLIBS_ALL = -ljansson -lutf8proc -lxxhash -lisal -lmicrohttpd -lucp -lucs -lcrypto -lmvec -lm -lpthread
 BENCH_LIBS = -lopenblas
 
 # The engine library is what the server, the Python binding and embedders load.  The cluster

@@ -169,6 +169,7 @@ static const EnvVar known[] = {
     {"DEEPINFER_KERNELS", check_kernels},
     {"DEEPINFER_FP8_GEMV", check_fp8_gemv},
     {"DEEPINFER_API_KEY", check_any},
+    {"DEEPINFER_CLUSTER_KEY", check_any}, /* checked where it is loaded (kv_msg.h) */
     {"DEEPINFER_TEST_PD_FAULTS", check_pd_faults}, /* test-only fault injection */
     {"DEEPINFER_TEST_FAIL_SEED", check_seed},      /* test-only: sampling fails for this seed */
     {"DEEPINFER_LIB", check_any}, /* the Python binding's library override */
@@ -191,6 +192,7 @@ const char *di_env_xdg_cache_home(void) { return value_of("XDG_CACHE_HOME"); }
 const char *di_env_home(void) { return value_of("HOME"); }
 
 const char *di_env_api_key(void) { return value_of("DEEPINFER_API_KEY"); }
+const char *di_env_cluster_key(void) { return value_of("DEEPINFER_CLUSTER_KEY"); }
 
 int di_env_batch_invariant(int *out) {
     if (!out) return di_errorf("di_env_batch_invariant: no output");

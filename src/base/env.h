@@ -22,6 +22,9 @@ const char *di_env_xdg_cache_home(void);
 const char *di_env_home(void);
 /* DEEPINFER_API_KEY (serve's bearer token): the value, NULL when unset or empty. */
 const char *di_env_api_key(void);
+/* DEEPINFER_CLUSTER_KEY (the PD cluster key itself, when no --cluster-key file is given): the
+ * value, NULL when unset or empty. */
+const char *di_env_cluster_key(void);
 
 /* DEEPINFER_BATCH_INVARIANT into *out (0 when unset); -1 with an error for anything but 0 or 1. */
 int di_env_batch_invariant(int *out);

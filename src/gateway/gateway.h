@@ -38,6 +38,9 @@ typedef struct {
     size_t max_body_bytes;
     unsigned max_connections;
     DiGwPoolConfig pool;
+    /* PD: the token of the cluster key the workers share (kv_msg.h di_kv_cluster_token: 64 hex
+     * digits), sent as X-DI-Cluster-Key with /internal/prefill and the decode request; NULL: none. */
+    const char *cluster_token;
 } DiGatewayConfig;
 
 typedef struct DiGateway DiGateway;

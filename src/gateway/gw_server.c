@@ -228,7 +228,7 @@ static void prompt_of(DiGateway *g, DiApiProtocol protocol, const char *body, si
  * transfer address: `transfer`), and add the X-DI-Room lines to the decode request's headers.
  * Without a prefill worker in rotation nothing is added: the decode worker prefills itself. */
 static void start_prefill(Proxy *x, const char *path, const char *body, size_t len, const char *transfer,
-                          const char **hdr, int *nh, char room_lines[2][128]) {
+                          const char **hdr, int *nh, char room_lines[3][128]) {
     DiGateway *g = x->g;
     x->prefill_worker = di_gw_pool_pick_prefill(&g->pool, x->prompt_tokens, 0, -1, &x->tier, &x->prefill_cost);
     json_t *client = json_loadb(body, len, 0, NULL);
@@ -246,7 +246,9 @@ static void start_prefill(Proxy *x, const char *path, const char *body, size_t l
                             "path", path, "body", client, "deadline_ms", g->cfg.room_deadline_ms);
     char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
-    const char *ph[] = {"Content-Type: application/json", NULL};
+    char token_line[128] = "";
+    if (g->cfg.cluster_token) snprintf(token_line, sizeof token_line, "X-DI-Cluster-Key: %s", g->cfg.cluster_token);
+    const char *ph[] = {"Content-Type: application/json", token_line[0] ? token_line : NULL, NULL};
     DiGwUpstreamLimits lim = di_gw_limits(g);
     lim.total_timeout_s = g->cfg.room_deadline_ms / 1000.0 + 10;
     x->prefill = text ? di_gw_upstream_start("POST", g->pool.w[x->prefill_worker].url, "/internal/prefill", text,
@@ -264,6 +266,10 @@ static void start_prefill(Proxy *x, const char *path, const char *body, size_t l
     snprintf(room_lines[1], 128, "X-DI-Room-Deadline-Ms: %d", g->cfg.room_deadline_ms);
     hdr[(*nh)++] = room_lines[0];
     hdr[(*nh)++] = room_lines[1];
+    if (token_line[0]) {
+        snprintf(room_lines[2], 128, "%s", token_line);
+        hdr[(*nh)++] = room_lines[2];
+    }
     hdr[*nh] = NULL;
 }
 
@@ -283,7 +289,7 @@ static enum MHD_Result proxy(DiGateway *g, struct MHD_Connection *c, const char 
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     x->fd = ci ? ci->connect_fd : -1;
-    char lines[8][512], room_lines[2][128], ctype[128] = "", why[600] = "";
+    char lines[8][512], room_lines[3][128], ctype[128] = "", why[600] = "";
     const char *hdr[12];
     int status = 0;
     for (int attempt = 0, exclude = -1; attempt < 2; attempt++) {

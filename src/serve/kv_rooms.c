@@ -347,12 +347,40 @@ static Partial *partial_of(Room *r, DiKvKey key, uint64_t total) {
     return p;
 }
 
+static int live_rooms_of(const DiKvRooms *t, const void *conn) {
+    int n = 0;
+    for (int i = 0; i < t->n_rooms; i++) {
+        const Room *r = &t->rooms[i];
+        n += r->used && r->conn == conn && !final_state(r->state) && !r->released;
+    }
+    return n;
+}
+
+/* A message from `conn` for unfinished room r: r becomes conn's when nobody owns it yet.  -1 (the
+ * cause) when another connection owns it, or conn already holds DI_KV_ROOMS_PER_CONN live rooms:
+ * a peer that does either is not an honest sender (kv_transfer.c drops it). */
+static int claim(DiKvRooms *t, Room *r, const void *conn) {
+    if (r->conn == conn) return 0;
+    if (r->conn)
+        return di_errorf("kv transfer: room %llu belongs to another connection", (unsigned long long)r->id);
+    if (live_rooms_of(t, conn) >= DI_KV_ROOMS_PER_CONN)
+        return di_errorf("kv transfer: room %llu: the connection already holds %d unfinished rooms", (unsigned long long)r->id,
+                         DI_KV_ROOMS_PER_CONN);
+    r->conn = conn;
+    return 0;
+}
+
 /* The room a message from `conn` may add to (created when unknown, now TRANSFERRING), or NULL
- * when it is finished or released or no slot is free.  Under t->mu. */
-static Room *transferring(DiKvRooms *t, const void *conn, uint64_t room, double now) {
+ * when it is finished or released or no slot is free (*rc 0: the message is ignored) or when
+ * conn may not claim it (*rc -1, the cause set).  Under t->mu. */
+static Room *transferring(DiKvRooms *t, const void *conn, uint64_t room, double now, int *rc) {
+    *rc = 0;
     Room *r = get(t, room, now);
     if (!r || final_state(r->state) || r->released) return NULL;
-    r->conn = conn;
+    if (claim(t, r, conn) != 0) {
+        *rc = -1;
+        return NULL;
+    }
     set_state(t, r, DI_ROOM_TRANSFERRING, now);
     return r;
 }
@@ -368,7 +396,7 @@ int di_kv_rooms_chunk(DiKvRooms *t, const void *conn, uint64_t room, DiKvKey key
     double now = di_kv_now();
     int rc = 0;
     pthread_mutex_lock(&t->mu);
-    Room *r = transferring(t, conn, room, now);
+    Room *r = transferring(t, conn, room, now, &rc);
     if (r) {
         Partial *p = partial_of(r, key, total);
         if (!p) {
@@ -389,12 +417,14 @@ int di_kv_rooms_chunk(DiKvRooms *t, const void *conn, uint64_t room, DiKvKey key
     return rc;
 }
 
-void di_kv_rooms_begin(DiKvRooms *t, const void *conn, uint64_t room) {
-    if (!t) return;
+int di_kv_rooms_begin(DiKvRooms *t, const void *conn, uint64_t room) {
+    if (!t) return di_errorf("kv rooms: bad arguments");
     double now = di_kv_now();
+    int rc;
     pthread_mutex_lock(&t->mu);
-    transferring(t, conn, room, now);
+    transferring(t, conn, room, now, &rc);
     pthread_mutex_unlock(&t->mu);
+    return rc;
 }
 
 /* A STATE chunk into room r (under t->mu); a duplicated one (a resent message) is ignored. */
@@ -429,8 +459,9 @@ int di_kv_rooms_state_chunk(DiKvRooms *t, const void *conn, uint64_t room, uint6
                          (unsigned long long)t->max_state_bytes);
     pthread_mutex_lock(&t->mu);
     double now = di_kv_now();
-    Room *r = transferring(t, conn, room, now);
-    int rc = r ? add_state(t, r, total, offset, data, len, now) : 0;
+    int rc;
+    Room *r = transferring(t, conn, room, now, &rc);
+    if (r) rc = add_state(t, r, total, offset, data, len, now);
     pthread_mutex_unlock(&t->mu);
     return rc;
 }
@@ -450,26 +481,41 @@ int di_kv_rooms_take_state(DiKvRooms *t, uint64_t room, void **blob, size_t *len
     return 0;
 }
 
-void di_kv_rooms_done(DiKvRooms *t, const void *conn, uint64_t room, uint32_t n_blocks, uint64_t state_bytes) {
-    if (!t) return;
+int di_kv_rooms_done(DiKvRooms *t, const void *conn, uint64_t room, uint32_t n_blocks, uint64_t state_bytes) {
+    if (!t) return di_errorf("kv rooms: bad arguments");
     double now = di_kv_now();
+    int rc = 0;
+    pthread_mutex_lock(&t->mu);
+    Room *r = get(t, room, now);
+    if (r && !final_state(r->state) && !r->released) {
+        if (claim(t, r, conn) != 0) {
+            rc = -1;
+        } else if (r->expect >= 0 && (r->expect != (int64_t)n_blocks || r->expect_state != (int64_t)state_bytes)) {
+            rc = di_errorf("kv transfer: room %llu: DONE(%u blocks, %llu state bytes) contradicts its first DONE(%lld, %lld)",
+                           (unsigned long long)room, n_blocks, (unsigned long long)state_bytes, (long long)r->expect,
+                           (long long)r->expect_state);
+        } else {
+            r->expect = n_blocks;
+            r->expect_state = (int64_t)state_bytes;
+            check_done(t, r, now);
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+int di_kv_rooms_abort(DiKvRooms *t, const void *conn, uint64_t room) {
+    if (!t) return di_errorf("kv rooms: bad arguments");
+    double now = di_kv_now();
+    int rc = 0;
     pthread_mutex_lock(&t->mu);
     Room *r = get(t, room, now);
     if (r && !final_state(r->state)) {
-        r->conn = conn;
-        if (r->expect < 0) r->expect = n_blocks, r->expect_state = (int64_t)state_bytes;
-        check_done(t, r, now);
+        if (claim(t, r, conn) != 0) rc = -1;
+        else set_state(t, r, DI_ROOM_ABORTED, now);
     }
     pthread_mutex_unlock(&t->mu);
-}
-
-void di_kv_rooms_abort(DiKvRooms *t, uint64_t room) {
-    if (!t) return;
-    double now = di_kv_now();
-    pthread_mutex_lock(&t->mu);
-    Room *r = get(t, room, now);
-    if (r) set_state(t, r, DI_ROOM_ABORTED, now);
-    pthread_mutex_unlock(&t->mu);
+    return rc;
 }
 
 void di_kv_rooms_conn_lost(DiKvRooms *t, const void *conn) {

@@ -21,6 +21,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "serve/kv_msg.h"
 #include "serve/kv_rooms.h"
 
 #include <arpa/inet.h>
@@ -30,38 +31,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <ucp/api/ucp.h>
 
-#define MAGIC 0x44494b56u /* "DIKV" */
-#define PROTO_VERSION 2u /* 2: STATE, page_bytes in the registration, state_bytes in DONE */
 #define MAX_CONNS 256
-
-enum { AM_REGISTER = 1, AM_REG_REPLY, AM_BLOCK, AM_DONE, AM_ABORT, AM_BEGIN, AM_STATE };
-
-typedef struct {
-    uint32_t magic, version;
-    uint64_t fp_lo, fp_hi;
-    int32_t block_tokens;
-    uint32_t pad;
-    uint64_t block_bytes;
-    uint64_t page_bytes;
-} RegMsg;
-
-typedef struct {
-    int32_t ok;
-    char message[400];
-} RegReply;
-
-/* A chunk of a BLOCK (key = the block's) or of a STATE (key zero). */
-typedef struct {
-    uint64_t room, key_lo, key_hi, total, offset;
-} BlockHdr;
-
-typedef struct {
-    uint64_t room;
-    uint32_t n_blocks, pad;
-    uint64_t state_bytes;
-} DoneMsg;
+#define REGISTER_TIMEOUT_S 5.0 /* default: a connection that has not registered by then is dropped */
+#define NONCES 1024            /* recent registration nonces remembered (a replayed one is refused) */
 
 /* ---- the process's UCX context ------------------------------------------------------------ */
 
@@ -173,12 +149,16 @@ typedef struct {
     ucp_ep_h ep;
     bool registered, refused, lost;
     bool reply_pending;
-    RegReply reply;
+    double accepted_at;  /* di_kv_now() when the connection came in */
+    double close_at;     /* a refused connection: closed then (its answer has gone out); 0: never */
+    DiKvRegReply reply;
 } Conn;
 
 struct DiKvRecv {
     DiKvRecvOptions o;
     DiKvRooms *rooms;
+    DiKvMsgLimits limits;
+    double register_timeout_s;
     ucp_worker_h worker;
     ucp_listener_h listener;
     int efd;
@@ -186,10 +166,12 @@ struct DiKvRecv {
     volatile int quit;
     char address[80];
     int port;
-    pthread_mutex_t mu; /* guards refused and connections (stats) */
-    uint64_t refused;
+    pthread_mutex_t mu; /* guards refused, dropped and connections (stats) */
+    uint64_t refused, dropped;
     int connections;
     Conn conns[MAX_CONNS]; /* progress thread only */
+    uint8_t nonces[NONCES][16]; /* recent registrations' nonces (progress thread only) */
+    int n_nonces, next_nonce;
 };
 
 /* The record of a connection's endpoint; with ep NULL, a free record. */
@@ -197,6 +179,18 @@ static Conn *conn_of(DiKvRecv *r, ucp_ep_h ep) {
     for (int i = 0; i < MAX_CONNS; i++)
         if (r->conns[i].ep == ep) return &r->conns[i];
     return NULL;
+}
+
+/* A peer that sent what no honest sender sends: its rooms are aborted now and its connection is
+ * closed by the progress loop; every other connection's rooms go on. */
+static void drop_peer(DiKvRecv *r, Conn *c, const char *why) {
+    if (c->lost) return;
+    c->lost = true;
+    di_kv_rooms_conn_lost(r->rooms, c->ep);
+    pthread_mutex_lock(&r->mu);
+    r->dropped++;
+    pthread_mutex_unlock(&r->mu);
+    DI_WARN("kv transfer: dropped a sender: %s", why);
 }
 
 static void on_conn_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
@@ -225,6 +219,7 @@ static void on_conn_request(ucp_conn_request_h req, void *arg) {
         .err_handler = {.cb = on_conn_error, .arg = r},
     };
     memset(c, 0, sizeof *c);
+    c->accepted_at = di_kv_now();
     ucs_status_t st = ucp_ep_create(r->worker, &ep, &c->ep);
     if (st != UCS_OK) {
         /* No ucp_listener_reject here: a failed ucp_ep_create has already rejected and freed
@@ -235,39 +230,65 @@ static void on_conn_request(ucp_conn_request_h req, void *arg) {
     }
 }
 
+/* Remember a registration's nonce; false when it was seen before (a replayed registration). */
+static bool fresh_nonce(DiKvRecv *r, const uint8_t nonce[16]) {
+    for (int i = 0; i < r->n_nonces; i++)
+        if (memcmp(r->nonces[i], nonce, 16) == 0) return false;
+    memcpy(r->nonces[r->next_nonce], nonce, 16);
+    r->next_nonce = (r->next_nonce + 1) % NONCES;
+    if (r->n_nonces < NONCES) r->n_nonces++;
+    return true;
+}
+
+/* Why this registration is refused (into out), or "" when it is accepted. */
+static void judge_registration(DiKvRecv *r, const DiKvMsg *msg, char *out, size_t cap) {
+    const DiKvRegMsg *m = &msg->reg;
+    const DiKvIdentity *id = &r->o.identity;
+    char mine[160], theirs[160];
+    out[0] = 0;
+    describe(mine, sizeof mine, id->fingerprint.lo, id->fingerprint.hi, id->block_tokens, id->block_bytes, id->page_bytes);
+    static const uint8_t zero[DI_KV_KEY_DIGEST];
+    bool has_proof = memcmp(m->proof, zero, sizeof zero) != 0;
+    double skew = (double)m->time_s - (double)time(NULL);
+    if (m->fp_lo != id->fingerprint.lo || m->fp_hi != id->fingerprint.hi || m->block_tokens != id->block_tokens ||
+        m->block_bytes != id->block_bytes || m->page_bytes != id->page_bytes) {
+        describe(theirs, sizeof theirs, m->fp_lo, m->fp_hi, m->block_tokens, m->block_bytes, m->page_bytes);
+        snprintf(out, cap, "KV identity mismatch: the sender has %s, this decode worker %s", theirs, mine);
+    } else if (id->cluster_key_len == 0 && has_proof) {
+        snprintf(out, cap, "the sender has a cluster key and this decode worker none (start both with --cluster-key)");
+    } else if (id->cluster_key_len > 0 && !di_kv_msg_proof_ok(m, id->cluster_key, id->cluster_key_len)) {
+        snprintf(out, cap, "cluster key mismatch: the sender %s (start every worker and the gateway with the same "
+                           "--cluster-key)", has_proof ? "has another key" : "has none");
+    } else if (id->cluster_key_len > 0 && (skew > DI_KV_PROOF_SKEW_S || skew < -DI_KV_PROOF_SKEW_S)) {
+        snprintf(out, cap, "the registration's clock is %.0f s from this decode worker's (at most %d accepted: a replay, or "
+                           "clocks out of sync)", skew, DI_KV_PROOF_SKEW_S);
+    } else if (id->cluster_key_len > 0 && !fresh_nonce(r, m->nonce)) {
+        snprintf(out, cap, "a replayed registration (its nonce was seen before)");
+    }
+}
+
 static ucs_status_t on_register(void *arg, const void *header, size_t header_length, void *data, size_t length,
                                 const ucp_am_recv_param_t *param) {
     (void)data;
-    (void)length;
     DiKvRecv *r = arg;
     Conn *c = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && param->reply_ep ? conn_of(r, param->reply_ep) : NULL;
-    if (!c) return UCS_OK;
+    if (!c || c->lost) return UCS_OK;
     if (c->registered || c->refused) { /* a connection registers once: the first answer stands */
         DI_WARN("kv transfer: a sender registered twice on one connection; it gets its first answer again");
         c->reply_pending = true;
         return UCS_OK;
     }
-    RegMsg msg = {0}; /* UCX's header bytes need not be aligned */
-    if (header_length == sizeof msg) memcpy(&msg, header, sizeof msg);
-    const RegMsg *m = &msg;
-    const DiKvIdentity *id = &r->o.identity;
-    char mine[160], theirs[160];
-    describe(mine, sizeof mine, id->fingerprint.lo, id->fingerprint.hi, id->block_tokens, id->block_bytes, id->page_bytes);
+    DiKvMsg msg;
     memset(&c->reply, 0, sizeof c->reply);
-    if (header_length != sizeof *m || m->magic != MAGIC || m->version != PROTO_VERSION) {
-        snprintf(c->reply.message, sizeof c->reply.message,
-                 "not a deepinfer KV transfer registration (protocol version %u expected)", PROTO_VERSION);
-    } else if (m->fp_lo != id->fingerprint.lo || m->fp_hi != id->fingerprint.hi || m->block_tokens != id->block_tokens ||
-               m->block_bytes != id->block_bytes || m->page_bytes != id->page_bytes) {
-        describe(theirs, sizeof theirs, m->fp_lo, m->fp_hi, m->block_tokens, m->block_bytes, m->page_bytes);
-        snprintf(c->reply.message, sizeof c->reply.message,
-                 "KV identity mismatch: the sender has %s, this decode worker %s", theirs, mine);
-    } else {
-        c->reply.ok = 1;
-    }
+    if (di_kv_msg_decode(DI_KV_AM_REGISTER, header, header_length, length, &r->limits, &msg) != 0)
+        snprintf(c->reply.message, sizeof c->reply.message, "%s", di_error_message());
+    else
+        judge_registration(r, &msg, c->reply.message, sizeof c->reply.message);
+    c->reply.ok = c->reply.message[0] == 0;
     c->registered = c->reply.ok;
     c->refused = !c->reply.ok;
     c->reply_pending = true;
+    if (c->refused) c->close_at = di_kv_now() + 1.0; /* time for the answer to go out */
     pthread_mutex_lock(&r->mu);
     if (c->refused) r->refused++;
     else r->connections++;
@@ -276,73 +297,96 @@ static ucs_status_t on_register(void *arg, const void *header, size_t header_len
     return UCS_OK;
 }
 
-/* A message of a registered connection: its Conn, else NULL (ignored). */
+/* The connection of a message other than REGISTER, when it is registered; a connection that
+ * sends before registering (or after being refused) is dropped.  NULL: ignore the message. */
 static Conn *registered_conn(DiKvRecv *r, const ucp_am_recv_param_t *param) {
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) return NULL; /* senders force eager */
     Conn *c = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && param->reply_ep ? conn_of(r, param->reply_ep) : NULL;
-    return c && c->registered ? c : NULL;
+    if (!c || c->lost) return NULL;
+    if (!c->registered) {
+        drop_peer(r, c, c->refused ? "a refused sender went on sending" : "a message before the registration");
+        return NULL;
+    }
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) { /* senders force eager */
+        drop_peer(r, c, "a rendezvous message (senders send eager)");
+        return NULL;
+    }
+    return c;
 }
 
-/* A chunk of a BLOCK or of a STATE: into its room (a malformed one aborts the room). */
+/* Decode a message of a registered connection; a malformed one drops the peer (false). */
+static bool decode_from(DiKvRecv *r, Conn *c, unsigned am, const void *header, size_t header_length, size_t length,
+                        DiKvMsg *m) {
+    if (di_kv_msg_decode(am, header, header_length, length, &r->limits, m) == 0) return true;
+    drop_peer(r, c, di_error_message());
+    return false;
+}
+
+/* A chunk of a BLOCK or of a STATE: into its room (a malformed or out-of-order one drops the peer,
+ * aborting its rooms only). */
 static ucs_status_t on_chunk(void *arg, const void *header, size_t header_length, void *data, size_t length,
-                             const ucp_am_recv_param_t *param, bool state) {
+                             const ucp_am_recv_param_t *param, unsigned am) {
     DiKvRecv *r = arg;
     Conn *c = registered_conn(r, param);
-    if (!c || header_length != sizeof(BlockHdr)) return UCS_OK;
-    BlockHdr h;
-    memcpy(&h, header, sizeof h);
-    int rc = state ? di_kv_rooms_state_chunk(r->rooms, c->ep, h.room, h.total, h.offset, data, length)
-                   : di_kv_rooms_chunk(r->rooms, c->ep, h.room, (DiKvKey){h.key_lo, h.key_hi}, h.total, h.offset, data, length);
-    if (rc != 0) {
-        DI_WARN("%s; the room is aborted", di_error_message());
-        di_kv_rooms_abort(r->rooms, h.room);
-    }
+    DiKvMsg m;
+    if (!c || !decode_from(r, c, am, header, header_length, length, &m)) return UCS_OK;
+    int rc = am == DI_KV_AM_STATE ? di_kv_rooms_state_chunk(r->rooms, c->ep, m.room, m.total, m.offset, data, length)
+                                  : di_kv_rooms_chunk(r->rooms, c->ep, m.room, m.key, m.total, m.offset, data, length);
+    if (rc != 0) drop_peer(r, c, di_error_message());
     return UCS_OK;
 }
 
 static ucs_status_t on_block(void *arg, const void *header, size_t header_length, void *data, size_t length,
                              const ucp_am_recv_param_t *param) {
-    return on_chunk(arg, header, header_length, data, length, param, false);
+    return on_chunk(arg, header, header_length, data, length, param, DI_KV_AM_BLOCK);
 }
 
 static ucs_status_t on_state(void *arg, const void *header, size_t header_length, void *data, size_t length,
                              const ucp_am_recv_param_t *param) {
-    return on_chunk(arg, header, header_length, data, length, param, true);
+    return on_chunk(arg, header, header_length, data, length, param, DI_KV_AM_STATE);
 }
 
-/* BEGIN, DONE and ABORT: the room (and DONE's block count) from the header. */
-static ucs_status_t on_control(void *arg, const void *header, size_t header_length, const ucp_am_recv_param_t *param,
-                               unsigned kind) {
+/* BEGIN, DONE and ABORT: the room (and DONE's counts) from the header. */
+static ucs_status_t on_control(void *arg, const void *header, size_t header_length, size_t length,
+                               const ucp_am_recv_param_t *param, unsigned am) {
     DiKvRecv *r = arg;
     Conn *c = registered_conn(r, param);
-    DoneMsg m = {0};
-    if (!c || header_length != (kind == AM_DONE ? sizeof m : sizeof m.room)) return UCS_OK;
-    memcpy(&m, header, header_length);
-    if (kind == AM_DONE) di_kv_rooms_done(r->rooms, c->ep, m.room, m.n_blocks, m.state_bytes);
-    else if (kind == AM_BEGIN) di_kv_rooms_begin(r->rooms, c->ep, m.room);
-    else di_kv_rooms_abort(r->rooms, m.room);
+    DiKvMsg m;
+    if (!c || !decode_from(r, c, am, header, header_length, length, &m)) return UCS_OK;
+    int rc = am == DI_KV_AM_DONE    ? di_kv_rooms_done(r->rooms, c->ep, m.room, m.n_blocks, m.state_bytes)
+             : am == DI_KV_AM_BEGIN ? di_kv_rooms_begin(r->rooms, c->ep, m.room)
+                                    : di_kv_rooms_abort(r->rooms, c->ep, m.room);
+    if (rc != 0) drop_peer(r, c, di_error_message());
     return UCS_OK;
 }
 
 static ucs_status_t on_begin(void *arg, const void *header, size_t header_length, void *data, size_t length,
                              const ucp_am_recv_param_t *param) {
     (void)data;
-    (void)length;
-    return on_control(arg, header, header_length, param, AM_BEGIN);
+    return on_control(arg, header, header_length, length, param, DI_KV_AM_BEGIN);
 }
 
 static ucs_status_t on_done(void *arg, const void *header, size_t header_length, void *data, size_t length,
                             const ucp_am_recv_param_t *param) {
     (void)data;
-    (void)length;
-    return on_control(arg, header, header_length, param, AM_DONE);
+    return on_control(arg, header, header_length, length, param, DI_KV_AM_DONE);
 }
 
 static ucs_status_t on_abort(void *arg, const void *header, size_t header_length, void *data, size_t length,
                              const ucp_am_recv_param_t *param) {
     (void)data;
-    (void)length;
-    return on_control(arg, header, header_length, param, AM_ABORT);
+    return on_control(arg, header, header_length, length, param, DI_KV_AM_ABORT);
+}
+
+/* Any other id below UNKNOWN_IDS (REG_REPLY included: receivers never get one): the peer is not
+ * an honest sender.  UCX itself discards ids above, with a warning, before any handler. */
+#define UNKNOWN_IDS 32
+static ucs_status_t on_unknown(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                               const ucp_am_recv_param_t *param) {
+    (void)header, (void)header_length, (void)data, (void)length;
+    DiKvRecv *r = arg;
+    Conn *c = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && param->reply_ep ? conn_of(r, param->reply_ep) : NULL;
+    if (c) drop_peer(r, c, "a message id no sender sends");
+    return UCS_OK;
 }
 
 static void free_request(void *request, ucs_status_t status, void *user) {
@@ -359,9 +403,13 @@ static void close_ep(ucp_ep_h ep, bool force) {
 
 /* Registration replies, and closing broken connections: outside the UCX callbacks. */
 static void service_conns(DiKvRecv *r) {
+    double now = di_kv_now();
     for (int i = 0; i < MAX_CONNS; i++) {
         Conn *c = &r->conns[i];
         if (!c->ep) continue;
+        if (!c->lost && !c->registered && !c->refused && now - c->accepted_at > r->register_timeout_s)
+            drop_peer(r, c, "no registration in time after connecting");
+        if (!c->lost && c->refused && !c->reply_pending && c->close_at > 0 && now >= c->close_at) c->lost = true;
         if (c->lost) {
             pthread_mutex_lock(&r->mu);
             r->connections -= c->registered;
@@ -374,7 +422,7 @@ static void service_conns(DiKvRecv *r) {
         c->reply_pending = false;
         ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS,
                                  .cb.send = free_request, .flags = UCP_AM_SEND_FLAG_EAGER};
-        ucs_status_ptr_t q = ucp_am_send_nbx(c->ep, AM_REG_REPLY, &c->reply, sizeof c->reply, NULL, 0, &p);
+        ucs_status_ptr_t q = ucp_am_send_nbx(c->ep, DI_KV_AM_REG_REPLY, &c->reply, sizeof c->reply, NULL, 0, &p);
         if (UCS_PTR_IS_ERR(q)) c->lost = true;
     }
 }
@@ -424,11 +472,15 @@ static int recv_setup(DiKvRecv *r) {
                                         r->o.max_rooms ? r->o.max_rooms : 4096)))
         return -1;
     di_kv_rooms_set_max_state(r->rooms, r->o.max_state_bytes);
+    r->register_timeout_s = r->o.register_timeout_s > 0 ? r->o.register_timeout_s : REGISTER_TIMEOUT_S;
+    r->limits = (DiKvMsgLimits){r->o.identity.block_bytes, r->o.max_state_bytes ? r->o.max_state_bytes : (uint64_t)4 << 30};
     if (!(r->worker = worker_create()) || event_fd(r->worker, &r->efd) != 0) return -1;
-    if (set_handler(r->worker, AM_REGISTER, on_register, r) != 0 || set_handler(r->worker, AM_BLOCK, on_block, r) != 0 ||
-        set_handler(r->worker, AM_DONE, on_done, r) != 0 || set_handler(r->worker, AM_ABORT, on_abort, r) != 0 ||
-        set_handler(r->worker, AM_BEGIN, on_begin, r) != 0 || set_handler(r->worker, AM_STATE, on_state, r) != 0)
+    if (set_handler(r->worker, DI_KV_AM_REGISTER, on_register, r) != 0 || set_handler(r->worker, DI_KV_AM_BLOCK, on_block, r) != 0 ||
+        set_handler(r->worker, DI_KV_AM_DONE, on_done, r) != 0 || set_handler(r->worker, DI_KV_AM_ABORT, on_abort, r) != 0 ||
+        set_handler(r->worker, DI_KV_AM_BEGIN, on_begin, r) != 0 || set_handler(r->worker, DI_KV_AM_STATE, on_state, r) != 0)
         return -1;
+    for (unsigned id = 0; id < UNKNOWN_IDS; id++)
+        if ((id == 0 || id == DI_KV_AM_REG_REPLY || id > DI_KV_AM_STATE) && set_handler(r->worker, id, on_unknown, r) != 0) return -1;
     if (listen_on(r) != 0) return -1;
     if (pthread_create(&r->thread, NULL, recv_main, r) != 0) return di_errorf("kv transfer: cannot start the receiver thread");
     return 0;
@@ -515,6 +567,7 @@ void di_kv_recv_stats(DiKvRecv *r, DiKvRecvStats *out) {
     di_kv_rooms_stats(r->rooms, out);
     pthread_mutex_lock(&r->mu);
     out->refused = r->refused;
+    out->peers_dropped = r->dropped;
     out->connections = r->connections;
     pthread_mutex_unlock(&r->mu);
 }
@@ -527,7 +580,7 @@ struct DiKvSend {
     int efd;
     ucs_status_t failed; /* the connection's error, UCS_OK while it lives */
     bool replied;
-    RegReply reply;
+    DiKvRegReply reply;
     char address[80];
     DiEnvPdFaults faults; /* test-only (di_kv_send_set_faults) */
 };
@@ -601,10 +654,10 @@ int di_kv_send_set_faults(DiKvSend *s, const DiEnvPdFaults *f) {
 
 static int msg_of(unsigned am) {
     switch (am) {
-    case AM_BEGIN: return DI_PD_MSG_BEGIN;
-    case AM_STATE: return DI_PD_MSG_STATE;
-    case AM_DONE: return DI_PD_MSG_DONE;
-    case AM_ABORT: return DI_PD_MSG_ABORT;
+    case DI_KV_AM_BEGIN: return DI_PD_MSG_BEGIN;
+    case DI_KV_AM_STATE: return DI_PD_MSG_STATE;
+    case DI_KV_AM_DONE: return DI_PD_MSG_DONE;
+    case DI_KV_AM_ABORT: return DI_PD_MSG_ABORT;
     default: return -1;
     }
 }
@@ -657,9 +710,13 @@ static int connect_ep(DiKvSend *s, const struct sockaddr_in *sa) {
 }
 
 static int do_register(DiKvSend *s, const DiKvIdentity *id, double deadline) {
-    RegMsg m = {.magic = MAGIC, .version = PROTO_VERSION, .fp_lo = id->fingerprint.lo, .fp_hi = id->fingerprint.hi,
-                .block_tokens = id->block_tokens, .block_bytes = id->block_bytes, .page_bytes = id->page_bytes};
-    if (send_one(s, AM_REGISTER, &m, sizeof m, deadline, "registering") != 0) return -1;
+    DiKvRegMsg m = {.magic = DI_KV_MSG_MAGIC, .version = DI_KV_PROTO_VERSION, .fp_lo = id->fingerprint.lo, .fp_hi = id->fingerprint.hi,
+                .block_tokens = id->block_tokens, .block_bytes = id->block_bytes, .page_bytes = id->page_bytes,
+                .time_s = (uint64_t)time(NULL)};
+    if (getrandom(m.nonce, sizeof m.nonce, 0) != (ssize_t)sizeof m.nonce)
+        return di_errorf("kv transfer to %s: no random bytes for the registration's nonce", s->address);
+    if (di_kv_msg_prove(&m, id->cluster_key, id->cluster_key_len, m.proof) != 0) return -1;
+    if (send_one(s, DI_KV_AM_REGISTER, &m, sizeof m, deadline, "registering") != 0) return -1;
     while (!s->replied && s->failed == UCS_OK && di_kv_now() < deadline) progress_or_sleep(s->worker, s->efd, 5);
     if (s->replied && !s->reply.ok)
         return di_errorf("kv transfer to %s: registration refused: %s", s->address, s->reply.message);
@@ -680,29 +737,36 @@ int di_kv_send_register_again(DiKvSend *s, const DiKvIdentity *id, double deadli
     return do_register(s, id, deadline);
 }
 
-DiKvSend *di_kv_send_connect(const char *address, const DiKvIdentity *id, double deadline) {
+/* Close s and return NULL, keeping the error that made the caller give up. */
+static DiKvSend *give_up_sender(DiKvSend *s) {
+    char msg[DI_ERROR_MAX];
+    snprintf(msg, sizeof msg, "%s", di_error_message());
+    di_kv_send_close(s);
+    di_errorf("%s", msg);
+    return NULL;
+}
+
+DiKvSend *di_kv_send_connect_unregistered(const char *address, double deadline) {
     struct sockaddr_in sa;
-    if (!id || id->block_tokens <= 0 || id->block_bytes == 0) {
-        di_errorf("kv transfer: connect needs an identity with a block size");
-        return NULL;
-    }
-    if (bounded(deadline, "connect") != 0) return NULL;
-    if (parse_address(address, &sa) != 0) return NULL;
+    if (bounded(deadline, "connect") != 0 || parse_address(address, &sa) != 0) return NULL;
     DiKvSend *s = di_calloc(1, sizeof *s, "kv sender");
     if (!s) return NULL;
     snprintf(s->address, sizeof s->address, "%s", address);
     s->failed = UCS_OK;
     s->efd = -1;
     if (!(s->worker = worker_create()) || event_fd(s->worker, &s->efd) != 0 ||
-        set_handler(s->worker, AM_REG_REPLY, on_reg_reply, s) != 0 || connect_ep(s, &sa) != 0 ||
-        do_register(s, id, deadline) != 0) {
-        char msg[DI_ERROR_MAX];
-        snprintf(msg, sizeof msg, "%s", di_error_message());
-        di_kv_send_close(s);
-        di_errorf("%s", msg);
+        set_handler(s->worker, DI_KV_AM_REG_REPLY, on_reg_reply, s) != 0 || connect_ep(s, &sa) != 0)
+        return give_up_sender(s);
+    return s;
+}
+
+DiKvSend *di_kv_send_connect(const char *address, const DiKvIdentity *id, double deadline) {
+    if (!id || id->block_tokens <= 0 || id->block_bytes == 0) {
+        di_errorf("kv transfer: connect needs an identity with a block size");
         return NULL;
     }
-    return s;
+    DiKvSend *s = di_kv_send_connect_unregistered(address, deadline);
+    return s && do_register(s, id, deadline) != 0 ? give_up_sender(s) : s;
 }
 
 #define WINDOW 16 /* chunks in flight */
@@ -710,7 +774,7 @@ DiKvSend *di_kv_send_connect(const char *address, const DiKvIdentity *id, double
 /* BLOCK or STATE: the bytes cut into chunks, WINDOW of them in flight. */
 static int send_chunks(DiKvSend *s, unsigned am, uint64_t room, DiKvKey key, const void *data, size_t len, double deadline,
                        const char *what) {
-    BlockHdr hdr[WINDOW];
+    DiKvChunkHdr hdr[WINDOW];
     void *reqs[WINDOW] = {0};
     int n = 0, copies = fault_copies(s, am, deadline, what);
     if (copies < 0) return -1;
@@ -721,7 +785,7 @@ static int send_chunks(DiKvSend *s, unsigned am, uint64_t room, DiKvKey key, con
                 if (wait_requests(s, reqs, n, deadline, what) != 0) return -1;
                 n = 0;
             }
-            hdr[n] = (BlockHdr){.room = room, .key_lo = key.lo, .key_hi = key.hi, .total = len, .offset = off};
+            hdr[n] = (DiKvChunkHdr){.room = room, .key_lo = key.lo, .key_hi = key.hi, .total = len, .offset = off};
             if (post(s, am, &hdr[n], sizeof hdr[n], (const uint8_t *)data + off, c, &reqs[n], what) != 0) {
                 wait_requests(s, reqs, n, deadline, what);
                 return -1;
@@ -735,32 +799,47 @@ static int send_chunks(DiKvSend *s, unsigned am, uint64_t room, DiKvKey key, con
 int di_kv_send_block(DiKvSend *s, uint64_t room, DiKvKey key, const void *data, size_t len, double deadline) {
     if (!s || !data || len == 0) return di_errorf("kv transfer: send_block needs a sender and a non-empty block");
     if (bounded(deadline, "send_block") != 0) return -1;
-    return send_chunks(s, AM_BLOCK, room, key, data, len, deadline, "sending a block");
+    return send_chunks(s, DI_KV_AM_BLOCK, room, key, data, len, deadline, "sending a block");
 }
 
 int di_kv_send_state(DiKvSend *s, uint64_t room, const void *data, size_t len, double deadline) {
     if (!s || !data || len == 0) return di_errorf("kv transfer: send_state needs a sender and a non-empty state");
     if (bounded(deadline, "send_state") != 0) return -1;
-    return send_chunks(s, AM_STATE, room, (DiKvKey){0, 0}, data, len, deadline, "sending the state");
+    return send_chunks(s, DI_KV_AM_STATE, room, (DiKvKey){0, 0}, data, len, deadline, "sending the state");
+}
+
+int di_kv_send_raw(DiKvSend *s, unsigned am, const void *hdr, size_t hdr_len, const void *data, size_t len, double deadline) {
+    if (!s || (hdr_len && !hdr) || (len && !data)) return di_errorf("kv transfer: send_raw: bad arguments");
+    if (bounded(deadline, "send_raw") != 0) return -1;
+    void *req;
+    if (post(s, am, hdr, hdr_len, data, len, &req, "sending a raw message") != 0) return -1;
+    return wait_requests(s, &req, 1, deadline, "sending a raw message");
+}
+
+int di_kv_send_alive(DiKvSend *s, double for_s) {
+    if (!s) return 0;
+    double until = di_kv_now() + for_s;
+    while (s->failed == UCS_OK && di_kv_now() < until) progress_or_sleep(s->worker, s->efd, 5);
+    return s->failed == UCS_OK;
 }
 
 int di_kv_send_done(DiKvSend *s, uint64_t room, uint32_t n_blocks, uint64_t state_bytes, double deadline) {
     if (!s) return di_errorf("kv transfer: no sender");
     if (bounded(deadline, "send_done") != 0) return -1;
-    DoneMsg m = {.room = room, .n_blocks = n_blocks, .state_bytes = state_bytes};
-    return send_one(s, AM_DONE, &m, sizeof m, deadline, "sending DONE");
+    DiKvDoneMsg m = {.room = room, .n_blocks = n_blocks, .state_bytes = state_bytes};
+    return send_one(s, DI_KV_AM_DONE, &m, sizeof m, deadline, "sending DONE");
 }
 
 int di_kv_send_begin(DiKvSend *s, uint64_t room, double deadline) {
     if (!s) return di_errorf("kv transfer: no sender");
     if (bounded(deadline, "send_begin") != 0) return -1;
-    return send_one(s, AM_BEGIN, &room, sizeof room, deadline, "sending BEGIN");
+    return send_one(s, DI_KV_AM_BEGIN, &room, sizeof room, deadline, "sending BEGIN");
 }
 
 int di_kv_send_abort(DiKvSend *s, uint64_t room, double deadline) {
     if (!s) return di_errorf("kv transfer: no sender");
     if (bounded(deadline, "send_abort") != 0) return -1;
-    return send_one(s, AM_ABORT, &room, sizeof room, deadline, "sending ABORT");
+    return send_one(s, DI_KV_AM_ABORT, &room, sizeof room, deadline, "sending ABORT");
 }
 
 void di_kv_send_close(DiKvSend *s) {

@@ -28,19 +28,27 @@
  * connection breaks) aborts its unfinished rooms, so the waiter falls back at once.
  *
  * Every wait is bounded: connect + registration, each send, the close, and di_kv_recv_wait (a
- * deadline that is not finite and within a day is refused). */
+ * deadline that is not finite and within a day is refused).
+ *
+ * The receiver trusts no peer (kv_msg.h decodes every message): a connection must register
+ * in time (5 s by default), with the cluster key's proof when the receiver has a key (a proof older or newer
+ * than 5 minutes, or one seen before, is refused); a connection that sends anything before
+ * registering, a malformed, oversized or out-of-order message (a chunk off the grid or past its
+ * block, a block of another size, a state over the limit, a room another connection owns, a
+ * DONE that contradicts its first, more than 64 live rooms) is dropped: its rooms are aborted,
+ * every other connection's rooms go on. */
 #ifndef DI_SERVE_KV_TRANSFER_H
 #define DI_SERVE_KV_TRANSFER_H
 
 #include "base/env.h"
 #include "engine/kvcache/block_key.h"
 #include "engine/kvcache/kv_cache.h"
+#include "serve/kv_msg.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define DI_KV_CHUNK_BYTES ((size_t)256 << 10) /* the largest message body (Mooncake slices at 64 KB) */
 
 /* What both ends must agree on (checked at registration). */
 typedef struct {
@@ -48,6 +56,11 @@ typedef struct {
     int block_tokens;    /* B */
     uint64_t block_bytes; /* one block's payload */
     uint64_t page_bytes;  /* one state page (the layout of a STATE's pages) */
+    /* The cluster key the gateway and the workers share (serve --cluster-key); NULL / 0: none.
+     * Never sent: a registration carries HMAC-SHA256(key, identity, time, nonce) instead, and a
+     * receiver with a key refuses a sender without the same key (and the reverse). */
+    const uint8_t *cluster_key;
+    size_t cluster_key_len;
 } DiKvIdentity;
 
 typedef enum {
@@ -74,7 +87,8 @@ typedef struct {
     double grace_s;        /* a waited-for room's lease ends this long after its waiter's deadline;
                               0: 10 s */
     int max_rooms;         /* rooms tracked at once (older finished ones are forgotten); 0: 4096 */
-    uint64_t max_state_bytes; /* the largest STATE accepted (a larger one aborts its room); 0: 4 GiB */
+    uint64_t max_state_bytes; /* the largest STATE accepted (a larger one drops its sender); 0: 4 GiB */
+    double register_timeout_s; /* a connection not registered by then is dropped; 0: 5 s */
 } DiKvRecvOptions;
 
 typedef struct {
@@ -82,7 +96,8 @@ typedef struct {
     uint64_t bytes_received;        /* block payload bytes stored */
     uint64_t blocks_received;
     uint64_t states_received, state_bytes_received; /* complete STATEs and their bytes */
-    uint64_t refused;               /* registrations refused (identity mismatch, bad message) */
+    uint64_t refused;               /* registrations refused (identity or cluster key mismatch, bad message) */
+    uint64_t peers_dropped;         /* connections closed for a message no honest sender sends */
     int connections;                /* registered senders connected now */
     int rooms_waiting;              /* requests inside di_kv_recv_wait */
     int pinned_blocks;              /* block pins held by rooms now */
@@ -140,6 +155,14 @@ int di_kv_send_set_faults(DiKvSend *s, const DiEnvPdFaults *f);
 /* TEST-ONLY: send REGISTER again on the open connection and wait for the answer (the receiver
  * repeats its first answer and counts the connection once).  0, or -1 with the cause. */
 int di_kv_send_register_again(DiKvSend *s, const DiKvIdentity *id, double deadline);
+/* TEST-ONLY (a hostile peer): a connection that does not register. */
+DiKvSend *di_kv_send_connect_unregistered(const char *address, double deadline);
+/* TEST-ONLY (a hostile peer): send message `am` with exactly these header and payload bytes.
+ * 0 once sent, or -1 with the cause. */
+int di_kv_send_raw(DiKvSend *s, unsigned am, const void *hdr, size_t hdr_len, const void *data, size_t len, double deadline);
+/* TEST-ONLY: progress the sender's connection for for_s seconds; 1 while it lives, 0 once the
+ * receiver closed it (or it broke). */
+int di_kv_send_alive(DiKvSend *s, double for_s);
 /* Flush and close (bounded by 2 s), free.  NULL is a no-op. */
 void di_kv_send_close(DiKvSend *s);
 

@@ -44,6 +44,11 @@ typedef struct {
     DiServerRole role;            /* prefill and decode need the backend's KV block cache */
     const char *transfer_host;    /* decode: the KV transfer listener's IPv4 address (NULL: host) */
     int transfer_port;            /* decode: its port, 0 = any free one */
+    /* PD: the cluster key the gateway and the workers share (NULL: none).  With one, a KV
+     * transfer registers only with its proof (kv_transfer.h) and /internal/prefill and X-DI-Room
+     * requests need its token in X-DI-Cluster-Key (kv_msg.h); not copied: it must outlive the server. */
+    const uint8_t *cluster_key;
+    size_t cluster_key_len;
 } DiServerConfig;
 
 typedef struct DiServer DiServer;

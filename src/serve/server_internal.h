@@ -132,6 +132,8 @@ void di_srv_pd_stop(DiServer *srv);
 /* Read X-DI-Room / X-DI-Room-Deadline-Ms (MHD's thread): -1 with the cause when malformed or
  * when this worker is not a decode worker. */
 int di_srv_pd_headers(Exchange *x);
+/* Whether the request carries this worker's cluster token (always true without a cluster key). */
+bool di_srv_cluster_token_ok(Exchange *x);
 /* A room id or count as PD sends it: a decimal u64, no sign or spaces, at most 2^64 - 1; -1 when
  * s is not one (both the X-DI-Room header and /internal/prefill's "room" read it). */
 int di_srv_parse_u64(const char *s, uint64_t *out);

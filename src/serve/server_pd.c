@@ -63,7 +63,8 @@ int di_srv_pd_start(DiServer *srv) {
         .host = cfg->transfer_host ? cfg->transfer_host : cfg->host,
         .port = cfg->transfer_port,
         .identity = {.fingerprint = srv->kv.fingerprint, .block_tokens = srv->kv.block_tokens,
-                     .block_bytes = srv->kv.block_bytes, .page_bytes = srv->kv.page_bytes},
+                     .block_bytes = srv->kv.block_bytes, .page_bytes = srv->kv.page_bytes,
+                     .cluster_key = cfg->cluster_key, .cluster_key_len = cfg->cluster_key_len},
         .cache = srv->kv.cache,
     };
     if (!(srv->recv = di_kv_recv_start(&o))) return di_error_wrap("server: the decode role's KV transfer listener");
@@ -88,6 +89,13 @@ int di_srv_parse_u64(const char *s, uint64_t *out) {
     return 0;
 }
 
+bool di_srv_cluster_token_ok(Exchange *x) {
+    const DiServerConfig *cfg = &x->srv->cfg;
+    if (!cfg->cluster_key_len) return true;
+    return di_kv_cluster_token_ok(cfg->cluster_key, cfg->cluster_key_len,
+                                  MHD_lookup_connection_value(x->conn, MHD_HEADER_KIND, "X-DI-Cluster-Key"));
+}
+
 int di_srv_pd_headers(Exchange *x) {
     struct MHD_Connection *c = x->conn;
     const char *room = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-DI-Room");
@@ -97,6 +105,9 @@ int di_srv_pd_headers(Exchange *x) {
     if (!x->srv->recv)
         return di_errorf("X-DI-Room: this worker's role is %s; rooms (a KV transfer from a prefill worker) are for "
                          "--role decode", di_server_role_name(x->srv->cfg.role));
+    if (!di_srv_cluster_token_ok(x))
+        return di_errorf("X-DI-Room: this decode worker has a cluster key; the request needs its token in X-DI-Cluster-Key "
+                         "(the gateway sends it when started with the same --cluster-key)");
     uint64_t ms = DEFAULT_ROOM_DEADLINE_MS;
     if (di_srv_parse_u64(room, &x->room) != 0) return di_errorf("X-DI-Room: expected a decimal u64, got '%.40s'", room);
     if (deadline && (di_srv_parse_u64(deadline, &ms) != 0 || ms > MAX_ROOM_DEADLINE_MS))
@@ -174,10 +185,16 @@ int di_srv_pd_metrics(DiServer *srv, DiApiBuf *out) {
             "# HELP deepinfer_pd_pinned_blocks KV blocks pinned for rooms.\n"
             "# TYPE deepinfer_pd_pinned_blocks gauge\ndeepinfer_pd_pinned_blocks %d\n"
             "# HELP deepinfer_pd_transfer_connections Prefill workers connected to the KV transfer listener.\n"
-            "# TYPE deepinfer_pd_transfer_connections gauge\ndeepinfer_pd_transfer_connections %d\n",
+            "# TYPE deepinfer_pd_transfer_connections gauge\ndeepinfer_pd_transfer_connections %d\n"
+            "# HELP deepinfer_pd_registrations_refused_total Transfer registrations refused (another model or "
+            "layout, no or another cluster key, a replayed or stale proof).\n"
+            "# TYPE deepinfer_pd_registrations_refused_total counter\ndeepinfer_pd_registrations_refused_total %" PRIu64 "\n"
+            "# HELP deepinfer_pd_peers_dropped_total Transfer connections closed for a malformed, oversized or "
+            "out-of-order message.\n"
+            "# TYPE deepinfer_pd_peers_dropped_total counter\ndeepinfer_pd_peers_dropped_total %" PRIu64 "\n",
             (uint64_t)atomic_load(&srv->pd_local_prefills), st.bytes_received + st.state_bytes_received, st.states_received,
             bs.pd_states_imported, bs.pd_state_import_failures, st.rooms_waiting, st.pinned_blocks,
-            st.connections);
+            st.connections, st.refused, st.peers_dropped);
     return rc;
 }
 

@@ -252,9 +252,13 @@ static int prefill_handler(Exchange *x, json_t **reply) {
     x->fd = ci ? ci->connect_fd : -1;
     json_error_t jerr;
     json_t *env = json_loadb(x->body.data ? x->body.data : "", x->body.len, 0, &jerr);
-    int status = !json_is_object(env) ? refuse(400, "Invalid request body: expected a JSON object") : parse_envelope(x, env, &p);
+    int status = !di_srv_cluster_token_ok(x) ? refuse(403, "this prefill worker has a cluster key: /internal/prefill needs "
+                                                          "its token in X-DI-Cluster-Key (the gateway's --cluster-key)")
+                 : !json_is_object(env) ? refuse(400, "Invalid request body: expected a JSON object")
+                                        : parse_envelope(x, env, &p);
     DiKvIdentity id = {.fingerprint = srv->kv.fingerprint, .block_tokens = srv->kv.block_tokens,
-                       .block_bytes = srv->kv.block_bytes, .page_bytes = srv->kv.page_bytes};
+                       .block_bytes = srv->kv.block_bytes, .page_bytes = srv->kv.page_bytes,
+                       .cluster_key = srv->cfg.cluster_key, .cluster_key_len = srv->cfg.cluster_key_len};
     double t0 = di_kv_now(), t1 = t0;
     int tokenize_status = 500;
     if (status == 0 && srv->backend.tokenize(srv->backend.self, &p.req, true, &p.ids, &p.n_ids, &tokenize_status) != 0)

@@ -25,6 +25,9 @@ usage_error "expected one or more worker URLs" --both --port 0
 usage_error "--heartbeat-ms: expected an integer" --both http://127.0.0.1:1 --heartbeat-ms 10
 usage_error "step-time" --both http://127.0.0.1:1 --decode-policy step-time
 usage_error "unknown decode balancer" --both http://127.0.0.1:1 --decode-policy fastest
+usage_error "secures the KV transfer between --prefill and --decode workers" --both http://127.0.0.1:1 --cluster-key "$tmp/none"
+printf short > "$tmp/short.key"
+usage_error "5 bytes, expected 16 to 4096" --prefill http://127.0.0.1:1 --decode http://127.0.0.1:2 --cluster-key "$tmp/short.key"
 echo '{"both":["http://127.0.0.1:1"],"colour":"red"}' > "$tmp/bad.json"
 usage_error "unknown setting 'colour'" --config "$tmp/bad.json"
 

@@ -150,6 +150,15 @@ class Serve(_LoggedProcess):
         self.model_dir = os.path.join(cache, "deepinfer", "tiny-v41")
 
 
+def stop_all(servers):
+    """Stop every server still running; close the logs of those that died."""
+    for s in servers:
+        if s.proc.poll() is None:
+            s.stop()
+        else:
+            s.log.close()
+
+
 @contextlib.contextmanager
 def serving(prefix):
     """A Serve with its own cache directory (named from prefix), stopped cleanly at the end."""

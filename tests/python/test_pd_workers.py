@@ -22,7 +22,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from server_fixture import DEEPINFER, MODEL, Serve, engine_idle, post_json, wait_until  # noqa: E402
+from server_fixture import DEEPINFER, MODEL, Serve, engine_idle, post_json, stop_all, wait_until  # noqa: E402
 
 BLOCK = 256  # the engine's default block; the roles' default RAM cache uses it
 FILLER = "the quick brown fox jumps over the lazy dog "
@@ -49,11 +49,7 @@ def workers(tmp_path_factory):
         dec = start("decode", "--role", "decode")
         yield {"ref": ref, "pre": pre, "dec": dec, "start": start}
     finally:
-        for s in started:
-            if s.proc.poll() is None:
-                s.stop()
-            else:
-                s.log.close()
+        stop_all(started)
 
 
 def envelope(room, dec, path, body, deadline_ms=20000):

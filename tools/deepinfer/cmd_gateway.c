@@ -11,6 +11,7 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "gateway/gateway.h"
+#include "serve/kv_msg.h"
 #include "model/tiny.h"
 
 #include <errno.h>
@@ -53,6 +54,8 @@ static void usage(FILE *out) {
             "  --api-key KEY            require 'Authorization: Bearer KEY' or 'x-api-key: KEY' from clients (all but\n"
             "                           /health) and send it on heartbeats: the workers' key (default:\n"
             "                           $DEEPINFER_API_KEY; none: no authentication)\n"
+            "  --cluster-key FILE       the secret the PD workers share (default: $DEEPINFER_CLUSTER_KEY): its token\n"
+            "                           goes with /internal/prefill and the decode request (serve --cluster-key)\n"
             "  --config FILE            JSON object with any of: prefill, decode, both (arrays of URLs), model,\n"
             "                           served_model_name, host, port, heartbeat_ms, decode_policy\n"
             "  -h, --help               this help\n");
@@ -62,7 +65,7 @@ typedef struct {
     const char *urls[MAX_WORKERS];
     DiGwRole roles[MAX_WORKERS];
     int n;
-    const char *model, *host, *name, *policy;
+    const char *model, *host, *name, *policy, *cluster_key;
     long port, heartbeat_ms;
     bool port_set, hb_set;
 } Opts;
@@ -164,6 +167,7 @@ static int parse_args(int argc, char **argv, Opts *o, DiGatewayConfig *cfg, json
         else if (!strcmp(a, "--config")) config = v;
         else if (!strcmp(a, "--decode-policy")) o->policy = v;
         else if (!strcmp(a, "--api-key")) cfg->api_key = v;
+        else if (!strcmp(a, "--cluster-key")) o->cluster_key = v;
         else if (!strcmp(a, "--port")) rc = parse_long(a, v, 0, 65535, &o->port), o->port_set = true;
         else if (!strcmp(a, "--heartbeat-ms")) rc = parse_long(a, v, 50, 60000, &o->heartbeat_ms), o->hb_set = true;
         else if (!strcmp(a, "--connect-timeout")) rc = parse_seconds(a, v, &cfg->connect_timeout_s);
@@ -191,6 +195,10 @@ static int parse_args(int argc, char **argv, Opts *o, DiGatewayConfig *cfg, json
     for (int i = 0; i < o->n; i++) pre |= o->roles[i] == DI_GW_PREFILL, dec |= o->roles[i] == DI_GW_DECODE;
     if (pre && !dec) {
         di_errorf("--prefill workers need --decode workers to hand their KV to");
+        goto bad;
+    }
+    if (o->cluster_key && !pre) {
+        di_errorf("--cluster-key secures the KV transfer between --prefill and --decode workers; there are none");
         goto bad;
     }
     if (!(cfg->connect_timeout_s > 0) || !(cfg->idle_timeout_s > 0)) {
@@ -229,6 +237,20 @@ int cmd_gateway(int argc, char **argv) {
     if (o.name) cfg.model_name = o.name;
     if (o.host) cfg.host = o.host;
     if (!cfg.api_key) cfg.api_key = di_env_api_key();
+    static char token[65];
+    bool has_pre = false;
+    for (int i = 0; i < o.n; i++) has_pre |= o.roles[i] == DI_GW_PREFILL;
+    uint8_t *key = NULL;
+    size_t key_len = 0;
+    if (has_pre && (di_kv_cluster_key_load(o.cluster_key, &key, &key_len) != 0 ||
+                    (key && di_kv_cluster_token(key, key_len, token) != 0))) {
+        fprintf(stderr, "deepinfer gateway: %s\n", di_error_message());
+        free(key);
+        rc = 2;
+        goto done;
+    }
+    if (key) cfg.cluster_token = token;
+    free(key);
     cfg.port = (int)o.port;
     cfg.heartbeat_ms = (int)o.heartbeat_ms;
     cfg.urls = o.urls;

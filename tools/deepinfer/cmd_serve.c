@@ -15,6 +15,7 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "serve/backend_engine.h"
+#include "serve/kv_msg.h"
 #include "serve/server.h"
 
 #include <errno.h>
@@ -66,6 +67,9 @@ static void usage(FILE *out) {
             "  --port N                 TCP port (default 8000)\n"
             "  --api-key KEY            require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
             "                           (default: $DEEPINFER_API_KEY; none: no authentication)\n"
+            "  --cluster-key FILE       prefill/decode roles: the secret in FILE (default: $DEEPINFER_CLUSTER_KEY)\n"
+            "                           that the gateway and every worker share: a KV transfer registers only with\n"
+            "                           its proof, /internal/prefill and X-DI-Room need its token\n"
             "  --max-queue N            queued requests before new ones get 429 (default 256)\n"
             "  --max-body-bytes N       larger request bodies get 413 (default 8388608)\n"
             "  --request-timeout S      whole-request deadline in seconds, 0 = none (default 600)\n"
@@ -235,6 +239,7 @@ int cmd_serve(int argc, char **argv) {
     long context_limit = 1L << 20; /* V4.1-Flash contexts up to 1M tokens (serving.md §3) */
     EngineFlags ef = {.prefix_cache = true, .draft = CLI_DRAFT_DEFAULTS, .eplb = CLI_EPLB_DEFAULTS, .ep = CLI_EP_DEFAULTS};
     bool workers_given = false;
+    const char *cluster_key_file = NULL;
     const char *env_key = di_env_api_key();
     if (env_key) cfg.api_key = env_key;
     for (int i = 1; i < argc; i++) {
@@ -284,6 +289,7 @@ int cmd_serve(int argc, char **argv) {
         else if (strcmp(a, "--role") == 0) rc = parse_role(v, &cfg.role);
         else if (strcmp(a, "--transfer-host") == 0) cfg.transfer_host = v;
         else if (strcmp(a, "--transfer-port") == 0) rc = parse_long(a, v, 0, 65535, &n), cfg.transfer_port = (int)n;
+        else if (strcmp(a, "--cluster-key") == 0) cluster_key_file = v;
         else if (cli_draft_flag(a, v, &ef.draft, &bad) || cli_eplb_flag(a, v, &ef.eplb, &bad))
             rc = bad ? di_errorf("%s: invalid value '%s'", a, v) : 0;
         else {
@@ -301,6 +307,16 @@ int cmd_serve(int argc, char **argv) {
                         "of --role decode\n");
         return 2;
     }
+    if (cfg.role == DI_ROLE_BOTH && cluster_key_file) {
+        fprintf(stderr, "deepinfer serve: --cluster-key secures the KV transfer of --role prefill and decode\n");
+        return 2;
+    }
+    uint8_t *cluster_key = NULL; /* freed at exit: the server reads it until it stops */
+    if (cfg.role != DI_ROLE_BOTH && di_kv_cluster_key_load(cluster_key_file, &cluster_key, &cfg.cluster_key_len) != 0) {
+        fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
+        return 2;
+    }
+    cfg.cluster_key = cluster_key;
     if (cfg.role != DI_ROLE_BOTH) { /* a PD worker moves KV through the block cache */
         if (!kv_cache_flags(&ef)) ef.kv_ram_gb = 1;
         if (!workers_given) cfg.workers = 16;
@@ -326,6 +342,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "deepinfer serve: %s\n", di_error_message());
         cli_eplb_stop(&ef.eplb);
         cli_ep_finish(&ef.ep, 1);
+        free(cluster_key);
         return 1;
     }
     if (ef.eplb.live) {
@@ -342,6 +359,7 @@ int cmd_serve(int argc, char **argv) {
         di_serve_text_close(text);
         cli_eplb_stop(&ef.eplb);
         cli_ep_finish(&ef.ep, 1);
+        free(cluster_key);
         return 1;
     }
     fprintf(stderr, "deepinfer serve: listening on http://%s:%d (model %s, role %s)\n", cfg.host, di_server_port(srv),
@@ -355,5 +373,6 @@ int cmd_serve(int argc, char **argv) {
     di_serve_text_close(text);
     cli_eplb_stop(&ef.eplb); /* after the engine, whose steps feed it */
     cli_ep_finish(&ef.ep, 0);
+    free(cluster_key);
     return 0;
 }
