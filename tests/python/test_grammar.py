@@ -31,7 +31,7 @@ def build_driver():
     os.makedirs(os.path.dirname(DRIVER), exist_ok=True)
     subprocess.run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-O2", "-g", "-pthread",
                     "-Iinclude", "-Isrc", "-o", DRIVER, src, lib, "-ljansson", "-lutf8proc",
-                    "-lxxhash", "-lisal", "-lmicrohttpd", "-lucp", "-lucs", "-lmvec", "-lm", "-lpthread"], cwd=ROOT, check=True)
+                    "-lxxhash", "-lisal", "-lmicrohttpd", "-lucp", "-lucs", "-lcrypto", "-lmvec", "-lm", "-lpthread"], cwd=ROOT, check=True)
     return DRIVER
 
 

@@ -16,7 +16,7 @@ build() { # output, sources...
         return 0
     fi
     ${CC:-gcc} -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -pthread -Iinclude -Isrc -Itests/support \
-        ${HARNESS_CFLAGS:-} -o "$out" "$@" "$lib" -ljansson -lutf8proc -lxxhash -lisal -lmicrohttpd -lucp -lucs -lm -lpthread
+        ${HARNESS_CFLAGS:-} -o "$out" "$@" "$lib" -ljansson -lutf8proc -lxxhash -lisal -lmicrohttpd -lucp -lucs -lcrypto -lm -lpthread
 }
 build "$dir/server_harness" tests/support/fake_backend.c tests/support/server_harness.c
 build "$dir/api_tool" tests/support/api_tool.c
