@@ -164,7 +164,7 @@ static const char *synth_token_bytes(const void *ctx, int32_t token, size_t *len
     return synth_piece_buf;
 }
 
-static const DiRunnerOps synth_ops = {synth_pages_for_tokens, synth_forward, synth_destroy, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+static const DiRunnerOps synth_ops = {synth_pages_for_tokens, synth_forward, synth_destroy, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 /* max_tokens: the most tokens one step may hold (the engine's max_batch_tokens). */
 static DiRunner *synth_runner_create(const SynthConfig *cfg, int max_tokens) {

@@ -8,7 +8,6 @@ carrying text.  Target: ratio <= 1.1."""
 import http.client
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -17,17 +16,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
-from server_fixture import MODEL, Gateway, Serve  # noqa: E402
+from server_fixture import MODEL, Gateway, Serve, cpu_model, cpu_seconds  # noqa: E402
 
 ROUNDS = {1: 20, 64: 3}  # requests per stream count and path: 20 single streams, 3 waves of 64
-
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def ttft(port, i):
@@ -49,13 +40,6 @@ def ttft(port, i):
     if first is None:
         raise RuntimeError(f"no text event from port {port}")
     return first
-
-
-def cpu_seconds(pid):
-    """User + system CPU seconds of a process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wave(port, n, base):

@@ -81,7 +81,7 @@ static double transfer_gbps(DiKvSend *s, DiKvRecv *r, const uint8_t *src, uint64
         uint64_t id = ++*next_key;
         void *got = NULL;
         size_t len = 0;
-        if (send_room(s, id, src, next_key, state, t0 + 60) != 0 || di_kv_recv_wait(r, id, t0 + 60, NULL, NULL) != DI_ROOM_DONE ||
+        if (send_room(s, id, src, next_key, state, t0 + 60) != 0 || di_kv_recv_wait(r, id, 60, NULL, NULL) != DI_ROOM_DONE ||
             di_kv_recv_take_state(r, id, &got, &len) != 0 || (state && len != (size_t)BLOCKS * BLOCK_BYTES))
             return -1;
         if (kind == STATE_REUSED) di_kv_recv_recycle_state(r, got, len);

@@ -566,6 +566,24 @@ int di_engine_export_state(DiEngine *e, uint64_t id, void **blob, size_t *len) {
     return di_prefix_state_write(&e->sched.cache, en->tokens, en->n_tokens, en->pages.pages, en->pages.n, blob, len);
 }
 
+int di_engine_state_progress(DiEngine *e, uint64_t id, DiStateProgress *out) {
+    if (!e || !out) return di_errorf("state progress: NULL argument");
+    DiRequest *req = find_request(e, id);
+    if (!req) return di_errorf("state progress: no request with id %llu", (unsigned long long)id);
+    *out = (DiStateProgress){.n_committed = req->n_computed, .n_prompt = req->n_prompt,
+                             .page_bytes = di_page_pool_page_bytes(e->pool), .pages = req->pages.pages};
+    for (int i = 0; e->inflight && i < e->inflight->n_seqs; i++) /* async: its rows are being written */
+        if (e->inflight->seqs[i].req == req) out->n_committed = e->inflight->seqs[i].start_pos;
+    if (req->n_prompt <= 0 || di_prefix_state_size(&e->sched.cache, req->n_prompt, &out->state_bytes, &out->pages_at) != 0)
+        return -1;
+    if (e->runner->ops->final_pages && out->n_committed > 0 && !e->runner->release_state && req->pages.n > 0) {
+        e->runner->ops->final_pages(e->runner, out->n_committed, &out->first_final, &out->end_final);
+        if (out->end_final > req->pages.n) out->end_final = req->pages.n;
+        if (out->first_final > out->end_final) out->first_final = out->end_final;
+    }
+    return 0;
+}
+
 int di_engine_import_state(DiEngine *e, const void *blob, size_t len, int64_t *n_tokens) {
     if (!e || !blob || !n_tokens) return di_errorf("import state: NULL argument");
     if (e->runner->release_state)

@@ -55,6 +55,22 @@ DiKvCache *di_engine_kv_cache(const DiEngine *engine, DiKvKey *fingerprint, int 
  * cause. */
 int di_engine_export_state(DiEngine *engine, uint64_t id, void **blob, size_t *len);
 int di_engine_import_state(DiEngine *engine, const void *blob, size_t len, int64_t *n_tokens);
+/* PD streaming: where a running request's state stands between steps, so that a prefill worker
+ * can send the pages no later step writes while the prefill still runs (runner.h final_pages).
+ * Pages [first_final, end_final) of `pages` are final; they sit in the state that
+ * di_engine_export_state will give at FINISH (state_bytes long, for the prompt's n_prompt
+ * positions) at byte offset pages_at + p * page_bytes.  The pointers are valid until the next
+ * step.  On the engine's thread; -1 with the cause (no such request, or a model without
+ * final_pages: then first_final == end_final and nothing streams, not an error). */
+typedef struct {
+    int64_t n_committed;  /* positions whose state is computed (none of them in the step in flight) */
+    int64_t n_prompt;
+    size_t state_bytes, pages_at, page_bytes;
+    uint8_t *const *pages;
+    size_t first_final, end_final;
+} DiStateProgress;
+int di_engine_state_progress(DiEngine *engine, uint64_t id, DiStateProgress *out);
+
 /* The bytes of one state page (fixed at creation): what an exported state's pages hold. */
 size_t di_engine_page_bytes(const DiEngine *engine);
 

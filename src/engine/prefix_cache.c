@@ -136,6 +136,14 @@ typedef struct {
 
 static size_t tokens_bytes(uint64_t n_tokens) { return ((size_t)n_tokens * sizeof(int32_t) + 7) & ~(size_t)7; }
 
+int di_prefix_state_size(const DiPrefixCache *c, int64_t n_tokens, size_t *total, size_t *pages_at) {
+    if (!c || !total || !pages_at || n_tokens <= 0) return di_errorf("prefix state: NULL argument or an empty state");
+    size_t need = c->runner->ops->pages_for_tokens(c->runner, n_tokens);
+    *pages_at = sizeof(StateHeader) + tokens_bytes((uint64_t)n_tokens);
+    *total = *pages_at + need * di_page_pool_page_bytes(c->pool);
+    return 0;
+}
+
 int di_prefix_state_write(const DiPrefixCache *c, const int32_t *tokens, int64_t n_tokens, uint8_t *const *pages,
                           size_t n_pages, void **blob, size_t *len) {
     if (!c || !tokens || !pages || !blob || !len || n_tokens <= 0)

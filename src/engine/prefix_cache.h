@@ -81,6 +81,11 @@ int64_t di_prefix_cache_copy(DiPrefixCache *c, int index, DiPageTable *pages);
  * context and the Engram history included; the reader checks page size and page count against
  * its own runner (the PD registration has already matched the model fingerprint). */
 
+/* The size of a serialised state of n_tokens positions and the offset of its first page in it
+ * (page p at *pages_at + p * page bytes): what a PD prefill streams into before the whole state
+ * exists.  -1 with the cause. */
+int di_prefix_state_size(const DiPrefixCache *c, int64_t n_tokens, size_t *total, size_t *pages_at);
+
 /* Serialise the state of tokens[0, n_tokens) held by `pages` (at least pages_for_tokens(n_tokens)
  * of them) into a fresh heap buffer.  -1 with the cause. */
 int di_prefix_state_write(const DiPrefixCache *c, const int32_t *tokens, int64_t n_tokens, uint8_t *const *pages,

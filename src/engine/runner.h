@@ -141,6 +141,12 @@ typedef struct {
      * only ever adds to (on the thread calling forward / draft); the engine reads and clears them
      * at the end of every step (step.c).  -1 when there are none. */
     int (*expert_load)(DiRunner *runner, DiExpertLoad *out);
+    /* Optional (NULL: nothing streams, the state is sent whole at the end): the end of the pages
+     * that a context of n_tokens positions has filled for good, pages [first, end) with first the
+     * count of pages every context has (model/page_layout.h di_state_layout_final_pages): no later
+     * forward writes them, so a PD prefill may send them while it runs.  first <= end <=
+     * pages_for_tokens(n_tokens). */
+    void (*final_pages)(const DiRunner *runner, int64_t n_tokens, size_t *first, size_t *end);
 } DiRunnerOps;
 
 /* A runner's built-in byte-level text, used when the engine was given no text hooks

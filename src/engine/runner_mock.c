@@ -47,6 +47,12 @@ static size_t mock_pages_for_tokens(const DiRunner *r, int64_t n_tokens) {
     return di_state_layout_pages(&((const MockRunner *)r)->layout, n_tokens);
 }
 
+static void mock_final_pages(const DiRunner *r, int64_t n_tokens, size_t *first, size_t *end) {
+    const DiStateLayout *l = &((const MockRunner *)r)->layout;
+    *first = l->fixed_pages;
+    *end = di_state_layout_final_pages(l, n_tokens);
+}
+
 static uint64_t *row_at(const MockRunner *m, const DiRunnerSeq *seq, int64_t pos) {
     return (uint64_t *)di_state_row(&m->layout, seq->pages, seq->n_pages, MOCK_ROWS, pos);
 }
@@ -296,6 +302,7 @@ static const DiRunnerOps mock_ops = {
     .block_bytes = mock_block_bytes,
     .export_block = mock_export_block,
     .import_block = mock_import_block,
+    .final_pages = mock_final_pages,
 };
 static const DiRunnerOps mock_drafting_ops = {
     .pages_for_tokens = mock_pages_for_tokens,
@@ -306,6 +313,7 @@ static const DiRunnerOps mock_drafting_ops = {
     .block_bytes = mock_block_bytes,
     .export_block = mock_export_block,
     .import_block = mock_import_block,
+    .final_pages = mock_final_pages,
 };
 
 int di_mock_runner_set_drafter(DiRunner *r, int32_t draft_block, double agree_rate) {

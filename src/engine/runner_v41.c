@@ -49,6 +49,12 @@ static size_t v41_pages_for_tokens(const DiRunner *r, int64_t n_tokens) {
     return (size_t)state_pages_for_tokens(&((const V41Runner *)r)->layout, n_tokens);
 }
 
+static void v41_final_pages(const DiRunner *r, int64_t n_tokens, size_t *first, size_t *end) {
+    const DiStateLayout *l = &((const V41Runner *)r)->layout.pages;
+    *first = l->fixed_pages;
+    *end = di_state_layout_final_pages(l, n_tokens);
+}
+
 static int ensure_batch_capacity(V41Runner *r, int n) {
     if (n <= r->cap_seqs) return 0;
     ForwardSeq *fseqs = di_realloc_array(r->fseqs, (size_t)n, sizeof *fseqs, "forward batch");
@@ -315,9 +321,10 @@ static int v41_expert_load(DiRunner *base, DiExpertLoad *out) {
 }
 
 static const DiRunnerOps v41_ops = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, NULL, v41_commit,
-                                    v41_block_bytes, v41_export_block, v41_import_block, v41_expert_load};
+                                    v41_block_bytes, v41_export_block, v41_import_block, v41_expert_load, v41_final_pages};
 static const DiRunnerOps v41_ops_dspark = {v41_pages_for_tokens, v41_forward, v41_destroy, v41_use_threads, v41_reserve_rows, v41_draft,
-                                           v41_commit, v41_block_bytes, v41_export_block, v41_import_block, v41_expert_load};
+                                           v41_commit, v41_block_bytes, v41_export_block, v41_import_block, v41_expert_load,
+                                           v41_final_pages};
 
 /* The drafter's scratch, when the checkpoint has DSpark stages and taps. */
 static int setup_drafter(V41Runner *r) {

@@ -249,8 +249,11 @@ static void start_prefill(Proxy *x, const char *path, const char *body, size_t l
     char token_line[128] = "";
     if (g->cfg.cluster_token) snprintf(token_line, sizeof token_line, "X-DI-Cluster-Key: %s", g->cfg.cluster_token);
     const char *ph[] = {"Content-Type: application/json", token_line[0] ? token_line : NULL, NULL};
+    /* The reply comes when the prefill ends, however long the prompt: the worker's own idle
+     * deadline (deadline_ms with no progress) bounds it, and so does the decode request, whose
+     * end frees this exchange (the worker then aborts). */
     DiGwUpstreamLimits lim = di_gw_limits(g);
-    lim.total_timeout_s = g->cfg.room_deadline_ms / 1000.0 + 10;
+    lim.idle_timeout_s = 0;
     x->prefill = text ? di_gw_upstream_start("POST", g->pool.w[x->prefill_worker].url, "/internal/prefill", text,
                                              strlen(text), ph, &lim)
                       : NULL;

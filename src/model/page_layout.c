@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static int check_component(const DiStateComponent *c, int i, size_t page_bytes) {
@@ -59,6 +60,20 @@ int di_state_layout_init(DiStateLayout *l, size_t page_bytes, const DiStateCompo
     }
     place_fixed(l);
     return 0;
+}
+
+/* Pages come in (T, component) order, and a component's chunks in chunk order, so the first page
+ * that is not complete is the earliest, over the growing components, of each one's first
+ * incomplete chunk; every page before it is complete. */
+size_t di_state_layout_final_pages(const DiStateLayout *l, int64_t n_tokens) {
+    size_t first_open = SIZE_MAX;
+    for (int i = 0; i < l->n_growing; i++) {
+        int c = l->growing[i];
+        int64_t E = l->rows_per_page[c], full = n_tokens > 0 ? n_tokens / l->comp[c].tokens_per_row / E : 0;
+        size_t page, offset;
+        if (di_state_row_place(l, c, full * E, &page, &offset) == 0 && page < first_open) first_open = page;
+    }
+    return first_open == SIZE_MAX ? l->fixed_pages : first_open;
 }
 
 size_t di_state_layout_pages(const DiStateLayout *l, int64_t n_tokens) {

@@ -49,6 +49,12 @@ int di_state_layout_init(DiStateLayout *layout, size_t page_bytes, const DiState
 /* Pages a context of n_tokens positions needs (the fixed pages alone for n_tokens <= 0). */
 size_t di_state_layout_pages(const DiStateLayout *layout, int64_t n_tokens);
 
+/* The end of the growing pages that a context of n_tokens positions has filled for good: pages
+ * [fixed_pages, result) hold only rows of complete chunks, which no later position writes (a
+ * growing row is written once, when its positions are all computed), so they may be copied out
+ * while the context still grows (PD streaming).  fixed_pages when none is complete. */
+size_t di_state_layout_final_pages(const DiStateLayout *layout, int64_t n_tokens);
+
 /* Chunks c >= 0 of a growing component (t positions per row, E rows per page) whose threshold
  * (cE + 1) t is < T, or <= T when inclusive: (cE + 1) t < T <=> cE + 1 <= ceil(T/t) - 1, and
  * (cE + 1) t <= T <=> cE + 1 <= floor(T/t). */

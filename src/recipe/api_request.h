@@ -35,6 +35,16 @@ typedef enum { DI_TOOL_CHOICE_AUTO = 0, DI_TOOL_CHOICE_NONE, DI_TOOL_CHOICE_REQU
 #define DI_API_DEFAULT_MAX_TOKENS_THINKING_MAX 131072
 
 /* One logit_bias entry (OpenAI: added to the token's logit before sampling). */
+/* A PD prefill's progress (pd_progress; the backend fills it from engine.h DiStateProgress, the
+ * same fields): its state's pages [first_final, end_final) are final and sit at byte
+ * pages_at + p * page_bytes of the state_bytes the export will give at FINISH. */
+typedef struct {
+    int64_t n_committed;
+    size_t state_bytes, pages_at, page_bytes;
+    uint8_t *const *pages;
+    size_t first_final, end_final;
+} DiPdProgress;
+
 typedef struct {
     int32_t token;
     float bias;
@@ -99,10 +109,13 @@ typedef struct {
      * pd_export (a prefill worker's run): run the prompt less its last token, one output token,
      * and hand the exact state to pd_export(pd_user, blob, len, error) on the backend's thread
      * before FINISH (blob a heap buffer the callee owns; NULL with the cause in error).
+     * pd_progress (optional, with pd_export): after each step that moved the run on, where its
+     * state stands (its page pointers valid during the call only), on the backend's thread, so that the final pages stream while the prefill runs.
      * pd_state (a decode worker's request): a state received for it, imported into the engine
      * before the request is added; it must stay valid until FINISH. */
     bool pd_exact;
     void (*pd_export)(void *user, void *blob, size_t len, const char *error);
+    void (*pd_progress)(void *user, const DiPdProgress *progress);
     void *pd_user;
     const void *pd_state;
     size_t pd_state_len;

@@ -42,6 +42,7 @@ typedef struct Job {
     size_t pd_state_len;
     int64_t n_prompt, n_cached;  /* as the engine admitted it (from its first delta) */
     int64_t n_generated;         /* tokens streamed so far */
+    int64_t pd_committed;        /* a PD prefill's positions last passed to pd_progress */
     struct Job *next;
 } Job;
 
@@ -341,6 +342,18 @@ static void note_step_time(DiEngineBackend *b, double seconds) {
     b->prefill_tokens_seen = m.prefill_tokens;
 }
 
+/* PD prefills: where each running one's state stands, when a step moved it on. */
+static void report_progress(DiEngineBackend *b) {
+    for (Job *j = b->live; j; j = j->next) {
+        if (!j->req.pd_progress || !j->added || job_done(j)) continue;
+        DiStateProgress p;
+        if (di_engine_state_progress(b->engine, j->engine_id, &p) != 0 || p.n_committed <= j->pd_committed) continue;
+        j->pd_committed = p.n_committed;
+        DiPdProgress pp = {p.n_committed, p.state_bytes, p.pages_at, p.page_bytes, p.pages, p.first_final, p.end_final};
+        j->req.pd_progress(j->req.pd_user, &pp);
+    }
+}
+
 static void *engine_main(void *arg) {
     DiEngineBackend *b = arg;
     int active = 0;
@@ -383,6 +396,7 @@ static void *engine_main(void *arg) {
             active = 0;
         }
         if (t0 > 0) note_step_time(b, mono_now() - t0);
+        report_progress(b);
         reap(b);
         refresh_stats(b);
     }
@@ -504,6 +518,7 @@ static int copy_request(DiEngineBackend *b, const DiApiRequest *req, Job *j, int
     j->req.thinking_budget_tokens = req->thinking_budget_tokens;
     j->req.pd_exact = req->pd_exact || req->pd_export || req->pd_state;
     j->req.pd_export = req->pd_export;
+    j->req.pd_progress = req->pd_export ? req->pd_progress : NULL;
     j->req.pd_user = req->pd_user;
     *http_status = 400;
     if (req->logprobs >= 0 && !b->cfg.text)

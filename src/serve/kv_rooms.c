@@ -38,6 +38,7 @@ typedef struct {
     DiRoomState state;
     const void *conn;
     double lease;            /* past it, an unreleased room expires */
+    double touched;          /* its last message (BEGIN, a chunk): a waiter's idle deadline runs from it */
     double finished_at;      /* when it reached a final state, or was released */
     bool released;           /* its pins are gone */
     int waiters;
@@ -276,6 +277,7 @@ static Room *get(DiKvRooms *t, uint64_t id, double now) {
     victim->expect = -1;
     victim->expect_state = -1;
     victim->lease = now + t->lease_s;
+    victim->touched = now;
     t->st.rooms[DI_ROOM_NEW]++;
     return victim;
 }
@@ -382,6 +384,7 @@ static Room *transferring(DiKvRooms *t, const void *conn, uint64_t room, double 
         return NULL;
     }
     set_state(t, r, DI_ROOM_TRANSFERRING, now);
+    r->touched = now;
     return r;
 }
 
@@ -529,10 +532,17 @@ void di_kv_rooms_conn_lost(DiKvRooms *t, const void *conn) {
     pthread_mutex_unlock(&t->mu);
 }
 
-DiRoomState di_kv_rooms_wait(DiKvRooms *t, uint64_t room, double deadline, bool (*cancel)(void *), void *arg) {
-    double now = di_kv_now();
-    if (!t || !(deadline <= now + 86400)) { /* NaN and +inf fail: every wait is bounded */
-        di_errorf("kv transfer: waiting for room %llu needs a finite deadline within a day", (unsigned long long)room);
+/* When the wait for r ends without progress: idle_s after its last message (or after the wait
+ * began), never past cap. */
+static double wait_end(const Room *r, double start, double idle_s, double cap) {
+    return fmin(cap, fmax(start, r->touched) + idle_s);
+}
+
+DiRoomState di_kv_rooms_wait(DiKvRooms *t, uint64_t room, double idle_s, bool (*cancel)(void *), void *arg) {
+    double now = di_kv_now(), start = now, cap = now + DI_KV_ROOM_WAIT_MAX_S;
+    if (!t || !(idle_s >= 0 && idle_s <= DI_KV_ROOM_WAIT_MAX_S)) { /* NaN and +inf fail: every wait is bounded */
+        di_errorf("kv transfer: waiting for room %llu needs an idle deadline within %g s", (unsigned long long)room,
+                  DI_KV_ROOM_WAIT_MAX_S);
         return DI_ROOM_NONE;
     }
     pthread_mutex_lock(&t->mu);
@@ -542,11 +552,12 @@ DiRoomState di_kv_rooms_wait(DiKvRooms *t, uint64_t room, double deadline, bool 
         di_errorf("kv transfer: no room slot is free for room %llu", (unsigned long long)room);
         return DI_ROOM_NONE;
     }
-    if (deadline + t->grace_s > r->lease) r->lease = deadline + t->grace_s;
     r->waiters++;
     t->st.rooms_waiting++;
-    while (!final_state(r->state) && (now = di_kv_now()) < deadline && !(cancel && cancel(arg))) {
-        double until = fmin(deadline, now + 0.05);
+    double end;
+    while (!final_state(r->state) && (now = di_kv_now()) < (end = wait_end(r, start, idle_s, cap)) && !(cancel && cancel(arg))) {
+        if (end + t->grace_s > r->lease) r->lease = end + t->grace_s;
+        double until = fmin(end, now + 0.05);
         struct timespec ts = {.tv_sec = (time_t)until, .tv_nsec = (long)((until - (double)(time_t)until) * 1e9)};
         pthread_cond_timedwait(&t->cv, &t->mu, &ts);
     }

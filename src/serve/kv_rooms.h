@@ -51,7 +51,10 @@ int di_kv_rooms_abort(DiKvRooms *t, const void *conn, uint64_t room);
 /* The connection broke: its rooms not yet DONE are aborted. */
 void di_kv_rooms_conn_lost(DiKvRooms *t, const void *conn);
 
-DiRoomState di_kv_rooms_wait(DiKvRooms *t, uint64_t room, double deadline, bool (*cancel)(void *), void *arg);
+/* The longest a room is waited for, however the prefill progresses (an hour, as the largest
+ * X-DI-Room-Deadline-Ms). */
+#define DI_KV_ROOM_WAIT_MAX_S 3600.0
+DiRoomState di_kv_rooms_wait(DiKvRooms *t, uint64_t room, double idle_s, bool (*cancel)(void *), void *arg);
 void di_kv_rooms_release(DiKvRooms *t, uint64_t room);
 void di_kv_rooms_reap(DiKvRooms *t, double now);
 DiRoomState di_kv_rooms_state(DiKvRooms *t, uint64_t room);

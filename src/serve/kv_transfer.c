@@ -25,6 +25,7 @@
 #include "serve/kv_rooms.h"
 
 #include <arpa/inet.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -529,12 +530,12 @@ void di_kv_recv_stop(DiKvRecv *r) {
     recv_teardown(r);
 }
 
-DiRoomState di_kv_recv_wait(DiKvRecv *r, uint64_t room, double deadline, bool (*cancel)(void *arg), void *arg) {
+DiRoomState di_kv_recv_wait(DiKvRecv *r, uint64_t room, double idle_s, bool (*cancel)(void *arg), void *arg) {
     if (!r) {
         di_errorf("kv transfer: no receiver");
         return DI_ROOM_NONE;
     }
-    return di_kv_rooms_wait(r->rooms, room, deadline, cancel, arg);
+    return di_kv_rooms_wait(r->rooms, room, idle_s, cancel, arg);
 }
 
 void di_kv_recv_release(DiKvRecv *r, uint64_t room) {
@@ -772,8 +773,10 @@ DiKvSend *di_kv_send_connect(const char *address, const DiKvIdentity *id, double
 #define WINDOW 16 /* chunks in flight */
 
 /* BLOCK or STATE: the bytes cut into chunks, WINDOW of them in flight. */
-static int send_chunks(DiKvSend *s, unsigned am, uint64_t room, DiKvKey key, const void *data, size_t len, double deadline,
-                       const char *what) {
+/* Bytes [offset, offset + len) of a block or state of `total` bytes, in DI_KV_CHUNK_BYTES chunks
+ * (offset on that grid). */
+static int send_chunks(DiKvSend *s, unsigned am, uint64_t room, DiKvKey key, uint64_t total, uint64_t offset,
+                       const void *data, size_t len, double deadline, const char *what) {
     DiKvChunkHdr hdr[WINDOW];
     void *reqs[WINDOW] = {0};
     int n = 0, copies = fault_copies(s, am, deadline, what);
@@ -785,7 +788,7 @@ static int send_chunks(DiKvSend *s, unsigned am, uint64_t room, DiKvKey key, con
                 if (wait_requests(s, reqs, n, deadline, what) != 0) return -1;
                 n = 0;
             }
-            hdr[n] = (DiKvChunkHdr){.room = room, .key_lo = key.lo, .key_hi = key.hi, .total = len, .offset = off};
+            hdr[n] = (DiKvChunkHdr){.room = room, .key_lo = key.lo, .key_hi = key.hi, .total = total, .offset = offset + off};
             if (post(s, am, &hdr[n], sizeof hdr[n], (const uint8_t *)data + off, c, &reqs[n], what) != 0) {
                 wait_requests(s, reqs, n, deadline, what);
                 return -1;
@@ -799,13 +802,23 @@ static int send_chunks(DiKvSend *s, unsigned am, uint64_t room, DiKvKey key, con
 int di_kv_send_block(DiKvSend *s, uint64_t room, DiKvKey key, const void *data, size_t len, double deadline) {
     if (!s || !data || len == 0) return di_errorf("kv transfer: send_block needs a sender and a non-empty block");
     if (bounded(deadline, "send_block") != 0) return -1;
-    return send_chunks(s, DI_KV_AM_BLOCK, room, key, data, len, deadline, "sending a block");
+    return send_chunks(s, DI_KV_AM_BLOCK, room, key, len, 0, data, len, deadline, "sending a block");
 }
 
 int di_kv_send_state(DiKvSend *s, uint64_t room, const void *data, size_t len, double deadline) {
     if (!s || !data || len == 0) return di_errorf("kv transfer: send_state needs a sender and a non-empty state");
     if (bounded(deadline, "send_state") != 0) return -1;
-    return send_chunks(s, DI_KV_AM_STATE, room, (DiKvKey){0, 0}, data, len, deadline, "sending the state");
+    return send_chunks(s, DI_KV_AM_STATE, room, (DiKvKey){0, 0}, len, 0, data, len, deadline, "sending the state");
+}
+
+int di_kv_send_state_part(DiKvSend *s, uint64_t room, uint64_t total, uint64_t offset, const void *data, size_t len,
+                          double deadline) {
+    if (!s || !data || len == 0 || total == 0 || offset % DI_KV_CHUNK_BYTES != 0 || offset > total || len > total - offset ||
+        (offset + len < total && len % DI_KV_CHUNK_BYTES != 0))
+        return di_errorf("kv transfer: send_state_part needs a sender and whole chunks of the state's %" PRIu64
+                         "-byte grid ([%" PRIu64 ", +%zu) given)", total, offset, len);
+    if (bounded(deadline, "send_state_part") != 0) return -1;
+    return send_chunks(s, DI_KV_AM_STATE, room, (DiKvKey){0, 0}, total, offset, data, len, deadline, "sending the state");
 }
 
 int di_kv_send_raw(DiKvSend *s, unsigned am, const void *hdr, size_t hdr_len, const void *data, size_t len, double deadline) {

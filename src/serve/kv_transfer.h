@@ -112,11 +112,13 @@ const char *di_kv_recv_address(const DiKvRecv *r);
 /* Stop the thread, close the connections, unpin every room's blocks, free. */
 void di_kv_recv_stop(DiKvRecv *r);
 
-/* Wait until the room is DONE, ABORTED or EXPIRED, or until `deadline` (CLOCK_MONOTONIC
- * seconds, di_kv_now), or until cancel(arg) returns true (polled every 50 ms; may be NULL).
- * The room's lease becomes deadline + grace_s.  Returns the room's state at return (NEW or
- * TRANSFERRING when the deadline or cancel ended the wait), or DI_ROOM_NONE on bad arguments. */
-DiRoomState di_kv_recv_wait(DiKvRecv *r, uint64_t room, double deadline, bool (*cancel)(void *arg), void *arg);
+/* Wait until the room is DONE, ABORTED or EXPIRED, or until idle_s seconds pass with no message
+ * for it (the deadline follows the prefill's progress: each BEGIN, block or state chunk restarts
+ * it; at most DI_KV_ROOM_WAIT_MAX_S in all), or until cancel(arg) returns true (polled every
+ * 50 ms; may be NULL).  The room's lease stays past the wait's end by grace_s.  Returns the
+ * room's state at return (NEW or TRANSFERRING when idleness or cancel ended the wait), or
+ * DI_ROOM_NONE on bad arguments. */
+DiRoomState di_kv_recv_wait(DiKvRecv *r, uint64_t room, double idle_s, bool (*cancel)(void *arg), void *arg);
 /* The waiter is done with the room (the request is submitted, or gave up): unpin its blocks.
  * The room is remembered as finished, so late messages for it are ignored.  Idempotent. */
 void di_kv_recv_release(DiKvRecv *r, uint64_t room);
@@ -140,12 +142,19 @@ typedef struct DiKvSend DiKvSend;
 /* Connect to "HOST:PORT" and register; fails (NULL, the error naming the address and the cause:
  * unreachable, refused identity with both identities, no answer by the deadline). */
 DiKvSend *di_kv_send_connect(const char *address, const DiKvIdentity *id, double deadline);
-/* Claim the room for this connection (the room becomes TRANSFERRING). */
+/* Claim the room for this connection (the room becomes TRANSFERRING).  Sent again while the
+ * prefill runs, it says the prefill is progressing (the decode side's idle deadline restarts). */
 int di_kv_send_begin(DiKvSend *s, uint64_t room, double deadline);
 /* One block (chunked); 0, or -1 with the cause (connection lost, deadline). */
 int di_kv_send_block(DiKvSend *s, uint64_t room, DiKvKey key, const void *data, size_t len, double deadline);
 /* The request's exact state (chunked); 0, or -1 with the cause. */
 int di_kv_send_state(DiKvSend *s, uint64_t room, const void *data, size_t len, double deadline);
+/* Bytes [offset, offset + len) of a state of `total` bytes, sent before the rest (PD streaming):
+ * offset on the DI_KV_CHUNK_BYTES grid and len whole chunks, or up to the end.  The receiver
+ * assembles chunks in any order; each chunk of the state must be sent once (a resent one is
+ * ignored). */
+int di_kv_send_state_part(DiKvSend *s, uint64_t room, uint64_t total, uint64_t offset, const void *data, size_t len,
+                          double deadline);
 int di_kv_send_done(DiKvSend *s, uint64_t room, uint32_t n_blocks, uint64_t state_bytes, double deadline);
 int di_kv_send_abort(DiKvSend *s, uint64_t room, double deadline);
 /* TEST-ONLY fault injection (DEEPINFER_TEST_PD_FAULTS, env.h): from now on this sender drops,

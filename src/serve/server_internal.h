@@ -42,6 +42,8 @@ struct DiServer {
     DiBackendKv kv;                /* prefill / decode roles: the backend's KV block cache */
     DiKvRecv *recv;                /* decode role: the KV transfer listener */
     _Atomic uint64_t pd_local_prefills; /* room requests whose transfer failed or came late */
+    _Atomic uint64_t pd_state_bytes_sent;     /* prefill role: exact-state bytes sent */
+    _Atomic uint64_t pd_state_bytes_streamed; /*   of them, sent while their prefill ran */
 };
 
 typedef struct Route Route;

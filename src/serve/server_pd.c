@@ -125,8 +125,7 @@ static bool give_up(void *arg) {
 
 int di_srv_pd_wait_room(Exchange *x) {
     DiServer *srv = x->srv;
-    double deadline = di_kv_now() + x->room_deadline_ms / 1000.0;
-    DiRoomState s = di_kv_recv_wait(srv->recv, x->room, deadline, give_up, x);
+    DiRoomState s = di_kv_recv_wait(srv->recv, x->room, x->room_deadline_ms / 1000.0, give_up, x);
     x->req.pd_exact = true; /* from the received state or a local prefill, never a block replay */
     size_t len = 0;
     if (s == DI_ROOM_DONE && di_kv_recv_take_state(srv->recv, x->room, &x->pd_state, &len) == 0 && x->pd_state) {
@@ -195,6 +194,14 @@ int di_srv_pd_metrics(DiServer *srv, DiApiBuf *out) {
             (uint64_t)atomic_load(&srv->pd_local_prefills), st.bytes_received + st.state_bytes_received, st.states_received,
             bs.pd_states_imported, bs.pd_state_import_failures, st.rooms_waiting, st.pinned_blocks,
             st.connections, st.refused, st.peers_dropped);
+    if (rc == 0)
+        rc = di_api_buf_printf(
+            out,
+            "# HELP deepinfer_pd_state_bytes_sent_total Exact-state bytes sent to decode workers (prefill role).\n"
+            "# TYPE deepinfer_pd_state_bytes_sent_total counter\ndeepinfer_pd_state_bytes_sent_total %" PRIu64 "\n"
+            "# HELP deepinfer_pd_state_bytes_streamed_total Of them, bytes sent while their prefill still ran.\n"
+            "# TYPE deepinfer_pd_state_bytes_streamed_total counter\ndeepinfer_pd_state_bytes_streamed_total %" PRIu64 "\n",
+            (uint64_t)atomic_load(&srv->pd_state_bytes_sent), (uint64_t)atomic_load(&srv->pd_state_bytes_streamed));
     return rc;
 }
 

@@ -4,6 +4,7 @@ port, and stop it at the end.  Shared by test_server_*.py."""
 import contextlib
 import json
 import os
+import platform
 import re
 import subprocess
 import tempfile
@@ -78,6 +79,22 @@ def rss_kb(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def cpu_model():
+    """The CPU's model name, for benchmark reports."""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_until(pred, timeout=10.0):

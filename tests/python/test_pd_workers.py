@@ -135,6 +135,30 @@ def test_decode_from_the_transferred_state_matches_a_cold_single_server(workers,
     assert d[1]["usage"]["completion_tokens"] == cold["usage"]["completion_tokens"]
 
 
+def test_a_long_prefill_streams_its_state_and_outlives_an_idle_deadline(workers):
+    """A prompt whose prefill takes several times the room deadline: the deadline is an idle one
+    on both sides (each chunk's progress restarts it), so the state is imported, never prefilled
+    twice; its final pages went out while the prefill ran (streamed_bytes), and the answer is the
+    cold one."""
+    ref, pre, dec = workers["ref"], workers["pre"], workers["dec"]
+    deadline_ms = 2000  # a chunk of 512 tokens takes well under a second here, even on a loaded machine
+    body = {"model": MODEL, "prompt": "Long. " + FILLER * 500, "max_tokens": 8, "temperature": 0}
+    before = dec.metrics()
+    p, d = pd_request(pre, dec, 7100, "/v1/completions", body, deadline_ms)
+    assert p[0] == 200, p
+    assert d[0] == 200, d
+    assert p[1]["prefill_s"] > 1.5 * deadline_ms / 1000, p[1]  # else this test proves nothing
+    assert p[1]["streamed_bytes"] > p[1]["bytes"] // 2, p[1]
+    assert p[1]["transfer_s"] < p[1]["prefill_s"] / 4, p[1]  # what is left at the end is small
+    after = dec.metrics()
+    assert after["deepinfer_pd_states_imported_total"] == before["deepinfer_pd_states_imported_total"] + 1
+    assert after["deepinfer_pd_local_prefills_total"] == before["deepinfer_pd_local_prefills_total"]
+    assert after["deepinfer_pd_bytes_received_total"] == before["deepinfer_pd_bytes_received_total"] + p[1]["bytes"]
+    assert d[1]["usage"]["prompt_tokens_details"]["cached_tokens"] == p[1]["prompt_tokens"] - 1
+    s, cold = post_json(ref, "/v1/completions", body)
+    assert s == 200 and d[1]["choices"][0]["text"] == cold["choices"][0]["text"]
+
+
 def test_a_state_for_other_tokens_is_not_used(workers):
     """A room whose state covers other tokens (a gateway that sent the prefill another body): the
     state is imported but the request does not extend it, so it prefills from 0, exactly."""

@@ -508,7 +508,7 @@ static void failing_destroy(DiRunner *r) {
     free(f);
 }
 
-static const DiRunnerOps failing_ops = {failing_pages, failing_forward, failing_destroy, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+static const DiRunnerOps failing_ops = {failing_pages, failing_forward, failing_destroy, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 TEST(a_failing_forward_aborts_its_requests_and_reports_the_cause) {
     for (int async = 0; async < 2; async++) {

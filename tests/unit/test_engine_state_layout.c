@@ -134,9 +134,53 @@ TEST(impossible_layouts_are_errors) {
     CHECK_EQ_INT(di_state_layout_init(&l, 65536, &neither, 1), -1);
 }
 
+/* The hand-worked case above: A c is complete at n >= 2c + 2, B c at n >= 8c + 8. */
+TEST(final_pages_end_at_the_first_incomplete_chunk) {
+    DiStateComponent c[2] = {{"A", 128, 0, 1}, {"B", 64, 0, 2}};
+    DiStateLayout l;
+    CHECK_EQ_INT(di_state_layout_init(&l, 256, c, 2), 0);
+    CHECK_EQ_INT(di_state_layout_final_pages(&l, 0), 0);
+    CHECK_EQ_INT(di_state_layout_final_pages(&l, 1), 0);
+    CHECK_EQ_INT(di_state_layout_final_pages(&l, 2), 1);  /* A0 complete, B0 (page 1) open */
+    CHECK_EQ_INT(di_state_layout_final_pages(&l, 7), 1);
+    CHECK_EQ_INT(di_state_layout_final_pages(&l, 8), 5);  /* A0 B0 A1 A2 A3; A4 open */
+    CHECK_EQ_INT(di_state_layout_final_pages(&l, 12), 6); /* A5 (page 7) complete, B1 (page 6) open */
+}
+
+/* Against brute force on the release shapes: a page is final iff every row placed in it has all
+ * its positions computed; the result is the first page that is not. */
+TEST(final_pages_match_brute_force_on_release_shapes) {
+    DiStateComponent c[64];
+    int n = v41_components(c);
+    DiStateLayout l;
+    CHECK_EQ_INT(di_state_layout_init(&l, 65536, c, n), 0);
+    enum { MAX_TOKENS = 2000 };
+    size_t n_pages = di_state_layout_pages(&l, MAX_TOKENS);
+    static int64_t complete_at[4096]; /* the context length at which each page is complete */
+    CHECK(n_pages <= 4096);
+    for (size_t p = 0; p < n_pages; p++) complete_at[p] = 0;
+    for (int i = 0; i < n; i++) {
+        if (c[i].tokens_per_row == 0) continue;
+        for (int64_t row = 0; row < (int64_t)(MAX_TOKENS / c[i].tokens_per_row); row++) {
+            size_t page = 0, offset = 0;
+            CHECK_EQ_INT(di_state_row_place(&l, i, row, &page, &offset), 0);
+            int64_t E = l.rows_per_page[i], last = (row / E + 1) * E; /* the chunk's rows end */
+            if (last * c[i].tokens_per_row > complete_at[page]) complete_at[page] = last * c[i].tokens_per_row;
+        }
+    }
+    for (int64_t t = 0; t <= MAX_TOKENS / 2; t += 7) {
+        size_t want = l.fixed_pages;
+        while (want < n_pages && complete_at[want] <= t) want++;
+        CHECK_EQ_INT(di_state_layout_final_pages(&l, t), want);
+        CHECK(di_state_layout_final_pages(&l, t) <= di_state_layout_pages(&l, t));
+    }
+}
+
 int main(void) {
     RUN_TEST(v41_release_shapes_match_the_spec_totals);
     RUN_TEST(chunk_pages_follow_their_thresholds);
+    RUN_TEST(final_pages_end_at_the_first_incomplete_chunk);
+    RUN_TEST(final_pages_match_brute_force_on_release_shapes);
     RUN_TEST(rows_never_overlap_or_straddle_pages);
     RUN_TEST(impossible_layouts_are_errors);
     return TEST_SUMMARY();

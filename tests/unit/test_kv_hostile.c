@@ -76,7 +76,7 @@ static void honest_begin(Setup *t) {
 
 static void honest_finish(Setup *t, const char *attack) {
     CHECK_MSG(di_kv_send_done(t->honest, HONEST_ROOM, 1, 0, in(10)) == 0, "%s: the honest sender: %s", attack, di_error_message());
-    CHECK_MSG(di_kv_recv_wait(t->r, HONEST_ROOM, in(10), NULL, NULL) == DI_ROOM_DONE, "%s: the honest room did not finish", attack);
+    CHECK_MSG(di_kv_recv_wait(t->r, HONEST_ROOM, 10, NULL, NULL) == DI_ROOM_DONE, "%s: the honest room did not finish", attack);
     uint8_t *got = malloc(BLOCK_BYTES);
     size_t len = 0;
     CHECK(got && di_kv_cache_read(t->c, (DiKvKey){7, 7}, got, BLOCK_BYTES, &len) == 1 && len == BLOCK_BYTES &&

@@ -22,6 +22,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -98,7 +101,7 @@ TEST(blocks_arrive_byte_exact_and_pinned) {
             CHECK_EQ_INT(di_kv_send_block(p.s, room, key_of(i), p.blk, BLOCK_BYTES, in(10)), 0);
         }
         CHECK_EQ_INT(di_kv_send_done(p.s, room, 3, 0, in(10)), 0);
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, room, in(10), NULL, NULL), DI_ROOM_DONE);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, room, 10, NULL, NULL), DI_ROOM_DONE);
         for (int i = 0; i < 3; i++) {
             size_t len = 0;
             fill_block(p.blk, BLOCK_BYTES, (uint32_t)i);
@@ -138,7 +141,7 @@ TEST(a_state_arrives_byte_exact_once_and_completes_its_room) {
         usleep(100 * 1000);
         CHECK_EQ_INT(di_kv_recv_state(p.r, room), DI_ROOM_TRANSFERRING); /* no DONE yet */
         CHECK_EQ_INT(di_kv_send_done(p.s, room, 0, len, in(10)), 0);
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, room, in(10), NULL, NULL), DI_ROOM_DONE);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, room, 10, NULL, NULL), DI_ROOM_DONE);
         void *got = NULL;
         size_t got_len = 0;
         CHECK_EQ_INT(di_kv_recv_take_state(p.r, room, &got, &got_len), 0);
@@ -153,7 +156,7 @@ TEST(a_state_arrives_byte_exact_once_and_completes_its_room) {
         /* DONE announcing more state than was sent leaves the room unfinished */
         CHECK_EQ_INT(di_kv_send_state(p.s, room + 1, state, 100, in(10)), 0);
         CHECK_EQ_INT(di_kv_send_done(p.s, room + 1, 0, 101, in(10)), 0);
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, room + 1, in(0.3), NULL, NULL), DI_ROOM_TRANSFERRING);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, room + 1, 0.3, NULL, NULL), DI_ROOM_TRANSFERRING);
         di_kv_recv_release(p.r, room);
         di_kv_recv_release(p.r, room + 1);
         /* another state page size is refused at registration */
@@ -164,6 +167,65 @@ TEST(a_state_arrives_byte_exact_once_and_completes_its_room) {
         CHECK_MSG(strstr(di_error_message(), "8192 bytes/state page") && strstr(di_error_message(), "4096 bytes/state page"),
                   "%s", di_error_message());
         di_kv_send_close(s);
+    }
+    pair_close(&p);
+    free(state);
+}
+
+/* A prefill streaming its state: parts out of order on the chunk grid, BEGIN again as it
+ * progresses, DONE after 0.8 s, longer than the waiter's 0.3 s idle deadline. */
+typedef struct {
+    DiKvSend *s;
+    uint64_t room;
+    const uint8_t *state;
+    size_t len;
+    int rc;
+} Streamer;
+
+static void *stream_state(void *arg) {
+    Streamer *st = arg;
+    const size_t C = DI_KV_CHUNK_BYTES;
+    for (int step = 0; step < 8 && st->rc == 0; step++) {
+        usleep(100 * 1000);
+        st->rc |= di_kv_send_begin(st->s, st->room, in(5));
+        if (step == 2) st->rc |= di_kv_send_state_part(st->s, st->room, st->len, C, st->state + C, C, in(5));
+        if (step == 4) st->rc |= di_kv_send_state_part(st->s, st->room, st->len, 2 * C, st->state + 2 * C, st->len - 2 * C, in(5));
+        if (step == 6) st->rc |= di_kv_send_state_part(st->s, st->room, st->len, 0, st->state, C, in(5));
+    }
+    if (st->rc == 0) st->rc = di_kv_send_done(st->s, st->room, 0, st->len, in(5));
+    return NULL;
+}
+
+TEST(a_streamed_state_keeps_its_waiter_past_the_idle_deadline) {
+    Pair p;
+    const size_t len = 2 * DI_KV_CHUNK_BYTES + 100;
+    uint8_t *state = malloc(len);
+    if (state && pair_open(&p, 0) == 0) {
+        fill_block(state, len, 7);
+        Streamer st = {p.s, 93, state, len, 0};
+        CHECK_EQ_INT(di_kv_send_begin(p.s, 93, in(5)), 0);
+        pthread_t th;
+        CHECK_EQ_INT(pthread_create(&th, NULL, stream_state, &st), 0);
+        double t0 = di_kv_now();
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 93, 0.3, NULL, NULL), DI_ROOM_DONE);
+        CHECK(di_kv_now() - t0 > 0.6); /* it waited through the progress */
+        pthread_join(th, NULL);
+        CHECK_MSG(st.rc == 0, "%s", di_error_message());
+        void *got = NULL;
+        size_t got_len = 0;
+        CHECK_EQ_INT(di_kv_recv_take_state(p.r, 93, &got, &got_len), 0);
+        CHECK(got && got_len == len && memcmp(got, state, len) == 0);
+        free(got);
+        di_kv_recv_release(p.r, 93);
+        /* a silent prefill: the idle deadline ends the wait */
+        CHECK_EQ_INT(di_kv_send_begin(p.s, 94, in(5)), 0);
+        t0 = di_kv_now();
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 94, 0.3, NULL, NULL), DI_ROOM_TRANSFERRING);
+        CHECK(di_kv_now() - t0 < 1.0);
+        di_kv_recv_release(p.r, 94);
+        /* parts off the grid are refused before anything is sent */
+        CHECK(di_kv_send_state_part(p.s, 95, len, 100, state, DI_KV_CHUNK_BYTES, in(5)) != 0);
+        CHECK(di_kv_send_state_part(p.s, 95, len, 0, state, 100, in(5)) != 0);
     }
     pair_close(&p);
     free(state);
@@ -184,7 +246,7 @@ TEST(identity_mismatch_is_refused_at_registration) {
         di_kv_send_close(s);
         /* the receiver still serves a matching sender afterwards (no sticky failure) */
         CHECK_EQ_INT(di_kv_send_done(p.s, 3, 0, 0, in(10)), 0);
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, 3, in(10), NULL, NULL), DI_ROOM_DONE);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 3, 10, NULL, NULL), DI_ROOM_DONE);
     }
     pair_close(&p);
 }
@@ -195,7 +257,7 @@ TEST(abort_mid_room_then_late_messages_are_ignored) {
     if (pair_open(&p, 0) == 0) {
         CHECK_EQ_INT(di_kv_send_block(p.s, room, key_of(10), p.blk, BLOCK_BYTES, in(10)), 0);
         CHECK_EQ_INT(di_kv_send_abort(p.s, room, in(10)), 0);
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, room, in(10), NULL, NULL), DI_ROOM_ABORTED);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, room, 10, NULL, NULL), DI_ROOM_ABORTED);
         CHECK_EQ_INT(di_kv_send_block(p.s, room, key_of(11), p.blk, BLOCK_BYTES, in(10)), 0);
         CHECK_EQ_INT(di_kv_send_done(p.s, room, 2, 0, in(10)), 0);
         usleep(100 * 1000);
@@ -219,7 +281,7 @@ TEST(lease_expiry_unpins_and_wait_is_bounded) {
         CHECK_EQ_INT(di_kv_send_block(p.s, 9, key_of(20), p.blk, BLOCK_BYTES, in(10)), 0);
         /* no DONE: a waiter gives up at its deadline with the room still transferring */
         double t0 = di_kv_now();
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, 9, t0 + 0.2, NULL, NULL), DI_ROOM_TRANSFERRING);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 9, 0.2, NULL, NULL), DI_ROOM_TRANSFERRING);
         CHECK(di_kv_now() - t0 < 1.0);
         CHECK_EQ_INT(stat_pinned(p.r), 1);
         /* nobody releases it: at the waiter's deadline + 0.3 s the reaper expires it */
@@ -227,7 +289,7 @@ TEST(lease_expiry_unpins_and_wait_is_bounded) {
         while (di_kv_recv_state(p.r, 9) != DI_ROOM_EXPIRED && di_kv_now() < until) usleep(20 * 1000);
         CHECK_EQ_INT(di_kv_recv_state(p.r, 9), DI_ROOM_EXPIRED);
         CHECK_EQ_INT(stat_pinned(p.r), 0);
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, 9, in(1), NULL, NULL), DI_ROOM_EXPIRED);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 9, 1, NULL, NULL), DI_ROOM_EXPIRED);
     }
     pair_close(&p);
 }
@@ -242,8 +304,8 @@ TEST(a_sender_that_goes_away_aborts_its_rooms) {
         CHECK_EQ_INT(di_kv_recv_state(p.r, 30), DI_ROOM_TRANSFERRING);
         di_kv_send_close(p.s); /* no DONE, no ABORT */
         p.s = NULL;
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, 31, t0 + 10, NULL, NULL), DI_ROOM_ABORTED);
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, 30, t0 + 10, NULL, NULL), DI_ROOM_ABORTED);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 31, 10, NULL, NULL), DI_ROOM_ABORTED);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 30, 10, NULL, NULL), DI_ROOM_ABORTED);
         CHECK(di_kv_now() - t0 < 5);
         di_kv_recv_release(p.r, 31);
         CHECK_EQ_INT(stat_pinned(p.r), 0);
@@ -271,7 +333,7 @@ TEST(a_second_register_counts_the_connection_once) {
         CHECK_EQ_INT(connections(p.r), 1);
         CHECK_EQ_INT(di_kv_send_begin(p.s, 40, in(10)), 0);
         CHECK_EQ_INT(di_kv_send_done(p.s, 40, 0, 0, in(10)), 0);
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, 40, in(10), NULL, NULL), DI_ROOM_DONE); /* still registered */
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 40, 10, NULL, NULL), DI_ROOM_DONE); /* still registered */
         di_kv_recv_release(p.r, 40);
         di_kv_send_close(p.s);
         p.s = NULL;
@@ -296,7 +358,7 @@ TEST(recycled_state_buffers_are_reused_byte_exact) {
             CHECK_EQ_INT(di_kv_send_begin(p.s, 70 + (uint64_t)i, in(10)), 0);
             CHECK_EQ_INT(di_kv_send_state(p.s, 70 + (uint64_t)i, state, want[i], in(10)), 0);
             CHECK_EQ_INT(di_kv_send_done(p.s, 70 + (uint64_t)i, 0, want[i], in(10)), 0);
-            CHECK_EQ_INT(di_kv_recv_wait(p.r, 70 + (uint64_t)i, in(10), NULL, NULL), DI_ROOM_DONE);
+            CHECK_EQ_INT(di_kv_recv_wait(p.r, 70 + (uint64_t)i, 10, NULL, NULL), DI_ROOM_DONE);
             CHECK_EQ_INT(di_kv_recv_take_state(p.r, 70 + (uint64_t)i, &got[i], &got_len[i]), 0);
             CHECK(got[i] && got_len[i] == want[i] && memcmp(got[i], state, want[i]) == 0);
             if (i == 1) CHECK(got[1] == got[0]); /* the recycled buffer, not a fresh one */
@@ -403,10 +465,10 @@ TEST(duplicated_messages_are_idempotent) {
         DiEnvPdFaults f = faults_of("dup:BEGIN,dup:STATE,dup:DONE,dup:ABORT");
         CHECK_EQ_INT(di_kv_send_set_faults(p.s, &f), 0);
         send_room(&p, 40, state, len);
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, 40, in(10), NULL, NULL), DI_ROOM_DONE);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 40, 10, NULL, NULL), DI_ROOM_DONE);
         check_state_once(&p, 40, state, len);
         CHECK_EQ_INT(di_kv_send_abort(p.s, 41, in(10)), 0);
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, 41, in(10), NULL, NULL), DI_ROOM_ABORTED);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 41, 10, NULL, NULL), DI_ROOM_ABORTED);
         usleep(100 * 1000);
         DiKvRecvStats st;
         di_kv_recv_stats(p.r, &st);
@@ -429,7 +491,7 @@ TEST(a_dropped_done_leaves_the_waiter_to_its_deadline) {
         CHECK_EQ_INT(di_kv_send_set_faults(p.s, &f), 0);
         send_room(&p, 50, state, len); /* the sender believes DONE went out */
         double t0 = di_kv_now();
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, 50, t0 + 0.3, NULL, NULL), DI_ROOM_TRANSFERRING);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 50, 0.3, NULL, NULL), DI_ROOM_TRANSFERRING);
         double waited = di_kv_now() - t0;
         CHECK_MSG(waited >= 0.29 && waited < 1.5, "waited %.2f s", waited);
         di_kv_recv_release(p.r, 50); /* the decode worker prefills locally */
@@ -454,7 +516,7 @@ TEST(a_state_delayed_within_the_deadline_is_imported) {
         double t0 = di_kv_now();
         send_room(&p, 60, state, len);
         CHECK_MSG(di_kv_now() - t0 >= 0.3, "the STATE was not held: %.3f s", di_kv_now() - t0);
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, 60, t0 + 10, NULL, NULL), DI_ROOM_DONE);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 60, 10, NULL, NULL), DI_ROOM_DONE);
         check_state_once(&p, 60, state, len);
         di_kv_recv_release(p.r, 60);
         /* a delay past the sender's deadline fails the send, naming the fault */
@@ -482,7 +544,7 @@ TEST(sends_refuse_an_unbounded_deadline) {
         }
         CHECK_EQ_INT(di_kv_recv_state(p.r, 5), DI_ROOM_NONE); /* nothing was sent */
         CHECK_EQ_INT(di_kv_send_abort(p.s, 5, in(10)), 0);
-        CHECK_EQ_INT(di_kv_recv_wait(p.r, 5, in(10), NULL, NULL), DI_ROOM_ABORTED);
+        CHECK_EQ_INT(di_kv_recv_wait(p.r, 5, 10, NULL, NULL), DI_ROOM_ABORTED);
     }
     pair_close(&p);
 }
@@ -551,6 +613,7 @@ TEST(duplicated_block_chunks_and_blocks_count_once) {
 int main(void) {
     RUN_TEST(blocks_arrive_byte_exact_and_pinned);
     RUN_TEST(a_state_arrives_byte_exact_once_and_completes_its_room);
+    RUN_TEST(a_streamed_state_keeps_its_waiter_past_the_idle_deadline);
     RUN_TEST(identity_mismatch_is_refused_at_registration);
     RUN_TEST(abort_mid_room_then_late_messages_are_ignored);
     RUN_TEST(lease_expiry_unpins_and_wait_is_bounded);

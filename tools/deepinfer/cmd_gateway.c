@@ -49,7 +49,7 @@ static void usage(FILE *out) {
             "  --connect-timeout S      connecting to a worker (default 2)\n"
             "  --idle-timeout S         most seconds between two bytes of a worker's answer (default 120)\n"
             "  --request-timeout S      a whole proxied exchange, 0 = none (default 600)\n"
-            "  --room-deadline-ms N     how long a decode worker waits for a request's KV (default 30000)\n"
+            "  --room-deadline-ms N     how long a PD prefill may go without progress (default 30000)\n"
             "  --decode-policy P        decode balancer: balanced, round-robin, count, kv (default balanced)\n"
             "  --api-key KEY            require 'Authorization: Bearer KEY' or 'x-api-key: KEY' from clients (all but\n"
             "                           /health) and send it on heartbeats: the workers' key (default:\n"
