@@ -17,6 +17,7 @@
  * read when OpenBLAS loads), the sgemm the issue's machine would measure.  Both are printed.
  * The ggml figures are not measured here (the bench must not depend on ggml); they were taken
  * on the same machine with ggml's test-backend-ops, see bench/ggml_comparison.md. */
+#include "bench_stats.h"
 #include "base/mem.h"
 #include "base/threadpool.h"
 #include "kernels/cpu/matmul_simd.h"
@@ -46,16 +47,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(bench_clock, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -91,7 +82,7 @@ static double triad_gbs(DiThreadPool *pool, Triad *t, int runs) {
         di_pool_run(pool, t->parts, triad_part, t);
         times[i] = now_s() - t0;
     }
-    return 12.0 * (double)t->n / median(times, runs) * 1e-9;
+    return 12.0 * (double)t->n / bench_median(times, runs) * 1e-9;
 }
 
 static double sgemm_gflops(int n, int runs) {
@@ -107,7 +98,7 @@ static double sgemm_gflops(int n, int runs) {
     free(a);
     free(b);
     free(c);
-    return 2.0 * n * (double)n * n / median(times, runs) * 1e-9;
+    return 2.0 * n * (double)n * n / bench_median(times, runs) * 1e-9;
 }
 
 /* ---- kernels ------------------------------------------------------------------------------- */
@@ -152,7 +143,7 @@ static double matmul_seconds(DiThreadPool *pool, const BenchMatrix *b, const flo
         di_matmul_simd(pool, &b->m, x, n, y);
         times[i] = now_s() - t0;
     }
-    return median(times, runs);
+    return bench_median(times, runs);
 }
 
 /* ---- the figures: each kernel run alternates with its baseline; ratios are per pair --------- */
@@ -185,8 +176,8 @@ static Pair gemv_vs_triad(Setup *s, DiThreadPool *pool, const BenchMatrix *b) {
         }
     }
     bench_clock = CLOCK_MONOTONIC;
-    Pair p = {median(k, PAIRS), median(t, PAIRS), median(r, PAIRS), 0};
-    if (!pool) p.cpu_ratio = median(c, PAIRS);
+    Pair p = {bench_median(k, PAIRS), bench_median(t, PAIRS), bench_median(r, PAIRS), 0};
+    if (!pool) p.cpu_ratio = bench_median(c, PAIRS);
     return p;
 }
 
@@ -202,8 +193,8 @@ static Pair gemm_vs_sgemm(Setup *s, DiThreadPool *pool, const BenchMatrix *b, in
         }
     }
     bench_clock = CLOCK_MONOTONIC;
-    Pair p = {median(k, PAIRS), median(t, PAIRS), median(r, PAIRS), 0};
-    if (!pool) p.cpu_ratio = median(c, PAIRS);
+    Pair p = {bench_median(k, PAIRS), bench_median(t, PAIRS), bench_median(r, PAIRS), 0};
+    if (!pool) p.cpu_ratio = bench_median(c, PAIRS);
     return p;
 }
 

@@ -21,6 +21,7 @@
  * BENCH_TTFT_KV_PREFIX=N sets the cached prefix (default 4096; issue 35 asks for 16384 and 65536),
  * BENCH_TTFT_ROUNDS=N the rounds (default 3; the median, or the middle of an odd count).  Also
  * printed: the bytes the cache stored per cached token (its files on disk after the cold run). */
+#include "bench_stats.h"
 #include "bench_medium.h"
 #include "deepinfer.h"
 #include "engine/step.h"
@@ -89,16 +90,6 @@ static double round_ttft(const char *dir, const int32_t *long_ids, int long_len,
     return ttft;
 }
 
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median3(double *v) {
-    qsort(v, ROUNDS, sizeof *v, by_value);
-    return v[ROUNDS / 2];
-}
-
 /* An integer >= lo from the environment, else the default; exits with status 2 when malformed. */
 static int env_int(const char *name, int fallback, int lo) {
     const char *v = getenv(name);
@@ -157,16 +148,6 @@ static int add_size(const char *path, const struct stat *sb, int flag, struct FT
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static int kv_main(void) {
     char model[1000], kv_dir[] = "/tmp/bench_ttft_kv.XXXXXX";
     kv_prefix_len = env_int("BENCH_TTFT_KV_PREFIX", 4096, 256);
@@ -203,7 +184,7 @@ static int kv_main(void) {
     }
     nftw(kv_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
     free(prefix);
-    double c = median(cold, rounds), m = median(ram, rounds), d = median(disk, rounds), a = median(approx, rounds);
+    double c = bench_median(cold, rounds), m = bench_median(ram, rounds), d = bench_median(disk, rounds), a = bench_median(approx, rounds);
     printf("time to first token of a %d-token prompt whose first %d tokens are cached, medium synthetic checkpoint, "
            "default engine options, KV block cache in a temporary directory (median of %d):\n",
            kv_prefix_len + KV_SUFFIX, kv_prefix_len, rounds);
@@ -236,7 +217,7 @@ int main(void) {
         alone[r] = round_ttft(dir, NULL, 0, chunk, &unused);
         behind[r] = round_ttft(dir, long_ids, long_len, chunk, &rate[r]);
     }
-    double a = median3(alone), b = median3(behind), lr = median3(rate);
+    double a = bench_median(alone, ROUNDS), b = bench_median(behind, ROUNDS), lr = bench_median(rate, ROUNDS);
     printf("short request (%d tokens) time to first token, built-in tiny model, max_batch_tokens 512, "
            "max_prefill_chunk %d, async:\n", SHORT_LEN, chunk);
     printf("  alone:                          %8.1f ms\n", 1e3 * a);
