@@ -7,6 +7,7 @@
  * weighted sum of the keys), and every chain takes its terms in the reference's order.
  * Compiled for AVX2 and FMA by the pragma whatever -march says (no FMA is formed: the build's
  * -ffp-contract=off keeps a multiply and an add apart, as in the scalar loops). */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #else
@@ -155,3 +156,5 @@ void di_attn_heads_avx2(const float *q, int64_t nh, int64_t Dh, const float *con
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
+
+#endif /* __x86_64__ */

@@ -6,7 +6,9 @@
 
 #include "kernels/cpu/attn_simd.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -14,7 +16,8 @@
  * queries); wider ones take the reference loops, which give the same bits. */
 #define DI_ATTN_MAX_DIM 512
 
-/* out[k][l] = rows[l][c0 + k] for k, l < 8.  Only defined where the includer targets AVX2. */
+/* out[k][l] = rows[l][c0 + k] for k, l < 8.  Only defined where the includer targets AVX2 (the NEON
+ * kernels stage their keys with their own transpose, kernels/neon/attn_neon.c). */
 #ifdef __AVX2__
 static inline __attribute__((always_inline)) void di_attn_transpose8(const float *const rows[8], int64_t c0, __m256 out[8]) {
     __m256 r[8], t[8], u[8];
@@ -65,7 +68,8 @@ int64_t di_attn_select_best(DiScored *buf, int64_t m, int64_t k);
 int64_t di_attn_topk_finish(DiScored *buf, int64_t m, int64_t k, int32_t *out);
 
 /* out[i] = expf(x[i]) with the bits of this libm's expf, eight at a time where its algorithm is
- * glibc's (checked once; expf_exact_avx2.c), else through expf.  Only where AVX2 and FMA run.
+ * glibc's (checked once; expf_exact_avx2.c, on aarch64 expf_exact_neon.c), else through expf.
+ * Only where the SIMD kernels run (AVX2 and FMA; NEON).
  * x and out may be the same array. */
 void di_attn_expf_row(const float *x, int64_t n, float *out);
 /* Whether the eight-at-a-time route is taken (this libm passed the check). */

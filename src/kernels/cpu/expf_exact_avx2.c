@@ -11,6 +11,7 @@
  * itself.  Whether this libm gives these bits is checked once against expf on sample points;
  * where it does not, the row takes expf throughout (di_attn_expf_row stays exact either way).
  * tests/unit/test_attn_kernels.c compares the two on a dense sweep. */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #else
@@ -104,3 +105,5 @@ void di_attn_expf_row(const float *x, int64_t n, float *out) {
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
+
+#endif /* __x86_64__ */

@@ -229,7 +229,7 @@ int di_cpu_matmul_simd_into(const DiSimdVariant *v, DiThreadPool *pool, const Di
     if (n_tokens == 0) return 0;
     ScratchPlan plan = scratch_plan(w, n_tokens, qa);
     int64_t need = plan_floats(&plan, pool ? di_pool_threads(pool) : 1);
-    if (!scratch || ((uintptr_t)scratch & 63) != 0 || scratch_floats < need)
+    if ((need > 0 && !scratch) || ((uintptr_t)scratch & 63) != 0 || scratch_floats < need) /* NEON GEMVs need none */
         return di_errorf("matmul: [%lld, %lld] x %lld tokens needs %lld floats of 64-byte aligned scratch, given %lld",
                          (long long)w->rows, (long long)w->cols, (long long)n_tokens, (long long)need,
                          (long long)(scratch ? scratch_floats : 0));

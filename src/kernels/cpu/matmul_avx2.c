@@ -12,6 +12,7 @@
  * Instruction set: AVX2 + FMA + F16C only (the deployment target, Zen 3, has no AVX-512); the target
  * pragma below also keeps gcc from using AVX-512 registers when built with -march=native on a
  * newer machine, so what is measured is what the target runs.  matmul.c checks cpuid first. */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if !defined(__clang__) /* clang (the fuzz build) compiles this file for -march=native as is */
 #pragma GCC target("avx2,fma,f16c,no-avx512f")
 #endif
@@ -259,3 +260,5 @@ void di_simd_gemm_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t
         }
     }
 }
+
+#endif /* __x86_64__ */
