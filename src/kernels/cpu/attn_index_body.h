@@ -1,7 +1,7 @@
 /* attn_index_body.h — the indexer-score kernel, written once for any vector width and compiled
  * by attn_avx2.c (eight floats a vector) and attn_avx512.c (sixteen) under their own target
  * pragmas, and by kernels/neon/attn_neon.c (four); the includer defines DI_ATTN_VW (floats a
- * vector), DI_ATTN_INDEX_FN (the name) and di_attn_stage_keys (attn_lanes.h's for AVX2), and may
+ * vector) and DI_ATTN_INDEX_FN (the name), includes attn_lanes.h (di_attn_stage_keys) first, and may
  * define DI_ATTN_VREG, the asm constraint of a vector register ("v" on x86, "w" on aarch64).
  *
  * Lanes are keys: a block of 2·DI_ATTN_VW keys is transposed once (di_attn_stage_keys), then

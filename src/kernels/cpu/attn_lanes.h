@@ -1,6 +1,7 @@
-/* attn_lanes.h — private pieces the SIMD attention kernels (attn_avx2.c, attn_avx512.c) share:
- * the 8 x 8 transpose that turns eight key rows into eight vectors of one column each, and the
- * exact top-k selection over a candidate buffer (attn_ref.c).  Not part of the kernel API. */
+/* attn_lanes.h — private pieces the SIMD attention kernels (attn_avx2.c, attn_avx512.c and
+ * kernels/neon/attn_neon.c) share: the staging of key rows as columns (an 8 x 8 transpose: AVX2
+ * shuffles, or vec.h's generic one on aarch64), and the exact top-k selection over a candidate
+ * buffer (attn_ref.c).  Not part of the kernel API. */
 #ifndef DI_KERNELS_CPU_ATTN_LANES_H
 #define DI_KERNELS_CPU_ATTN_LANES_H
 
@@ -8,6 +9,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#include "kernels/vec.h"
 #endif
 #include <stdbool.h>
 #include <stdint.h>
@@ -16,8 +19,7 @@
  * queries); wider ones take the reference loops, which give the same bits. */
 #define DI_ATTN_MAX_DIM 512
 
-/* out[k][l] = rows[l][c0 + k] for k, l < 8.  Only defined where the includer targets AVX2 (the NEON
- * kernels stage their keys with their own transpose, kernels/neon/attn_neon.c). */
+/* out[k][l] = rows[l][c0 + k] for k, l < 8.  Only defined where the includer targets AVX2. */
 #ifdef __AVX2__
 static inline __attribute__((always_inline)) void di_attn_transpose8(const float *const rows[8], int64_t c0, __m256 out[8]) {
     __m256 r[8], t[8], u[8];
@@ -38,6 +40,25 @@ static inline __attribute__((always_inline)) void di_attn_transpose8(const float
     }
 }
 
+/* The 8 x 8 block rows[l][c0 .. c0+7] (l < 8) stored transposed at lanes 8g .. 8g+7 of kT's rows
+ * of nkeys floats: kT[(c0 + k) nkeys + 8g + l] = rows[l][c0 + k], kT 32-byte aligned.  AVX2: the
+ * shuffles above; NEON: vec.h's generic form. */
+static inline __attribute__((always_inline)) void di_attn_stage8(const float *const rows[8], int64_t c0, float *kT,
+                                                                 int nkeys, int g) {
+    __m256 col[8];
+    di_attn_transpose8(rows, c0, col);
+    for (int k = 0; k < 8; k++) _mm256_store_ps(kT + (c0 + k) * nkeys + 8 * g, col[k]);
+}
+#elif defined(__aarch64__)
+static inline __attribute__((always_inline)) void di_attn_stage8(const float *const rows[8], int64_t c0, float *kT,
+                                                                 int nkeys, int g) {
+    DiVec8 col[8];
+    di_vec_transpose8(rows, c0, col);
+    for (int k = 0; k < 8; k++) memcpy(kT + (c0 + k) * nkeys + 8 * g, &col[k], sizeof col[k]);
+}
+#endif
+
+#if defined(__AVX2__) || defined(__aarch64__)
 /* Stages keys t0 .. t0+nb-1 (nb <= nkeys, a multiple of 8) of rows `stride` floats apart as
  * kT[c][l] = key l's element c, c < DI; lanes past nb repeat the last key (computed, not stored). */
 static inline __attribute__((always_inline)) void di_attn_stage_keys(const float *keys, int64_t stride, int64_t t0,
@@ -49,11 +70,7 @@ static inline __attribute__((always_inline)) void di_attn_stage_keys(const float
             rows[l] = keys + (t0 + i) * stride;
         }
         int64_t c = 0;
-        for (; c + 8 <= DI; c += 8) {
-            __m256 col[8];
-            di_attn_transpose8(rows, c, col);
-            for (int k = 0; k < 8; k++) _mm256_store_ps(kT + (c + k) * nkeys + 8 * g, col[k]);
-        }
+        for (; c + 8 <= DI; c += 8) di_attn_stage8(rows, c, kT, nkeys, g);
         for (; c < DI; c++)
             for (int l = 0; l < 8; l++) kT[c * nkeys + 8 * g + l] = rows[l][c];
     }

@@ -53,6 +53,12 @@ void di_matrix_fp8_subnormal_map(const DiMatrix *w, uint8_t *map) {
     }
 }
 
+/* The free GEMV on the auto variant (matmul_simd.h), whichever SIMD family this build has. */
+void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch) {
+    DiSimdVariant v = di_simd_auto_variant();
+    di_simd_gemv_rows_tiles(w, a, y, r0, r1, scratch, &v);
+}
+
 int di_cpu_matrix_prepare_ref(DiMatrix *w, void **owned) {
     if (!owned) return di_errorf("di_matrix_prepare: no output given");
     *owned = NULL;

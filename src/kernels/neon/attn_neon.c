@@ -21,27 +21,6 @@
 
 /* ---------------------------------------------------------------- index scores */
 
-/* Stages keys t0 .. t0+nb-1 (nb <= nkeys, a multiple of 8) of rows `stride` floats apart as
- * kT[c][l] = key l's element c, c < DI; lanes past nb repeat the last key (computed, not stored). */
-static inline __attribute__((always_inline)) void di_attn_stage_keys(const float *keys, int64_t stride, int64_t t0,
-                                                                     int64_t nb, int nkeys, int64_t DI, float *kT) {
-    const float *rows[8];
-    for (int g = 0; g < nkeys / 8; g++) {
-        for (int l = 0; l < 8; l++) {
-            int64_t i = 8 * g + l < nb ? 8 * g + l : nb - 1;
-            rows[l] = keys + (t0 + i) * stride;
-        }
-        int64_t c = 0;
-        for (; c + 8 <= DI; c += 8) {
-            DiVec8 col[8];
-            di_vec_transpose8(rows, c, col);
-            for (int k = 0; k < 8; k++) memcpy(kT + (c + k) * nkeys + 8 * g, &col[k], sizeof col[k]);
-        }
-        for (; c < DI; c++)
-            for (int l = 0; l < 8; l++) kT[c * nkeys + 8 * g + l] = rows[l][c];
-    }
-}
-
 #define DI_ATTN_VW 4
 #define DI_ATTN_VREG "w"
 #define DI_ATTN_INDEX_FN di_attn_index_scores_neon
@@ -128,55 +107,30 @@ static void head_softmax(const float *sink, int ng, int64_t nk, float *z, float 
     vst1q_f32(den + 4, d1);
 }
 
-/* o_l[c] = (Σ_j e[j][l] · k_j[c]) / den[l] for lanes l0 .. l0+nl-1 (nl <= 4), 16 columns a pass. */
-static void head_values(const float *e, int l0, int nl, int64_t Dh, const float *const *keys, int64_t nk,
-                        const float den[8], float *o) {
-    int64_t c = 0;
-    for (; c + 16 <= Dh; c += 16) {
-        DiVec8 acc[4][2];
-        for (int u = 0; u < 4; u++) acc[u][0] = acc[u][1] = (DiVec8){0};
-        for (int64_t j = 0; j < nk; j++) {
-            DiVec8 k0 = load8(keys[j] + c), k1 = load8(keys[j] + c + 8);
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) {
-                float ev = e[j * 8 + l0 + u];
-                acc[u][0] = acc[u][0] + ev * k0;
-                acc[u][1] = acc[u][1] + ev * k1;
-            }
-        }
-        DiVec8 out[4][2];
+/* out[u][0..16) = (Σ_j e[j][l0+u] · k_j[c .. c+16)) / den[l0+u] for u < 4 (attn_heads_body.h's
+ * pass). */
+static inline __attribute__((always_inline)) void head_values16(const float *e, int l0, int64_t c, const float *const *keys,
+                                                                int64_t nk, const float den[8], float out[4][16]) {
+    DiVec8 acc[4][2];
+    for (int u = 0; u < 4; u++) acc[u][0] = acc[u][1] = (DiVec8){0};
+    for (int64_t j = 0; j < nk; j++) {
+        DiVec8 k0 = load8(keys[j] + c), k1 = load8(keys[j] + c + 8);
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) {
-            out[u][0] = acc[u][0] / den[l0 + u];
-            out[u][1] = acc[u][1] / den[l0 + u];
+            float ev = e[j * 8 + l0 + u];
+            acc[u][0] = acc[u][0] + ev * k0;
+            acc[u][1] = acc[u][1] + ev * k1;
         }
-        for (int u = 0; u < nl; u++) memcpy(o + u * Dh + c, out[u], sizeof out[u]);
     }
-    for (; c < Dh; c++)
-        for (int u = 0; u < nl; u++) {
-            float acc = 0;
-            for (int64_t j = 0; j < nk; j++) acc += e[j * 8 + l0 + u] * keys[j][c];
-            o[u * Dh + c] = acc / den[l0 + u];
-        }
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; u++) {
+        DiVec8 q0 = acc[u][0] / den[l0 + u], q1 = acc[u][1] / den[l0 + u];
+        memcpy(out[u], &q0, sizeof q0);
+        memcpy(out[u] + 8, &q1, sizeof q1);
+    }
 }
 
-void di_attn_heads_neon(const float *q, int64_t nh, int64_t Dh, const float *const *keys, int64_t nk, const float *sink,
-                        float scale, float *o, float *z) {
-    if (Dh > DI_ATTN_MAX_DIM || nk <= 0) {
-        di_attn_heads_ref(q, nh, Dh, keys, nk, sink, scale, o, z);
-        return;
-    }
-    float qT[DI_ATTN_MAX_DIM * 8] __attribute__((aligned(32)));
-    for (int64_t g0 = 0; g0 < nh; g0 += 8) {
-        int ng = nh - g0 < 8 ? (int)(nh - g0) : 8;
-        for (int64_t c = 0; c < Dh; c++)
-            for (int l = 0; l < 8; l++) qT[c * 8 + l] = l < ng ? q[(g0 + l) * Dh + c] : 0.0f;
-        head_dots(qT, Dh, keys, nk, scale, z);
-        float den[8];
-        head_softmax(sink + g0, ng, nk, z, den);
-        for (int l0 = 0; l0 < ng; l0 += 4)
-            head_values(z, l0, ng - l0 < 4 ? ng - l0 : 4, Dh, keys, nk, den, o + (g0 + l0) * Dh);
-    }
-}
+#define DI_ATTN_HEADS_FN di_attn_heads_neon
+#include "kernels/cpu/attn_heads_body.h"
 
 #endif /* __aarch64__ */

@@ -23,9 +23,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-static uint64_t exp2_table[32]; /* bits of 2^(i/32) less i << 47 */
-static bool exact_ok;
-static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+static uint64_t exp2_table[32]; /* bits of 2^(i/32) less i << 47 (kernels/cpu/expf_exact_body.h fills it) */
 
 #define EXP_MAIN_HI 0x1.62e42ep6f  /* above: overflow */
 #define EXP_MAIN_LO -0x1.9d1d9ep6f /* below: (may) underflow */
@@ -67,36 +65,9 @@ static inline __attribute__((always_inline)) float32x4_t expf4(float32x4_t x) {
     return y;
 }
 
-/* The table, then the check: every 1/64 on [-104, 89], a spread of small magnitudes, and the
- * range ends, against expf. */
-static void init_table(void) {
-    for (int i = 0; i < 32; i++) {
-        double v = exp2((double)i / 32.0);
-        uint64_t b;
-        memcpy(&b, &v, sizeof b);
-        exp2_table[i] = b - ((uint64_t)i << 47);
-    }
-    bool ok = true;
-    for (int i = -104 * 64; i <= 89 * 64 && ok; i += 4) {
-        float x[4], y[4];
-        for (int l = 0; l < 4; l++) x[l] = (float)(i + l) / 64.0f + (l & 1 ? 1e-3f * (float)l : 0.0f);
-        vst1q_f32(y, expf4(vld1q_f32(x)));
-        for (int l = 0; l < 4; l++) ok = ok && memcmp(&y[l], &(float){expf(x[l])}, sizeof(float)) == 0;
-    }
-    exact_ok = ok;
-}
-
-bool di_attn_expf_exact(void) {
-    pthread_once(&table_once, init_table);
-    return exact_ok;
-}
-
-void di_attn_expf_row(const float *x, int64_t n, float *out) {
-    int64_t i = 0;
-    if (di_attn_expf_exact())
-        for (; i + 4 <= n; i += 4) vst1q_f32(out + i, expf4(vld1q_f32(x + i)));
-    for (; i < n; i++) out[i] = expf(x[i]);
-}
+#define EXPF_VW 4
+static inline __attribute__((always_inline)) void expf_vec_mem(const float *x, float *y) { vst1q_f32(y, expf4(vld1q_f32(x))); }
+#include "kernels/cpu/expf_exact_body.h"
 
 void di_simd_expf_row(const float *x, size_t n, float shift, float scale, float *out) {
     const float32x4_t s = vdupq_n_f32(shift), k = vdupq_n_f32(scale);

@@ -22,9 +22,10 @@
 #include <time.h>
 
 #define TILE_ROWS_MAX 4 /* GEMV: rows of one tile (four for one or two tokens, two for more) */
-#define GEMM_ROWS 2     /* GEMM register tile: 2 rows x 4 tokens x 2 halves = 16 accumulators */
-#define GEMM_TOKENS 4
-#define PANEL_ROWS 48   /* rows decoded into one GEMM panel (a multiple of GEMM_ROWS) */
+#define TILE_ROWS 2     /* GEMM register tile: 2 rows x 4 tokens x 2 halves = 16 accumulators */
+#define TILE_TOKENS 4
+#define GROUP 8         /* float32 lanes of one accumulator (two float32x4) */
+#define PANEL_ROWS 48   /* rows decoded into one GEMM panel (a multiple of TILE_ROWS) */
 #define PANEL_K 256     /* input columns per panel chunk: 48 x 256 floats = 48 KiB */
 #define TOKEN_BLOCK 128 /* tokens whose accumulators persist across the chunks of one panel */
 
@@ -272,11 +273,6 @@ void di_simd_gemv_rows_tiles(const DiMatrix *w, const DiSimdActs *a, float *y, i
     }
 }
 
-void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch) {
-    DiSimdVariant v = di_simd_auto_variant();
-    di_simd_gemv_rows_tiles(w, a, y, r0, r1, scratch, &v);
-}
-
 /* ---- GEMM: a decoded panel against a block of tokens, accumulators kept across chunks ------ */
 
 /* The accumulator (8 floats) of panel row i and token j of the block in `accs`: token-major. */
@@ -286,16 +282,16 @@ void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t
  * and reloaded unchanged between chunks, so chunking does not alter the per-lane order. */
 static inline __attribute__((always_inline)) void gemm_tile(const float *panel, const float *x, int64_t xstride,
                                                             int64_t kc, float *accs, int nr, int nt) {
-    float32x4_t acc[GEMM_ROWS][GEMM_TOKENS][2];
+    float32x4_t acc[TILE_ROWS][TILE_TOKENS][2];
     #pragma GCC unroll 4
     for (int i = 0; i < nr; i++)
         #pragma GCC unroll 4
         for (int j = 0; j < nt; j++) {
-            acc[i][j][0] = vld1q_f32(accs + ACC_INDEX(i, j) * 8);
-            acc[i][j][1] = vld1q_f32(accs + ACC_INDEX(i, j) * 8 + 4);
+            acc[i][j][0] = vld1q_f32(accs + ACC_INDEX(i, j) * GROUP);
+            acc[i][j][1] = vld1q_f32(accs + ACC_INDEX(i, j) * GROUP + 4);
         }
     for (int64_t k = 0; k < kc; k += 8) {
-        float32x4_t w0[GEMM_ROWS], w1[GEMM_ROWS];
+        float32x4_t w0[TILE_ROWS], w1[TILE_ROWS];
         #pragma GCC unroll 4
         for (int i = 0; i < nr; i++) {
             w0[i] = vld1q_f32(panel + i * PANEL_K + k);
@@ -315,8 +311,8 @@ static inline __attribute__((always_inline)) void gemm_tile(const float *panel, 
     for (int i = 0; i < nr; i++)
         #pragma GCC unroll 4
         for (int j = 0; j < nt; j++) {
-            vst1q_f32(accs + ACC_INDEX(i, j) * 8, acc[i][j][0]);
-            vst1q_f32(accs + ACC_INDEX(i, j) * 8 + 4, acc[i][j][1]);
+            vst1q_f32(accs + ACC_INDEX(i, j) * GROUP, acc[i][j][0]);
+            vst1q_f32(accs + ACC_INDEX(i, j) * GROUP + 4, acc[i][j][1]);
         }
 }
 
@@ -343,48 +339,10 @@ static inline __attribute__((always_inline)) void decode_panel_fmt(DiMatFormat f
         }
 }
 
-static void decode_panel(const DiMatrix *w, int64_t r0, int nr, int64_t k0, int64_t kc, float *panel) {
-    switch (w->format) {
-    case DI_MAT_F32: decode_panel_fmt(DI_MAT_F32, w, r0, nr, k0, kc, panel); break;
-    case DI_MAT_BF16: decode_panel_fmt(DI_MAT_BF16, w, r0, nr, k0, kc, panel); break;
-    case DI_MAT_FP8_BLOCK: decode_panel_fmt(DI_MAT_FP8_BLOCK, w, r0, nr, k0, kc, panel); break;
-    case DI_MAT_FP4_ROW32: decode_panel_fmt(DI_MAT_FP4_ROW32, w, r0, nr, k0, kc, panel); break;
-    }
-}
+/* The fixed lane sum of one stored accumulator: lanes 0-3, then 4-7. */
+static inline float acc_lane_sum(const float *acc) { return neon_lane_sum(vld1q_f32(acc), vld1q_f32(acc + 4)); }
 
-/* One panel of up to PANEL_ROWS rows against tokens [t0, t0 + nt_block). */
-static void gemm_panel(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int nr_panel, int64_t t0,
-                       int nt_block, float *panel, float *accs) {
-    for (int j = 0; j < nt_block; j++) memset(accs + ACC_INDEX(0, j) * 8, 0, sizeof(float) * (size_t)nr_panel * 8);
-    for (int64_t k0 = 0; k0 < a->k32; k0 += PANEL_K) {
-        int64_t kc = a->k32 - k0 < PANEL_K ? a->k32 - k0 : PANEL_K;
-        decode_panel(w, r0, nr_panel, k0, kc, panel);
-        for (int j = 0; j < nt_block; j += GEMM_TOKENS) {
-            int nt = nt_block - j < GEMM_TOKENS ? nt_block - j : GEMM_TOKENS;
-            const float *x = a->x + (t0 + j) * a->k32 + k0;
-            for (int i = 0; i < nr_panel; i += GEMM_ROWS) {
-                int nr = nr_panel - i < GEMM_ROWS ? nr_panel - i : GEMM_ROWS;
-                gemm_tile_any(panel + i * PANEL_K, x, a->k32, kc, accs + ACC_INDEX(i, j) * 8, nr, nt);
-            }
-        }
-    }
-    for (int j = 0; j < nt_block; j++)
-        for (int i = 0; i < nr_panel; i++) {
-            const float *acc = accs + ACC_INDEX(i, j) * 8;
-            y[(t0 + j) * w->rows + r0 + i] = neon_lane_sum(vld1q_f32(acc), vld1q_f32(acc + 4));
-        }
-}
-
-void di_simd_gemm_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch) {
-    if (w->format == DI_MAT_FP4_ROW32) di_neon_fp4_tables_init();
-    float *panel = scratch, *accs = scratch + (int64_t)PANEL_ROWS * PANEL_K;
-    for (int64_t t0 = 0; t0 < a->n_tokens; t0 += TOKEN_BLOCK) {
-        int nt_block = a->n_tokens - t0 < TOKEN_BLOCK ? (int)(a->n_tokens - t0) : TOKEN_BLOCK;
-        for (int64_t r = r0; r < r1; r += PANEL_ROWS) {
-            int nr_panel = r1 - r < PANEL_ROWS ? (int)(r1 - r) : PANEL_ROWS;
-            gemm_panel(w, a, y, r, nr_panel, t0, nt_block, panel, accs);
-        }
-    }
-}
+#define GEMM_ROWS_PREPARE(w) ((w)->format == DI_MAT_FP4_ROW32 ? di_neon_fp4_tables_init() : (void)0)
+#include "kernels/cpu/gemm_panel_body.h"
 
 #endif /* __aarch64__ */
