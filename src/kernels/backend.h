@@ -10,7 +10,9 @@
  * batch invariance (engine-features.md §4): a row's result never depends on the other rows, the
  * batch size or the thread count.  Each backend of one family gives the bits of its reference
  * where the comment says "bit-identical"; the CPU variants all do except the matmul summation
- * order (matmul.h) and swiglu's exp (within 3 ulp, cpu/expf_simd.h).  Inputs are checked by the
+ * order (matmul.h) and the x86 tables' swiglu/expf_row exp (libmvec, within 3 ulp,
+ * cpu/expf_simd.h; the NEON table's is expf's own bits).  src/kernels/README.md: what a backend
+ * implements, how it registers, how its tests prove it.  Inputs are checked by the
  * caller (the model), so the ops themselves are hot-path loops; ops that can fail return -1
  * with a di_error. */
 #ifndef DI_KERNELS_BACKEND_H
