@@ -24,7 +24,7 @@ extra=${AARCH64_EXTRA:-/opt/deepinfer-arm64}/usr/lib/aarch64-linux-gnu
 SHARED_DIR=${SHARED_DIR:-$(tools/shared-dir.sh)} || exit 2
 export SHARED_DIR # the unit tests read it (qemu passes the environment on)
 GOLDEN="$SHARED_DIR/golden-v41/tiny-a"
-KERNEL_TESTS="test_backend test_matmul test_matmul_qa test_attn_kernels test_expf_row test_numformats test_vec test_rope
+KERNEL_TESTS="test_backend test_matmul test_matmul_avx512 test_matmul_qa test_attn_kernels test_expf_row test_numformats test_vec test_rope
 test_mhc test_moe test_wo_a test_forward test_forward_paged test_tiny_forward"
 
 if [ "$(uname -m)" = aarch64 ]; then
