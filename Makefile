@@ -42,7 +42,10 @@ OPT      ?= -O2 -fvect-cost-model=dynamic
 SAN      ?=
 CFLAGS_ALL = -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter $(OPT) $(ARCH) -g \
              -fPIC -pthread -Iinclude -Isrc $(SAN) $(EXTRA_CFLAGS)
-LDLIBS_ALL = -ljansson -lutf8proc -lxxhash -lisal -lmicrohttpd -lucp -lucs -lcrypto -lmvec -lm -lpthread
+# libmvec (glibc's vector math) only on x86-64: the AVX2 tables' expf (kernels/cpu/expf_avx2.c).
+# glibc 2.36 has no aarch64 libmvec; the NEON tables take expf's own bits (kernels/neon/).
+MVEC_LIBS := $(if $(filter x86_64,$(HOST_ARCH)),-lmvec)
+LDLIBS_ALL = -ljansson -lutf8proc -lxxhash -lisal -lmicrohttpd -lucp -lucs -lcrypto $(MVEC_LIBS) -lm -lpthread
 BENCH_LIBS = -lopenblas
 
 # The engine library is what the server, the Python binding and embedders load.  The cluster
@@ -212,5 +215,45 @@ fuzz-run: fuzz
 
 clean:
 	rm -rf build build-asan build-fuzz build-native
+
+# ---- aarch64: the cross build (make aarch64) and its tests under qemu (make test-aarch64) ---------
+# The whole tree built for aarch64 with Debian's cross compiler into build-aarch64/: HOST_ARCH is
+# read from the compiler, so that build takes the aarch64 settings above and below, and the CPU
+# backend its NEON kernels (src/kernels/neon/; the x86 kernel files compile to nothing there).
+# tests/cli/test_aarch64.sh runs its kernel and forward unit tests and check-golden on tiny-a in
+# every mode under qemu-aarch64; on an x86-64 host `make test` builds it first, so
+# tests/run_tests.sh runs that script with the other CLI tests.  tools/install-deps.sh installs
+# the compiler, qemu and the :arm64 libraries; libisal and Open MPI cannot be installed beside
+# their amd64 packages (not Multi-Arch: same, or their dependencies are not), so it unpacks their
+# arm64 packages into AARCH64_EXTRA, which the build and qemu read.  On an aarch64 host plain
+# `make` is the native NEON build and its unit tests run the NEON table directly.
+AARCH64_CC     ?= aarch64-linux-gnu-gcc
+AARCH64_BUILD  ?= build-aarch64
+AARCH64_ARCH   ?= -march=armv8-a
+AARCH64_EXTRA  ?= /opt/deepinfer-arm64
+AARCH64_LIBDIR := $(AARCH64_EXTRA)/usr/lib/aarch64-linux-gnu
+AARCH64_VARS    = BUILD=$(AARCH64_BUILD) CC=$(AARCH64_CC) ARCH="$(AARCH64_ARCH)" \
+                  EXTRA_CFLAGS="-I$(AARCH64_EXTRA)/usr/include -L$(AARCH64_LIBDIR) -Wl,-rpath-link,$(AARCH64_LIBDIR)" \
+                  MPI_CFLAGS="-I$(AARCH64_LIBDIR)/openmpi/include" MPI_LIBS="-L$(AARCH64_LIBDIR)/openmpi/lib -lmpi"
+
+.PHONY: aarch64 test-aarch64 clean-aarch64
+aarch64:
+	@test -d $(AARCH64_LIBDIR) || { echo "aarch64: $(AARCH64_EXTRA) missing: run tools/install-deps.sh" >&2; exit 1; }
+	$(MAKE) --no-print-directory $(AARCH64_VARS) all
+
+test-aarch64: aarch64
+	SHARED_DIR=$(SHARED_DIR) AARCH64_BUILD=$(AARCH64_BUILD) AARCH64_EXTRA=$(AARCH64_EXTRA) tests/cli/test_aarch64.sh
+
+ifeq ($(HOST_ARCH),x86_64)
+test: aarch64
+else
+# gcc 12's aarch64 vectoriser stops with an internal error (vect_transform_reduction) on the fmax
+# reduction of test_forward_api under the dynamic cost model: that test keeps gcc's default.
+$(BUILD)/tests/test_forward_api: OPT = -O2
+endif
+
+clean: clean-aarch64
+clean-aarch64:
+	rm -rf $(AARCH64_BUILD)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null) $(wildcard $(BUILD)/*_ab.d)

@@ -28,13 +28,17 @@
 #include "model/state.h"
 #include "model/tiny.h"
 
-#include <cpuid.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <immintrin.h>
 #include <time.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#else
+#include <arm_neon.h>
+#endif
 
 enum { PROMPT = 16, WARMUP = 2, DECODE_STEPS = 24, REPS = 3, BATCH_PROMPT = 8, BATCH_STEPS = 4 };
 
@@ -58,6 +62,7 @@ static double cpu_s(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+#if defined(__x86_64__)
 /* The CPU's brand string (cpuid leaves 0x80000002-4) with its family and model (leaf 1), so that
  * every figure names its machine (a virtual machine may shorten the brand to "AMD EPYC"). */
 static void cpu_name(char *out, size_t size) {
@@ -68,6 +73,19 @@ static void cpu_name(char *out, size_t size) {
     unsigned family = ((eax >> 8) & 0xF) + ((eax >> 20) & 0xFF), model = ((eax >> 4) & 0xF) | ((eax >> 12) & 0xF0);
     snprintf(out, size, "%s (family %xh, model %u)", (const char *)r, family, model);
 }
+#else
+/* aarch64: the core's implementer and part numbers (MIDR, as /proc/cpuinfo gives them). */
+static void cpu_name(char *out, size_t size) {
+    char line[256], impl[32] = "?", part[32] = "?";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "CPU implementer : %31s", impl) == 1) continue;
+        if (sscanf(line, "CPU part : %31s", part) == 1) break;
+    }
+    if (f) fclose(f);
+    snprintf(out, size, "aarch64 (implementer %s, part %s)", impl, part);
+}
+#endif
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -133,6 +151,7 @@ typedef struct {
     float sink[64];
 } FmaPeak;
 
+#if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) static void fma_part(void *ctx, int task, int thread) {
     (void)thread;
     FmaPeak *p = ctx;
@@ -146,6 +165,20 @@ __attribute__((target("avx2,fma"))) static void fma_part(void *ctx, int task, in
     _mm256_storeu_ps(out, sum);
     p->sink[task % 64] = out[0];
 }
+#else
+/* aarch64 (the NEON kernels): each 8-lane chain is two float32x4 chains, the same FLOPs. */
+static void fma_part(void *ctx, int task, int thread) {
+    (void)thread;
+    FmaPeak *p = ctx;
+    float32x4_t acc[2 * PEAK_CHAINS], mul = vdupq_n_f32(0.999999f), add = vdupq_n_f32(1e-7f);
+    for (int i = 0; i < 2 * PEAK_CHAINS; i++) acc[i] = vdupq_n_f32(1.0f + (float)(i + task) * 1e-3f);
+    for (int64_t k = 0; k < p->iters; k++)
+        for (int i = 0; i < 2 * PEAK_CHAINS; i++) acc[i] = vfmaq_f32(add, acc[i], mul);
+    float32x4_t sum = acc[0];
+    for (int i = 1; i < 2 * PEAK_CHAINS; i++) sum = vaddq_f32(sum, acc[i]);
+    p->sink[task % 64] = vgetq_lane_f32(sum, 0);
+}
+#endif
 
 /* FLOP/s of the pool's threads together, best of `passes` */
 static double fma_peak(DiThreadPool *pool, int passes) {

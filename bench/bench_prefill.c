@@ -11,7 +11,7 @@
  * machine may be shared).  FLOPs: index scores 2·HI·DI per (row, entry), heads 4·Dh per (head,
  * key) (the dot product and the weighted sum); the top-k has none.  An op's rate is its FLOPs
  * over its CPU time, against one core's peak: CHAINS chains of multiply-adds on one thread,
- * AVX2 and, where cpuid has it, AVX-512, the larger, best of five.
+ * AVX2 and, where cpuid has it, AVX-512, the larger, best of five (NEON on aarch64).
  *
  * Baseline in the same run: the same 4k prefill with the table's attention entries swapped for
  * the scalar reference kernels (the same bits; the matmuls stay the loaded backend's).  The
@@ -26,7 +26,11 @@
 #include "model/state.h"
 #include "model/tiny.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#else
+#include <arm_neon.h>
+#endif
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -55,9 +59,15 @@ static void die(const char *what) {
 
 #define CHAINS 10
 
+#if defined(__x86_64__)
+#define PEAK_TARGET(isa) __attribute__((target(isa)))
+#else
+#define PEAK_TARGET(isa) /* aarch64: Advanced SIMD is the base ISA */
+#endif
+
 /* FLOP/s of CHAINS independent chains of `lanes`-wide multiply-adds on one thread. */
 #define DEFINE_PEAK(name, isa, vec, set1, fmadd, lanes)                                      \
-    __attribute__((target(isa))) static double name(int64_t iters) {                         \
+    PEAK_TARGET(isa) static double name(int64_t iters) {                                     \
         vec acc[CHAINS], a = set1(0.9999f), b = set1(1e-6f);                                    \
         for (int i = 0; i < CHAINS; i++) acc[i] = set1((float)i);                               \
         double t0 = thread_s();                                                                 \
@@ -70,6 +80,7 @@ static void die(const char *what) {
         (void)keep;                                                                             \
         return 2.0 * lanes * CHAINS * (double)iters / dt;                                       \
     }
+#if defined(__x86_64__)
 DEFINE_PEAK(peak_avx2, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, 8)
 DEFINE_PEAK(peak_avx512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, 16)
 
@@ -87,6 +98,20 @@ static double core_peak(void) {
     }
     return best;
 }
+#else
+static inline float32x4_t neon_fmadd(float32x4_t acc, float32x4_t a, float32x4_t b) { return vfmaq_f32(b, acc, a); }
+DEFINE_PEAK(peak_neon, "", float32x4_t, vdupq_n_f32, neon_fmadd, 4)
+
+/* FLOP/s of one core, best of five. */
+static double core_peak(void) {
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double p = peak_neon(20 * 1000 * 1000);
+        if (p > best) best = p;
+    }
+    return best;
+}
+#endif
 
 /* ---------------------------------------------------------------- timed backend table */
 

@@ -10,15 +10,54 @@ PIP_PACKAGES="numpy pytest tokenizers deepseek-recipe safetensors deepseek-token
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-missing=""
-for p in $APT_PACKAGES; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
+# apt-get install of those of the packages given that are not installed yet.
+apt_install_missing() {
+    local missing="" p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+    done
+    [ -n "$missing" ] || return 0
     echo "install-deps: apt-get install$missing"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+}
+# shellcheck disable=SC2086 # the lists are words
+apt_install_missing $APT_PACKAGES
+
+# The aarch64 cross build on an x86-64 host (make aarch64, which make test builds; its tests are
+# tests/cli/test_aarch64.sh): Debian's cross compiler, qemu (above) to run its binaries, and the
+# arm64 builds of the libraries the Makefile links.  libisal and Open MPI (with libpmix and
+# libmunge) cannot be installed beside their amd64 packages (they are not Multi-Arch: same), so
+# their arm64 packages are unpacked into AARCH64_EXTRA instead (the Makefile's AARCH64_EXTRA,
+# where the build and qemu find them); the other runtime libraries Open MPI needs are installed
+# as :arm64 packages.  An aarch64 host builds natively from APT_PACKAGES alone.
+AARCH64_EXTRA=${AARCH64_EXTRA:-/opt/deepinfer-arm64}
+ARM64_APT="gcc-aarch64-linux-gnu libjansson-dev:arm64 libutf8proc-dev:arm64 libxxhash-dev:arm64 \
+libmicrohttpd-dev:arm64 libucx-dev:arm64 libssl-dev:arm64 libcurl4-openssl-dev:arm64 libopenblas-dev:arm64 libpcre2-dev:arm64 \
+libevent-core-2.1-7:arm64 libevent-pthreads-2.1-7:arm64 libfabric1:arm64 libhwloc15:arm64 libhwloc-plugins:arm64 \
+libibverbs1:arm64 libnl-3-200:arm64 libstdc++6:arm64 zlib1g:arm64"
+ARM64_UNPACK="libisal2 libisal-dev libopenmpi3 libopenmpi-dev libpmix2 libmunge2"
+if [ "$(dpkg --print-architecture)" = amd64 ]; then
+    if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+        echo "install-deps: dpkg --add-architecture arm64"
+        $SUDO dpkg --add-architecture arm64
+        $SUDO apt-get update -qq
+    fi
+    # shellcheck disable=SC2086
+    apt_install_missing $ARM64_APT
+    if [ ! -f "$AARCH64_EXTRA/.unpacked" ] || [ "$(cat "$AARCH64_EXTRA/.unpacked")" != "$ARM64_UNPACK" ]; then
+        echo "install-deps: unpack arm64 $ARM64_UNPACK into $AARCH64_EXTRA"
+        debs=$(mktemp -d)
+        chmod 1777 "$debs" # apt-get download fetches as the _apt user
+        (cd "$debs" && for p in $ARM64_UNPACK; do apt-get download -q "$p:arm64" >/dev/null; done)
+        $SUDO rm -rf "$AARCH64_EXTRA"
+        $SUDO mkdir -p "$AARCH64_EXTRA"
+        for d in "$debs"/*.deb; do $SUDO dpkg-deb -x "$d" "$AARCH64_EXTRA"; done
+        echo "$ARM64_UNPACK" | $SUDO tee "$AARCH64_EXTRA/.unpacked" >/dev/null
+        rm -rf "$debs"
+    fi
 fi
+
 PY=${PYTHON:-python3}
 need_pip=""
 for p in $PIP_PACKAGES; do

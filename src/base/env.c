@@ -74,7 +74,7 @@ static int check_seed(const char *name, const char *v) {
 }
 
 /* The values of the choice variables, in the order of their enums in env.h. */
-static const char *const kernels_names[] = {"auto", "ref", "simd", "avx2", "avx512", NULL};
+static const char *const kernels_names[] = {"auto", "ref", "simd", "avx2", "avx512", "neon", NULL};
 static const char *const fp8_gemv_names[] = {"auto", "f32", "fp16", "mapped", NULL};
 
 /* The index of v in the NULL-terminated names, -1 when it is none of them. */
@@ -86,7 +86,7 @@ static int choice_index(const char *const *names, const char *v) {
 
 static int check_kernels(const char *name, const char *v) {
     if (choice_index(kernels_names, v) >= 0) return 0;
-    return di_errorf("%s='%s': expected auto, ref, simd, avx2 or avx512", name, v);
+    return di_errorf("%s='%s': expected auto, ref, simd, avx2, avx512 or neon", name, v);
 }
 
 static int check_fp8_gemv(const char *name, const char *v) {
@@ -245,13 +245,13 @@ int di_env_kernels(DiEnvKernels *out) {
     if (!out) return di_errorf("di_env_kernels: no output");
     const char *v = value_of("DEEPINFER_KERNELS");
     int i = v ? choice_index(kernels_names, v) : DI_ENV_KERNELS_AUTO;
-    if (i < 0) return di_errorf("DEEPINFER_KERNELS=%s: expected auto, ref, simd, avx2 or avx512", v);
+    if (i < 0) return di_errorf("DEEPINFER_KERNELS=%s: expected auto, ref, simd, avx2, avx512 or neon", v);
     *out = (DiEnvKernels)i;
     return 0;
 }
 
 const char *di_env_kernels_name(DiEnvKernels k) {
-    return k >= DI_ENV_KERNELS_AUTO && k <= DI_ENV_KERNELS_AVX512 ? kernels_names[k] : "?";
+    return k >= DI_ENV_KERNELS_AUTO && k <= DI_ENV_KERNELS_NEON ? kernels_names[k] : "?";
 }
 
 int di_env_fp8_gemv(DiEnvFp8Gemv *out) {

@@ -39,8 +39,16 @@ int di_env_draft_varlen(int *out);
 /* DEEPINFER_LOG_LEVEL into *out (left alone when unset); -1 with an error for an unknown level. */
 int di_env_log_level(DiLogLevel *out);
 
-/* DEEPINFER_KERNELS (unset: auto); -1 with an error naming the variable for any other value. */
-typedef enum { DI_ENV_KERNELS_AUTO, DI_ENV_KERNELS_REF, DI_ENV_KERNELS_SIMD, DI_ENV_KERNELS_AVX2, DI_ENV_KERNELS_AVX512 } DiEnvKernels;
+/* DEEPINFER_KERNELS (unset: auto); -1 with an error naming the variable for any other value.
+ * avx2 and avx512 name x86-64 tables, neon the aarch64 one (kernels/backend.h). */
+typedef enum {
+    DI_ENV_KERNELS_AUTO,
+    DI_ENV_KERNELS_REF,
+    DI_ENV_KERNELS_SIMD,
+    DI_ENV_KERNELS_AVX2,
+    DI_ENV_KERNELS_AVX512,
+    DI_ENV_KERNELS_NEON
+} DiEnvKernels;
 int di_env_kernels(DiEnvKernels *out);
 /* The value's spelling ("simd", "avx2", ...), for messages. */
 const char *di_env_kernels_name(DiEnvKernels k);

@@ -3,14 +3,16 @@
  *
  * Why a table: the model wiring (src/model/) must reach the hardware through one narrow seam so
  * that a new backend (a CUDA one, say) is a new directory filling this struct, and so that the
- * kernel variant (scalar reference, AVX2, AVX-512) is decided once from cpuid and the parsed
+ * kernel variant (scalar reference, AVX2, AVX-512, NEON) is decided once from the CPU and the parsed
  * DEEPINFER_KERNELS knob, never per call.  The CPU backend is kernels/cpu/backend_cpu.c.
  *
  * Contract of every op: the math of model-v41.md (the section named at each op), float32, and
  * batch invariance (engine-features.md §4): a row's result never depends on the other rows, the
  * batch size or the thread count.  Each backend of one family gives the bits of its reference
  * where the comment says "bit-identical"; the CPU variants all do except the matmul summation
- * order (matmul.h) and swiglu's exp (within 3 ulp, cpu/expf_simd.h).  Inputs are checked by the
+ * order (matmul.h) and the x86 tables' swiglu/expf_row exp (libmvec, within 3 ulp,
+ * cpu/expf_simd.h; the NEON table's is expf's own bits).  src/kernels/README.md: what a backend
+ * implements, how it registers, how its tests prove it.  Inputs are checked by the
  * caller (the model), so the ops themselves are hot-path loops; ops that can fail return -1
  * with a di_error. */
 #ifndef DI_KERNELS_BACKEND_H
@@ -54,7 +56,7 @@ typedef struct {
 } DiMatTraits;
 
 struct DiKernelBackend {
-    const char *name; /* "reference", "avx2-fma", "avx512" */
+    const char *name; /* "reference", "avx2-fma", "avx512", "neon" */
     const void *impl; /* the backend's own parameters (kernels/cpu: the tile choice) */
     DiMatTraits mat[DI_MAT_N_FORMATS];
     /* Readies a weight for this table's matmuls (as di_matrix_prepare, matmul.h, does for the
@@ -123,13 +125,20 @@ struct DiKernelBackend {
     void (*swiglu)(const float *g, const float *u, int64_t n, float lim, float weight, float *out);
 };
 
-/* The CPU backends (kernels/cpu/backend_cpu.c).  di_backend_cpu_select: the table the knobs
- * (parsed once by the caller, di_env_kernel_knobs) name on this CPU.  knobs.kernels: auto: the
- * AVX-512 tiles where cpuid has them and they pay, else AVX2+FMA, else the reference; simd: as
- * auto but never the reference; avx2: without the tiles; avx512: the tiles demanded.
- * knobs.fp8_gemv: the SIMD tables' FP8 GEMV widening (auto: the probe's, made once per process).
- * An error naming the knob where the CPU lacks what it demands. */
+/* The CPU backends (kernels/cpu/backend_cpu.c; on aarch64 its NEON kernels are kernels/neon/).
+ * di_backend_cpu_select: the table the knobs (parsed once by the caller, di_env_kernel_knobs)
+ * name on this CPU.  knobs.kernels on x86-64: auto: the AVX-512 tiles where cpuid has them and
+ * they pay, else AVX2+FMA, else the reference; simd: as auto but never the reference; avx2:
+ * without the tiles; avx512: the tiles demanded.  On aarch64: auto, simd and neon: the NEON
+ * table.  knobs.fp8_gemv: the SIMD tables' FP8 GEMV widening (auto: the probe's on x86-64, made
+ * once per process; FP16 on NEON).  An error naming the knob where the CPU or the build's
+ * architecture lacks what it demands. */
 int di_backend_cpu_select(DiEnvKernelKnobs knobs, const DiKernelBackend **out);
+/* Every CPU table this machine runs, into out[0 .. n) (max >= DI_BACKEND_CPU_TABLES_MAX), the
+ * reference first, each SIMD one on the FP8 route auto takes: the registry the per-op unit tests
+ * run every backend from.  Returns n, or -1 with an error for too small an out. */
+#define DI_BACKEND_CPU_TABLES_MAX 3
+int di_backend_cpu_tables(const DiKernelBackend **out, int max);
 /* di_backend_cpu_select of the knobs the environment holds now (di_env_kernel_knobs), for the
  * loaders that choose once (a model, an engine without a model's table, the CLI's bench). */
 int di_backend_cpu_from_env(const DiKernelBackend **out);

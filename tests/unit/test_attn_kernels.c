@@ -1,7 +1,7 @@
 /* test_attn_kernels.c — the attention kernels (kernels/cpu/attn_simd.h), through the backend
  * tables that hold them (kernels/backend.h).  The reference is held
  * to the spec's definitions (a plain loop, a brute-force sort), and every SIMD route this CPU
- * runs (AVX2, AVX-512) to the reference, bit for bit: each kernel keeps the reference's order
+ * runs (AVX2, AVX-512 on x86-64; NEON on aarch64) to the reference, bit for bit: each kernel keeps the reference's order
  * in every sum, so the claim is equality, not a tolerance.  Random data plus the edge sizes of
  * each kernel's blocking (tails of keys, heads, dimensions). */
 #include "test.h"
@@ -26,11 +26,9 @@ static const DiKernelBackend *select_table(DiEnvKernels want) {
     return be;
 }
 
-static int tables(const DiKernelBackend *out[3]) {
-    int n = 0;
-    out[n++] = di_backend_cpu_ref();
-    if (di_simd_available()) out[n++] = select_table(DI_ENV_KERNELS_AVX2);
-    if (di_simd_avx512_available()) out[n++] = select_table(DI_ENV_KERNELS_AVX512);
+static int tables(const DiKernelBackend *out[DI_BACKEND_CPU_TABLES_MAX]) {
+    int n = di_backend_cpu_tables(out, DI_BACKEND_CPU_TABLES_MAX);
+    CHECK(n >= 1 && out[0] == di_backend_cpu_ref());
     return n;
 }
 
@@ -58,7 +56,7 @@ TEST(index_scores_equal_the_definition_on_every_route_bit_for_bit) {
     enum { MAXN = 100, MAXD = 128, MAXH = 8, MAXQ = 8, STRIDE_PAD = 3, SSTRIDE = MAXN + 5 };
     static float q[MAXQ * MAXH * MAXD], wh[MAXQ * MAXH], keys[MAXN * (MAXD + STRIDE_PAD)];
     static float got[MAXQ * SSTRIDE], want[MAXQ * SSTRIDE];
-    const DiKernelBackend *tab[3];
+    const DiKernelBackend *tab[DI_BACKEND_CPU_TABLES_MAX];
     int nt = tables(tab);
     for (size_t a = 0; a < sizeof his / sizeof *his; a++)
         for (size_t b = 0; b < sizeof dis / sizeof *dis; b++)
@@ -122,7 +120,7 @@ TEST(topk_selects_the_k_best_by_score_then_id_on_every_route) {
     static float score[MAXN];
     static int32_t ids[MAXN], want[MAXN], got[MAXN];
     static DiScored buf[MAXN + 8];
-    const DiKernelBackend *tab[3];
+    const DiKernelBackend *tab[DI_BACKEND_CPU_TABLES_MAX];
     int nt = tables(tab);
     for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
         for (size_t b = 0; b < sizeof ks / sizeof *ks; b++)
@@ -148,7 +146,7 @@ TEST(topk_breaks_ties_by_the_lower_id) {
     float score[6] = {2.0f, 5.0f, 2.0f, -INFINITY, 2.0f, 5.0f};
     int32_t out[6];
     DiScored buf[16];
-    const DiKernelBackend *tab[3];
+    const DiKernelBackend *tab[DI_BACKEND_CPU_TABLES_MAX];
     int nt = tables(tab);
     for (int i = 0; i < nt; i++) {
         CHECK_EQ_INT(tab[i]->topk(score, NULL, 6, 3, buf, out), 3); /* 5 (1), 5 (5), then 2 at the lowest id 0 */
@@ -165,7 +163,7 @@ TEST(heads_equal_the_reference_bit_for_bit_on_every_route) {
     static float q[MAXH * MAXD], sink[MAXH], keyrows[MAXK * MAXD], want[MAXH * MAXD], got[MAXH * MAXD];
     static float z[MAXK * DI_BACKEND_HEAD_GROUP];
     const float *keys[MAXK];
-    const DiKernelBackend *tab[3];
+    const DiKernelBackend *tab[DI_BACKEND_CPU_TABLES_MAX];
     int nt = tables(tab);
     for (size_t a = 0; a < sizeof nhs / sizeof *nhs; a++)
         for (size_t b = 0; b < sizeof dhs / sizeof *dhs; b++)
@@ -187,7 +185,7 @@ TEST(heads_equal_the_reference_bit_for_bit_on_every_route) {
 TEST(heads_follow_the_sink_softmax_by_hand) {
     float k[8] = {1, 0, 0, 0, 0, 0, 0, 2}, q[8] = {2, 0, 0, 0, 0, 0, 0, 0}, sink = 0, o[8], z[DI_BACKEND_HEAD_GROUP];
     const float *keys[1] = {k};
-    const DiKernelBackend *tab[3];
+    const DiKernelBackend *tab[DI_BACKEND_CPU_TABLES_MAX];
     int nt = tables(tab);
     float w = expf(1.0f) / (1.0f + expf(1.0f));
     for (int i = 0; i < nt; i++) {
@@ -235,6 +233,7 @@ TEST(the_backend_tables_hold_each_routes_kernels) {
     const DiKernelBackend *be = select_table(DI_ENV_KERNELS_REF);
     CHECK(be->index_scores == di_attn_index_scores_ref && be->topk == di_attn_topk_ref);
     CHECK(be->attn_heads == di_attn_heads_ref && be->best_k == di_attn_best_k_sorted);
+#if defined(__x86_64__)
     if (di_simd_available()) {
         be = select_table(DI_ENV_KERNELS_AVX2);
         CHECK(be->index_scores == di_attn_index_scores_avx2 && be->topk == di_attn_topk_avx2);
@@ -245,6 +244,11 @@ TEST(the_backend_tables_hold_each_routes_kernels) {
         CHECK(be->index_scores == di_attn_index_scores_avx512 && be->topk == di_attn_topk_avx2);
         CHECK(be->attn_heads == di_attn_heads_avx2 && be->best_k == di_attn_best_k_sorted);
     }
+#else
+    be = select_table(DI_ENV_KERNELS_NEON);
+    CHECK(be->index_scores == di_attn_index_scores_neon && be->topk == di_attn_topk_neon);
+    CHECK(be->attn_heads == di_attn_heads_neon && be->best_k == di_attn_best_k_sorted);
+#endif
 }
 
 int main(void) {

@@ -1,4 +1,4 @@
-/* test_backend.c — the CPU backend tables (kernels/backend.h): which table cpuid and the
+/* test_backend.c — the CPU backend tables (kernels/backend.h; on aarch64 the NEON one): which table cpuid and the
  * DEEPINFER_KERNELS value select (the AVX-512 tiles by default only where they pay; an error
  * where the CPU lacks what the value demands), that every table fills every op, that the SIMD
  * tables give the reference table's bits where the contract says so (attention heads, FP8
@@ -22,16 +22,31 @@ static float rnd(void) { /* uniform in [-1, 1) */
     return (float)((double)(rng >> 40) / (double)(1ULL << 24) * 2.0 - 1.0);
 }
 
-/* The tables this CPU can run: the reference, then whichever SIMD ones cpuid allows. */
-static int tables(const DiKernelBackend *out[3]) {
-    int n = 0;
-    out[n++] = di_backend_cpu_ref();
-    const DiKernelBackend *be;
-    if (di_simd_available() && di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX2}, &be) == 0) out[n++] = be;
-    if (di_simd_avx512_available() && di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX512}, &be) == 0) out[n++] = be;
+/* The tables this CPU can run (the registry): the reference, then whichever SIMD ones the CPU allows. */
+static int tables(const DiKernelBackend *out[DI_BACKEND_CPU_TABLES_MAX]) {
+    int n = di_backend_cpu_tables(out, DI_BACKEND_CPU_TABLES_MAX);
+    CHECK(n >= 1 && out[0] == di_backend_cpu_ref());
     return n;
 }
 
+/* The registry lists what the knobs select: ref first, then the SIMD tables on auto's route. */
+TEST(registry_lists_every_table_this_cpu_runs) {
+    const DiKernelBackend *t[DI_BACKEND_CPU_TABLES_MAX], *be = NULL;
+    int n = tables(t);
+#if defined(__x86_64__)
+    CHECK_EQ_INT(n, 1 + di_simd_available() + di_simd_avx512_available());
+    if (n > 1) CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX2}, &be) == 0 && be == t[1]);
+    if (n > 2) CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX512}, &be) == 0 && be == t[2]);
+#else
+    CHECK_EQ_INT(n, 2);
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_NEON}, &be) == 0 && be == t[1]);
+    CHECK_STR(t[1]->name, "neon");
+#endif
+    CHECK(di_backend_cpu_tables(t, DI_BACKEND_CPU_TABLES_MAX - 1) == -1);
+    CHECK(di_backend_cpu_tables(NULL, DI_BACKEND_CPU_TABLES_MAX) == -1);
+}
+
+#if defined(__x86_64__)
 TEST(selection_follows_cpuid_and_the_knob) {
     const DiKernelBackend *be = NULL;
     bool simd = di_simd_available(), avx512 = di_simd_avx512_available(), pays = avx512 && di_simd_avx512_pays();
@@ -47,13 +62,36 @@ TEST(selection_follows_cpuid_and_the_knob) {
     CHECK_EQ_INT(rc, avx512 ? 0 : -1);
     if (rc != 0) CHECK(strstr(di_error_message(), "DEEPINFER_KERNELS=avx512") != NULL);
     else CHECK_STR(be->name, "avx512");
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_NEON}, &be) == -1);
+    CHECK(strstr(di_error_message(), "DEEPINFER_KERNELS=neon") != NULL);
     CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AUTO}, NULL) == -1);
     CHECK(di_backend_cpu_select((DiEnvKernelKnobs){(DiEnvKernels)99, DI_ENV_FP8_GEMV_AUTO}, &be) == -1);
     CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AUTO, (DiEnvFp8Gemv)99}, &be) == -1);
 }
+#else
+/* aarch64: auto, simd and neon take the NEON table; the x86-64 names are errors naming the knob. */
+TEST(selection_follows_cpuid_and_the_knob) {
+    const DiKernelBackend *be = NULL;
+    CHECK(di_simd_available() && !di_simd_avx512_available());
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_REF}, &be) == 0 && be == di_backend_cpu_ref());
+    static const DiEnvKernels neon[] = {DI_ENV_KERNELS_AUTO, DI_ENV_KERNELS_SIMD, DI_ENV_KERNELS_NEON};
+    for (int i = 0; i < 3; i++) {
+        CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = neon[i]}, &be) == 0);
+        CHECK_STR(be->name, "neon");
+    }
+    static const DiEnvKernels x86[] = {DI_ENV_KERNELS_AVX2, DI_ENV_KERNELS_AVX512};
+    for (int i = 0; i < 2; i++) {
+        CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = x86[i]}, &be) == -1);
+        CHECK(strstr(di_error_message(), "DEEPINFER_KERNELS=avx") != NULL && strstr(di_error_message(), "aarch64") != NULL);
+    }
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AUTO}, NULL) == -1);
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){(DiEnvKernels)99, DI_ENV_FP8_GEMV_AUTO}, &be) == -1);
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AUTO, (DiEnvFp8Gemv)99}, &be) == -1);
+}
+#endif
 
 TEST(every_table_fills_every_op) {
-    const DiKernelBackend *t[3];
+    const DiKernelBackend *t[DI_BACKEND_CPU_TABLES_MAX];
     int n = tables(t);
     for (int i = 0; i < n; i++) {
         const DiKernelBackend *be = t[i];
@@ -86,7 +124,7 @@ TEST(attention_heads_by_hand) {
 /* Attention over 1..40 keys of a width with and without a tail past the 8-lane blocks, three
  * heads with their own sinks. */
 TEST(simd_attention_gives_the_reference_bits) {
-    const DiKernelBackend *t[3];
+    const DiKernelBackend *t[DI_BACKEND_CPU_TABLES_MAX];
     int n = tables(t);
     enum { NK = 40, NH = 3 };
     const int64_t dims[] = {64, 13};
@@ -113,7 +151,7 @@ TEST(simd_attention_gives_the_reference_bits) {
 }
 
 TEST(simd_fp8_round_trip_gives_the_reference_bits) {
-    const DiKernelBackend *t[3];
+    const DiKernelBackend *t[DI_BACKEND_CPU_TABLES_MAX];
     int n = tables(t);
     enum { N = 256 };
     float x[N], want[N], got[N];
@@ -133,7 +171,7 @@ TEST(simd_fp8_round_trip_gives_the_reference_bits) {
 
 /* SwiGLU: the reference is di_silu's one division exactly; the SIMD exp is within 3 ulp. */
 TEST(swiglu_is_clamped_silu_times_up) {
-    const DiKernelBackend *t[3];
+    const DiKernelBackend *t[DI_BACKEND_CPU_TABLES_MAX];
     int n = tables(t);
     enum { N = 300 };
     float g[N], u[N], want[N], got[N];
@@ -150,6 +188,9 @@ TEST(swiglu_is_clamped_silu_times_up) {
         for (int k = 0; k < N; k++)
             CHECK_MSG(fabsf(got[k] - want[k]) <= 8 * 0x1p-23f * fabsf(want[k]) + 1e-30f, "%s: swiglu(%g, %g) = %g vs %g", t[i]->name,
                       (double)g[k], (double)u[k], (double)got[k], (double)want[k]);
+#if defined(__aarch64__) /* NEON's exp is expf's own bits (no aarch64 libmvec): the reference's SwiGLU exactly */
+        CHECK_MSG(memcmp(got, want, sizeof got) == 0, "%s: swiglu differs from the reference", t[i]->name);
+#endif
     }
 }
 
@@ -265,7 +306,7 @@ TEST(matrix_prepare_follows_the_table) {
     const DiMatrix m = {.format = DI_MAT_FP8_BLOCK, .rows = 32, .cols = 64, .data = data, .scale = scale};
     uint8_t want[8];
     di_matrix_fp8_subnormal_map(&m, want);
-    const DiKernelBackend *t[3];
+    const DiKernelBackend *t[DI_BACKEND_CPU_TABLES_MAX];
     int n = tables(t);
     for (int i = 0; i < n; i++) {
         DiMatrix w = m;
@@ -289,16 +330,21 @@ TEST(fp8_route_is_fixed_when_the_table_is_chosen) {
     static const DiEnvFp8Gemv knobs[] = {DI_ENV_FP8_GEMV_F32, DI_ENV_FP8_GEMV_FP16, DI_ENV_FP8_GEMV_MAPPED};
     const DiKernelBackend *be = NULL;
     for (int i = 0; i < 3; i++) {
-        CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX2, knobs[i]}, &be) == 0);
-        CHECK_STR(be->name, "avx2-fma");
+        CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_SIMD, knobs[i]}, &be) == 0);
+        CHECK(strcmp(be->name, "reference") != 0);
         CHECK_STR(di_backend_cpu_fp8_gemv_route(be, NULL), names[i]);
     }
     double slowdown = 0;
-    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX2}, &be) == 0);
+    CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_SIMD}, &be) == 0);
     const char *route = di_backend_cpu_fp8_gemv_route(be, &slowdown);
+#if defined(__x86_64__)
     CHECK(route && (strcmp(route, "f32") == 0 || strcmp(route, "mapped") == 0)); /* the probe's two choices */
-    CHECK_MSG(slowdown > 0 && isfinite(slowdown), "probe ratio %g", slowdown);
     CHECK_STR(route, di_simd_fp8_gemv_auto_route(NULL) == DI_FP8_GEMV_MAPPED ? "mapped" : "f32");
+#else
+    CHECK_STR(route, "fp16"); /* NEON's auto: the FP16 widening whatever the probe says */
+    CHECK(di_simd_fp8_gemv_auto_route(NULL) == DI_FP8_GEMV_FP16);
+#endif
+    CHECK_MSG(slowdown > 0 && isfinite(slowdown), "probe ratio %g", slowdown);
     DiKernelBackend copy = *be; /* a copy of a CPU table (bench_prefill's wrappers) keeps its route */
     CHECK_STR(di_backend_cpu_fp8_gemv_route(&copy, NULL), route);
     CHECK_STR(di_backend_cpu_fp8_gemv_route(di_backend_cpu_ref(), NULL), "reference");
@@ -327,6 +373,7 @@ TEST(kernel_knobs_come_from_the_environment) {
 }
 
 int main(void) {
+    RUN_TEST(registry_lists_every_table_this_cpu_runs);
     RUN_TEST(selection_follows_cpuid_and_the_knob);
     RUN_TEST(every_table_fills_every_op);
     RUN_TEST(matrix_prepare_follows_the_table);

@@ -4,6 +4,9 @@
  *    scale bytes including the ones that need the two-step scale path;
  *  - on random matrices of awkward shapes it agrees with di_matmul_ref within the float32
  *    summation bound 2 * K * 2^-24 * sum|w*x| (the two differ only in summation order);
+ *  - every SIMD table (AVX2, AVX-512 on x86-64; NEON on aarch64) on every FP8 route gives the
+ *    bits of the lane order matmul_simd.h defines, written out in scalar code: one definition
+ *    both architectures are held to;
  *  - batch invariance: a token's outputs are bit-identical (memcmp) whether it is computed alone,
  *    at any position of batches of many sizes (GEMV and GEMM paths), with 1 or 2 threads;
  *  - bad input is an error with a message, never a crash. */
@@ -399,7 +402,7 @@ TEST(fp8_gemv_routes_of_the_tables_agree) {
     static const DiEnvFp8Gemv knobs[] = {DI_ENV_FP8_GEMV_AUTO, DI_ENV_FP8_GEMV_F32, DI_ENV_FP8_GEMV_FP16, DI_ENV_FP8_GEMV_MAPPED};
     for (int i = 0; i < 4; i++) {
         const DiKernelBackend *be = NULL;
-        CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_AVX2, knobs[i]}, &be) == 0);
+        CHECK(di_backend_cpu_select((DiEnvKernelKnobs){.kernels = DI_ENV_KERNELS_SIMD, knobs[i]}, &be) == 0);
         DiMatrix w = t.m;
         void *owned = NULL;
         CHECK(be->matrix_prepare(be, &w, &owned) == 0);
@@ -409,6 +412,68 @@ TEST(fp8_gemv_routes_of_the_tables_agree) {
     }
     free(x);
     free_matrix(&t);
+}
+
+/* The reduction order of cpu/matmul_simd.h written out as scalar code: lane j of output (t, r)
+ * accumulates W[r][c] x[t][c] for c = 8g + j ascending with fmaf, the columns past cols up to
+ * the next multiple of 32 being zero (as the kernels pad them); then ((l0+l4)+(l2+l6)) +
+ * ((l1+l5)+(l3+l7)).  Every SIMD table must give exactly these bits: the x86-64 kernels (AVX2,
+ * AVX-512) and the aarch64 ones (NEON) are held to this one definition, so they agree with each
+ * other bit for bit although no test can run both in one process. */
+static float lane_order_dot(const float *w_row, const float *x, int64_t cols) {
+    float l[8] = {0};
+    for (int64_t c = 0; c < (cols + 31) / 32 * 32; c++) l[c % 8] = fmaf(c < cols ? w_row[c] : 0.0f, c < cols ? x[c] : 0.0f, l[c % 8]);
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+/* Table be against the definition on w for n tokens (GEMV below the GEMM switch, GEMM above). */
+static void check_lane_order(const DiKernelBackend *be, DiThreadPool *pool, const TestMatrix *t, int64_t n) {
+    DiMatrix w = t->m;
+    void *owned = NULL;
+    CHECK(be->matrix_prepare(be, &w, &owned) == 0); /* the mapped route's subnormal map */
+    float *x = rnd_acts(n * w.cols), *y = malloc(sizeof(float) * (size_t)(n * w.rows)), *row = malloc(sizeof(float) * (size_t)w.cols);
+    CHECK(di_matmul(be, pool, &w, x, n, y) == 0);
+    int bad = 0;
+    for (int64_t r = 0; r < w.rows && bad < 3; r++) {
+        CHECK(di_matrix_row(&w, r, row) == 0);
+        for (int64_t tk = 0; tk < n; tk++) {
+            float want = lane_order_dot(row, x + tk * w.cols, w.cols), got = y[tk * w.rows + r];
+            if (memcmp(&want, &got, sizeof want) == 0) continue;
+            bad++;
+            CHECK_MSG(0, "%s route %s %s [%lld x %lld] n=%lld r=%lld t=%lld: %a, the lane order gives %a", be->name,
+                      di_backend_cpu_fp8_gemv_route(be, NULL), format_name(w.format), (long long)w.rows, (long long)w.cols,
+                      (long long)n, (long long)r, (long long)tk, got, want);
+        }
+    }
+    free(x), free(y), free(row), free(owned);
+}
+
+TEST(every_simd_table_gives_the_lane_order_bits) {
+    const DiKernelBackend *tab[DI_BACKEND_CPU_TABLES_MAX + 3];
+    int nt = di_backend_cpu_tables(tab, DI_BACKEND_CPU_TABLES_MAX);
+    static const DiEnvFp8Gemv routes[] = {DI_ENV_FP8_GEMV_F32, DI_ENV_FP8_GEMV_FP16, DI_ENV_FP8_GEMV_MAPPED};
+    for (int i = 0; i < 3 && nt > 1; i++)
+        CHECK(di_backend_cpu_select((DiEnvKernelKnobs){DI_ENV_KERNELS_SIMD, routes[i]}, &tab[nt++]) == 0);
+    CHECK_MSG(nt > 1, "no SIMD table on this CPU: nothing is held to the lane order");
+    static const struct {
+        DiMatFormat f;
+        int64_t rows, cols;
+        uint8_t lo, hi;
+    } shapes[] = {
+        {DI_MAT_F32, 37, 70, 0, 0},          {DI_MAT_BF16, 33, 100, 0, 0},
+        {DI_MAT_FP8_BLOCK, 70, 96, 110, 140}, {DI_MAT_FP8_BLOCK, 40, 75, 0, 200}, /* subnormal products, a partial block */
+        {DI_MAT_FP4_ROW32, 45, 128, 110, 140}, {DI_MAT_FP4_ROW32, 9, 64, 0, 200},
+    };
+    static const int64_t ns[] = {1, 2, 3, 5, 20};
+    DiThreadPool *pool = di_pool_create(2);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        TestMatrix t = make_matrix(shapes[s].f, shapes[s].rows, shapes[s].cols, shapes[s].lo, shapes[s].hi);
+        if (shapes[s].f == DI_MAT_FP8_BLOCK) ((uint8_t *)t.data)[3] = 0x05, ((uint8_t *)t.data)[t.m.cols + 40] = 0x81; /* subnormal codes */
+        for (int i = 1; i < nt; i++)
+            for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) check_lane_order(tab[i], k == 2 ? pool : NULL, &t, ns[k]);
+        free_matrix(&t);
+    }
+    di_pool_destroy(pool);
 }
 
 TEST(rows_are_bit_identical_across_batches_and_threads) {
@@ -451,10 +516,14 @@ TEST(backend_choice_follows_env) {
     CHECK(di_matmul(be, NULL, &t.m, x, 1, y) == 0);
     CHECK(di_matmul_ref(&t.m, x, 1, yr) == 0);
     CHECK(memcmp(y, yr, sizeof y) == 0); /* the reference itself, bit for bit */
-    /* the build machine has AVX2+FMA (and on some CPUs AVX-512: test_matmul_avx512) */
+    /* the build machine has AVX2+FMA (and on some CPUs AVX-512: test_matmul_avx512); aarch64 NEON */
     char *env = test_env_unset("DEEPINFER_KERNELS"); /* the default, auto */
     CHECK(di_backend_cpu_from_env(&be) == 0);
+#if defined(__x86_64__)
     CHECK_STR(be->name, di_simd_avx512_available() && di_simd_avx512_pays() ? "avx512" : "avx2-fma");
+#else
+    CHECK_STR(be->name, "neon");
+#endif
     test_env_restore("DEEPINFER_KERNELS", env);
     free(x);
     free_matrix(&t);
@@ -470,6 +539,7 @@ int main(void) {
     RUN_TEST(fp8_gemv_routes_agree);
     RUN_TEST(fp8_subnormal_map_marks_the_blocks_with_subnormal_codes);
     RUN_TEST(fp8_gemv_routes_of_the_tables_agree);
+    RUN_TEST(every_simd_table_gives_the_lane_order_bits);
     RUN_TEST(rows_are_bit_identical_across_batches_and_threads);
     RUN_TEST(bad_input_is_an_error);
     RUN_TEST(backend_choice_follows_env);

@@ -7,6 +7,7 @@
  * weighted sum of the keys), and every chain takes its terms in the reference's order.
  * Compiled for AVX2 and FMA by the pragma whatever -march says (no FMA is formed: the build's
  * -ffp-contract=off keeps a multiply and an add apart, as in the scalar loops). */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #else
@@ -96,62 +97,37 @@ static void head_softmax(const float *sink, int ng, int64_t nk, float *z, float 
     _mm256_storeu_ps(den, dv);
 }
 
-/* o_l[c] = (Σ_j e[j][l] · k_j[c]) / den[l] for lanes l0 .. l0+nl-1 (nl <= 4), 16 columns a pass
- * (four lanes computed, so the accumulators stay in registers; e and den hold all eight). */
-static void head_values(const float *e, int l0, int nl, int64_t Dh, const float *const *keys, int64_t nk,
-                        const float den[8], float *o) {
-    int64_t c = 0;
-    for (; c + 16 <= Dh; c += 16) {
-        __m256 acc[4][2];
-        for (int u = 0; u < 4; u++) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
-        for (int64_t j = 0; j < nk; j++) {
-            __m256 k0 = _mm256_loadu_ps(keys[j] + c), k1 = _mm256_loadu_ps(keys[j] + c + 8);
-            /* loaded once into registers: left to itself the compiler folds the loads into each
-             * multiply, and the loads, not the arithmetic, then bound the loop */
-            __asm__("" : "+v"(k0), "+v"(k1));
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) {
-                __m256 ev = _mm256_broadcast_ss(e + j * 8 + l0 + u);
-                acc[u][0] = _mm256_add_ps(acc[u][0], _mm256_mul_ps(ev, k0));
-                acc[u][1] = _mm256_add_ps(acc[u][1], _mm256_mul_ps(ev, k1));
-            }
-        }
-        __m256 out[4][2]; /* constant indices: the accumulators stay in registers */
+/* out[u][0..16) = (Σ_j e[j][l0+u] · k_j[c .. c+16)) / den[l0+u] for u < 4 (attn_heads_body.h's
+ * pass; e and den hold all eight lanes). */
+static inline __attribute__((always_inline)) void head_values16(const float *e, int l0, int64_t c, const float *const *keys,
+                                                                int64_t nk, const float den[8], float out[4][16]) {
+    __m256 acc[4][2];
+    for (int u = 0; u < 4; u++) acc[u][0] = acc[u][1] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nk; j++) {
+        __m256 k0 = _mm256_loadu_ps(keys[j] + c), k1 = _mm256_loadu_ps(keys[j] + c + 8);
+        /* loaded once into registers: left to itself the compiler folds the loads into each
+         * multiply, and the loads, not the arithmetic, then bound the loop */
+        __asm__("" : "+v"(k0), "+v"(k1));
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) {
-            __m256 dv = _mm256_set1_ps(den[l0 + u]);
-            out[u][0] = _mm256_div_ps(acc[u][0], dv);
-            out[u][1] = _mm256_div_ps(acc[u][1], dv);
+            __m256 ev = _mm256_broadcast_ss(e + j * 8 + l0 + u);
+            acc[u][0] = _mm256_add_ps(acc[u][0], _mm256_mul_ps(ev, k0));
+            acc[u][1] = _mm256_add_ps(acc[u][1], _mm256_mul_ps(ev, k1));
         }
-        for (int u = 0; u < nl; u++) memcpy(o + u * Dh + c, out[u], sizeof out[u]);
     }
-    for (; c < Dh; c++)
-        for (int u = 0; u < nl; u++) {
-            float acc = 0;
-            for (int64_t j = 0; j < nk; j++) acc += e[j * 8 + l0 + u] * keys[j][c];
-            o[u * Dh + c] = acc / den[l0 + u];
-        }
+#pragma GCC unroll 4 /* constant indices: the accumulators stay in registers */
+    for (int u = 0; u < 4; u++) {
+        __m256 dv = _mm256_set1_ps(den[l0 + u]);
+        _mm256_store_ps(out[u], _mm256_div_ps(acc[u][0], dv));
+        _mm256_store_ps(out[u] + 8, _mm256_div_ps(acc[u][1], dv));
+    }
 }
 
-void di_attn_heads_avx2(const float *q, int64_t nh, int64_t Dh, const float *const *keys, int64_t nk, const float *sink,
-                       float scale, float *o, float *z) {
-    if (Dh > DI_ATTN_MAX_DIM || nk <= 0) {
-        di_attn_heads_ref(q, nh, Dh, keys, nk, sink, scale, o, z);
-        return;
-    }
-    float qT[DI_ATTN_MAX_DIM * 8] __attribute__((aligned(32)));
-    for (int64_t g0 = 0; g0 < nh; g0 += 8) {
-        int ng = nh - g0 < 8 ? (int)(nh - g0) : 8;
-        for (int64_t c = 0; c < Dh; c++)
-            for (int l = 0; l < 8; l++) qT[c * 8 + l] = l < ng ? q[(g0 + l) * Dh + c] : 0.0f;
-        head_dots(qT, Dh, keys, nk, scale, z);
-        float den[8];
-        head_softmax(sink + g0, ng, nk, z, den);
-        for (int l0 = 0; l0 < ng; l0 += 4)
-            head_values(z, l0, ng - l0 < 4 ? ng - l0 : 4, Dh, keys, nk, den, o + (g0 + l0) * Dh);
-    }
-}
+#define DI_ATTN_HEADS_FN di_attn_heads_avx2
+#include "kernels/cpu/attn_heads_body.h"
 
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
+
+#endif /* __x86_64__ */

@@ -5,6 +5,7 @@
  * instructions of the AVX2 kernel for the same work.  The top-k scan and the heads use the AVX2
  * kernels.  Compiled for AVX-512 by the pragma whatever -march says, and chosen only where
  * cpuid reports it (backend_cpu.c). */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl"))), apply_to = function)
 #else
@@ -24,3 +25,5 @@
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
+
+#endif /* __x86_64__ */

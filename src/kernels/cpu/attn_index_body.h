@@ -1,6 +1,8 @@
 /* attn_index_body.h — the indexer-score kernel, written once for any vector width and compiled
  * by attn_avx2.c (eight floats a vector) and attn_avx512.c (sixteen) under their own target
- * pragmas; the includer defines DI_ATTN_VW (floats a vector) and DI_ATTN_INDEX_FN (the name).
+ * pragmas, and by kernels/neon/attn_neon.c (four); the includer defines DI_ATTN_VW (floats a
+ * vector) and DI_ATTN_INDEX_FN (the name), includes attn_lanes.h (di_attn_stage_keys) first, and may
+ * define DI_ATTN_VREG, the asm constraint of a vector register ("v" on x86, "w" on aarch64).
  *
  * Lanes are keys: a block of 2·DI_ATTN_VW keys is transposed once (di_attn_stage_keys), then
  * each head's dot product runs down the columns, one separate multiply and add per term in
@@ -10,6 +12,10 @@
 
 typedef float IdxVec __attribute__((vector_size(DI_ATTN_VW * 4)));
 typedef int32_t IdxMask __attribute__((vector_size(DI_ATTN_VW * 4)));
+
+#ifndef DI_ATTN_VREG
+#define DI_ATTN_VREG "v"
+#endif
 
 #define IDX_KEYS (2 * DI_ATTN_VW)
 #define IDX_HEADS 4
@@ -34,7 +40,7 @@ static inline __attribute__((always_inline)) void idx_score_heads(const float *q
         IdxVec k0 = idx_load(kT + c * IDX_KEYS), k1 = idx_load(kT + c * IDX_KEYS + DI_ATTN_VW);
         /* loaded once into registers: left to itself the compiler folds the load into each of
          * the eight multiplies, and the loads, not the arithmetic, then bound the loop */
-        __asm__("" : "+v"(k0), "+v"(k1));
+        __asm__("" : "+" DI_ATTN_VREG(k0), "+" DI_ATTN_VREG(k1));
 #pragma GCC unroll 4 /* the accumulators stay in registers */
         for (int u = 0; u < nh; u++) {
             float qc = q[(h0 + u) * DI + c];
@@ -74,3 +80,4 @@ void DI_ATTN_INDEX_FN(const float *q, const float *wh, int64_t nq, int64_t HI, i
 
 #undef IDX_KEYS
 #undef IDX_HEADS
+#undef DI_ATTN_VREG

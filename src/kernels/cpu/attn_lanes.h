@@ -1,12 +1,17 @@
-/* attn_lanes.h — private pieces the SIMD attention kernels (attn_avx2.c, attn_avx512.c) share:
- * the 8 x 8 transpose that turns eight key rows into eight vectors of one column each, and the
- * exact top-k selection over a candidate buffer (attn_ref.c).  Not part of the kernel API. */
+/* attn_lanes.h — private pieces the SIMD attention kernels (attn_avx2.c, attn_avx512.c and
+ * kernels/neon/attn_neon.c) share: the staging of key rows as columns (an 8 x 8 transpose: AVX2
+ * shuffles, or vec.h's generic one on aarch64), and the exact top-k selection over a candidate
+ * buffer (attn_ref.c).  Not part of the kernel API. */
 #ifndef DI_KERNELS_CPU_ATTN_LANES_H
 #define DI_KERNELS_CPU_ATTN_LANES_H
 
 #include "kernels/cpu/attn_simd.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#include "kernels/vec.h"
+#endif
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -35,6 +40,25 @@ static inline __attribute__((always_inline)) void di_attn_transpose8(const float
     }
 }
 
+/* The 8 x 8 block rows[l][c0 .. c0+7] (l < 8) stored transposed at lanes 8g .. 8g+7 of kT's rows
+ * of nkeys floats: kT[(c0 + k) nkeys + 8g + l] = rows[l][c0 + k], kT 32-byte aligned.  AVX2: the
+ * shuffles above; NEON: vec.h's generic form. */
+static inline __attribute__((always_inline)) void di_attn_stage8(const float *const rows[8], int64_t c0, float *kT,
+                                                                 int nkeys, int g) {
+    __m256 col[8];
+    di_attn_transpose8(rows, c0, col);
+    for (int k = 0; k < 8; k++) _mm256_store_ps(kT + (c0 + k) * nkeys + 8 * g, col[k]);
+}
+#elif defined(__aarch64__)
+static inline __attribute__((always_inline)) void di_attn_stage8(const float *const rows[8], int64_t c0, float *kT,
+                                                                 int nkeys, int g) {
+    DiVec8 col[8];
+    di_vec_transpose8(rows, c0, col);
+    for (int k = 0; k < 8; k++) memcpy(kT + (c0 + k) * nkeys + 8 * g, &col[k], sizeof col[k]);
+}
+#endif
+
+#if defined(__AVX2__) || defined(__aarch64__)
 /* Stages keys t0 .. t0+nb-1 (nb <= nkeys, a multiple of 8) of rows `stride` floats apart as
  * kT[c][l] = key l's element c, c < DI; lanes past nb repeat the last key (computed, not stored). */
 static inline __attribute__((always_inline)) void di_attn_stage_keys(const float *keys, int64_t stride, int64_t t0,
@@ -46,11 +70,7 @@ static inline __attribute__((always_inline)) void di_attn_stage_keys(const float
             rows[l] = keys + (t0 + i) * stride;
         }
         int64_t c = 0;
-        for (; c + 8 <= DI; c += 8) {
-            __m256 col[8];
-            di_attn_transpose8(rows, c, col);
-            for (int k = 0; k < 8; k++) _mm256_store_ps(kT + (c + k) * nkeys + 8 * g, col[k]);
-        }
+        for (; c + 8 <= DI; c += 8) di_attn_stage8(rows, c, kT, nkeys, g);
         for (; c < DI; c++)
             for (int l = 0; l < 8; l++) kT[c * nkeys + 8 * g + l] = rows[l][c];
     }
@@ -65,7 +85,8 @@ int64_t di_attn_select_best(DiScored *buf, int64_t m, int64_t k);
 int64_t di_attn_topk_finish(DiScored *buf, int64_t m, int64_t k, int32_t *out);
 
 /* out[i] = expf(x[i]) with the bits of this libm's expf, eight at a time where its algorithm is
- * glibc's (checked once; expf_exact_avx2.c), else through expf.  Only where AVX2 and FMA run.
+ * glibc's (checked once; expf_exact_avx2.c, on aarch64 expf_exact_neon.c), else through expf.
+ * Only where the SIMD kernels run (AVX2 and FMA; NEON).
  * x and out may be the same array. */
 void di_attn_expf_row(const float *x, int64_t n, float *out);
 /* Whether the eight-at-a-time route is taken (this libm passed the check). */

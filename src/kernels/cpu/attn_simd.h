@@ -2,9 +2,10 @@
  * §5.6.6): lightning-indexer scores, top-k selection and the sparse attention of a row's heads
  * over its window and selected compressed rows.
  *
- * Three implementations: the scalar reference (attn_ref.c, the spec's math as written), AVX2
- * (attn_avx2.c) and AVX-512 (attn_avx512.c), chosen once with the backend table (cpuid and
- * DEEPINFER_KERNELS, backend_cpu.c).  Every route
+ * Four implementations: the scalar reference (attn_ref.c, the spec's math as written), AVX2
+ * (attn_avx2.c) and AVX-512 (attn_avx512.c) on x86-64, NEON (kernels/neon/attn_neon.c) on
+ * aarch64, chosen once with the backend table (the CPU and DEEPINFER_KERNELS, backend_cpu.c).
+ * Every route
  * gives the reference's bits: each dot product, head sum and softmax sum keeps the reference's
  * order (one separate multiply and add per term, as the build's -ffp-contract=off gives the
  * scalar loops); the vector lanes hold different entries, keys or heads, never parts of one sum
@@ -39,5 +40,11 @@ void di_attn_heads_avx2(const float *q, int64_t nh, int64_t Dh, const float *con
                         float scale, float *o, float *z);
 void di_attn_index_scores_avx512(const float *q, const float *wh, int64_t nq, int64_t HI, int64_t DI, const float *keys,
                                  int64_t stride, int64_t n, float *score, int64_t sstride);
+/* The NEON kernels (kernels/neon/attn_neon.c, aarch64 builds only). */
+void di_attn_index_scores_neon(const float *q, const float *wh, int64_t nq, int64_t HI, int64_t DI, const float *keys,
+                               int64_t stride, int64_t n, float *score, int64_t sstride);
+int64_t di_attn_topk_neon(const float *score, const int32_t *ids, int64_t n, int64_t k, DiScored *buf, int32_t *out);
+void di_attn_heads_neon(const float *q, int64_t nh, int64_t Dh, const float *const *keys, int64_t nk, const float *sink,
+                        float scale, float *o, float *z);
 
 #endif

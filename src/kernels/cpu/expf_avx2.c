@@ -3,6 +3,7 @@
  * _ZGVdN8v_expf is the x86-64 vector-ABI name of glibc's 8-lane AVX2 expf (the name GCC emits for
  * a vectorised expf call; libmvec exports it).  Calling it by name keeps -ffast-math, which GCC
  * needs before it vectorises expf itself, out of the build. */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if !defined(__clang__) /* clang (the fuzz build) compiles this file for -march=native as is */
 #pragma GCC target("avx2,fma,no-avx512f")
 #endif
@@ -26,3 +27,5 @@ void di_simd_expf_row(const float *x, size_t n, float shift, float scale, float 
         memcpy(out + i, tail, (n - i) * sizeof *out);
     }
 }
+
+#endif /* __x86_64__ */

@@ -11,6 +11,7 @@
  * itself.  Whether this libm gives these bits is checked once against expf on sample points;
  * where it does not, the row takes expf throughout (di_attn_expf_row stays exact either way).
  * tests/unit/test_attn_kernels.c compares the two on a dense sweep. */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #else
@@ -25,9 +26,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-static int64_t exp2_table[32]; /* bits of 2^(i/32) less i << 47 */
-static bool exact_ok;
-static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+static int64_t exp2_table[32]; /* bits of 2^(i/32) less i << 47 (expf_exact_body.h fills it) */
 
 /* Main-path range of glibc's expf: outside it, expf's own special cases. */
 #define EXP_MAIN_HI 0x1.62e42ep6f   /* above: overflow */
@@ -70,37 +69,14 @@ static inline __attribute__((always_inline)) __m256 expf8(__m256 x) {
     return y;
 }
 
-/* The table, then the check: every 1/64 on [-104, 89], a spread of small magnitudes, and the
- * range ends, against expf. */
-static void init_table(void) {
-    for (int i = 0; i < 32; i++) {
-        double v = exp2((double)i / 32.0);
-        int64_t b;
-        memcpy(&b, &v, sizeof b);
-        exp2_table[i] = b - ((int64_t)i << 47);
-    }
-    bool ok = true;
-    for (int i = -104 * 64; i <= 89 * 64 && ok; i += 8) {
-        float x[8], y[8];
-        for (int l = 0; l < 8; l++) x[l] = (float)(i + l) / 64.0f + (l & 1 ? 1e-3f * (float)l : 0.0f);
-        _mm256_storeu_ps(y, expf8(_mm256_loadu_ps(x)));
-        for (int l = 0; l < 8; l++) ok = ok && memcmp(&y[l], &(float){expf(x[l])}, sizeof(float)) == 0;
-    }
-    exact_ok = ok;
+#define EXPF_VW 8
+static inline __attribute__((always_inline)) void expf_vec_mem(const float *x, float *y) {
+    _mm256_storeu_ps(y, expf8(_mm256_loadu_ps(x)));
 }
-
-bool di_attn_expf_exact(void) {
-    pthread_once(&table_once, init_table);
-    return exact_ok;
-}
-
-void di_attn_expf_row(const float *x, int64_t n, float *out) {
-    int64_t i = 0;
-    if (di_attn_expf_exact())
-        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, expf8(_mm256_loadu_ps(x + i)));
-    for (; i < n; i++) out[i] = expf(x[i]);
-}
+#include "kernels/cpu/expf_exact_body.h"
 
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
+
+#endif /* __x86_64__ */

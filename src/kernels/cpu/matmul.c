@@ -53,6 +53,12 @@ void di_matrix_fp8_subnormal_map(const DiMatrix *w, uint8_t *map) {
     }
 }
 
+/* The free GEMV on the auto variant (matmul_simd.h), whichever SIMD family this build has. */
+void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch) {
+    DiSimdVariant v = di_simd_auto_variant();
+    di_simd_gemv_rows_tiles(w, a, y, r0, r1, scratch, &v);
+}
+
 int di_cpu_matrix_prepare_ref(DiMatrix *w, void **owned) {
     if (!owned) return di_errorf("di_matrix_prepare: no output given");
     *owned = NULL;
@@ -229,7 +235,7 @@ int di_cpu_matmul_simd_into(const DiSimdVariant *v, DiThreadPool *pool, const Di
     if (n_tokens == 0) return 0;
     ScratchPlan plan = scratch_plan(w, n_tokens, qa);
     int64_t need = plan_floats(&plan, pool ? di_pool_threads(pool) : 1);
-    if (!scratch || ((uintptr_t)scratch & 63) != 0 || scratch_floats < need)
+    if ((need > 0 && !scratch) || ((uintptr_t)scratch & 63) != 0 || scratch_floats < need) /* NEON GEMVs need none */
         return di_errorf("matmul: [%lld, %lld] x %lld tokens needs %lld floats of 64-byte aligned scratch, given %lld",
                          (long long)w->rows, (long long)w->cols, (long long)n_tokens, (long long)need,
                          (long long)(scratch ? scratch_floats : 0));

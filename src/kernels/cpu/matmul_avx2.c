@@ -1,6 +1,7 @@
 /* matmul_avx2.c — the AVX2+FMA kernels behind di_matmul: the CPU check, the GEMV dispatch by
  * weight format (F32 and BF16 here, FP8 in matmul_fp8_avx2.c, FP4 in matmul_fp4_avx2.c) and the
- * panel-decoding GEMM, which gives the GEMVs' bits.  Shared decoders: matmul_avx2.h.
+ * panel-decoding GEMM, which gives the GEMVs' bits.  Shared decoders: matmul_avx2.h; the GEMM's
+ * panel and token loops: gemm_panel_body.h (shared with the NEON kernels).
  *
  * Why two kernels: at n = 1 every weight is used once, so decoding into registers right before
  * its multiply-add is all there is to do and the kernel is bound by decode and memory.  At larger
@@ -12,6 +13,7 @@
  * Instruction set: AVX2 + FMA + F16C only (the deployment target, Zen 3, has no AVX-512); the target
  * pragma below also keeps gcc from using AVX-512 registers when built with -march=native on a
  * newer machine, so what is measured is what the target runs.  matmul.c checks cpuid first. */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if !defined(__clang__) /* clang (the fuzz build) compiles this file for -march=native as is */
 #pragma GCC target("avx2,fma,f16c,no-avx512f")
 #endif
@@ -147,11 +149,6 @@ DiSimdVariant di_simd_auto_variant(void) {
     return (DiSimdVariant){di_simd_use_avx512(), di_simd_fp8_gemv_auto_route(NULL)};
 }
 
-void di_simd_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch) {
-    DiSimdVariant v = di_simd_auto_variant();
-    di_simd_gemv_rows_tiles(w, a, y, r0, r1, scratch, &v);
-}
-
 /* ---- GEMM: a decoded panel against a block of tokens, accumulators kept across chunks ------ */
 
 /* Where the accumulator of panel row i and token j of the block lives in `accs` (in ymm units):
@@ -216,46 +213,9 @@ static inline __attribute__((always_inline)) void decode_panel_fmt(DiMatFormat f
         }
 }
 
-static void decode_panel(const DiMatrix *w, int64_t r0, int nr, int64_t k0, int64_t kc, float *panel) {
-    switch (w->format) {
-    case DI_MAT_F32: decode_panel_fmt(DI_MAT_F32, w, r0, nr, k0, kc, panel); break;
-    case DI_MAT_BF16: decode_panel_fmt(DI_MAT_BF16, w, r0, nr, k0, kc, panel); break;
-    case DI_MAT_FP8_BLOCK: decode_panel_fmt(DI_MAT_FP8_BLOCK, w, r0, nr, k0, kc, panel); break;
-    case DI_MAT_FP4_ROW32: decode_panel_fmt(DI_MAT_FP4_ROW32, w, r0, nr, k0, kc, panel); break;
-    }
-}
+/* The fixed lane sum of one stored accumulator (32-byte aligned). */
+static inline float acc_lane_sum(const float *acc) { return lane_sum(_mm256_load_ps(acc)); }
 
-/* One panel of up to PANEL_ROWS rows against tokens [t0, t0 + nt_block). */
-static void gemm_panel(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int nr_panel, int64_t t0,
-                       int nt_block, float *panel, float *accs) {
-    for (int j = 0; j < nt_block; j++) /* only the accumulators this block uses */
-        memset(accs + ACC_INDEX(0, j) * GROUP, 0, sizeof(float) * (size_t)nr_panel * GROUP);
-    for (int64_t k0 = 0; k0 < a->k32; k0 += PANEL_K) {
-        int64_t kc = a->k32 - k0 < PANEL_K ? a->k32 - k0 : PANEL_K;
-        decode_panel(w, r0, nr_panel, k0, kc, panel);
-        for (int j = 0; j < nt_block; j += TILE_TOKENS) {
-            int nt = nt_block - j < TILE_TOKENS ? nt_block - j : TILE_TOKENS;
-            const float *x = a->x + (t0 + j) * a->k32 + k0;
-            for (int i = 0; i < nr_panel; i += TILE_ROWS) {
-                int nr = nr_panel - i < TILE_ROWS ? nr_panel - i : TILE_ROWS;
-                gemm_tile_any(panel + i * PANEL_K, x, a->k32, kc, accs + ACC_INDEX(i, j) * GROUP, nr, nt);
-            }
-        }
-    }
-    for (int j = 0; j < nt_block; j++)
-        for (int i = 0; i < nr_panel; i++) {
-            __m256 v = _mm256_load_ps(accs + ACC_INDEX(i, j) * GROUP);
-            y[(t0 + j) * w->rows + r0 + i] = lane_sum(v);
-        }
-}
+#include "kernels/cpu/gemm_panel_body.h"
 
-void di_simd_gemm_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int64_t r0, int64_t r1, float *scratch) {
-    float *panel = scratch, *accs = scratch + (int64_t)PANEL_ROWS * PANEL_K;
-    for (int64_t t0 = 0; t0 < a->n_tokens; t0 += TOKEN_BLOCK) {
-        int nt_block = a->n_tokens - t0 < TOKEN_BLOCK ? (int)(a->n_tokens - t0) : TOKEN_BLOCK;
-        for (int64_t r = r0; r < r1; r += PANEL_ROWS) {
-            int nr_panel = r1 - r < PANEL_ROWS ? (int)(r1 - r) : PANEL_ROWS;
-            gemm_panel(w, a, y, r, nr_panel, t0, nt_block, panel, accs);
-        }
-    }
-}
+#endif /* __x86_64__ */

@@ -7,6 +7,7 @@
  * four rows a tile for one and two tokens, two for three and four, so the accumulators and the
  * decoder's temporaries fit the 16 ymm registers.  Every (row, token) accumulator sees the
  * panel GEMM's sequence of multiply-adds, so the bits never depend on the token count. */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if !defined(__clang__) /* clang (the fuzz build) compiles this file for -march=native as is */
 #pragma GCC target("avx2,fma,f16c,no-avx512f")
 #endif
@@ -149,3 +150,5 @@ void di_simd_fp4_gemv_rows(const DiMatrix *w, const DiSimdActs *a, float *y, int
     else
         gemv_fp4_rows_to(w, a, y, r0, r1, xp, false, avx512);
 }
+
+#endif /* __x86_64__ */

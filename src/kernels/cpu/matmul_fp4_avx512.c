@@ -12,6 +12,7 @@
  * AVX2) and the four multiply-adds serve two rows at once; figures in bench/kernels_cpu.md.
  * Compiled for AVX-512 by the pragma below whatever -march says, and called only where cpuid
  * reports AVX-512 (di_simd_isa), so a binary built here still runs on an AVX2-only CPU. */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if defined(__clang__) /* the fuzz build: every function here, the header's included, for AVX-512 */
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl"))), apply_to = function)
 #else
@@ -105,3 +106,5 @@ void di_simd_fp4_gemv_one_avx512(const DiMatrix *w, const float *xp, float *yt, 
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
+
+#endif /* __x86_64__ */

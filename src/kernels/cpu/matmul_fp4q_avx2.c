@@ -41,6 +41,7 @@
  * on the float path, each block decoded once into floats as in
  * matmul_avx2.c but in block order.  The activations are prepared once per call
  * (di_simd_fp4q_prepare) and read by every task. */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if !defined(__clang__) /* clang (the fuzz build) compiles this file for -march=native as is */
 #pragma GCC target("avx2,fma,f16c,no-avx512f")
 #endif
@@ -644,3 +645,5 @@ void di_simd_fp4q_rows_tiles(const DiMatrix *w, const DiSimdActs *a, const float
     else
         fp4q_rows_to(w, a, prepared, y, r0, r1, scratch, false, avx512);
 }
+
+#endif /* __x86_64__ */

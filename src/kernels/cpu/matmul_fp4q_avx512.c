@@ -14,6 +14,7 @@
  * Why it pays: the lookups, shifts and multiply-adds serve two rows per instruction, and the
  * image is loaded once per block for the four row pairs.  Compiled for AVX-512 by the pragma
  * whatever -march says; called only where the AVX-512 tiles were chosen. */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl"))), apply_to = function)
 #else
@@ -128,3 +129,5 @@ void di_simd_fp4q_int_tile1_avx512(const DiMatrix *w, const TokenGroup *g, int64
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
+
+#endif /* __x86_64__ */

@@ -10,6 +10,7 @@
  * two-uop vcvtph2ps.  "mapped" widens only the few blocks that hold a subnormal code through FP16
  * (a per-matrix map): ~1.2x FP16 on the Intel Xeon measured, and what the probe picks there.
  * Figures: bench/kernels_cpu.md. */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if !defined(__clang__) /* clang (the fuzz build) compiles this file for -march=native as is */
 #pragma GCC target("avx2,fma,f16c,no-avx512f")
 #endif
@@ -471,3 +472,5 @@ void di_simd_fp8_gemv_rows_on(DiFp8GemvRoute route, const DiMatrix *w, const DiS
                               int64_t r1, float *xs) {
     di_simd_fp8_gemv_rows_tiles(route, false, w, a, y, r0, r1, xs);
 }
+
+#endif /* __x86_64__ */

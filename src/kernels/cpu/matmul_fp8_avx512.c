@@ -13,6 +13,7 @@
  * of bench/issue20-targets.md measured 1.04-1.21x for one token and 1.15-1.36x for groups.  Compiled for AVX-512 by the
  * pragma below whatever -march says, and run only by the avx512 tables, which exist only where
  * cpuid reports AVX-512. */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if defined(__clang__) /* the fuzz build: every function here, the header's included, for AVX-512 */
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl"))), apply_to = function)
 #else
@@ -184,3 +185,5 @@ void di_simd_fp8_group_avx512(DiFp8GemvRoute route, const DiMatrix *w, int nt, c
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
+
+#endif /* __x86_64__ */

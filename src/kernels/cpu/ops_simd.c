@@ -1,9 +1,10 @@
 /* ops_simd.c — the CPU backend's faster variants of the non-matmul ops (ops_cpu.h), for the
- * AVX2 and AVX-512 tables of backend_cpu.c.
+ * SIMD tables of backend_cpu.c (AVX2 and AVX-512 on x86-64, NEON on aarch64).
  *
- * Every op here gives the reference's bits (ops_ref.c) except swiglu, whose exp is glibc's
- * vector expf (within 3 ulp, expf_simd.h); the FP8 round trip is roundtrip_avx2.c.  The
- * attention kernels are attn_avx2.c and attn_avx512.c (attn_simd.h). */
+ * Every op here gives the reference's bits (ops_ref.c) except, on x86-64, swiglu, whose exp is
+ * glibc's vector expf (within 3 ulp, expf_simd.h; NEON's di_simd_expf_row has expf's own bits,
+ * kernels/neon/expf_exact_neon.c); the FP8 round trip is roundtrip_avx2.c (roundtrip_neon.c).
+ * The attention kernels are attn_avx2.c and attn_avx512.c (kernels/neon/attn_neon.c). */
 #include "kernels/cpu/ops_cpu.h"
 
 #include "kernels/cpu/expf_simd.h"

@@ -13,6 +13,7 @@
  *   x = (a with v's sign) * s      exact: a has at most 4 significant bits
  * NaN in gives the reference's NaN out (code 0x7F decodes to NAN, NAN * s is NAN); the block
  * maximum ignores NaN, as the reference's does. */
+#if defined(__x86_64__) /* x86-64 only; an aarch64 build takes kernels/neon/ instead */
 #if !defined(__clang__) /* clang (the fuzz build) compiles this file for -march=native as is */
 #pragma GCC target("avx2,fma,f16c,no-avx512f")
 #endif
@@ -64,3 +65,5 @@ void di_simd_roundtrip_fp8_block32(float *x, size_t n) {
         }
     }
 }
+
+#endif /* __x86_64__ */
