@@ -123,3 +123,84 @@ done:
     for (int i = 0; i < 4; i++) free(st[i].got);
     return rc;
 }
+
+int golden_run_prompt(const GoldenSet *g, VisionModel *vm, int64_t image_token_id, GoldenResult *res) {
+    if (!g || !vm || !res) return di_errorf("golden: invalid arguments");
+    memset(res, 0, sizeof *res);
+    snprintf(res->name, sizeof res->name, "prompt.span");
+    snprintf(res->mode, sizeof res->mode, "float32");
+    GoldenArray ph, ids, types, rows;
+    int64_t T = g->seq_len, D = vm->d.text_dim;
+    int64_t *order = NULL;
+    size_t n_order = 0;
+    int32_t *got_ids = NULL, *got_types = NULL;
+    float *got_rows = NULL, *emb = NULL;
+    int rc = -1;
+    if (golden_array(g, "prompt.placeholder_ids", "i32", 1, NULL, &ph) || golden_array(g, "prompt.input_ids", "i32", 1, (int64_t[]){T}, &ids) ||
+        golden_array(g, "prompt.token_types", "i32", 1, (int64_t[]){T}, &types) ||
+        golden_array(g, "prompt.span_embeds", "f32", 2, (int64_t[]){T, D}, &rows) ||
+        di_json_int_array(g->root, "golden.json", "prompt_image_order", true, &order, &n_order) < 0)
+        goto done;
+    got_ids = di_malloc((size_t)T * sizeof *got_ids, "ids");
+    got_types = di_malloc((size_t)T * sizeof *got_types, "types");
+    got_rows = di_calloc((size_t)(T * D), sizeof *got_rows, "span rows");
+    if (!got_ids || !got_types || !got_rows) goto done;
+    int64_t p = 0;
+    size_t next = 0;
+    const int32_t *pid = ph.data;
+    for (int64_t i = 0; i < ph.numel; i++) {
+        if (pid[i] != image_token_id) {
+            if (p >= T) break;
+            got_ids[p] = pid[i], got_types[p] = VIT_TYPE_TEXT, p++;
+            continue;
+        }
+        if (next >= n_order || order[next] < 0 || (size_t)order[next] >= golden_n_images(g)) {
+            di_errorf("golden.json: placeholder %lld has no image in prompt_image_order", (long long)i);
+            goto done;
+        }
+        size_t k = (size_t)order[next++];
+        const float *patches;
+        VitGrid grid;
+        int64_t gh, gw;
+        if (golden_image_patches(g, k, &patches, &grid) != 0) goto done;
+        int64_t cells = vit_cells(vm, grid, &gh, &gw), len = vit_span_len(gh, gw);
+        if (p + len > T) {
+            di_errorf("golden.json: image %zu's span of %lld positions runs past seq_len %lld", k, (long long)len, (long long)T);
+            goto done;
+        }
+        free(emb);
+        emb = di_malloc((size_t)(cells * D) * sizeof *emb, "aligner rows");
+        if (!emb || vit_encode(vm, patches, grid, emb, NULL) != 0 || vit_span(vm, emb, gh, gw, got_types + p, got_rows + p * D) != 0) goto done;
+        for (int64_t q = 0; q < len; q++) got_ids[p + q] = (int32_t)image_token_id;
+        p += len;
+    }
+    if (p != T || next != n_order) {
+        di_errorf("golden.json: the expanded prompt has %lld positions and %zu of %zu images, seq_len is %lld", (long long)p, next, n_order,
+                  (long long)T);
+        goto done;
+    }
+    res->ok = true;
+    for (int64_t q = 0; q < T && res->ok; q++)
+        if (got_ids[q] != ((const int32_t *)ids.data)[q] || got_types[q] != ((const int32_t *)types.data)[q]) {
+            snprintf(res->why, sizeof res->why, "position %lld: id %d type %d, golden id %d type %d", (long long)q, got_ids[q], got_types[q],
+                     ((const int32_t *)ids.data)[q], ((const int32_t *)types.data)[q]);
+            res->ok = false;
+        }
+    VisDiff df;
+    diff(&df, got_rows, rows.data, T * D);
+    res->max_abs = df.max_abs;
+    res->mean_abs = df.count ? df.sum_abs / (double)df.count : 0;
+    res->max_rel = df.max_ref > 0 ? df.max_abs / df.max_ref : df.max_abs;
+    if (res->ok && !(res->max_abs <= VIS_MAX_ABS && res->mean_abs <= VIS_MEAN_ABS)) {
+        snprintf(res->why, sizeof res->why, "span_embeds: max_abs %.3g mean_abs %.3g", res->max_abs, res->mean_abs);
+        res->ok = false;
+    }
+    rc = 0;
+done:
+    free(order);
+    free(got_ids);
+    free(got_types);
+    free(got_rows);
+    free(emb);
+    return rc;
+}

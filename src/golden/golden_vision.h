@@ -25,4 +25,11 @@ int golden_image_patches(const GoldenSet *g, size_t k, const float **patches, Vi
  * be run (bad data, encoder error). */
 int golden_run_image(const GoldenSet *g, VisionModel *vm, size_t k, GoldenResult *res);
 
+
+/* The expanded prompt (README §4): golden.json's placeholder ids with each image_token_id
+ * replaced by its image's span (images in prompt_image_order, grids from their plans, rows from
+ * the vision tower), compared with prompt.input_ids / prompt.token_types (exact) and
+ * prompt.span_embeds (1e-3 / 5e-5).  res->name "prompt.span". */
+int golden_run_prompt(const GoldenSet *g, VisionModel *vm, int64_t image_token_id, GoldenResult *res);
+
 #endif

@@ -88,4 +88,15 @@ typedef struct {
  * embeds [cells][D] in row-major cell order (§6).  One image; threaded inside. */
 int vit_encode(VisionModel *vm, const float *patches, VitGrid g, float *embeds, VitTrace *trace);
 
+
+/* ---- the image span in the token sequence (§7.1, §7.2; vision_span.c) */
+enum { VIT_TYPE_TEXT = -1, VIT_TYPE_START = 0, VIT_TYPE_IMAGE = 1, VIT_TYPE_NEWLINE = 2, VIT_TYPE_END = 3 };
+
+/* Positions of a gh x gw span: gh·(gw+1) + 2; -1 for an empty grid. */
+int64_t vit_span_len(int64_t gh, int64_t gw);
+/* The span's token types (START, (IMAGE x gw, NEWLINE) x gh, END) and its embedding rows
+ * [len][D]: image_start / image_newline / image_end and aligner row s at IMAGE slot s.
+ * rows may be NULL (types only). */
+int vit_span(const VisionModel *vm, const float *embeds, int64_t gh, int64_t gw, int32_t *types, float *rows);
+
 #endif

@@ -32,6 +32,9 @@ static void run_set(const DiKernelBackend *be, DiThreadPool *pool) {
             CHECK_MSG(r.ok, "image %zu: %s", k, r.why);
             fprintf(stderr, "  %s %s: max_abs %.3g mean_abs %.3g\n", be->name, r.name, r.max_abs, r.mean_abs);
         }
+        GoldenResult r;
+        CHECK_MSG(golden_run_prompt(&g, vm, cfg.image_token_id, &r) == 0, "%s", di_error_message());
+        CHECK_MSG(r.ok, "prompt: %s", r.why);
     }
     vit_free(vm);
     di_checkpoint_close(ck);
@@ -103,10 +106,23 @@ TEST(bad_input) {
     di_config_free(&cfg);
 }
 
+TEST(span_layout) {
+    /* §7.1: START, (IMAGE x gw, NEWLINE) x gh, END; a newline after every row, the last too */
+    int32_t t[16];
+    CHECK_EQ_INT(vit_span_len(2, 3), 10);
+    CHECK(vit_span(NULL, NULL, 2, 3, t, NULL) == 0);
+    const int32_t want[10] = {0, 1, 1, 1, 2, 1, 1, 1, 2, 3};
+    for (int i = 0; i < 10; i++) CHECK_EQ_INT(t[i], want[i]);
+    CHECK_EQ_INT(vit_span_len(0, 3), -1);
+    CHECK(vit_span(NULL, NULL, 0, 3, t, NULL) != 0);
+    CHECK(vit_span(NULL, NULL, 1, 1, t, t == NULL ? NULL : (float *)t) != 0); /* rows without a model */
+}
+
 int main(void) {
     snprintf(set_dir, sizeof set_dir, "%s/golden-v41/tiny-v", test_shared_dir());
     snprintf(ck_dir, sizeof ck_dir, "%s/checkpoint", set_dir);
     RUN_TEST(config_checks);
+    RUN_TEST(span_layout);
     RUN_TEST(golden_reference_kernels);
     RUN_TEST(golden_backend_threads);
     RUN_TEST(bad_input);

@@ -75,6 +75,18 @@ static void run_vision(const GoldenSet *g, Model *m, const DiKernelBackend *load
             snprintf(r.name, sizeof r.name, "%s", name);
             report(&r, passed, failed);
         }
+        char name[100];
+        snprintf(name, sizeof name, "prompt.span.%s", mode);
+        if (only_case && !strstr(name, only_case)) continue;
+        GoldenResult r;
+        if (golden_run_prompt(g, vm, m->cfg.image_token_id, &r) != 0) {
+            printf("case=%s max_abs=nan max_rel=nan FAIL\n", name);
+            fprintf(stderr, "  %s: %s\n", name, di_error_message());
+            (*failed)++;
+            continue;
+        }
+        snprintf(r.name, sizeof r.name, "%s", name);
+        report(&r, passed, failed);
     }
     vit_free(vm);
 }
