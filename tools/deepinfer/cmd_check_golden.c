@@ -40,6 +40,18 @@ static void report(const GoldenResult *r, int *passed, int *failed) {
     else (*failed)++;
 }
 
+/* A vision case's line: rc != 0 is a case that could not run (the error names why). */
+static void report_run(int rc, GoldenResult *r, const char *name, int *passed, int *failed) {
+    if (rc != 0) {
+        printf("case=%s max_abs=nan max_rel=nan FAIL\n", name);
+        fprintf(stderr, "  %s: %s\n", name, di_error_message());
+        (*failed)++;
+        return;
+    }
+    snprintf(r->name, sizeof r->name, "%s", name);
+    report(r, passed, failed);
+}
+
 /* A vision set (golden-v41/tiny-v): every image's ViT layers, final norm, aligner input and rows,
  * once per numerics mode of golden.json["modes"] (the vision stages are float32 in each; the
  * mode picks the kernels as for the text cases), as cases "image<k>.vision.<mode>". */
@@ -66,27 +78,13 @@ static void run_vision(const GoldenSet *g, Model *m, const DiKernelBackend *load
             char name[100];
             snprintf(name, sizeof name, "image%zu.vision.%s", k, mode);
             if (only_case && !strstr(name, only_case)) continue;
-            if (golden_run_image(g, vm, k, &r) != 0) {
-                printf("case=%s max_abs=nan max_rel=nan FAIL\n", name);
-                fprintf(stderr, "  %s: %s\n", name, di_error_message());
-                (*failed)++;
-                continue;
-            }
-            snprintf(r.name, sizeof r.name, "%s", name);
-            report(&r, passed, failed);
+            report_run(golden_run_image(g, vm, k, &r), &r, name, passed, failed);
         }
         char name[100];
         snprintf(name, sizeof name, "prompt.span.%s", mode);
         if (only_case && !strstr(name, only_case)) continue;
         GoldenResult r;
-        if (golden_run_prompt(g, vm, m->cfg.image_token_id, &r) != 0) {
-            printf("case=%s max_abs=nan max_rel=nan FAIL\n", name);
-            fprintf(stderr, "  %s: %s\n", name, di_error_message());
-            (*failed)++;
-            continue;
-        }
-        snprintf(r.name, sizeof r.name, "%s", name);
-        report(&r, passed, failed);
+        report_run(golden_run_prompt(g, vm, m->cfg.image_token_id, &r), &r, name, passed, failed);
     }
     vit_free(vm);
 }
