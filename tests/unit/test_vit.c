@@ -79,6 +79,31 @@ TEST(config_checks) {
     CHECK(vit_dims_from_config(&bad, 128, &d) != 0);
 }
 
+/* The official bf16-native rounding points (§5.2): near the float32 golden values (README §5:
+ * ~1% relative, test at 3e-2 of the largest value), and not equal to them (rounding applied). */
+TEST(bf16_numerics) {
+    GoldenSet g;
+    DiModelConfig cfg = {0};
+    CHECK(golden_open(set_dir, &g) == 0);
+    CHECK(di_config_load(ck_dir, &cfg) == 0);
+    DiCheckpoint *ck = di_checkpoint_open(ck_dir, &cfg);
+    VisionModel *vm = ck ? vit_load(ck, &cfg, di_backend_cpu_ref(), NULL) : NULL;
+    CHECK(vm != NULL);
+    if (vm) {
+        vm->num = VIT_NUM_BF16;
+        for (size_t k = 0; k < golden_n_images(&g); k++) {
+            GoldenResult r;
+            CHECK(golden_run_image(&g, vm, k, &r) == 0);
+            fprintf(stderr, "  bf16 %s: max_abs %.3g max_rel %.3g\n", r.name, r.max_abs, r.max_rel);
+            CHECK_MSG(r.max_rel <= 3e-2 && r.max_abs > 1e-3, "image %zu: bf16 max_abs %.3g max_rel %.3g", k, r.max_abs, r.max_rel);
+        }
+    }
+    vit_free(vm);
+    di_checkpoint_close(ck);
+    di_config_free(&cfg);
+    golden_close(&g);
+}
+
 TEST(bad_input) {
     DiModelConfig cfg = {0};
     CHECK(di_config_load(ck_dir, &cfg) == 0);
@@ -125,6 +150,7 @@ int main(void) {
     RUN_TEST(span_layout);
     RUN_TEST(golden_reference_kernels);
     RUN_TEST(golden_backend_threads);
+    RUN_TEST(bf16_numerics);
     RUN_TEST(bad_input);
     return TEST_SUMMARY();
 }
