@@ -281,6 +281,8 @@ int golden_run_case(const GoldenSet *g, Model *m, size_t i, GoldenResult *res) {
     NumericsMode nm;
     if (numerics_mode_parse(mode, &nm) != 0) return di_error_wrap("%s (%s)", ctx, name);
     m->mode = nm;
+    if (json_is_array(json_object_get(g->root, "images")))
+        return di_errorf("image prompts in the text model (span embeddings, bias_vl, Engram DEAD positions) are not implemented yet");
     GoldenArray ids;
     int64_t sh[1] = {g->seq_len};
     if (golden_array(g, "input_ids", "i32", 1, sh, &ids) != 0) return -1;

@@ -44,5 +44,16 @@ head -c 500 "$GOLDEN/golden.json" >"$tmp/broken/golden.json"
 "$BIN" check-golden "$tmp/broken" >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "golden.json" "$tmp/err" && ok || bad "truncated golden.json: exit $rc, $(cat "$tmp/err")"
 
+# 5. a vision set (tiny-v): every image's ViT layers, norm, aligner input and rows in every mode
+VGOLDEN="$SHARED_DIR/golden-v41/tiny-v"
+"$BIN" check-golden "$VGOLDEN" --case vision >"$tmp/out" 2>"$tmp/err"; rc=$?
+n_img=$(python3 -c "import json,sys; g=json.load(open(sys.argv[1])); print(len(g['images'])*len(g['modes']))" "$VGOLDEN/golden.json")
+n_ok=$(grep -cE '^case=image[0-9]+\.vision\.(exact|kvq|ref) max_abs=[^ ]+ max_rel=[^ ]+ ok$' "$tmp/out")
+[ "$rc" -eq 0 ] && [ "$n_ok" -eq "$n_img" ] && [ "$n_img" -gt 0 ] && ok || { bad "vision: exit $rc, $n_ok of $n_img ok"; cat "$tmp/out" "$tmp/err"; }
+"$BIN" check-golden "$VGOLDEN" --case prompt.span >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 0 ] && [ "$(grep -cE '^case=prompt\.span\.[a-z]+ max_abs=[^ ]+ max_rel=[^ ]+ ok$' "$tmp/out")" -eq 3 ] && ok || { bad "prompt.span: exit $rc"; cat "$tmp/out" "$tmp/err"; }
+"$BIN" check-golden "$VGOLDEN" --case image2.vision --mode kvq >"$tmp/out" 2>/dev/null
+[ $? -eq 0 ] && [ "$(grep -c '^case=' "$tmp/out")" -eq 1 ] && ok || bad "vision --case/--mode filter"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

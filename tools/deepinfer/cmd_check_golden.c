@@ -9,6 +9,8 @@
 #include "base/error.h"
 #include "base/file.h"
 #include "golden/golden.h"
+#include "golden/golden_vision.h"
+#include "model/vit.h"
 #include "model/model.h"
 
 #include <stdio.h>
@@ -28,6 +30,63 @@ static void usage(FILE *out) {
             "             fixed ascending order keeps that tier reproducible.\n"
             "  Prints one line per case: case=NAME max_abs=X max_rel=Y ok|FAIL (max_rel = max_abs /\n"
             "  max |golden value|), then 'N passed, N failed'.  Exit 0 when all pass, 1 otherwise.\n");
+}
+
+static void report(const GoldenResult *r, int *passed, int *failed) {
+    printf("case=%s max_abs=%.3g max_rel=%.3g %s\n", r->name, r->max_abs, r->max_rel, r->ok ? "ok" : "FAIL");
+    fflush(stdout);
+    if (!r->ok) fprintf(stderr, "  %s: %s\n", r->name, r->why);
+    if (r->ok) (*passed)++;
+    else (*failed)++;
+}
+
+/* A vision case's line: rc != 0 is a case that could not run (the error names why). */
+static void report_run(int rc, GoldenResult *r, const char *name, int *passed, int *failed) {
+    if (rc != 0) {
+        printf("case=%s max_abs=nan max_rel=nan FAIL\n", name);
+        fprintf(stderr, "  %s: %s\n", name, di_error_message());
+        (*failed)++;
+        return;
+    }
+    snprintf(r->name, sizeof r->name, "%s", name);
+    report(r, passed, failed);
+}
+
+/* A vision set (golden-v41/tiny-v): every image's ViT layers, final norm, aligner input and rows,
+ * once per numerics mode of golden.json["modes"] (the vision stages are float32 in each; the
+ * mode picks the kernels as for the text cases), as cases "image<k>.vision.<mode>". */
+static void run_vision(const GoldenSet *g, Model *m, const DiKernelBackend *loaded, const char *only_case, const char *only_mode,
+                       const char *kernels, int *passed, int *failed) {
+    VisionModel *vm = vit_load(m->ck, &m->cfg, loaded, m->pool);
+    if (!vm) {
+        printf("case=vision max_abs=nan max_rel=nan FAIL\n");
+        fprintf(stderr, "  vision: %s\n", di_error_message());
+        (*failed)++;
+        return;
+    }
+    json_t *modes = json_object_get(g->root, "modes");
+    const char *mode;
+    json_t *unused;
+    json_object_foreach(modes, mode, unused) {
+        NumericsMode nm;
+        if (only_mode && strcmp(mode, only_mode) != 0) continue;
+        if (numerics_mode_parse(mode, &nm) != 0) continue;
+        bool ref = strcmp(kernels, "ref") == 0 || (strcmp(kernels, "auto") == 0 && nm == MODE_REF);
+        vm->be = ref ? di_backend_cpu_ref() : loaded;
+        for (size_t k = 0; k < golden_n_images(g); k++) {
+            GoldenResult r;
+            char name[100];
+            snprintf(name, sizeof name, "image%zu.vision.%s", k, mode);
+            if (only_case && !strstr(name, only_case)) continue;
+            report_run(golden_run_image(g, vm, k, &r), &r, name, passed, failed);
+        }
+        char name[100];
+        snprintf(name, sizeof name, "prompt.span.%s", mode);
+        if (only_case && !strstr(name, only_case)) continue;
+        GoldenResult r;
+        report_run(golden_run_prompt(g, vm, m->cfg.image_token_id, &r), &r, name, passed, failed);
+    }
+    vit_free(vm);
 }
 
 int cmd_check_golden(int argc, char **argv) {
@@ -79,6 +138,7 @@ int cmd_check_golden(int argc, char **argv) {
     }
     int passed = 0, failed = 0;
     const DiKernelBackend *loaded = m->be; /* the backend cpuid and DEEPINFER_KERNELS chose */
+    if (golden_is_vision(&g)) run_vision(&g, m, loaded, only_case, only_mode, kernels, &passed, &failed);
     for (size_t i = 0; i < golden_n_cases(&g); i++) {
         GoldenResult r;
         json_t *c = json_array_get(json_object_get(g.root, "cases"), i);
@@ -94,11 +154,7 @@ int cmd_check_golden(int argc, char **argv) {
             failed++;
             continue;
         }
-        printf("case=%s max_abs=%.3g max_rel=%.3g %s\n", r.name, r.max_abs, r.max_rel, r.ok ? "ok" : "FAIL");
-        fflush(stdout);
-        if (!r.ok) fprintf(stderr, "  %s: %s\n", r.name, r.why);
-        if (r.ok) passed++;
-        else failed++;
+        report(&r, &passed, &failed);
     }
     printf("%d passed, %d failed\n", passed, failed);
     model_free(m);
