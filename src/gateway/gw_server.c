@@ -306,6 +306,7 @@ static enum MHD_Result proxy(DiGateway *g, struct MHD_Connection *c, const char 
         if (generation && di_gw_pool_decode_split(&g->pool, x->worker, transfer, sizeof transfer))
             start_prefill(x, path, body, len, transfer, hdr, &nh, room_lines);
         DiGwUpstreamLimits lim = di_gw_limits(g);
+        lim.follow = x->prefill; /* the decode worker answers once the prefill ends */
         x->up = di_gw_upstream_start(method, g->pool.w[x->worker].url, path, body, len, hdr, &lim);
         if (x->up && di_gw_upstream_head(x->up, &status, ctype, sizeof ctype) == 0 && status != 503) break;
         snprintf(why, sizeof why, "worker %s: %s", g->pool.w[x->worker].url,

@@ -35,6 +35,7 @@ struct DiGwUpstream {
     CURLcode rc;
     atomic_bool abort;
     double t_start, t_last;
+    bool leader_was_running; /* lim.follow was in flight at the last progress call */
 };
 
 /* Idle libcurl handles, each keeping its connection to a worker open (HTTP keep-alive), so a
@@ -145,12 +146,22 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg) {
     return len;
 }
 
+/* Whether the exchange u follows (lim.follow) is still in flight; under u->lock (the leader's
+ * lock is taken inside it, never the other way round). */
+static bool leader_running(DiGwUpstream *u) {
+    return u->lim.follow && !di_gw_upstream_done(u->lim.follow, NULL);
+}
+
 /* Called by libcurl at least once a second: abort on request or when a limit passed. */
 static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
     DiGwUpstream *u = arg;
     if (atomic_load(&u->abort)) return 1;
     pthread_mutex_lock(&u->lock);
-    double t = now_s(), idle = t - u->t_last, total = t - u->t_start;
+    double t = now_s();
+    bool leads = leader_running(u);
+    if (leads || u->leader_was_running) u->t_last = t; /* the idle clock starts when the leader ends */
+    u->leader_was_running = leads;
+    double idle = t - u->t_last, total = t - u->t_start;
     int stop = 0;
     if (u->lim.idle_timeout_s > 0 && idle > u->lim.idle_timeout_s) {
         snprintf(u->why, sizeof u->why, "no byte from the worker for %.0f s", idle);
@@ -254,7 +265,11 @@ int di_gw_upstream_head(DiGwUpstream *u, int *status, char *ctype, size_t ctype_
     /* libcurl's own limits end the exchange; this deadline only backs them up */
     double limit = u->lim.connect_timeout_s + u->lim.idle_timeout_s + 5;
     double deadline = u->t_start + (u->lim.total_timeout_s > 0 && u->lim.total_timeout_s < limit ? u->lim.total_timeout_s : limit);
-    while (!u->head_done && !u->done && wait_until(u, deadline)) {}
+    for (;;) {
+        if (u->head_done || u->done) break;
+        if (leader_running(u)) deadline = now_s() + limit;
+        if (!wait_until(u, deadline)) break;
+    }
     int rc = 0;
     if (u->head_done) {
         *status = u->status;

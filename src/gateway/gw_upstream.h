@@ -22,6 +22,11 @@ typedef struct {
     double connect_timeout_s;  /* TCP connect */
     double idle_timeout_s;     /* most seconds between two received bytes */
     double total_timeout_s;    /* the whole exchange; 0 = none */
+    /* PD: the prefill half of the same request, or NULL.  While it is in flight the idle clock
+     * (and the deadline for the headers) does not run: the decode worker answers only once the
+     * prefill ends, however long that takes, and the prefill exchange is bounded by its worker's
+     * own idle deadline.  It must outlive this exchange. */
+    DiGwUpstream *follow;
 } DiGwUpstreamLimits;
 
 /* Start `method` (GET or POST) url+path with body (POST only; copied) and extra header lines

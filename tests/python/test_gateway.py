@@ -214,7 +214,8 @@ class FakeWorker:
     127.0.0.1:7777 for decode), records every POST (path, headers, JSON body) and answers it by
     `mode`: "ok" (a fixed chat completion), "close" (drops the connection, no byte), "hang"
     (holds it without a byte for 10 s); `hang_load` holds heartbeats without an answer.  A decode worker given `room_from` (the prefill worker)
-    answers only once that one got its POST, as a real one waits for the room's KV."""
+    answers only once that one got its POST (with `after_reply`: once it answered it), as a real
+    one waits for the room's KV."""
 
     def __init__(self, role="both", mode="ok", room_from=None):
         import http.server
@@ -223,6 +224,8 @@ class FakeWorker:
         self.reply_body = None  # set: the JSON answer to every POST (e.g. a prefill reply)
         self.delay = 0  # seconds before answering a POST
         self.hang_load = False  # set: heartbeats get no answer (a hung worker)
+        self.after_reply = False  # set (decode): wait until room_from has answered its POST
+        self.replied = 0  # POSTs answered
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -251,9 +254,10 @@ class FakeWorker:
                     time.sleep(10)
                     return
                 if room_from is not None:
-                    wait_until(lambda: room_from.posts, timeout=5)
+                    wait_until(lambda: room_from.replied if fake.after_reply else room_from.posts, timeout=30)
                 time.sleep(fake.delay)
                 self.reply(200, json.dumps(fake.reply_body or {"choices": [{"message": {"content": "fake"}}]}).encode())
+                fake.replied += 1
 
             def reply(self, status, data):
                 self.send_response(status)
@@ -313,6 +317,37 @@ def test_pd_request_carries_the_room_to_both_halves():
             assert pbody["room"] == dhdr["X-DI-Room"] and int(pbody["room"]) >= 0
             assert pbody["decode"] == "127.0.0.1:7777"  # the decode worker's transfer address
             assert pbody["deadline_ms"] == 4000 and dhdr["X-DI-Room-Deadline-Ms"] == "4000"
+        finally:
+            if gw:
+                assert gw.stop() == 0
+            pre.stop()
+            dec.stop()
+
+
+def test_a_prefill_longer_than_the_idle_timeout_is_waited_for():
+    """The decode worker answers only once the prefill ends, so while the prefill half is in
+    flight the gateway's --idle-timeout does not run on the decode half (issue 35: a prefill longer
+    than the idle timeout got a 502).  Once the prefill answered, the idle timeout applies again: a
+    decode worker that then sends nothing is cut."""
+    with tempfile.TemporaryDirectory(prefix="di-gw-pd-") as cache:
+        pre = FakeWorker("prefill")
+        dec = FakeWorker("decode", room_from=pre)
+        gw = None
+        try:
+            Serve(cache).stop()
+            pre.delay, dec.after_reply = 4, True
+            pre.reply_body = {"state_tokens": 10, "cached_tokens": 0, "prefill_s": 4.0}
+            gw = Gateway(cache, "--prefill", pre.url, "--decode", dec.url, "--heartbeat-ms", 200,
+                         "--idle-timeout", 1)
+            t0 = time.monotonic()
+            st, body = post_json(gw, "/v1/chat/completions", CHAT)
+            assert st == 200 and body["choices"][0]["message"]["content"] == "fake", (st, body)
+            assert time.monotonic() - t0 >= 4
+            pre.delay, dec.delay = 0, 4  # the prefill is over at once; the decode half then idles 4 s
+            t0 = time.monotonic()
+            st, body = post_json(gw, "/v1/chat/completions", CHAT)
+            assert st == 503 and time.monotonic() - t0 < 3.5, (st, body)  # cut, the worker left rotation
+            assert "no byte from the worker for 1 s" in open(gw.log_path).read()
         finally:
             if gw:
                 assert gw.stop() == 0
