@@ -39,4 +39,14 @@ if ! $PY -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('xgramma
     echo "install-deps: pip install --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2"
     $PY -m pip install -q --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2 2>&1 | grep -v "Running pip as the 'root' user" || true
 fi
+# Pillow, the oracle of tests/python/test_image_pillow.py (image decoding and BICUBIC resizing as the
+# official preprocessing runs them), pinned to 9.4.0, Debian bookworm's python3-pil, the version
+# vision-v41.md was checked against: later releases resize images taller than 100x their width
+# vertically first, and Pillow 13 whenever the height shrinks much more than the width
+# (python-pillow/Pillow#9524, #9549), which moves such pixels by a level; the golden sets keep
+# the horizontal pass first.
+if ! $PY -c "import PIL, sys; sys.exit(PIL.__version__ != '9.4.0')" 2>/dev/null; then
+    echo "install-deps: pip install pillow==9.4.0"
+    $PY -m pip install -q pillow==9.4.0 2>&1 | grep -v "Running pip as the 'root' user" || true
+fi
 echo "install-deps: all dependencies present"

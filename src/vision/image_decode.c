@@ -16,13 +16,14 @@
 
 #include "base/error.h"
 
+#include <setjmp.h>
+#include <stdio.h> /* before jpeglib.h, which uses FILE */
+#include <stdlib.h>
+#include <string.h>
+
 #include <jpeglib.h>
 #include <jerror.h>
 #include <png.h>
-#include <setjmp.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 const char *di_image_format_name(DiImageFormat f) {
     switch (f) {
