@@ -3,7 +3,8 @@
  *
  * WebP: a still image decodes straight to RGB (alpha dropped, never composited); an animation
  * through WebPAnimDecoder, whose first canvas is what Pillow shows (area outside the first frame
- * transparent black, i.e. RGB 0).  GIF: the logical screen is the image size; before the first
+ * transparent black, i.e. RGB 0).  GIF: the logical screen is the image size (enlarged to hold a
+ * first frame that reaches past it, as Pillow does); before the first
  * frame is drawn it is filled with the frame's transparent index when it has one, else index 0
  * (Pillow's load_prepare), and indices go through the frame's local colour table, else the
  * global one (an index past the table's end is black); a GIF with no colour table is gray
@@ -124,15 +125,8 @@ int di_gif_decode(const uint8_t *b, size_t n, uint64_t max_pixels, int64_t *w, i
     }
     int rc = -1;
     GifPixelType *line = NULL;
-    *w = g->SWidth;
-    *h = g->SHeight;
-    if (!out) {
-        rc = 0;
-        goto done;
-    }
-    if (di_image_check_pixels("GIF", *w, *h, max_pixels) < 0) goto done;
     int transparent = -1;
-    for (;;) {
+    for (;;) { /* up to the first image descriptor: no pixel data is read before the size is known */
         GifRecordType rt;
         if (DGifGetRecordType(g, &rt) == GIF_ERROR) {
             gif_fail(g, "reading a record");
@@ -166,11 +160,18 @@ int di_gif_decode(const uint8_t *b, size_t n, uint64_t max_pixels, int64_t *w, i
         break;
     }
     const GifImageDesc *d = &g->Image;
-    if (d->Width <= 0 || d->Height <= 0) {
-        di_errorf("image: corrupt GIF: first frame of size %dx%d", d->Width, d->Height);
+    if (d->Width <= 0 || d->Height <= 0 || d->Left < 0 || d->Top < 0) {
+        di_errorf("image: corrupt GIF: first frame of size %dx%d at (%d, %d)", d->Width, d->Height, d->Left, d->Top);
         goto done;
     }
-    if (di_image_check_pixels("GIF frame", d->Width, d->Height, max_pixels) < 0) goto done;
+    /* a first frame reaching past the logical screen enlarges the image (Pillow does) */
+    *w = g->SWidth > d->Left + d->Width ? g->SWidth : (int64_t)d->Left + d->Width;
+    *h = g->SHeight > d->Top + d->Height ? g->SHeight : (int64_t)d->Top + d->Height;
+    if (!out) {
+        rc = 0;
+        goto done;
+    }
+    if (di_image_check_pixels("GIF", *w, *h, max_pixels) < 0) goto done;
     const ColorMapObject *cmap = d->ColorMap ? d->ColorMap : g->SColorMap;
     out->rgb = di_image_alloc_rgb(*w, *h);
     line = malloc((size_t)d->Width);
@@ -199,11 +200,7 @@ int di_gif_decode(const uint8_t *b, size_t n, uint64_t max_pixels, int64_t *w, i
                 goto done;
             }
             int64_t cy = (int64_t)d->Top + y;
-            if (cy < 0 || cy >= *h) continue; /* the part of a frame outside the screen is not shown */
-            for (int x = 0; x < d->Width; x++) {
-                int64_t cx = (int64_t)d->Left + x;
-                if (cx >= 0 && cx < *w) memcpy(out->rgb + (cy * *w + cx) * 3, lut[line[x]], 3);
-            }
+            for (int x = 0; x < d->Width; x++) memcpy(out->rgb + (cy * *w + d->Left + x) * 3, lut[line[x]], 3);
         }
     }
     out->width = *w;
