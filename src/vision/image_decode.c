@@ -221,9 +221,23 @@ static void jpeg_on_message(j_common_ptr cinfo, int level) {
     if (level < 0 && e->pub.msg_code == JWRN_JPEG_EOF) e->truncated = 1;
 }
 
+/* A progressive JPEG of thousands of tiny scans costs time quadratic in the file (the known
+ * libjpeg CPU bomb); djpeg's -maxscans guards the same way.  Real encoders write about 10. */
+#define JPEG_MAX_SCANS 1000
+
+static void jpeg_on_progress(j_common_ptr cinfo) {
+    j_decompress_ptr d = (j_decompress_ptr)cinfo;
+    if (d->input_scan_number > JPEG_MAX_SCANS) {
+        JpegErr *e = (JpegErr *)cinfo->err;
+        snprintf(e->msg, sizeof e->msg, "more than %d progressive scans", JPEG_MAX_SCANS);
+        longjmp(e->jb, 1);
+    }
+}
+
 typedef struct {
     struct jpeg_decompress_struct cinfo;
     JpegErr err;
+    struct jpeg_progress_mgr progress;
     uint8_t *row;
 } JpegCtx;
 
@@ -240,6 +254,8 @@ int di_jpeg_decode(const uint8_t *b, size_t n, uint64_t max_pixels, int64_t *w, 
     }
     jpeg_create_decompress(&c->cinfo);
     created = 1;
+    c->progress.progress_monitor = jpeg_on_progress;
+    c->cinfo.progress = &c->progress;
     jpeg_mem_src(&c->cinfo, b, (unsigned long)n);
     if (jpeg_read_header(&c->cinfo, TRUE) != JPEG_HEADER_OK || c->err.truncated) {
         di_errorf("image: truncated JPEG data (the file ends inside the header)");

@@ -499,27 +499,65 @@ TEST(jpeg_header_limit) {
     }
 }
 
-TEST(cmyk_jpeg_is_rejected) {
+/* an 8x8 JPEG through libjpeg's encoder: 3 (RGB) or 4 (CMYK) components, an optional scan script */
+static unsigned char *encode_jpeg(int comps, const jpeg_scan_info *scans, int n_scans, unsigned long *len) {
     enum { W = 8, H = 8 };
     struct jpeg_compress_struct c;
     struct jpeg_error_mgr e;
     c.err = jpeg_std_error(&e);
     jpeg_create_compress(&c);
     unsigned char *buf = NULL;
-    unsigned long len = 0;
-    jpeg_mem_dest(&c, &buf, &len);
-    c.image_width = W, c.image_height = H, c.input_components = 4, c.in_color_space = JCS_CMYK;
+    *len = 0;
+    jpeg_mem_dest(&c, &buf, len);
+    c.image_width = W, c.image_height = H, c.input_components = comps, c.in_color_space = comps == 4 ? JCS_CMYK : JCS_RGB;
     jpeg_set_defaults(&c);
+    if (scans) {
+        c.scan_info = scans;
+        c.num_scans = n_scans;
+    }
     jpeg_start_compress(&c, TRUE);
     uint8_t row[W * 4];
-    memset(row, 90, sizeof row);
     for (int y = 0; y < H; y++) {
+        for (int x = 0; x < W * comps; x++) row[x] = (uint8_t)(x * 29 + y * 7);
         JSAMPROW r = row;
         jpeg_write_scanlines(&c, &r, 1);
     }
     jpeg_finish_compress(&c);
     jpeg_destroy_compress(&c);
+    return buf;
+}
+
+TEST(cmyk_jpeg_is_rejected) {
+    unsigned long len;
+    unsigned char *buf = encode_jpeg(4, NULL, 0, &len);
     expect_error(buf, len, NULL, "CMYK");
+    free(buf);
+}
+
+/* the progressive-scan CPU bomb: a valid script of 2090 scans (every AC coefficient of every
+ * component alone, refined bit by bit) is refused once it passes the limit */
+TEST(jpeg_scan_bomb_is_refused) {
+    enum { AL = 10 }; /* libjpeg allows successive approximation up to bit 10 */
+    static jpeg_scan_info scans[3000];
+    int n = 0;
+    scans[n++] = (jpeg_scan_info){3, {0, 1, 2, 0}, 0, 0, 0, AL};
+    for (int al = AL; al > 0; al--) scans[n++] = (jpeg_scan_info){3, {0, 1, 2, 0}, 0, 0, al, al - 1};
+    for (int comp = 0; comp < 3; comp++)
+        for (int k = 1; k < 64; k++) {
+            scans[n++] = (jpeg_scan_info){1, {comp, 0, 0, 0}, k, k, 0, AL};
+            for (int al = AL; al > 0; al--) scans[n++] = (jpeg_scan_info){1, {comp, 0, 0, 0}, k, k, al, al - 1};
+        }
+    CHECK(n > 1000);
+    unsigned long len;
+    unsigned char *buf = encode_jpeg(3, scans, n, &len);
+    expect_error(buf, len, NULL, "progressive scans");
+    /* the same image with a one-scan script decodes */
+    free(buf);
+    jpeg_scan_info few[1] = {{3, {0, 1, 2, 0}, 0, 63, 0, 0}}; /* one sequential scan as a script */
+    buf = encode_jpeg(3, few, 1, &len);
+    DiImage img;
+    CHECK_MSG(di_image_decode(buf, len, NULL, &img) == 0, "%s", di_error_message());
+    di_image_free(&img);
     free(buf);
 }
 
@@ -551,6 +589,7 @@ int main(void) {
     RUN_TEST(bad_golden_files);
     RUN_TEST(jpeg_header_limit);
     RUN_TEST(cmyk_jpeg_is_rejected);
+    RUN_TEST(jpeg_scan_bomb_is_refused);
     golden_close(&golden);
     return TEST_SUMMARY();
 }
